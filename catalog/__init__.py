@@ -1,0 +1,1 @@
+"""Runtime catalog data, trusted keys, signed entries and their signing code."""

@@ -1,0 +1,1 @@
+"""`pytest certify`: the certification plugin and suites (DESIGN §6)."""

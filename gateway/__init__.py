@@ -1,0 +1,1 @@
+"""LocalModelGateway (DESIGN §5)."""

@@ -1,0 +1,1 @@
+"""The ``hitch`` CLI (typer). Commands live in one module per area."""

@@ -1,0 +1,17 @@
+"""The ``hitch`` command: one typer app with a sub-app per area."""
+
+from __future__ import annotations
+
+import typer
+
+from harness.cli import fixtures, local, models, runtime
+
+app = typer.Typer(no_args_is_help=True, help="Hitch local inference: certification and benchmark harness")
+app.add_typer(models.app, name="models", help="content-addressed checkpoint store")
+app.add_typer(runtime.app, name="runtime", help="pinned SGLang runtimes")
+app.add_typer(local.app, name="local", help="locks, doctor and local services")
+app.add_typer(fixtures.app, name="fixtures", help="test fixtures (tiny checkpoint)")
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,73 @@
+"""One way for every command to print: JSON (with ``schema_version``) or human text,
+both from the same payload, and one way to turn a HitchError into output + exit code.
+
+Secrets never pass through here: payloads hold references (paths), never tokens.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, ParamSpec, TypeVar
+
+import typer
+
+from harness.errors import HitchError
+from harness.paths import HitchRoot
+
+__all__ = ["JSON_SCHEMA_VERSION", "JsonOpt", "RootOpt", "cli_command", "emit", "root_from"]
+
+JSON_SCHEMA_VERSION = "1"
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output with schema_version")]
+RootOpt = Annotated[
+    Path | None,
+    typer.Option("--root", help="HITCH_ROOT to use (default: $HITCH_ROOT or ~/.local/share/hitch)"),
+]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def root_from(root: Path | None) -> HitchRoot:
+    return HitchRoot.at(root)
+
+
+def emit(as_json: bool, payload: dict[str, Any], human: str | Callable[[], None] | None = None) -> None:
+    """Print ``payload`` as JSON, or its human form (a string, or a callable that prints)."""
+    if as_json:
+        sys.stdout.write(json.dumps({"schema_version": JSON_SCHEMA_VERSION, **payload}, indent=2, sort_keys=True))
+        sys.stdout.write("\n")
+        return
+    if human is None:
+        sys.stdout.write(json.dumps(payload, indent=2, sort_keys=True) + "\n")
+    elif callable(human):
+        human()
+    else:
+        sys.stdout.write(human.rstrip("\n") + "\n")
+
+
+def _wants_json() -> bool:
+    return "--json" in sys.argv[1:]
+
+
+def cli_command(fn: Callable[P, R]) -> Callable[P, R]:
+    """Wrap a command: a HitchError becomes JSON or human output and the table's exit code."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except HitchError as exc:
+            if _wants_json():
+                sys.stdout.write(
+                    json.dumps({"schema_version": JSON_SCHEMA_VERSION, "error": exc.to_dict()}, indent=2, sort_keys=True) + "\n"
+                )
+            else:
+                sys.stderr.write(exc.human() + "\n")
+            raise typer.Exit(exc.exit_code) from None
+
+    return wrapper

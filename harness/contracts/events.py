@@ -1,0 +1,59 @@
+"""Lifecycle events ``inference.*`` (spec §12.1) and per-request evidence rows."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from harness.contracts.base import Record, Sha256
+
+__all__ = ["LifecycleEventName", "LifecycleEventV1", "RequestEvidenceV1"]
+
+LifecycleEventName = Literal[
+    "inference.preparing",
+    "inference.queued",
+    "inference.starting",
+    "inference.ready",
+    "inference.acquired",
+    "inference.released",
+    "inference.draining",
+    "inference.stopped",
+    "inference.failed",
+]
+
+
+class LifecycleEventV1(Record):
+    schema_version: Literal["1"] = "1"
+    event: LifecycleEventName
+    service_id: str
+    inference_id: Sha256
+    epoch: int = Field(ge=0)
+    owner_id: str
+    timestamp: float
+    run_id: str | None = None
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class RequestEvidenceV1(Record):
+    """One row per physical request through the gateway (never one per logical retry)."""
+
+    schema_version: Literal["1"] = "1"
+    request_id: str
+    engine_rid: str | None
+    run_id: str
+    inference_id: Sha256
+    epoch: int = Field(ge=0)
+    route: Literal["/v1/responses", "/v1/chat/completions", "/v1/models"]
+    stream: bool
+    queue_ms: float | None
+    ttft_ms: float | None = Field(description="first text delta; null when none arrived")
+    e2e_ms: float | None
+    input_tokens: int | None
+    cached_tokens: int | None
+    output_tokens: int | None = Field(description="reasoning tokens are a subset, never added")
+    reasoning_tokens: int | None
+    max_output_tokens: int | None
+    status: Literal["completed", "incomplete", "failed", "cancelled", "rejected"]
+    http_status: int
+    error_code: str | None

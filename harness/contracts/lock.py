@@ -1,0 +1,143 @@
+"""InferenceLockV1: the sealed description of one inference service (spec §6.2).
+
+Strict: unknown fields and backend-specific fields on the wrong backend are refused.
+``inference_id = H(model_id, runtime_id, profile, execution, generation, protocol, resources)``
+over canonical JSON; ports, PIDs, secrets, run ids and host paths never appear here.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from harness.contracts.base import Record, Sha256
+from harness.ids import digest_json
+
+__all__ = [
+    "CpuPlatformV1",
+    "CudaPlatformV1",
+    "ExecutionV1",
+    "GenerationV1",
+    "InferenceLockV1",
+    "MetalPlatformV1",
+    "PlatformV1",
+    "PrefixCacheV1",
+    "ProfileName",
+    "ProtocolV1",
+    "ResourceVectorV1",
+    "compute_inference_id",
+]
+
+ProfileName = Literal["evaluation-baseline-v1", "evaluation-throughput-v1"]
+
+
+class CpuPlatformV1(Record):
+    backend: Literal["cpu"]
+    cpu_threads: int = Field(ge=1)
+    numa_policy: Literal["single-node"] = "single-node"
+    cpu_feature_requirement: Literal["amx", "none"]
+    overlap_schedule: Literal[False] = False
+
+
+class CudaPlatformV1(Record):
+    backend: Literal["cuda"]
+    device_constraint: str | None = None
+    mem_fraction_static: float = Field(gt=0, le=1)
+    overlap_schedule: bool
+    cuda_graph: Literal["enabled", "disabled"]
+
+
+class MetalPlatformV1(Record):
+    """Parsed so a lock naming it gets a clear refusal, never a parse error (P1)."""
+
+    backend: Literal["metal"]
+    mlx_quantization: Literal["none", "prequantized"]
+    overlap_schedule: bool
+
+
+PlatformV1 = Annotated[CpuPlatformV1 | CudaPlatformV1 | MetalPlatformV1, Field(discriminator="backend")]
+
+
+class PrefixCacheV1(Record):
+    mode: Literal["disabled", "radix"]
+    scope: Literal["run", "eval"]
+    initial_state: Literal["empty"] = "empty"
+
+
+class ExecutionV1(Record):
+    platform: PlatformV1
+    load_format: Literal["safetensors"] = "safetensors"
+    dtype: Literal["bfloat16", "float16", "float32"] = Field(description="resolved; never auto")
+    quantization: str | None = None
+    tensor_parallel_size: Literal[1] = 1
+    data_parallel_size: Literal[1] = 1
+    pipeline_parallel_size: Literal[1] = 1
+    context_tokens_per_request: int = Field(ge=16)
+    max_running_requests: int = Field(ge=1)
+    max_queued_requests: int = Field(ge=1)
+    max_total_tokens: int = Field(ge=16, description="physical token pool, verified at prepare")
+    chunked_prefill_size: int = Field(ge=-1, description="-1 disables chunked prefill")
+    max_prefill_tokens: int = Field(ge=1)
+    kv_cache_dtype: str
+    attention_backend: str
+    sampling_backend: str
+    deterministic_inference: bool = False
+    prefix_cache: PrefixCacheV1
+    hicache: Literal[False] = False
+    speculative_decoding: Literal[False] = False
+    cpu_offload_gb: Literal[0] = 0
+    startup_timeout_ms: int = Field(ge=1)
+    queue_timeout_ms: int = Field(ge=1)
+    request_timeout_ms: int = Field(ge=1)
+    idle_ttl_ms: int = Field(ge=1)
+
+
+class GenerationV1(Record):
+    temperature: float = Field(ge=0)
+    top_p: float = Field(gt=0, le=1)
+    top_k: int = Field(ge=0, description="0 = no top-k; the engine adapter maps it (SGLang: -1)")
+    min_p: float = Field(ge=0, le=1)
+    repetition_penalty: float = Field(gt=0)
+    seed: int = Field(ge=0)
+    max_output_tokens: int = Field(ge=1)
+    override_policy: Literal["reject-conflicts"] = "reject-conflicts"
+
+
+class ProtocolV1(Record):
+    api: Literal["responses", "chat-completions"]
+    streaming: bool
+    tool_calls: bool
+    parallel_tool_calls: bool
+    input_modalities: list[Literal["text"]] = Field(min_length=1, max_length=1)
+    tool_call_parser: str | None = None
+    reasoning_parser: str | None = None
+    compatibility_profile_id: Sha256
+
+
+class ResourceVectorV1(Record):
+    cpu_cores: int = Field(ge=1)
+    memory_bytes: int = Field(ge=0)
+    shm_bytes: int = Field(ge=0)
+    gpu_count: int = Field(ge=0, le=1)
+    gpu_memory_bytes: int = Field(ge=0)
+    disk_bytes: int = Field(ge=0)
+
+
+class InferenceLockV1(Record):
+    schema_version: Literal["1"] = "1"
+    engine: Literal["sglang"] = "sglang"
+    model_id: Sha256
+    runtime_id: Sha256
+    inference_id: Sha256
+    profile: ProfileName
+    execution: ExecutionV1
+    generation: GenerationV1
+    protocol: ProtocolV1
+    resources: ResourceVectorV1
+
+
+def compute_inference_id(lock_fields: dict[str, Any]) -> str:
+    """H(model_id, runtime_id, profile, execution, generation, protocol, resources)."""
+    keys = ("model_id", "runtime_id", "profile", "execution", "generation", "protocol", "resources")
+    return digest_json({k: lock_fields[k] for k in keys})

@@ -1,0 +1,58 @@
+"""InferenceRuntimeManifestV1: one pinned runtime package (spec §6.1, §7.1).
+
+The package is a discriminated union on ``kind``: ``oci`` (an image pinned by digest)
+or ``python-env`` (a private venv built from a hash-pinned requirements lock plus any
+files shipped with it, such as the generic-CPU runtime's ``sgl_kernel`` shim).
+``runtime_id`` covers the whole package, not only the SGLang version.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from harness.contracts.base import Record, Sha256
+
+__all__ = ["InferenceRuntimeManifestV1", "OciPackage", "PackageFile", "PythonEnvPackage", "RuntimePackage"]
+
+
+class OciPackage(Record):
+    kind: Literal["oci"] = "oci"
+    image: str = Field(description="repository, e.g. lmsysorg/sglang")
+    tag_hint: str | None = Field(default=None, description="human hint only; never written into a lock")
+    digest: Sha256 | None = Field(description="image manifest digest; null = unpinned, refused for certification")
+    platform: str = "linux/amd64"
+
+
+class PackageFile(Record):
+    path: str = Field(description="path relative to the runtime's catalog folder")
+    sha256: Sha256
+
+
+class PythonEnvPackage(Record):
+    kind: Literal["python-env"] = "python-env"
+    python: str = Field(description="major.minor of the interpreter the lock was resolved for")
+    lock_file: PackageFile = Field(description="the hash-pinned requirements lock")
+    files: list[PackageFile] = Field(default_factory=list, description="other shipped files (e.g. shim), sorted")
+    pythonpath: list[str] = Field(default_factory=list, description="catalog-relative dirs put on PYTHONPATH")
+
+
+RuntimePackage = Annotated[OciPackage | PythonEnvPackage, Field(discriminator="kind")]
+
+
+class InferenceRuntimeManifestV1(Record):
+    schema_version: Literal["1"] = "1"
+    runtime_id: Sha256
+    name: str = Field(description="catalog id, e.g. sglang-0.5.23-cpu-generic")
+    engine: Literal["sglang"] = "sglang"
+    engine_version: str
+    engine_commit: str = Field(pattern=r"^[0-9a-f]{40}$")
+    backend: Literal["cpu", "cuda"]
+    cpu_feature_requirement: Literal["amx", "none"] | None = None
+    certifiable: bool = Field(description="catalog says this runtime may back a `certified` level")
+    pinned: bool = Field(description="every artifact is pinned by digest/hash")
+    torch_version: str | None = None
+    cuda_version: str | None = None
+    launch_env: dict[str, str] = Field(default_factory=dict, description="engine environment the runtime needs")
+    package: RuntimePackage

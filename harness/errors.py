@@ -1,0 +1,151 @@
+"""The one error type of the harness and the one table of error codes.
+
+Every failure the product reports carries a stable ``code`` from :data:`ERROR_TABLE`.
+The table decides the category, the CLI exit code (input errors exit 2), whether a
+retry can help, and the HTTP status the gateway answers with. JSON and human CLI
+output are both rendered from the same :class:`HitchError` object.
+
+Codes from spec §12.2 plus the ones the harness needs on top (marked "harness").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["ERROR_TABLE", "ErrorSpec", "HitchError", "spec_for"]
+
+
+@dataclass(frozen=True)
+class ErrorSpec:
+    """How one error code behaves everywhere it surfaces."""
+
+    category: str
+    exit_code: int
+    retryable: bool
+    http_status: int
+    hint: str
+
+
+# Exit codes by category; input-like errors exit 2 as the spec demands.
+_EXIT = {
+    "input": 2,
+    "request": 2,
+    "context": 2,
+    "integrity": 3,
+    "capability": 4,
+    "compatibility": 4,
+    "deployment": 4,
+    "admission": 5,
+    "scheduling": 5,
+    "infrastructure": 6,
+    "routing": 7,
+    "evidence": 8,
+    "lifecycle": 9,
+    "internal": 1,
+}
+
+
+def _e(category: str, retryable: bool, http_status: int, hint: str) -> ErrorSpec:
+    return ErrorSpec(category, _EXIT[category], retryable, http_status, hint)
+
+
+ERROR_TABLE: dict[str, ErrorSpec] = {
+    # spec §12.2 — input / preparation
+    "local_model_not_found": _e("input", False, 404, "import it with `hitch models add DIR --name ALIAS`"),
+    "inference_lock_mismatch": _e("input", False, 409, "re-run `hitch local prepare` for this model"),
+    # spec §12.2 — integrity
+    "local_model_integrity_failed": _e("integrity", False, 500, "re-import the checkpoint; nothing was loaded"),
+    "inference_runtime_integrity_failed": _e("integrity", False, 500, "reinstall the runtime; no other version is used"),
+    # spec §12.2 — capability
+    "inference_runtime_unavailable": _e("capability", False, 503, "install it with `hitch runtime install ID`"),
+    "inference_device_unsupported": _e("capability", False, 400, "pick a device the doctor reports as supported"),
+    # spec §12.2 — compatibility
+    "inference_harness_unsupported": _e("compatibility", False, 400, "use a harness with a certified profile"),
+    "inference_protocol_unsupported": _e("compatibility", False, 400, "use a protocol the lock enables"),
+    # spec §12.2 — request
+    "inference_parameter_conflict": _e("request", False, 400, "drop the parameter or match the lock's value"),
+    "inference_modality_unsupported": _e("request", False, 400, "send text input only"),
+    # spec §12.2 — admission / scheduling / startup
+    "inference_capacity_exceeded": _e("admission", False, 503, "free resources or lower the profile's needs"),
+    "inference_queue_timeout": _e("scheduling", True, 503, "retry later or raise the queue timeout"),
+    "inference_start_timeout": _e("scheduling", True, 504, "check the engine log; raise startup_timeout_ms"),
+    # spec §12.2 — infrastructure
+    "inference_oom": _e("infrastructure", True, 502, "give the engine more memory or shrink the token pool"),
+    "inference_process_exited": _e("infrastructure", True, 502, "check the engine log"),
+    # spec §12.2 — context
+    "inference_context_exceeded": _e("context", False, 400, "shorten the input; history is never truncated"),
+    # spec §12.2 — routing
+    "inference_binding_revoked": _e("routing", False, 403, "register a new run"),
+    "inference_route_unavailable": _e("routing", False, 404, "only /v1/responses, /v1/chat/completions, /v1/models exist"),
+    # spec §12.2 — evidence
+    "inference_capture_incomplete": _e("evidence", False, 500, "the capture is partial; rerun with capture on"),
+    # spec §12.2 — deployment
+    "local_inference_topology_unsupported": _e("deployment", False, 400, "run the engine on this host"),
+    # spec §12.2 — lifecycle
+    "inference_recovery_ambiguous": _e("lifecycle", False, 409, "inspect the leftover by hand; nothing was killed"),
+    "inference_in_use": _e("lifecycle", False, 409, "wait for the leases to end or pass --force"),
+    # harness — input
+    "usage_error": _e("input", False, 400, "see --help"),
+    "local_model_invalid": _e("input", False, 400, "fix the checkpoint directory and import again"),
+    "local_model_alias_invalid": _e("input", False, 400, "aliases are [a-z0-9][a-z0-9._-]{0,63}"),
+    "local_model_source_changed": _e("input", True, 409, "the source changed during import; import again"),
+    "inference_lock_invalid": _e("input", False, 400, "fix the lock fields; unknown fields are refused"),
+    "inference_runtime_unpinned": _e("capability", False, 400, "use a runtime whose digest is pinned"),
+    "inference_runtime_not_found": _e("input", False, 404, "see `hitch runtime list`"),
+    "inference_token_invalid": _e("routing", False, 401, "use the run token issued for this run"),
+    "inference_run_sealed": _e("routing", False, 403, "the run is sealed; register a new run"),
+    "catalog_signature_invalid": _e("integrity", False, 400, "the entry does not verify against catalog/keys"),
+    # harness — infrastructure
+    "storage_write_failed": _e("infrastructure", True, 507, "free disk space and retry; nothing was published"),
+    "docker_unavailable": _e("capability", True, 503, "start the Docker engine"),
+    "internal_error": _e("internal", False, 500, "this is a bug; report it with the JSON output"),
+}
+
+
+def spec_for(code: str) -> ErrorSpec:
+    """The table row for ``code``; an unknown code is a programming error."""
+    try:
+        return ERROR_TABLE[code]
+    except KeyError:
+        raise KeyError(f"error code {code!r} is not in harness.errors.ERROR_TABLE") from None
+
+
+class HitchError(Exception):
+    """A failure with a stable code from :data:`ERROR_TABLE`.
+
+    ``details`` must never hold secrets: it is printed, logged and stored as evidence.
+    """
+
+    def __init__(self, code: str, message: str, details: dict[str, Any] | None = None) -> None:
+        self.spec = spec_for(code)
+        self.code = code
+        self.message = message
+        self.details: dict[str, Any] = dict(details or {})
+        super().__init__(f"{code}: {message}")
+
+    @property
+    def exit_code(self) -> int:
+        return self.spec.exit_code
+
+    @property
+    def retryable(self) -> bool:
+        return self.spec.retryable
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form; the human form is rendered from the same fields."""
+        return {
+            "code": self.code,
+            "category": self.spec.category,
+            "message": self.message,
+            "retryable": self.spec.retryable,
+            "hint": self.spec.hint,
+            "details": self.details,
+        }
+
+    def human(self) -> str:
+        lines = [f"error[{self.code}]: {self.message}"]
+        for key, value in sorted(self.details.items()):
+            lines.append(f"  {key}: {value}")
+        lines.append(f"  hint: {self.spec.hint}")
+        return "\n".join(lines)

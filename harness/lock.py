@@ -1,0 +1,277 @@
+"""Profiles → draft ``InferenceLockV1`` and strict lock validation (spec §6.2, DESIGN §3).
+
+The defaults are the table of spec §6.2, not SGLang's own defaults. A draft lock is a
+pure function of (model manifest, runtime manifest, device, profile, cores of one NUMA
+node, optional context): nothing starts and no machine-specific identity (UUIDs,
+driver, ports) enters it. Token-pool values are concrete numbers the engine is launched
+with and that ``local prepare`` verifies against ``/server_info`` before sealing.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from harness.contracts.base import parse_record
+from harness.contracts.lock import (
+    CpuPlatformV1,
+    CudaPlatformV1,
+    ExecutionV1,
+    GenerationV1,
+    InferenceLockV1,
+    PrefixCacheV1,
+    ProfileName,
+    ProtocolV1,
+    ResourceVectorV1,
+    compute_inference_id,
+)
+from harness.contracts.model import LocalModelManifestV1
+from harness.contracts.runtime import InferenceRuntimeManifestV1
+from harness.errors import HitchError
+from harness.ids import digest_json
+
+__all__ = [
+    "DEFAULT_CONTEXT_TOKENS",
+    "PROFILES",
+    "Device",
+    "ProfileShort",
+    "build_lock",
+    "profile_name",
+    "resolve_dtype",
+    "validate_lock",
+]
+
+Device = Literal["cpu", "cuda", "metal"]
+ProfileShort = Literal["baseline", "throughput"]
+
+PROFILES: dict[str, ProfileName] = {
+    "baseline": "evaluation-baseline-v1",
+    "throughput": "evaluation-throughput-v1",
+}
+
+DEFAULT_CONTEXT_TOKENS = 8192
+_MAX_OUTPUT_CAP = 2048
+_GIB = 1 << 30
+_MIB = 1 << 20
+
+# The protocol surface every P0 lock enables; its digest names the compatibility profile.
+_PROTOCOL_PROFILE = {"engine": "sglang", "profile": "openai-responses-text-v1", "input_modalities": ["text"]}
+
+_DTYPE_ALIASES = {
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float16": "float16",
+    "fp16": "float16",
+    "half": "float16",
+    "float32": "float32",
+    "fp32": "float32",
+    "float": "float32",
+}
+
+
+def profile_name(short: str) -> ProfileName:
+    try:
+        return PROFILES[short]
+    except KeyError:
+        raise HitchError("usage_error", f"unknown profile {short!r}", {"choices": sorted(PROFILES)}) from None
+
+
+def resolve_dtype(torch_dtype: str | None) -> Literal["bfloat16", "float16", "float32"]:
+    """The checkpoint's dtype made explicit; ``auto`` never reaches a lock."""
+    if torch_dtype is None or torch_dtype == "auto":
+        return "bfloat16"
+    resolved = _DTYPE_ALIASES.get(torch_dtype.lower())
+    if resolved == "bfloat16":
+        return "bfloat16"
+    if resolved == "float16":
+        return "float16"
+    if resolved == "float32":
+        return "float32"
+    raise HitchError("local_model_invalid", f"unsupported torch_dtype {torch_dtype!r}", {"torch_dtype": torch_dtype})
+
+
+def _round_up(value: int, unit: int) -> int:
+    return -(-value // unit) * unit
+
+
+def _context_tokens(model: LocalModelManifestV1, requested: int | None) -> int:
+    model_max = model.architecture.max_position_embeddings
+    if requested is None:
+        return min(DEFAULT_CONTEXT_TOKENS, model_max) if model_max else DEFAULT_CONTEXT_TOKENS
+    if requested < 16:
+        raise HitchError("usage_error", "context must be at least 16 tokens", {"context": requested})
+    if model_max is not None and requested > model_max:
+        raise HitchError(
+            "inference_lock_invalid",
+            f"context {requested} exceeds the model's max_position_embeddings {model_max}",
+            {"context": requested, "max_position_embeddings": model_max},
+        )
+    return requested
+
+
+def _max_running(device: Device, profile: ProfileShort) -> int:
+    if profile == "baseline":
+        return 1
+    return 8 if device == "cuda" else 2
+
+
+def _resources(
+    device: Device, model: LocalModelManifestV1, cpu_threads: int, pool_tokens: int, dtype_bytes: int
+) -> ResourceVectorV1:
+    weights = model.weights.total_tensor_bytes
+    layers = model.architecture.num_hidden_layers or 1
+    hidden = model.architecture.hidden_size or 1
+    # Upper bound (MHA): K and V per layer per token; GQA models need less.
+    kv_bytes = 2 * layers * hidden * dtype_bytes * pool_tokens
+    disk = sum(f.size for f in model.files)
+    if device == "cuda":
+        return ResourceVectorV1(
+            cpu_cores=4,
+            memory_bytes=_round_up(4 * _GIB + weights, _MIB),
+            shm_bytes=_GIB,
+            gpu_count=1,
+            gpu_memory_bytes=_round_up(weights + kv_bytes, _MIB),
+            disk_bytes=disk,
+        )
+    return ResourceVectorV1(
+        cpu_cores=cpu_threads,
+        memory_bytes=_round_up(3 * _GIB + weights + kv_bytes, _MIB),
+        shm_bytes=256 * _MIB,
+        gpu_count=0,
+        gpu_memory_bytes=0,
+        disk_bytes=disk,
+    )
+
+
+def build_lock(
+    model: LocalModelManifestV1,
+    runtime: InferenceRuntimeManifestV1,
+    *,
+    device: Device,
+    profile: ProfileShort,
+    cpu_cores_per_node: int,
+    context_tokens: int | None = None,
+) -> InferenceLockV1:
+    """The draft lock for this model + runtime + device + profile (spec §6.2 defaults)."""
+    if device == "metal":
+        raise HitchError("inference_device_unsupported", "metal is a P1 backend and is refused in P0", {"device": device})
+    if runtime.backend != device:
+        raise HitchError(
+            "inference_device_unsupported",
+            f"runtime {runtime.name} is for {runtime.backend}, not {device}",
+            {"runtime": runtime.name, "device": device},
+        )
+    if not runtime.pinned:
+        raise HitchError(
+            "inference_runtime_unpinned",
+            f"runtime {runtime.name} has no pinned digest; a lock never names a tag",
+            {"runtime": runtime.name},
+        )
+    if model.architecture.quantization is not None:
+        quantization: str | None = model.architecture.quantization
+    else:
+        quantization = None
+    if cpu_cores_per_node < 1:
+        raise HitchError("inference_capacity_exceeded", "no CPU core available on one NUMA node", {"cores": cpu_cores_per_node})
+
+    context = _context_tokens(model, context_tokens)
+    running = _max_running(device, profile)
+    dtype = resolve_dtype(model.architecture.torch_dtype)
+    dtype_bytes = 4 if dtype == "float32" else 2
+    pool_tokens = context * running
+    cpu_threads = min(8, cpu_cores_per_node)
+
+    platform: CpuPlatformV1 | CudaPlatformV1
+    if device == "cpu":
+        amx = runtime.cpu_feature_requirement == "amx"
+        platform = CpuPlatformV1(
+            backend="cpu", cpu_threads=cpu_threads, cpu_feature_requirement="amx" if amx else "none"
+        )
+        attention, sampling, chunk = ("intel_amx" if amx else "torch_native"), "pytorch", 2048
+    else:
+        platform = CudaPlatformV1(backend="cuda", mem_fraction_static=0.80, overlap_schedule=True, cuda_graph="enabled")
+        attention, sampling, chunk = "flashinfer", "flashinfer", 8192
+
+    execution = ExecutionV1(
+        platform=platform,
+        dtype=dtype,
+        quantization=quantization,
+        context_tokens_per_request=context,
+        max_running_requests=running,
+        max_queued_requests=running,
+        max_total_tokens=pool_tokens,
+        chunked_prefill_size=min(chunk, context),
+        max_prefill_tokens=max(context, 16384),
+        kv_cache_dtype="auto",
+        attention_backend=attention,
+        sampling_backend=sampling,
+        prefix_cache=PrefixCacheV1(
+            mode="disabled" if profile == "baseline" else "radix",
+            scope="run" if profile == "baseline" else "eval",
+        ),
+        startup_timeout_ms=600_000,
+        queue_timeout_ms=60_000,
+        request_timeout_ms=600_000,
+        idle_ttl_ms=60_000,
+    )
+    generation = GenerationV1(
+        temperature=0.0,
+        top_p=1.0,
+        top_k=0,
+        min_p=0.0,
+        repetition_penalty=1.0,
+        seed=0,
+        max_output_tokens=min(_MAX_OUTPUT_CAP, context // 4),
+    )
+    protocol = ProtocolV1(
+        api="responses",
+        streaming=True,
+        tool_calls=True,
+        parallel_tool_calls=False,
+        input_modalities=["text"],
+        compatibility_profile_id=digest_json(_PROTOCOL_PROFILE),
+    )
+    fields: dict[str, Any] = {
+        "schema_version": "1",
+        "engine": "sglang",
+        "model_id": model.model_id,
+        "runtime_id": runtime.runtime_id,
+        "profile": profile_name(profile),
+        "execution": execution.to_json_dict(),
+        "generation": generation.to_json_dict(),
+        "protocol": protocol.to_json_dict(),
+        "resources": _resources(device, model, cpu_threads, pool_tokens, dtype_bytes).to_json_dict(),
+    }
+    fields["inference_id"] = compute_inference_id(fields)
+    return InferenceLockV1.model_validate(fields)
+
+
+def validate_lock(data: Any) -> InferenceLockV1:
+    """Strictly parse a lock document: unknown fields, cross-backend fields, a wrong
+    ``inference_id`` and impossible combinations are refused; metal parses but is refused."""
+    lock = parse_record(InferenceLockV1, data, "inference_lock_invalid")
+    ex = lock.execution
+    if ex.platform.backend == "metal":
+        raise HitchError("inference_device_unsupported", "metal is a P1 backend and is refused in P0", {"device": "metal"})
+    expected = compute_inference_id(lock.to_json_dict())
+    if expected != lock.inference_id:
+        raise HitchError(
+            "inference_lock_invalid",
+            "inference_id does not match the lock's content",
+            {"inference_id": lock.inference_id, "computed": expected},
+        )
+    problems: list[str] = []
+    if ex.max_total_tokens < ex.context_tokens_per_request:
+        problems.append("max_total_tokens cannot hold one full-context request")
+    if ex.max_queued_requests > ex.max_running_requests:
+        problems.append("max_queued_requests exceeds max_running_requests")
+    if lock.generation.max_output_tokens >= ex.context_tokens_per_request:
+        problems.append("max_output_tokens must be below the context")
+    if ex.deterministic_inference and ex.platform.backend == "cpu":
+        problems.append("deterministic_inference is refused on cpu (SGLang rejects it at startup)")
+    if lock.profile == "evaluation-baseline-v1" and (ex.prefix_cache.mode != "disabled" or ex.max_running_requests != 1):
+        problems.append("the baseline profile runs one request at a time with the prefix cache disabled")
+    if isinstance(ex.platform, CpuPlatformV1) and lock.resources.gpu_count != 0:
+        problems.append("a cpu lock has no GPU allocation")
+    if problems:
+        raise HitchError("inference_lock_invalid", "; ".join(problems), {"problems": problems})
+    return lock

@@ -1,0 +1,43 @@
+# The README's two commands: `make certify` (main job) and `make test` (the tests).
+# Both do all setup on a fresh machine; every step is idempotent.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+export HITCH_ROOT ?= $(HOME)/.local/share/hitch
+CPU_RUNTIME := sglang-0.5.23-cpu-generic
+
+.PHONY: certify test setup venv runtime lint typecheck schemas unit
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+# The generic-CPU SGLang runtime (private venv under HITCH_ROOT, from the committed hash-pinned lock).
+runtime: venv
+	$(VENV)/bin/hitch runtime install $(CPU_RUNTIME)
+
+setup: venv runtime
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: venv
+	$(VENV)/bin/mypy
+
+schemas: venv
+	$(PY) -m harness.contracts.schemas
+
+unit: venv
+	$(VENV)/bin/pytest -n auto tests
+
+test: setup lint typecheck unit
+
+certify: setup
+	$(VENV)/bin/hitch local doctor --device auto
+	@echo "certification suites (pytest certify) are not built yet: the doctor above says what this machine can certify"

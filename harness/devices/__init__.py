@@ -1,1 +1,48 @@
-"""devices"""
+"""Read-only machine facts and verdicts: CPU (ISA incl. AMX, NUMA), CUDA (NVML), Docker.
+
+``run_doctor`` gathers them into a ``DoctorReportV1``; nothing in this package writes.
+"""
+
+from __future__ import annotations
+
+from harness.devices.cpu import probe_cpu
+from harness.devices.cuda import MIN_DRIVER_MAJOR, NvmlProvider, PynvmlProvider, probe_cuda
+from harness.devices.docker_probe import DockerApi, probe_docker
+from harness.devices.doctor import CatalogView, hardware_fingerprint, read_catalog, run_doctor, select_device
+from harness.devices.report import (
+    CpuFactsV1,
+    CudaFactsV1,
+    DeviceName,
+    DeviceVerdictV1,
+    DockerFactsV1,
+    DoctorReportV1,
+    GpuFactsV1,
+    HostFactsV1,
+    NumaNodeV1,
+    RequestedDevice,
+)
+
+__all__ = [
+    "MIN_DRIVER_MAJOR",
+    "CatalogView",
+    "CpuFactsV1",
+    "CudaFactsV1",
+    "DeviceName",
+    "DeviceVerdictV1",
+    "DockerApi",
+    "DockerFactsV1",
+    "DoctorReportV1",
+    "GpuFactsV1",
+    "HostFactsV1",
+    "NumaNodeV1",
+    "NvmlProvider",
+    "PynvmlProvider",
+    "RequestedDevice",
+    "hardware_fingerprint",
+    "probe_cpu",
+    "probe_cuda",
+    "probe_docker",
+    "read_catalog",
+    "run_doctor",
+    "select_device",
+]

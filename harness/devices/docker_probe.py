@@ -1,0 +1,100 @@
+"""Docker facts through the docker SDK: reachable, versions, runtimes (nvidia?), cgroups.
+
+``docker.from_env`` honours DOCKER_HOST. An unreachable engine becomes
+``reachable: false`` with a reason, never a traceback. A ``DockerApi`` factory can be
+injected so tests can describe an engine without one running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from harness.devices.report import DockerFactsV1
+
+__all__ = ["DEFAULT_DOCKER_HOST", "DOCKER_TIMEOUT_S", "DockerApi", "probe_docker"]
+
+DOCKER_TIMEOUT_S = 5
+DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
+
+
+class DockerApi(Protocol):
+    """The two read-only calls the doctor makes (docker SDK ``DockerClient`` fits)."""
+
+    def version(self) -> Mapping[str, Any]: ...
+
+    def info(self) -> Mapping[str, Any]: ...
+
+    def close(self) -> None: ...
+
+
+def _from_env() -> DockerApi:
+    import docker
+
+    client: DockerApi = docker.from_env(timeout=DOCKER_TIMEOUT_S)
+    return client
+
+
+def _unix_socket_problem(host: str) -> str | None:
+    """Why a ``unix://`` host cannot be reached, checked with our own socket first.
+
+    docker-py leaks the socket when a unix connect fails (its ``connect`` does not close
+    it), so a missing or refusing socket is answered here without the SDK.
+    """
+    if not host.startswith("unix://"):
+        return None
+    path = host[len("unix://") :]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(DOCKER_TIMEOUT_S)
+        try:
+            sock.connect(path)
+        except OSError as exc:
+            return _one_line(exc)
+    return None
+
+
+def _str_or_none(value: object) -> str | None:
+    return None if value is None or value == "" else str(value)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def probe_docker(factory: Callable[[], DockerApi] | None = None) -> DockerFactsV1:
+    host = os.environ.get("DOCKER_HOST") or DEFAULT_DOCKER_HOST
+    problem = _unix_socket_problem(host) if factory is None else None
+    if problem is not None:
+        return DockerFactsV1(reachable=False, reason=f"Docker not reachable at {host}: {problem}", host=host)
+    try:
+        client = (factory or _from_env)()
+    except Exception as exc:  # the SDK raises DockerException, requests errors, OSError ...
+        return DockerFactsV1(reachable=False, reason=f"Docker not reachable at {host}: {_one_line(exc)}", host=host)
+    try:
+        version = dict(client.version())
+        info = dict(client.info())
+    except Exception as exc:
+        return DockerFactsV1(reachable=False, reason=f"Docker not reachable at {host}: {_one_line(exc)}", host=host)
+    finally:
+        # closing a half-open client tells us nothing new
+        with contextlib.suppress(Exception):
+            client.close()
+    runtimes_raw = info.get("Runtimes") or {}
+    runtimes = sorted(str(name) for name in runtimes_raw) if isinstance(runtimes_raw, Mapping) else []
+    return DockerFactsV1(
+        reachable=True,
+        host=host,
+        server_version=_str_or_none(version.get("Version")),
+        api_version=_str_or_none(version.get("ApiVersion")),
+        os_type=_str_or_none(info.get("OSType") or version.get("Os")),
+        architecture=_str_or_none(info.get("Architecture") or version.get("Arch")),
+        runtimes=runtimes,
+        default_runtime=_str_or_none(info.get("DefaultRuntime")),
+        nvidia_runtime="nvidia" in runtimes,
+        cgroup_driver=_str_or_none(info.get("CgroupDriver")),
+        cgroup_version=_str_or_none(info.get("CgroupVersion")),
+    )

@@ -1,0 +1,258 @@
+"""The read-only doctor: gathers CPU, CUDA and Docker facts and decides, per device,
+whether this machine is certifiable and, if not, why and what it can still do.
+
+Nothing here writes: not under HITCH_ROOT (which is not even created), not anywhere.
+Every probe is injectable (``sys_root``, ``nvml``, ``docker_factory``, ``pinned_images``)
+so each verdict can be tested without the hardware.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import platform
+import re
+import socket
+import tomllib
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.contracts.evidence import HardwareFingerprintV1
+from harness.devices.cpu import AMX_FLAGS, probe_cpu
+from harness.devices.cuda import MIN_DRIVER_MAJOR, NvmlProvider, probe_cuda
+from harness.devices.docker_probe import DockerApi, probe_docker
+from harness.devices.report import (
+    CpuFactsV1,
+    CudaFactsV1,
+    DeviceName,
+    DeviceVerdictV1,
+    DockerFactsV1,
+    DoctorReportV1,
+    HostFactsV1,
+    RequestedDevice,
+)
+from harness.paths import resolve_root
+
+__all__ = [
+    "CUDA_MIN_COMPUTE_CAPABILITY",
+    "CatalogView",
+    "cpu_verdict",
+    "cuda_verdict",
+    "hardware_fingerprint",
+    "read_catalog",
+    "run_doctor",
+    "select_device",
+]
+
+CUDA_MIN_COMPUTE_CAPABILITY = (7, 5)
+"""CUDA 13 dropped GPUs older than Turing (SM 7.5)."""
+
+FAKE_ENGINE = "fake engine (contract)"
+_SHA256 = re.compile(r"^sha256:[0-9a-f]{64}$")
+_X86_64 = frozenset({"x86_64", "amd64"})
+
+
+@dataclass(frozen=True)
+class CatalogView:
+    """What the doctor needs from the runtime catalog: is a certifiable pinned image there?"""
+
+    pinned: Mapping[str, bool] = field(default_factory=dict)
+    problem: str | None = None
+
+    def has_pinned(self, device: DeviceName) -> bool:
+        return bool(self.pinned.get(device, False))
+
+
+def _default_catalog_path() -> Path | None:
+    # find_spec locates the catalog package without importing (or writing bytecode for) it.
+    spec = importlib.util.find_spec("catalog")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations))) / "runtimes.toml"
+
+
+def _tables(node: Any) -> Iterator[dict[str, Any]]:
+    if isinstance(node, dict):
+        yield node
+        for value in node.values():
+            yield from _tables(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _tables(value)
+
+
+def _image_digest(entry: Mapping[str, Any]) -> bool:
+    """A sha256 ``digest`` on the entry or its package/image table that is not a python-env."""
+    candidates = [entry, *(entry[k] for k in ("package", "image", "oci") if isinstance(entry.get(k), Mapping))]
+    for table in candidates:
+        if table.get("kind") == "python-env":
+            return False
+        digest = table.get("digest")
+        if isinstance(digest, str) and _SHA256.match(digest):
+            return True
+    return False
+
+
+def read_catalog(path: Path | None = None) -> CatalogView:
+    """Scan ``catalog/runtimes.toml`` (if it exists) for certifiable, digest-pinned entries per backend."""
+    path = path if path is not None else _default_catalog_path()
+    if path is None or not path.is_file():
+        return CatalogView()
+    try:
+        document = tomllib.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        return CatalogView(problem=f"runtime catalog {path} unreadable: {exc}")
+    pinned: dict[str, bool] = {}
+    for entry in _tables(document):
+        backend = entry.get("backend")
+        if backend not in ("cpu", "cuda") or entry.get("certifiable") is not True or entry.get("pinned") is False:
+            continue
+        if _image_digest(entry):
+            pinned[backend] = True
+    return CatalogView(pinned=pinned)
+
+
+def _catalog_reason(catalog: CatalogView, device: DeviceName) -> str:
+    label = "CPU" if device == "cpu" else "CUDA"
+    reason = f"no pinned SGLang {label} image in the runtime catalog"
+    return f"{reason} ({catalog.problem})" if catalog.problem else reason
+
+
+def _docker_reasons(docker: DockerFactsV1) -> list[str]:
+    if not docker.reachable:
+        return [docker.reason or f"Docker not reachable at {docker.host}"]
+    reasons: list[str] = []
+    if docker.os_type is not None and docker.os_type.lower() != "linux":
+        reasons.append(f"Docker engine runs {docker.os_type} containers; the SGLang images are linux/amd64")
+    if docker.architecture is not None and docker.architecture.lower() not in _X86_64:
+        reasons.append(f"Docker engine architecture is {docker.architecture}; the SGLang images are linux/amd64")
+    return reasons
+
+
+def cpu_verdict(host: HostFactsV1, cpu: CpuFactsV1, docker: DockerFactsV1, catalog: CatalogView) -> DeviceVerdictV1:
+    reasons: list[str] = []
+    if host.arch.lower() not in _X86_64:
+        reasons.append(f"host architecture is {host.arch}; the SGLang CPU engine needs x86_64 with Intel AMX")
+    if not cpu.amx:
+        missing = [flag for flag in AMX_FLAGS if flag not in cpu.isa_flags]
+        reasons.append(f"CPU lacks AMX ({', '.join(missing)}): the SGLang CPU engine needs Intel AMX")
+    reasons.extend(_docker_reasons(docker))
+    if not catalog.has_pinned("cpu"):
+        reasons.append(_catalog_reason(catalog, "cpu"))
+    can_do = [FAKE_ENGINE]
+    if cpu.avx2:
+        can_do.append("generic-CPU SGLang runtime (provisional)")
+    if not reasons:
+        can_do.append("SGLang CPU image from the catalog (certified)")
+    return DeviceVerdictV1(certifiable=not reasons, reasons=reasons, can_do=can_do)
+
+
+def _gpu_reasons(cuda: CudaFactsV1) -> list[str]:
+    if not cuda.available:
+        return [cuda.reason or "no NVIDIA driver"]
+    reasons: list[str] = []
+    if cuda.driver_major is None or cuda.driver_major < MIN_DRIVER_MAJOR:
+        reasons.append(f"NVIDIA driver {cuda.driver_version} is too old: CUDA 13 images need driver >= {MIN_DRIVER_MAJOR}")
+    if not cuda.gpus:
+        reasons.append("no NVIDIA GPU visible to NVML")
+    elif not any(_cc(gpu.compute_capability) >= CUDA_MIN_COMPUTE_CAPABILITY for gpu in cuda.gpus):
+        found = ", ".join(sorted({gpu.compute_capability for gpu in cuda.gpus}))
+        need = ".".join(str(n) for n in CUDA_MIN_COMPUTE_CAPABILITY)
+        reasons.append(f"no GPU with compute capability >= {need} (CUDA 13 minimum); found {found}")
+    return reasons
+
+
+def _cc(text: str) -> tuple[int, int]:
+    major, _, minor = text.partition(".")
+    return int(major), int(minor or 0)
+
+
+def cuda_verdict(cuda: CudaFactsV1, docker: DockerFactsV1, catalog: CatalogView) -> DeviceVerdictV1:
+    gpu_reasons = _gpu_reasons(cuda)
+    reasons = list(gpu_reasons)
+    reasons.extend(_docker_reasons(docker))
+    if docker.reachable and not docker.nvidia_runtime:
+        reasons.append("Docker has no 'nvidia' runtime (NVIDIA Container Toolkit not configured)")
+    if not catalog.has_pinned("cuda"):
+        reasons.append(_catalog_reason(catalog, "cuda"))
+    can_do = [FAKE_ENGINE]
+    if not gpu_reasons:
+        can_do.append("NVML evidence and CUDA checks that need no image (process launcher; recorded, never certified)")
+    if not reasons:
+        can_do.append("SGLang CUDA image from the catalog (certified)")
+    return DeviceVerdictV1(certifiable=not reasons, reasons=reasons, can_do=can_do)
+
+
+def select_device(requested: RequestedDevice, verdicts: Mapping[DeviceName, DeviceVerdictV1]) -> tuple[DeviceName | None, str]:
+    """auto: cuda if certifiable, else cpu if certifiable, else none; cpu/cuda: that one if certifiable."""
+    order: list[DeviceName] = ["cuda", "cpu"] if requested == "auto" else [requested]
+    for device in order:
+        if verdicts[device].certifiable:
+            return device, f"{device} is certifiable on this machine"
+    why = "; ".join(f"{device}: {verdicts[device].reasons[0]}" for device in order)
+    return None, f"no certifiable device ({why})"
+
+
+def _host_facts(root: Path) -> HostFactsV1:
+    return HostFactsV1(
+        hostname=socket.gethostname(),
+        os=platform.system().lower(),
+        kernel=platform.release(),
+        arch=platform.machine(),
+        python=platform.python_version(),
+        hitch_root=str(root),
+        hitch_root_exists=root.exists(),
+    )
+
+
+def run_doctor(
+    device: RequestedDevice = "auto",
+    *,
+    root: Path | None = None,
+    sys_root: Path = Path("/"),
+    nvml: NvmlProvider | None = None,
+    docker_factory: Callable[[], DockerApi] | None = None,
+    pinned_images: Mapping[str, bool] | None = None,
+    catalog_path: Path | None = None,
+) -> DoctorReportV1:
+    """Gather every fact and the verdicts for ``device``; reads only, writes nothing.
+
+    ``pinned_images`` (``{"cpu": True, ...}``) replaces the catalog scan when given.
+    """
+    host = _host_facts(resolve_root(root))
+    cpu = probe_cpu(sys_root)
+    cuda = probe_cuda(nvml)
+    docker = probe_docker(docker_factory)
+    catalog = CatalogView(pinned=dict(pinned_images)) if pinned_images is not None else read_catalog(catalog_path)
+    all_verdicts: dict[DeviceName, DeviceVerdictV1] = {
+        "cpu": cpu_verdict(host, cpu, docker, catalog),
+        "cuda": cuda_verdict(cuda, docker, catalog),
+    }
+    wanted: list[DeviceName] = ["cpu", "cuda"] if device == "auto" else [device]
+    selected, selected_reason = select_device(device, all_verdicts)
+    return DoctorReportV1(
+        requested_device=device,
+        host=host,
+        cpu=cpu,
+        cuda=cuda,
+        docker=docker,
+        devices={name: all_verdicts[name] for name in wanted},
+        selected=selected,
+        selected_reason=selected_reason,
+    )
+
+
+def hardware_fingerprint(report: DoctorReportV1, device: DeviceName, gpu_index: int = 0) -> HardwareFingerprintV1:
+    """The evidence record's view of this machine for ``device`` (first GPU unless told)."""
+    gpu = next((g for g in report.cuda.gpus if g.index == gpu_index), None) if device == "cuda" else None
+    return HardwareFingerprintV1(
+        device=device,
+        cpu_model=report.cpu.model_name,
+        cpu_flags=report.cpu.isa_flags,
+        numa_nodes=len(report.cpu.numa_nodes),
+        gpu_name=gpu.name if gpu else None,
+        gpu_uuid=gpu.uuid if gpu else None,
+        driver_version=report.cuda.driver_version if device == "cuda" else None,
+        compute_capability=gpu.compute_capability if gpu else None,
+    )

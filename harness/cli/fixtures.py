@@ -1,7 +1,49 @@
-"""`hitch fixtures ...` commands."""
+"""`hitch fixtures ...` commands: build test fixtures (the tiny checkpoint) on demand.
+
+The fixtures package is imported inside the command, so nothing else in ``harness`` pays for
+(or depends on) it at import time.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
 
+from harness.cli.output import JsonOpt, RootOpt, cli_command, emit
+from harness.errors import HitchError
+
 app = typer.Typer(no_args_is_help=True, help="fixtures commands")
+
+
+def _human(path: Path, files: list[dict[str, Any]]) -> str:
+    lines = [f"tiny checkpoint written to {path}"]
+    lines += [f"  {entry['sha256']}  {entry['size']:>8}  {entry['path']}" for entry in files]
+    return "\n".join(lines)
+
+
+@app.command("checkpoint")
+@cli_command
+def checkpoint(
+    out_dir: Annotated[Path, typer.Argument(help="directory to create (must be missing or empty)")],
+    as_json: JsonOpt = False,
+    root: RootOpt = None,
+) -> None:
+    """Write the tiny Llama checkpoint (fixture:tiny) to OUT_DIR and list its files with digests.
+
+    ``--root`` is accepted like on every command; the fixture is not stored under HITCH_ROOT.
+    """
+    del root
+    from fixtures.checkpoint import CheckpointOutDirNotEmptyError, build_tiny_checkpoint, checkpoint_file_digests
+
+    try:
+        path = build_tiny_checkpoint(out_dir)
+    except CheckpointOutDirNotEmptyError:
+        raise HitchError("usage_error", "OUT_DIR must be missing or an empty directory", {"out_dir": str(out_dir)}) from None
+    except OSError as exc:
+        raise HitchError(
+            "storage_write_failed", "could not write the checkpoint", {"out_dir": str(out_dir), "reason": exc.strerror}
+        ) from None
+    files = checkpoint_file_digests(path)
+    emit(as_json, {"kind": "fixture-checkpoint", "path": str(path), "files": files}, _human(path, files))

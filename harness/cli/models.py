@@ -1,7 +1,150 @@
-"""`hitch models ...` commands."""
+"""`hitch models ...`: add, list, inspect and gc over the content-addressed model store."""
 
 from __future__ import annotations
 
+import contextlib
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
 
+from harness.cli.output import JsonOpt, RootOpt, cli_command, emit, root_from
+from harness.errors import HitchError
+from harness.store import (
+    RichImportProgress,
+    import_model,
+    list_model_ids,
+    model_files_dir,
+    read_aliases,
+    read_manifest,
+    resolve_model,
+    run_gc,
+    verify_model_files,
+)
+
 app = typer.Typer(no_args_is_help=True, help="models commands")
+
+
+def _aliases_by_model(aliases: dict[str, str]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for alias, model_id in sorted(aliases.items()):
+        out.setdefault(model_id, []).append(alias)
+    return out
+
+
+@app.command("add")
+@cli_command
+def add(
+    directory: Annotated[Path, typer.Argument(help="checkpoint directory (HF safetensors)")],
+    name: Annotated[str, typer.Option("--name", help="alias: [a-z0-9][a-z0-9._-]{0,63}")],
+    as_json: JsonOpt = False,
+    root: RootOpt = None,
+) -> None:
+    """Import a local checkpoint directory into the store and alias it."""
+    hroot = root_from(root)
+    show_bar = not as_json and sys.stderr.isatty()
+    with RichImportProgress() if show_bar else contextlib.nullcontext() as bar:
+        result = import_model(hroot, directory, name, progress=bar)
+    payload = {
+        "model_id": result.model_id,
+        "alias": result.alias,
+        "ref": f"local/{result.alias}",
+        "previous_model_id": result.previous_model_id,
+        "already_present": result.already_present,
+        "files_dir": str(result.files_dir),
+        "manifest": result.manifest.to_json_dict(),
+    }
+    lines = [f"{'already in the store' if result.already_present else 'imported'}: {result.model_id}"]
+    if result.previous_model_id and result.previous_model_id != result.model_id:
+        lines.append(f"alias {result.alias}: {result.previous_model_id} -> {result.model_id}")
+    else:
+        lines.append(f"alias {result.alias} -> {result.model_id}")
+    lines.append(f"use it as --model local/{result.alias}")
+    emit(as_json, payload, "\n".join(lines))
+
+
+def _summary(manifest_json: dict[str, Any], aliases: list[str]) -> dict[str, Any]:
+    return {
+        "model_id": manifest_json["model_id"],
+        "aliases": aliases,
+        "architectures": manifest_json["architecture"]["architectures"],
+        "torch_dtype": manifest_json["architecture"]["torch_dtype"],
+        "quantization": manifest_json["architecture"]["quantization"],
+        "files": len(manifest_json["files"]),
+        "size_bytes": sum(f["size"] for f in manifest_json["files"]),
+    }
+
+
+@app.command("list")
+@cli_command
+def list_(as_json: JsonOpt = False, root: RootOpt = None) -> None:
+    """Every published model with its aliases."""
+    hroot = root_from(root)
+    by_model = _aliases_by_model(read_aliases(hroot))
+    models = [_summary(read_manifest(hroot, m).to_json_dict(), by_model.get(m, [])) for m in list_model_ids(hroot)]
+    human = "\n".join(
+        f"{m['model_id']}  {','.join(m['aliases']) or '-'}  {'/'.join(m['architectures'])}  {m['size_bytes']} bytes"
+        for m in models
+    )
+    emit(as_json, {"models": models}, human or "no models; add one with `hitch models add DIR --name ALIAS`")
+
+
+@app.command("inspect")
+@cli_command
+def inspect(
+    ref: Annotated[str, typer.Argument(help="local/ALIAS or local/sha256:<hex>")],
+    verify: Annotated[bool, typer.Option("--verify", help="re-hash the published files against the manifest")] = False,
+    as_json: JsonOpt = False,
+    root: RootOpt = None,
+) -> None:
+    """The manifest of one model; --verify re-hashes its published files."""
+    hroot = root_from(root)
+    manifest = resolve_model(hroot, ref)
+    if verify:
+        verify_model_files(hroot, manifest)
+    aliases = _aliases_by_model(read_aliases(hroot)).get(manifest.model_id, [])
+    data = manifest.to_json_dict()
+    payload = {
+        "ref": ref,
+        "model_id": manifest.model_id,
+        "aliases": aliases,
+        "files_dir": str(model_files_dir(hroot, manifest.model_id)),
+        "verified": verify,
+        "manifest": data,
+    }
+    arch = manifest.architecture
+    human = "\n".join(
+        [
+            f"model_id: {manifest.model_id}",
+            f"aliases: {', '.join(aliases) or '-'}",
+            f"architecture: {'/'.join(arch.architectures)} ({arch.model_type}), dtype {arch.torch_dtype}, "
+            f"quantization {arch.quantization or 'none'}",
+            f"weights: {len(manifest.weights.shards)} shard(s), {manifest.weights.tensor_count} tensors, "
+            f"{manifest.weights.total_tensor_bytes} bytes",
+            f"chat template: {manifest.chat_template.source}",
+            f"files: {len(manifest.files)} in {payload['files_dir']}",
+            f"verified: {'yes' if verify else 'not checked (use --verify)'}",
+        ]
+    )
+    emit(as_json, payload, human)
+
+
+@app.command("gc")
+@cli_command
+def gc(
+    apply: Annotated[bool, typer.Option("--apply", help="delete the candidates (default: dry run)")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="only list candidates (the default)")] = False,
+    as_json: JsonOpt = False,
+    root: RootOpt = None,
+) -> None:
+    """List (or with --apply delete) unreferenced models and leftover staging directories."""
+    if apply and dry_run:
+        raise HitchError("usage_error", "--apply and --dry-run contradict each other")
+    plan = run_gc(root_from(root), apply=apply)
+    payload = {"dry_run": not apply, **plan.to_json_dict()}
+    lines = [f"{'deleted' if apply else 'would delete'}:"]
+    candidates = plan.deleted if apply else plan.unreferenced_models + plan.orphan_model_files + plan.staging_leftovers
+    lines += [f"  {c}" for c in candidates] or ["  nothing"]
+    lines += [f"kept {m}: {', '.join(r)}" for m, r in sorted(plan.kept.items())]
+    emit(as_json, payload, "\n".join(lines))

@@ -1,0 +1,105 @@
+"""Model aliases (``indexes/models/aliases.json``) and ``local/...`` reference resolution.
+
+Aliases are pointers for people, never identity: re-pointing one is allowed and
+reported (old -> new). The index is rewritten atomically under a file lock, so two
+concurrent ``models add`` never lose each other's alias.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Literal
+
+from filelock import FileLock
+from pydantic import Field
+
+from harness.contracts.base import Record, Sha256, parse_record
+from harness.contracts.model import LocalModelManifestV1
+from harness.errors import HitchError
+from harness.ids import is_sha256_id
+from harness.paths import HitchRoot, atomic_write_json
+from harness.store.manifest import read_manifest
+
+__all__ = [
+    "ALIAS_RE",
+    "ModelAliasIndexV1",
+    "alias_lock",
+    "read_aliases",
+    "resolve_model",
+    "resolve_model_id",
+    "set_alias",
+    "validate_alias",
+]
+
+ALIAS_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+LOCAL_PREFIX = "local/"
+
+
+class ModelAliasIndexV1(Record):
+    schema_version: Literal["1"] = "1"
+    aliases: dict[str, Sha256] = Field(default_factory=dict, description="alias -> model_id")
+
+
+def validate_alias(alias: str) -> str:
+    if not ALIAS_RE.match(alias):
+        raise HitchError("local_model_alias_invalid", f"invalid alias {alias!r}", {"alias": alias})
+    return alias
+
+
+def alias_lock(root: HitchRoot) -> FileLock:
+    root.lock_dir.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(root.lock_dir / "model-aliases.lock"))
+
+
+def _load(path: Path) -> ModelAliasIndexV1:
+    try:
+        data = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return ModelAliasIndexV1()
+    except ValueError as exc:
+        raise HitchError("local_model_integrity_failed", f"{path} is not valid JSON", {"file": str(path)}) from exc
+    index = parse_record(ModelAliasIndexV1, data, "local_model_integrity_failed")
+    bad = sorted(a for a in index.aliases if not ALIAS_RE.match(a))
+    if bad:
+        raise HitchError("local_model_integrity_failed", f"{path} holds invalid aliases", {"aliases": bad})
+    return index
+
+
+def read_aliases(root: HitchRoot) -> dict[str, str]:
+    """alias -> model_id; an absent index is empty."""
+    return dict(_load(root.aliases_file).aliases)
+
+
+def set_alias(root: HitchRoot, alias: str, model_id: str) -> str | None:
+    """Point ``alias`` at ``model_id``; returns the model it pointed to before (or None)."""
+    validate_alias(alias)
+    with alias_lock(root):
+        index = _load(root.aliases_file)
+        previous = index.aliases.get(alias)
+        if previous != model_id:
+            aliases = {**index.aliases, alias: model_id}
+            atomic_write_json(root.aliases_file, ModelAliasIndexV1(aliases=dict(sorted(aliases.items()))).to_json_dict())
+        return previous
+
+
+def resolve_model_id(root: HitchRoot, ref: str) -> str:
+    """``local/ALIAS`` or ``local/sha256:<hex>`` -> model_id (not yet checked to be published)."""
+    if not ref.startswith(LOCAL_PREFIX):
+        raise HitchError("local_model_not_found", f"{ref!r} is not a local model reference (local/ALIAS or local/sha256:<hex>)")
+    name = ref[len(LOCAL_PREFIX) :]
+    if name.startswith("sha256:"):
+        if not is_sha256_id(name):
+            raise HitchError("local_model_not_found", f"{name!r} is not a sha256:<64 hex> model id", {"ref": ref})
+        return name
+    validate_alias(name)
+    model_id = read_aliases(root).get(name)
+    if model_id is None:
+        raise HitchError("local_model_not_found", f"no model is aliased {name!r}", {"ref": ref})
+    return model_id
+
+
+def resolve_model(root: HitchRoot, ref: str) -> LocalModelManifestV1:
+    """The published manifest a ``local/...`` reference names."""
+    return read_manifest(root, resolve_model_id(root, ref))

@@ -93,6 +93,7 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     "inference_lock_invalid": _e("input", False, 400, "fix the lock fields; unknown fields are refused"),
     "inference_runtime_unpinned": _e("capability", False, 400, "use a runtime whose digest is pinned"),
     "inference_runtime_not_found": _e("input", False, 404, "see `hitch runtime list`"),
+    "runtime_catalog_invalid": _e("input", False, 400, "fix catalog/runtimes.toml or the runtime's catalog folder"),
     "inference_token_invalid": _e("routing", False, 401, "use the run token issued for this run"),
     "inference_run_sealed": _e("routing", False, 403, "the run is sealed; register a new run"),
     "catalog_signature_invalid": _e("integrity", False, 400, "the entry does not verify against catalog/keys"),

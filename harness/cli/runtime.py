@@ -1,7 +1,99 @@
-"""`hitch runtime ...` commands."""
+"""``hitch runtime ...``: list and show catalog runtimes, install one under HITCH_ROOT."""
 
 from __future__ import annotations
 
+import json
+from typing import Annotated, Any
+
 import typer
 
-app = typer.Typer(no_args_is_help=True, help="runtime commands")
+from harness.cli.output import JsonOpt, RootOpt, cli_command, emit, root_from
+from harness.contracts.runtime import InferenceRuntimeManifestV1
+from harness.errors import HitchError
+from harness.paths import HitchRoot
+from harness.runtimes import get_runtime, install_runtime, installed_runtime, load_catalog
+
+app = typer.Typer(no_args_is_help=True, help="pinned SGLang runtimes")
+
+IdArg = Annotated[str, typer.Argument(help="catalog name (e.g. sglang-0.5.23-cpu-generic) or runtime_id")]
+
+
+def _installed(root: HitchRoot, manifest: InferenceRuntimeManifestV1) -> bool | None:
+    """True/False for a python-env runtime; None for oci (the image lives in Docker, not here)."""
+    if manifest.package.kind != "python-env":
+        return None
+    try:
+        return installed_runtime(root, manifest) is not None
+    except HitchError:
+        return False
+
+
+def _line(m: InferenceRuntimeManifestV1, installed: bool | None) -> str:
+    flags = [
+        m.package.kind,
+        m.backend,
+        "pinned" if m.pinned else "UNPINNED",
+        "certifiable" if m.certifiable else "not certifiable",
+    ]
+    if installed is not None:
+        flags.append("installed" if installed else "not installed")
+    return f"{m.name:<28} {m.runtime_id[:19]}…  {', '.join(flags)}"
+
+
+@app.command("list", help="every runtime of the catalog")
+@cli_command
+def list_cmd(as_json: JsonOpt = False, root: RootOpt = None) -> None:
+    hroot = root_from(root)
+    runtimes = load_catalog()
+    installed = {m.name: _installed(hroot, m) for m in runtimes}
+    emit(
+        as_json,
+        {
+            "kind": "runtime-list",
+            "runtimes": [m.to_json_dict() for m in runtimes],
+            "installed": sorted(name for name, ok in installed.items() if ok),
+        },
+        "\n".join(_line(m, installed[m.name]) for m in runtimes),
+    )
+
+
+@app.command("show", help="one runtime's manifest (and whether it is installed here)")
+@cli_command
+def show_cmd(runtime: IdArg, as_json: JsonOpt = False, root: RootOpt = None) -> None:
+    hroot = root_from(root)
+    manifest = get_runtime(runtime)
+    found = installed_runtime(hroot, manifest) if manifest.package.kind == "python-env" else None
+    payload: dict[str, Any] = {
+        "kind": "runtime",
+        "runtime": manifest.to_json_dict(),
+        "installed": found is not None,
+        "install_dir": str(found.path) if found else None,
+        "python": str(found.python) if found else None,
+    }
+    human = _line(manifest, _installed(hroot, manifest)) + "\n" + json.dumps(manifest.to_json_dict(), indent=2)
+    if found:
+        human += f"\ninstalled at {found.path}"
+    emit(as_json, payload, human)
+
+
+@app.command("install", help="install a runtime (python-env: private venv from the hash-pinned lock; progress on stderr)")
+@cli_command
+def install_cmd(runtime: IdArg, as_json: JsonOpt = False, root: RootOpt = None) -> None:
+    hroot = root_from(root)
+    manifest = get_runtime(runtime)
+    result = install_runtime(hroot, manifest)
+    found = result.runtime
+    payload: dict[str, Any] = {
+        "kind": "runtime-install",
+        "name": manifest.name,
+        "runtime_id": manifest.runtime_id,
+        "already_installed": result.already_installed,
+        "seconds": result.seconds,
+        "install_dir": str(found.path) if found else None,
+        "python": str(found.python) if found else None,
+        "venv_bytes": result.venv_bytes,
+        "versions": result.versions,
+    }
+    verb = "already installed" if result.already_installed else f"installed in {result.seconds:.1f} s"
+    where = f" at {found.path}" if found else ""
+    emit(as_json, payload, f"{manifest.name} {verb}{where}")

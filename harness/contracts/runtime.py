@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, StringConstraints
 
 from harness.contracts.base import Record, Sha256
 
@@ -47,7 +47,9 @@ class InferenceRuntimeManifestV1(Record):
     name: str = Field(description="catalog id, e.g. sglang-0.5.23-cpu-generic")
     engine: Literal["sglang"] = "sglang"
     engine_version: str
-    engine_commit: str = Field(pattern=r"^[0-9a-f]{40}$")
+    engine_commit: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{40}$")] | None = Field(
+        description="upstream git commit of the engine source; null when it could not be established"
+    )
     backend: Literal["cpu", "cuda"]
     cpu_feature_requirement: Literal["amx", "none"] | None = None
     certifiable: bool = Field(description="catalog says this runtime may back a `certified` level")

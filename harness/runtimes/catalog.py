@@ -1,0 +1,235 @@
+"""The runtime catalog: ``catalog/runtimes.toml`` -> :class:`InferenceRuntimeManifestV1` records.
+
+Owns parsing and validating the catalog (unknown keys refused), hashing each python-env
+runtime's shipped files (lock + shim) out of ``catalog/runtimes/<name>/``, computing
+``runtime_id`` and looking runtimes up by name or id.
+
+``runtime_id = digest_json(entry without runtime_id)``: an oci package contributes its
+image digest, a python-env package the sha256 of its lock file and of every shipped file,
+so editing the shim or the lock yields a new runtime.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+
+from harness.contracts.runtime import InferenceRuntimeManifestV1
+from harness.errors import HitchError
+from harness.ids import digest_json, is_sha256_id, sha256_hex
+
+__all__ = [
+    "check_lock_text",
+    "default_catalog_path",
+    "get_runtime",
+    "load_catalog",
+    "require_certifiable_pin",
+    "runtime_source_dir",
+]
+
+_CODE = "runtime_catalog_invalid"
+_NAME = r"^[a-z0-9][a-z0-9._-]{0,63}$"
+
+
+def _relative(value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9._/-]*", value) or ".." in value.split("/") or "//" in value:
+        raise ValueError("must be a plain relative path inside the runtime's catalog folder")
+    return value
+
+
+_Rel = Annotated[str, AfterValidator(_relative)]
+_LOCK_ENTRY = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[^\s\\;]+)$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class _OciEntry(_Strict):
+    kind: Literal["oci"]
+    image: str = Field(min_length=1)
+    tag_hint: str | None = None
+    digest: Annotated[str, StringConstraints(pattern=r"^sha256:[0-9a-f]{64}$")] | None = None
+    platform: str = "linux/amd64"
+
+
+class _PythonEnvEntry(_Strict):
+    kind: Literal["python-env"]
+    python: Annotated[str, StringConstraints(pattern=r"^3\.\d+$")]
+    lock_file: _Rel
+    files: list[_Rel] = Field(default_factory=list)
+    pythonpath: list[_Rel] = Field(default_factory=list)
+
+
+class _Entry(_Strict):
+    name: Annotated[str, StringConstraints(pattern=_NAME)]
+    engine: Literal["sglang"] = "sglang"
+    engine_version: str = Field(min_length=1)
+    engine_commit: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{40}$")] | None = None
+    backend: Literal["cpu", "cuda"]
+    cpu_feature_requirement: Literal["amx", "none"] | None = None
+    certifiable: bool
+    torch_version: str | None = None
+    cuda_version: str | None = None
+    launch_env: dict[str, str] = Field(default_factory=dict)
+    package: Annotated[_OciEntry | _PythonEnvEntry, Field(discriminator="kind")]
+
+
+class _Catalog(_Strict):
+    schema_version: Literal["1"]
+    runtime: list[_Entry] = Field(min_length=1)
+
+
+def default_catalog_path() -> Path:
+    """``catalog/runtimes.toml`` beside the ``catalog`` package (works installed or from a checkout)."""
+    import catalog
+
+    return Path(catalog.__file__).resolve().parent / "runtimes.toml"
+
+
+def runtime_source_dir(name: str, catalog_path: Path | None = None) -> Path:
+    """The folder holding a runtime's shipped files: ``<catalog dir>/runtimes/<name>``."""
+    return (catalog_path or default_catalog_path()).parent / "runtimes" / name
+
+
+def _fail(message: str, details: dict[str, Any]) -> HitchError:
+    return HitchError(_CODE, message, details)
+
+
+def _file_sha(folder: Path, rel: str, entry: str) -> str:
+    path = folder / rel
+    if not path.is_file() or path.is_symlink():
+        raise _fail(f"runtime {entry}: shipped file {rel} is missing (or not a plain file)", {"path": str(path)})
+    return "sha256:" + sha256_hex(path.read_bytes())
+
+
+def check_lock_text(text: str, entry: str) -> int:
+    """Every requirement is ``name==version`` with at least one ``--hash=sha256:``; returns the count."""
+    joined = re.sub(r"\\\n", " ", text)
+    count = 0
+    for lineno, raw in enumerate(joined.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = line.split()
+        if not _LOCK_ENTRY.match(parts[0]):
+            raise _fail(f"runtime {entry}: lock line {lineno} is not `name==version`", {"line": parts[0]})
+        hashes = [p for p in parts[1:] if p.startswith("--hash=")]
+        if len(hashes) != len(parts) - 1 or not hashes:
+            raise _fail(f"runtime {entry}: lock line {lineno} lacks --hash=sha256: pins", {"line": parts[0]})
+        if any(not re.fullmatch(r"--hash=sha256:[0-9a-f]{64}", h) for h in hashes):
+            raise _fail(f"runtime {entry}: lock line {lineno} has a non-sha256 hash", {"line": parts[0]})
+        count += 1
+    if count == 0:
+        raise _fail(f"runtime {entry}: the lock file pins no package", {})
+    return count
+
+
+def _manifest(entry: _Entry, catalog_path: Path) -> InferenceRuntimeManifestV1:
+    pkg = entry.package
+    package: dict[str, Any]
+    if isinstance(pkg, _OciEntry):
+        pinned = pkg.digest is not None
+        package = pkg.model_dump()
+    else:
+        folder = runtime_source_dir(entry.name, catalog_path)
+        if pkg.lock_file in pkg.files:
+            raise _fail(f"runtime {entry.name}: the lock file is listed in files too", {"path": pkg.lock_file})
+        for sub in pkg.pythonpath:
+            listed = {f for f in pkg.files if f.startswith(sub.rstrip("/") + "/")}
+            present = {
+                p.relative_to(folder).as_posix()
+                for p in (folder / sub).rglob("*")
+                if p.is_file() and "__pycache__" not in p.parts
+            }
+            if not listed or present - listed:
+                raise _fail(
+                    f"runtime {entry.name}: every file under pythonpath dir {sub!r} must be listed in files",
+                    {"unlisted": sorted(present - listed), "dir": sub},
+                )
+        lock_path = folder / pkg.lock_file
+        lock_sha = _file_sha(folder, pkg.lock_file, entry.name)
+        check_lock_text(lock_path.read_text(), entry.name)
+        pinned = True
+        package = {
+            "kind": "python-env",
+            "python": pkg.python,
+            "lock_file": {"path": pkg.lock_file, "sha256": lock_sha},
+            "files": [{"path": f, "sha256": _file_sha(folder, f, entry.name)} for f in sorted(set(pkg.files))],
+            "pythonpath": list(pkg.pythonpath),
+        }
+    fields: dict[str, Any] = {
+        "schema_version": "1",
+        "name": entry.name,
+        "engine": entry.engine,
+        "engine_version": entry.engine_version,
+        "engine_commit": entry.engine_commit,
+        "backend": entry.backend,
+        "cpu_feature_requirement": entry.cpu_feature_requirement,
+        # the catalog's intent counts only once every artifact is pinned and the source is known
+        "certifiable": entry.certifiable and pinned and entry.engine_commit is not None,
+        "pinned": pinned,
+        "torch_version": entry.torch_version,
+        "cuda_version": entry.cuda_version,
+        "launch_env": dict(entry.launch_env),
+        "package": package,
+    }
+    fields["runtime_id"] = digest_json(fields)
+    try:
+        return InferenceRuntimeManifestV1.model_validate(fields)
+    except ValidationError as exc:  # pragma: no cover - the entry model already refuses these
+        raise _fail(f"runtime {entry.name}: {exc.error_count()} problem(s)", {"errors": str(exc)}) from exc
+
+
+def load_catalog(catalog_path: Path | None = None) -> list[InferenceRuntimeManifestV1]:
+    """Every runtime of the catalog, in file order; any problem -> ``runtime_catalog_invalid``."""
+    path = catalog_path or default_catalog_path()
+    try:
+        raw = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise _fail(f"cannot read the runtime catalog {path}: {exc.strerror}", {"path": str(path)}) from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise _fail(f"the runtime catalog {path} is not valid TOML: {exc}", {"path": str(path)}) from exc
+    try:
+        parsed = _Catalog.model_validate(raw)
+    except ValidationError as exc:
+        problems = [
+            {"loc": ".".join(str(p) for p in err["loc"]), "msg": err["msg"]}
+            for err in exc.errors(include_url=False, include_input=False)
+        ]
+        raise _fail(f"invalid runtime catalog {path}: {len(problems)} problem(s)", {"problems": problems}) from exc
+    names = [e.name for e in parsed.runtime]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise _fail("the runtime catalog names a runtime twice", {"names": dupes})
+    return [_manifest(entry, path) for entry in parsed.runtime]
+
+
+def get_runtime(name_or_runtime_id: str, catalog_path: Path | None = None) -> InferenceRuntimeManifestV1:
+    """A runtime by catalog name or ``runtime_id``; unknown -> ``inference_runtime_not_found``."""
+    runtimes = load_catalog(catalog_path)
+    key = "runtime_id" if is_sha256_id(name_or_runtime_id) else "name"
+    for runtime in runtimes:
+        if getattr(runtime, key) == name_or_runtime_id:
+            return runtime
+    raise HitchError(
+        "inference_runtime_not_found",
+        f"no runtime {name_or_runtime_id!r} in the catalog",
+        {"runtime": name_or_runtime_id, "known": [r.name for r in runtimes]},
+    )
+
+
+def require_certifiable_pin(manifest: InferenceRuntimeManifestV1) -> InferenceRuntimeManifestV1:
+    """Refuse a runtime whose artifacts are not all pinned (a tag is never enough)."""
+    unpinned = not manifest.pinned or (manifest.package.kind == "oci" and manifest.package.digest is None)
+    if unpinned:
+        raise HitchError(
+            "inference_runtime_unpinned",
+            f"runtime {manifest.name} is not pinned by digest; it cannot back a lock or a certification",
+            {"runtime": manifest.name, "runtime_id": manifest.runtime_id},
+        )
+    return manifest

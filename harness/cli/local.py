@@ -1,7 +1,82 @@
-"""`hitch local ...` commands."""
+"""``hitch local ...``: doctor, draft locks (and, later, prepare/status/stop)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Annotated
+
 import typer
 
-app = typer.Typer(no_args_is_help=True, help="local commands")
+from harness.cli.doctor_cmd import doctor
+from harness.cli.output import JsonOpt, RootOpt, cli_command, emit, root_from
+from harness.contracts.runtime import InferenceRuntimeManifestV1
+from harness.devices import probe_cpu
+from harness.errors import HitchError
+from harness.lock import Device, ProfileShort, build_lock, validate_lock
+from harness.runtimes import get_runtime, load_catalog
+from harness.store import resolve_model
+
+app = typer.Typer(no_args_is_help=True, help="locks, doctor and local services")
+app.command("doctor", help="read-only: what this machine can certify, and why not")(doctor)
+
+DeviceOpt = Annotated[str, typer.Option("--device", help="cpu | cuda (metal parses but is refused in P0)")]
+ProfileOpt = Annotated[str, typer.Option("--profile", help="baseline | throughput")]
+
+
+def default_runtime(device: str) -> InferenceRuntimeManifestV1:
+    """A pinned, certifiable runtime for the device if the catalog has one, else the best pinned one."""
+    candidates = [r for r in load_catalog() if r.backend == device]
+    for wanted in ((True, True), (False, True)):
+        for runtime in candidates:
+            if (runtime.certifiable, runtime.pinned) == wanted:
+                return runtime
+    if candidates:
+        return candidates[0]
+    raise HitchError("inference_runtime_not_found", f"the runtime catalog has no {device} runtime", {"device": device})
+
+
+@app.command("lock", help="print the draft InferenceLockV1 and its inference_id (nothing starts)")
+@cli_command
+def lock_cmd(
+    model: Annotated[str, typer.Argument(help="local/ALIAS or local/sha256:<hex>")],
+    device: DeviceOpt = "cpu",
+    profile: ProfileOpt = "baseline",
+    runtime: Annotated[str | None, typer.Option("--runtime", help="catalog id or runtime_id")] = None,
+    context: Annotated[int | None, typer.Option("--context", help="context tokens per request")] = None,
+    as_json: JsonOpt = False,
+    root: RootOpt = None,
+) -> None:
+    if device not in ("cpu", "cuda", "metal"):
+        raise HitchError("inference_device_unsupported", f"unknown device {device!r}", {"choices": ["cpu", "cuda", "metal"]})
+    if profile not in ("baseline", "throughput"):
+        raise HitchError("usage_error", f"unknown profile {profile!r}", {"choices": ["baseline", "throughput"]})
+    dev: Device = "cpu" if device == "cpu" else "cuda" if device == "cuda" else "metal"
+    prof: ProfileShort = "baseline" if profile == "baseline" else "throughput"
+    if dev == "metal":
+        raise HitchError("inference_device_unsupported", "metal is a P1 backend and is refused in P0", {"device": "metal"})
+    manifest = resolve_model(root_from(root), model)
+    rt = get_runtime(runtime) if runtime else default_runtime(dev)
+    lock = build_lock(
+        manifest, rt, device=dev, profile=prof, cpu_cores_per_node=probe_cpu().cores_per_node, context_tokens=context
+    )
+    emit(
+        as_json,
+        {"kind": "inference-lock-draft", "inference_id": lock.inference_id, "runtime": rt.name, "lock": lock.to_json_dict()},
+        f"inference_id: {lock.inference_id}\nruntime: {rt.name}\n" + json.dumps(lock.to_json_dict(), indent=2),
+    )
+
+
+@app.command("check-lock", help="strictly validate a lock file (unknown fields, cross-backend fields, id)")
+@cli_command
+def check_lock_cmd(
+    path: Annotated[Path, typer.Argument(help="lock.json")],
+    as_json: JsonOpt = False,
+    root: RootOpt = None,
+) -> None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise HitchError("inference_lock_invalid", f"cannot read lock {path}: {exc}", {"path": str(path)}) from exc
+    lock = validate_lock(data)
+    emit(as_json, {"kind": "inference-lock-check", "valid": True, "inference_id": lock.inference_id}, "lock is valid")

@@ -50,8 +50,9 @@ def emit(as_json: bool, payload: dict[str, Any], human: str | Callable[[], None]
         sys.stdout.write(human.rstrip("\n") + "\n")
 
 
-def _wants_json() -> bool:
-    return "--json" in sys.argv[1:]
+def _wants_json(kwargs: dict[str, Any]) -> bool:
+    flag = kwargs.get("as_json")
+    return flag if isinstance(flag, bool) else "--json" in sys.argv[1:]
 
 
 def cli_command(fn: Callable[P, R]) -> Callable[P, R]:
@@ -62,7 +63,7 @@ def cli_command(fn: Callable[P, R]) -> Callable[P, R]:
         try:
             return fn(*args, **kwargs)
         except HitchError as exc:
-            if _wants_json():
+            if _wants_json(kwargs):
                 sys.stdout.write(
                     json.dumps({"schema_version": JSON_SCHEMA_VERSION, "error": exc.to_dict()}, indent=2, sort_keys=True) + "\n"
                 )

@@ -51,13 +51,21 @@ def test_throughput_profiles_by_device() -> None:
 
 
 def test_context_is_capped_by_the_model_and_threads_by_the_numa_node() -> None:
-    small = build_lock(model_manifest(max_positions=2048), runtime_manifest(), device="cpu", profile="baseline", cpu_cores_per_node=32)
+    small = build_lock(
+        model_manifest(max_positions=2048), runtime_manifest(), device="cpu", profile="baseline", cpu_cores_per_node=32
+    )
     assert small.execution.context_tokens_per_request == 2048
     assert small.generation.max_output_tokens == 512
     assert small.execution.platform.backend == "cpu" and small.execution.platform.cpu_threads == 8
     with pytest.raises(HitchError) as exc:
-        build_lock(model_manifest(max_positions=2048), runtime_manifest(), device="cpu", profile="baseline",
-                   cpu_cores_per_node=2, context_tokens=4096)
+        build_lock(
+            model_manifest(max_positions=2048),
+            runtime_manifest(),
+            device="cpu",
+            profile="baseline",
+            cpu_cores_per_node=2,
+            context_tokens=4096,
+        )
     assert exc.value.code == "inference_lock_invalid"
 
 

@@ -1,0 +1,1 @@
+"""Launchers: start an engine as a managed process or an OCI container (DESIGN §4)."""

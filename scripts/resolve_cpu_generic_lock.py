@@ -10,8 +10,9 @@ How: in a throwaway Python 3.11 venv,
 2. keep every unconditional requirement except the CUDA-only/optional packages in
    :data:`EXCLUDED` (see shared/reference/sglang-on-generic-cpu.md), replace SGLang's
    torch pin by the consistent local pair ``torch==2.14.1`` + ``torchvision==0.29.1``;
-3. ``pip install --ignore-installed --report`` those inputs (so the report lists every
-   package, with the sha256 of the exact file pip chose), then ``sglang==0.5.23 --no-deps``;
+3. ``pip install --dry-run --ignore-installed --only-binary :all: --report`` those inputs (the
+   report lists every package with the sha256 of the exact wheel pip chose; nothing is
+   installed), then the same for ``sglang==0.5.23 --no-deps``;
 4. write the lock from the two reports, sorted, one ``name==version --hash=sha256:...`` each;
 5. with ``--verify``: build a second fresh venv from the lock alone with
    ``pip install --require-hashes --no-deps -r requirements.lock`` and import SGLang's server.
@@ -141,9 +142,10 @@ def main() -> int:
     constraints.write_text("\n".join(TORCH_PAIR) + "\n")
 
     deps_report = work / "deps-report.json"
-    run([*pip, "install", "--ignore-installed", "--report", str(deps_report), "-r", str(req_in), "-c", str(constraints)])
+    resolve = [*pip, "install", "--dry-run", "--ignore-installed", "--only-binary", ":all:"]
+    run([*resolve, "--report", str(deps_report), "-r", str(req_in), "-c", str(constraints)])
     sg_report = work / "sglang-report.json"
-    run([*pip, "install", "--no-deps", "--report", str(sg_report), str(wheel)])
+    run([*resolve, "--no-deps", "--report", str(sg_report), str(wheel)])
 
     lines = lock_lines(json.loads(deps_report.read_text()))
     sg = json.loads(sg_report.read_text())
@@ -176,7 +178,7 @@ def main() -> int:
         run([sys.executable, "-m", "venv", str(check)])
         cpy = str(check / "bin" / "python")
         run([cpy, "-m", "pip", "install", "--require-hashes", "--no-deps", "-r", str(HERE / "requirements.lock")])
-        env = dict(os.environ, SGLANG_USE_CPU_ENGINE="1", PYTHONPATH=str(HERE / "shim"))
+        env = dict(os.environ, SGLANG_USE_CPU_ENGINE="1", PYTHONPATH=str(HERE / "shim"), PYTHONDONTWRITEBYTECODE="1")
         run([cpy, "-c", "import sglang.srt.entrypoints.http_server"], env=env)
     return 0
 

@@ -34,7 +34,7 @@ schemas: venv
 	$(PY) -m harness.contracts.schemas
 
 unit: venv
-	$(VENV)/bin/pytest -n auto tests
+	$(VENV)/bin/pytest -n auto --dist loadgroup tests
 
 test: setup lint typecheck unit
 

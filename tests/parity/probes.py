@@ -1,0 +1,139 @@
+"""The requests the parity suite sends to both engines (one ``Probe`` per exchange, by name).
+
+Owns the probe catalogue: routes, the auth matrix, health, chat / Responses (plain and streamed), errors
+(bad ``top_k``, context exceeded, unknown model, invalid JSON, wrong content type, empty messages),
+``/v1/models``, ``/server_info`` and ``/metrics``. Each probe is sent once per engine and cached, so the
+per-engine assertions and the fake-vs-real comparison look at the same answers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from fixtures.fake_sglang.parity_diff import Observation, observe
+from fixtures.fake_sglang.parity_engines import RunningEngine
+
+KeyChoice = str  # "none" | "wrong" | "api" | "admin" | "nobearer" | "lowerbearer"
+LONG_PROMPT = "lorem ipsum dolor sit amet " * 600  # far more than the 2048-token context
+
+
+@dataclass(frozen=True)
+class Probe:
+    name: str
+    method: str
+    path: str
+    key: KeyChoice = "api"
+    body: Any = None
+    raw: bytes | None = None
+    content_type: str | None = None
+
+
+def auth_header(engine: RunningEngine, key: KeyChoice) -> dict[str, str]:
+    value = {
+        "none": None,
+        "wrong": "Bearer sk-wrong",
+        "api": f"Bearer {engine.api_key}",
+        "admin": f"Bearer {engine.admin_key}",
+        "nobearer": engine.api_key,
+        "lowerbearer": f"bearer {engine.api_key}",
+    }[key]
+    return {"Authorization": value} if value else {}
+
+
+def run_probe(engine: RunningEngine, probe: Probe) -> Observation:
+    headers = auth_header(engine, probe.key)
+    if probe.content_type:
+        headers["Content-Type"] = probe.content_type
+    return observe(engine.base, probe.method, probe.path, headers, json_body=probe.body, content=probe.raw)
+
+
+def _chat(extra: dict[str, Any] | None = None, content: str = "hello") -> dict[str, Any]:
+    return {
+        "model": "tiny",
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": 8,
+        "temperature": 0.0,
+        **(extra or {}),
+    }
+
+
+def _resp(extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"model": "tiny", "input": "hello", "max_output_tokens": 8, "temperature": 0.0, **(extra or {})}
+
+
+AUTH_ROUTES: list[tuple[str, str, str]] = [
+    # (label, method, path): normal, exempt and admin routes
+    ("models", "GET", "/v1/models"),
+    ("server_info", "GET", "/server_info"),
+    ("model_info", "GET", "/model_info"),
+    ("health", "GET", "/health"),
+    ("metrics", "GET", "/metrics"),
+    ("flush_cache", "POST", "/flush_cache"),
+    ("pause", "POST", "/pause_generation"),
+]
+AUTH_KEYS: list[KeyChoice] = ["none", "wrong", "api", "admin", "nobearer", "lowerbearer"]
+AUTH_PROBES = [Probe(f"auth.{label}.{key}", method, path, key) for label, method, path in AUTH_ROUTES for key in AUTH_KEYS]
+# /pause_generation with the admin key would pause the engine for the rest of the session: not sent.
+AUTH_PROBES = [p for p in AUTH_PROBES if p.name != "auth.pause.admin"]
+
+PROBES: list[Probe] = [
+    Probe("root", "GET", "/"),
+    Probe("health", "GET", "/health", "none"),
+    Probe("health_generate", "GET", "/health_generate", "none"),
+    Probe("models", "GET", "/v1/models"),
+    Probe("models.retrieve", "GET", "/v1/models/tiny"),
+    Probe("models.retrieve_unknown", "GET", "/v1/models/nope"),
+    Probe("model_info", "GET", "/model_info"),
+    Probe("server_info", "GET", "/server_info"),
+    Probe("unknown_route", "GET", "/no/such/route"),
+    Probe("method_not_allowed", "GET", "/v1/chat/completions"),
+    Probe("chat", "POST", "/v1/chat/completions", body=_chat()),
+    Probe(
+        "chat.stream_usage",
+        "POST",
+        "/v1/chat/completions",
+        body=_chat({"stream": True, "stream_options": {"include_usage": True}}),
+    ),
+    Probe("chat.stream", "POST", "/v1/chat/completions", body=_chat({"stream": True})),
+    Probe("responses", "POST", "/v1/responses", body=_resp()),
+    Probe("responses.stream", "POST", "/v1/responses", body=_resp({"stream": True})),
+    # temperature 0 is greedy: SGLang sets top_k=1 before validating, so a bad top_k then passes.
+    Probe("chat.greedy_top_k_zero", "POST", "/v1/chat/completions", body=_chat({"top_k": 0})),
+    Probe("error.chat.top_k", "POST", "/v1/chat/completions", body=_chat({"top_k": -5, "temperature": 0.7})),
+    Probe(
+        "error.chat.top_k.stream", "POST", "/v1/chat/completions", body=_chat({"top_k": -5, "temperature": 0.7, "stream": True})
+    ),
+    Probe("error.responses.top_k", "POST", "/v1/responses", body=_resp({"top_k": -5, "temperature": 0.7})),
+    Probe(
+        "error.generate.top_k", "POST", "/generate", body={"text": "hi", "sampling_params": {"top_k": -5, "max_new_tokens": 4}}
+    ),
+    Probe("generate.top_k_zero", "POST", "/generate", body={"text": "hi", "sampling_params": {"top_k": 0, "max_new_tokens": 4}}),
+    Probe("error.chat.context_input", "POST", "/v1/chat/completions", body=_chat(content=LONG_PROMPT)),
+    Probe("error.chat.context_budget", "POST", "/v1/chat/completions", body=_chat({"max_tokens": 2040})),
+    Probe("error.chat.max_tokens_over_context", "POST", "/v1/chat/completions", body=_chat({"max_tokens": 4000})),
+    Probe("error.chat.empty_messages", "POST", "/v1/chat/completions", body={"model": "tiny", "messages": []}),
+    Probe("error.chat.invalid_json", "POST", "/v1/chat/completions", raw=b'{"model": "tiny",', content_type="application/json"),
+    Probe("error.chat.wrong_content_type", "POST", "/v1/chat/completions", raw=b"{}", content_type="text/plain"),
+    Probe("error.responses.unknown_model", "POST", "/v1/responses", body={**_resp(), "model": "nope"}),
+    Probe("error.responses.invalid_json", "POST", "/v1/responses", raw=b"{", content_type="application/json"),
+    Probe("error.responses.context_input", "POST", "/v1/responses", body={**_resp(), "input": LONG_PROMPT}),
+    Probe("metrics", "GET", "/metrics", "none"),
+]
+
+ALL_PROBES: dict[str, Probe] = {p.name: p for p in [*PROBES, *AUTH_PROBES]}
+
+
+class ProbeCache:
+    """Answers of one engine, each probe sent at most once."""
+
+    def __init__(self, engine: RunningEngine, send: Callable[[RunningEngine, Probe], Observation] = run_probe) -> None:
+        self.engine = engine
+        self._send = send
+        self._seen: dict[str, Observation] = {}
+
+    def get(self, name: str) -> Observation:
+        if name not in self._seen:
+            self._seen[name] = self._send(self.engine, ALL_PROBES[name])
+        return self._seen[name]

@@ -8,15 +8,11 @@ so each verdict can be tested without the hardware.
 
 from __future__ import annotations
 
-import importlib.util
 import platform
-import re
 import socket
-import tomllib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from harness.contracts.evidence import HardwareFingerprintV1
 from harness.devices.cpu import AMX_FLAGS, probe_cpu
@@ -32,6 +28,7 @@ from harness.devices.report import (
     HostFactsV1,
     RequestedDevice,
 )
+from harness.errors import HitchError
 from harness.paths import resolve_root
 
 __all__ = [
@@ -49,7 +46,6 @@ CUDA_MIN_COMPUTE_CAPABILITY = (7, 5)
 """CUDA 13 dropped GPUs older than Turing (SM 7.5)."""
 
 FAKE_ENGINE = "fake engine (contract)"
-_SHA256 = re.compile(r"^sha256:[0-9a-f]{64}$")
 _X86_64 = frozenset({"x86_64", "amd64"})
 
 
@@ -64,52 +60,19 @@ class CatalogView:
         return bool(self.pinned.get(device, False))
 
 
-def _default_catalog_path() -> Path | None:
-    # find_spec locates the catalog package without importing (or writing bytecode for) it.
-    spec = importlib.util.find_spec("catalog")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations))) / "runtimes.toml"
-
-
-def _tables(node: Any) -> Iterator[dict[str, Any]]:
-    if isinstance(node, dict):
-        yield node
-        for value in node.values():
-            yield from _tables(value)
-    elif isinstance(node, list):
-        for value in node:
-            yield from _tables(value)
-
-
-def _image_digest(entry: Mapping[str, Any]) -> bool:
-    """A sha256 ``digest`` on the entry or its package/image table that is not a python-env."""
-    candidates = [entry, *(entry[k] for k in ("package", "image", "oci") if isinstance(entry.get(k), Mapping))]
-    for table in candidates:
-        if table.get("kind") == "python-env":
-            return False
-        digest = table.get("digest")
-        if isinstance(digest, str) and _SHA256.match(digest):
-            return True
-    return False
-
-
 def read_catalog(path: Path | None = None) -> CatalogView:
-    """Scan ``catalog/runtimes.toml`` (if it exists) for certifiable, digest-pinned entries per backend."""
-    path = path if path is not None else _default_catalog_path()
-    if path is None or not path.is_file():
-        return CatalogView()
+    """Which backends have a certifiable, digest-pinned OCI image in the runtime catalog."""
+    # Imported here: the catalog loader hashes shipped files, which a doctor for another device never needs.
+    from harness.runtimes.catalog import load_catalog
+
     try:
-        document = tomllib.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        return CatalogView(problem=f"runtime catalog {path} unreadable: {exc}")
+        runtimes = load_catalog(path)
+    except HitchError as exc:
+        return CatalogView(problem=f"runtime catalog unreadable: {exc.message}")
     pinned: dict[str, bool] = {}
-    for entry in _tables(document):
-        backend = entry.get("backend")
-        if backend not in ("cpu", "cuda") or entry.get("certifiable") is not True or entry.get("pinned") is False:
-            continue
-        if _image_digest(entry):
-            pinned[backend] = True
+    for runtime in runtimes:
+        if runtime.package.kind == "oci" and runtime.pinned and runtime.certifiable:
+            pinned[runtime.backend] = True
     return CatalogView(pinned=pinned)
 
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
 from harness.devices import DoctorReportV1, hardware_fingerprint, read_catalog, run_doctor
 from harness.devices.docker_probe import DockerApi
+from harness.runtimes.catalog import default_catalog_path
 from tests.harness.devices.fakes import AMX_XEON_FLAGS, FakeDocker, FakeGpu, FakeNvml, make_sys_tree
 
 DIGEST = "sha256:" + "ab" * 32
@@ -70,7 +72,8 @@ def test_amx_xeon_with_docker_and_pinned_image_is_certifiable(tmp_path: Path) ->
 
 def test_amx_without_pinned_image_names_the_catalog(tmp_path: Path) -> None:
     sys_root = make_sys_tree(tmp_path / "sys", flags=AMX_XEON_FLAGS)
-    report = run_doctor("cpu", sys_root=sys_root, docker_factory=lambda: _docker(), catalog_path=tmp_path / "missing.toml")
+    catalog = _catalog_copy(tmp_path / "catalog", None)
+    report = run_doctor("cpu", sys_root=sys_root, docker_factory=lambda: _docker(), catalog_path=catalog)
     assert report.devices["cpu"].reasons == ["no pinned SGLang CPU image in the runtime catalog"]
 
 
@@ -135,46 +138,30 @@ def test_cuda_refusals_with_fake_nvml(nvml: FakeNvml, docker_runtimes: tuple[str
     assert verdict.reasons[0].startswith(expected)
 
 
-def test_catalog_scan_finds_only_certifiable_digest_pinned_images(tmp_path: Path) -> None:
-    catalog = tmp_path / "runtimes.toml"
-    catalog.write_text(
-        f"""
-[[runtimes]]
-name = "sglang-cpu"
-backend = "cpu"
-certifiable = true
-pinned = true
-[runtimes.package]
-kind = "oci"
-image = "lmsysorg/sglang"
-digest = "{DIGEST}"
+def _catalog_copy(tmp_path: Path, cpu_digest: str | None) -> Path:
+    """The real catalog (and its runtime folders), with the CPU image pinned or not."""
+    src = default_catalog_path()
+    dst = tmp_path / "catalog"
+    shutil.copytree(src.parent / "runtimes", dst / "runtimes")
+    text = src.read_text()
+    if cpu_digest is not None:
+        text = text.replace('tag_hint = "v0.5.15.post1-xeon"', f'tag_hint = "v0.5.15.post1-xeon"\ndigest = "{cpu_digest}"')
+    (dst / "runtimes.toml").write_text(text)
+    return dst / "runtimes.toml"
 
-[[runtimes]]
-name = "sglang-cuda-unpinned"
-backend = "cuda"
-certifiable = true
-[runtimes.package]
-kind = "oci"
-image = "lmsysorg/sglang"
 
-[[runtimes]]
-name = "sglang-cpu-generic"
-backend = "cpu"
-certifiable = false
-[runtimes.package]
-kind = "python-env"
-"""
-    )
-    view = read_catalog(catalog)
+def test_catalog_view_finds_only_certifiable_digest_pinned_images(tmp_path: Path) -> None:
+    assert not read_catalog(_catalog_copy(tmp_path / "a", None)).has_pinned("cpu")
+    view = read_catalog(_catalog_copy(tmp_path / "b", DIGEST))
     assert view.has_pinned("cpu")
-    assert not view.has_pinned("cuda")
+    assert not view.has_pinned("cuda")  # the CUDA image stays unpinned
     assert view.problem is None
 
 
-def test_python_env_entry_is_not_an_image(tmp_path: Path) -> None:
-    catalog = tmp_path / "runtimes.toml"
-    catalog.write_text(f'[runtime.x]\nbackend = "cpu"\ncertifiable = true\nkind = "python-env"\ndigest = "{DIGEST}"\n')
-    assert not read_catalog(catalog).has_pinned("cpu")
+def test_python_env_runtime_is_not_an_image(tmp_path: Path) -> None:
+    # The generic-CPU runtime is pinned (hash lock) but is no certifiable image.
+    view = read_catalog(_catalog_copy(tmp_path, None))
+    assert view.pinned == {}
 
 
 def test_unreadable_catalog_is_named_in_the_reason(tmp_path: Path) -> None:

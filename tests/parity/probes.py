@@ -99,6 +99,17 @@ PROBES: list[Probe] = [
     Probe("chat.stream", "POST", "/v1/chat/completions", body=_chat({"stream": True})),
     Probe("responses", "POST", "/v1/responses", body=_resp()),
     Probe("responses.stream", "POST", "/v1/responses", body=_resp({"stream": True})),
+    Probe("responses.int_temperature", "POST", "/v1/responses", body=_resp({"temperature": 0, "top_p": 1})),
+    Probe(
+        "completions", "POST", "/v1/completions", body={"model": "tiny", "prompt": "hello", "max_tokens": 8, "temperature": 0.0}
+    ),
+    Probe("generate", "POST", "/generate", body={"text": "hello", "sampling_params": {"max_new_tokens": 8, "temperature": 0.0}}),
+    Probe(
+        "generate.stream",
+        "POST",
+        "/generate",
+        body={"text": "hello", "stream": True, "sampling_params": {"max_new_tokens": 4, "temperature": 0.0}},
+    ),
     # temperature 0 is greedy: SGLang sets top_k=1 before validating, so a bad top_k then passes.
     Probe("chat.greedy_top_k_zero", "POST", "/v1/chat/completions", body=_chat({"top_k": 0})),
     Probe("error.chat.top_k", "POST", "/v1/chat/completions", body=_chat({"top_k": -5, "temperature": 0.7})),

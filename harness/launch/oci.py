@@ -1,0 +1,278 @@
+"""The ``oci`` launcher: one engine epoch = one labelled container on its own internal network.
+
+Owns the container lifecycle through the docker SDK (sync calls run in ``asyncio.to_thread``):
+
+- ``start``: pinned image only, a fresh ``internal=True`` network (no egress, no DNS) created for this
+  start, the container created with the settings of :mod:`harness.launch.oci_config` and started; the host
+  reaches the engine at the container's IP on that network (port publishing is silently dropped on
+  internal networks), so ``base_url`` is ``http://<container ip>:<port>``. The engine's output is copied
+  to ``spec.log_path`` while it runs.
+- ``poll``: container state; an exit is ``ExitInfo(code, oom=State.OOMKilled)`` — a plain kill is 137 too,
+  so OOM is only what the engine confirms.
+- ``stop``: SIGTERM, SIGKILL after the timeout, wait for the exit, remove the container and its network,
+  and confirm both are gone.
+- ``list_owned_containers`` / ``remove_owned``: by ``dev.hitch.root`` label, for recovery; nothing without
+  our root label is ever stopped or removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import docker
+import docker.errors
+
+from harness.contracts.service import ProcessIdentityV1
+from harness.errors import HitchError
+from harness.launch.base import ExitInfo, LaunchSpec
+from harness.launch.docker_errors import docker_client, translate_docker_errors
+from harness.launch.oci_config import (
+    LABEL_EPOCH,
+    LABEL_INFERENCE_ID,
+    LABEL_ROOT,
+    LABEL_SERVICE,
+    ContainerOptions,
+    container_kwargs,
+    network_name,
+    owner_labels,
+    require_pinned_image,
+    root_label,
+)
+
+__all__ = ["OciEngine", "OciLauncher", "OwnedContainer", "list_owned_containers", "remove_owned"]
+
+_EXITED = ("exited", "dead")
+
+
+class OciLauncher:
+    """Starts engines as containers for one HITCH_ROOT. ``client`` defaults to ``docker.from_env()``."""
+
+    kind: Literal["oci"] = "oci"
+
+    def __init__(self, root: Path, *, client: docker.DockerClient | None = None, options: ContainerOptions | None = None) -> None:
+        self.root = Path(root)
+        self.options = options or ContainerOptions()
+        self._client = client
+
+    def client(self) -> docker.DockerClient:
+        if self._client is None:
+            self._client = docker_client()
+        return self._client
+
+    async def start(self, spec: LaunchSpec) -> OciEngine:
+        ref = require_pinned_image(spec.image)
+        return await asyncio.to_thread(self._start_sync, spec, ref)
+
+    def _start_sync(self, spec: LaunchSpec, ref: str) -> OciEngine:
+        client = self.client()
+        with translate_docker_errors(f"resolve image {ref}"):
+            image = client.images.get(ref)
+        labels = owner_labels(self.root, spec)
+        name = network_name(self.root, spec)
+        kwargs = container_kwargs(spec, image_id=image.id, labels=labels, network=name, name=name, options=self.options)
+        with translate_docker_errors("create the engine network"):
+            network = client.networks.create(name, driver="bridge", internal=True, labels=labels, check_duplicate=True)
+        container = None
+        try:
+            with translate_docker_errors("create the engine container"):
+                container = client.containers.create(**kwargs)
+            with translate_docker_errors("start the engine container"):
+                container.start()
+                container.reload()
+            ip = container.attrs["NetworkSettings"]["Networks"][name]["IPAddress"]
+            if not ip:
+                raise HitchError("inference_process_exited", "the engine container has no address on its network")
+        except BaseException:
+            _remove_quietly(client, container.id if container is not None else None, network.id)
+            raise
+        identity = ProcessIdentityV1(launcher="oci", container_id=container.id, image_id=image.id)
+        return OciEngine(client, identity, network_id=network.id, base_url=f"http://{ip}:{spec.port}", log_path=spec.log_path)
+
+
+class OciEngine:
+    """A started engine container (the :class:`~harness.launch.base.LaunchedEngine` of ``oci``)."""
+
+    def __init__(
+        self, client: docker.DockerClient, identity: ProcessIdentityV1, *, network_id: str, base_url: str, log_path: Path
+    ) -> None:
+        self.identity = identity
+        self._client = client
+        self._network_id = network_id
+        self._base_url = base_url
+        self._exit: ExitInfo | None = None
+        self._log_thread = threading.Thread(target=self._copy_logs, args=(log_path,), daemon=True)
+        self._log_thread.start()
+
+    @property
+    def base_url(self) -> str:
+        return self._base_url
+
+    @property
+    def container_id(self) -> str:
+        assert self.identity.container_id is not None
+        return self.identity.container_id
+
+    @property
+    def network_id(self) -> str:
+        return self._network_id
+
+    async def poll(self) -> ExitInfo | None:
+        if self._exit is None:
+            self._exit = await asyncio.to_thread(self._poll_sync)
+        return self._exit
+
+    async def stop(self, timeout_s: float) -> ExitInfo:
+        if self._exit is None or not await asyncio.to_thread(self._gone):
+            self._exit = await asyncio.to_thread(self._stop_sync, timeout_s)
+        return self._exit
+
+    def _poll_sync(self) -> ExitInfo | None:
+        try:
+            with translate_docker_errors("inspect the engine container"):
+                attrs = self._client.api.inspect_container(self.container_id)
+        except HitchError as exc:
+            if exc.details.get("status") == 404:
+                return ExitInfo(None, False, "the engine container is gone")
+            raise
+        return _exit_from_state(attrs["State"])
+
+    def _stop_sync(self, timeout_s: float) -> ExitInfo:
+        api = self._client.api
+        exit_info: ExitInfo | None = self._exit
+        with translate_docker_errors("stop the engine container"):
+            try:
+                api.stop(self.container_id, timeout=max(0, math.ceil(timeout_s)))
+                api.wait(self.container_id, timeout=max(30, math.ceil(timeout_s) + 30))
+                exit_info = _exit_from_state(api.inspect_container(self.container_id)["State"])
+            except docker.errors.NotFound:
+                exit_info = exit_info or ExitInfo(None, False, "the engine container is gone")
+        self._log_thread.join(timeout=5)
+        with translate_docker_errors("remove the engine container and network"):
+            _remove_quietly(self._client, self.container_id, self._network_id)
+            if not self._gone():
+                raise HitchError("internal_error", "the engine container or its network is still present after removal")
+        if exit_info is None:  # pragma: no cover - a stopped container always has an exit state
+            exit_info = ExitInfo(None, False, "stopped")
+        return exit_info
+
+    def _gone(self) -> bool:
+        for getter, key in ((self._client.containers.get, self.container_id), (self._client.networks.get, self._network_id)):
+            try:
+                getter(key)
+            except docker.errors.NotFound:
+                continue
+            return False
+        return True
+
+    def _copy_logs(self, log_path: Path) -> None:
+        """Append the engine's stdout/stderr to ``log_path`` until the container ends."""
+        with contextlib.suppress(Exception):
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            stream = self._client.api.logs(self.container_id, stream=True, follow=True)
+            try:
+                with log_path.open("ab") as fh:
+                    for chunk in stream:
+                        fh.write(chunk)
+                        fh.flush()
+            finally:
+                stream.close()
+
+
+def _exit_from_state(state: dict[str, Any]) -> ExitInfo | None:
+    if state.get("Status") not in _EXITED:
+        return None
+    code = int(state.get("ExitCode", -1))
+    oom = bool(state.get("OOMKilled"))
+    reason = f"killed by the kernel OOM killer at the container memory limit (exit {code})" if oom else f"exited with code {code}"
+    if state.get("Error"):
+        reason += f": {state['Error']}"
+    return ExitInfo(code, oom, reason)
+
+
+def _remove_quietly(client: docker.DockerClient, container_id: str | None, network_id: str | None) -> None:
+    """Force-remove a container (and its anonymous volumes) then a network; absent is fine."""
+    if container_id is not None:
+        with contextlib.suppress(docker.errors.NotFound):
+            client.api.remove_container(container_id, v=True, force=True)
+    if network_id is not None:
+        with contextlib.suppress(docker.errors.NotFound):
+            client.api.remove_network(network_id)
+
+
+@dataclass(frozen=True)
+class OwnedContainer:
+    container_id: str
+    name: str
+    status: str
+    image_id: str
+    service_id: str | None
+    epoch: int | None
+    inference_id: str | None
+    labels: dict[str, str]
+
+
+def list_owned_containers(root: Path, *, client: docker.DockerClient | None = None) -> list[OwnedContainer]:
+    """Every container (running or not) carrying this root's ``dev.hitch.root`` label. Sync: call it via
+    ``asyncio.to_thread`` from async code."""
+    client = client or docker_client()
+    with translate_docker_errors("list owned containers", api_error_code="docker_unavailable"):
+        found = client.api.containers(all=True, filters={"label": f"{LABEL_ROOT}={root_label(root)}"})
+    owned = []
+    for c in found:
+        labels = dict(c.get("Labels") or {})
+        epoch = labels.get(LABEL_EPOCH)
+        owned.append(
+            OwnedContainer(
+                container_id=c["Id"],
+                name=(c.get("Names") or ["?"])[0].lstrip("/"),
+                status=c.get("State", "unknown"),
+                image_id=c.get("ImageID", ""),
+                service_id=labels.get(LABEL_SERVICE),
+                epoch=int(epoch) if epoch and epoch.isdigit() else None,
+                inference_id=labels.get(LABEL_INFERENCE_ID),
+                labels=labels,
+            )
+        )
+    return owned
+
+
+def remove_owned(
+    root: Path,
+    *,
+    container_ids: list[str] | None = None,
+    service_id: str | None = None,
+    timeout_s: float = 10.0,
+    client: docker.DockerClient | None = None,
+) -> list[str]:
+    """Stop (SIGTERM, then SIGKILL after ``timeout_s``) and remove this root's containers — all of them, or
+    those in ``container_ids`` / of ``service_id`` — then this root's networks left without containers.
+    An id that is not ours is ignored, never touched. Returns the removed container ids."""
+    client = client or docker_client()
+    label = f"{LABEL_ROOT}={root_label(root)}"
+    chosen = [
+        c
+        for c in list_owned_containers(root, client=client)
+        if (container_ids is None or c.container_id in container_ids) and (service_id is None or c.service_id == service_id)
+    ]
+    removed = []
+    with translate_docker_errors("remove owned containers", api_error_code="docker_unavailable"):
+        for c in chosen:
+            with contextlib.suppress(docker.errors.NotFound):
+                if c.status == "running":
+                    client.api.stop(c.container_id, timeout=max(0, math.ceil(timeout_s)))
+                client.api.remove_container(c.container_id, v=True, force=True)
+            removed.append(c.container_id)
+        for net in client.api.networks(filters={"label": label}):
+            if service_id is not None and (net.get("Labels") or {}).get(LABEL_SERVICE) != service_id:
+                continue
+            detail = client.api.inspect_network(net["Id"])
+            if not detail.get("Containers"):
+                with contextlib.suppress(docker.errors.NotFound):
+                    client.api.remove_network(net["Id"])
+    return removed

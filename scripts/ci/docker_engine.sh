@@ -12,6 +12,9 @@ now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 elapsed() { local d=$(( $(now_ms) - $1 )); printf '%d.%02d' $(( d / 1000 )) $(( d % 1000 / 10 )); }
 t0=$(now_ms)
 
+# A SIGKILLed process can linger here as a zombie (nothing reaps it): `kill -0` would call it alive.
+alive() { [[ -r /proc/$1/stat ]] && [[ $(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) != Z ]]; }
+
 engine_up() { docker version --format '{{.Server.Version}}' >/dev/null 2>&1; }
 
 if engine_up; then
@@ -33,14 +36,15 @@ t=$(now_ms)
 for pidfile in /var/run/docker.pid /var/run/docker/containerd/containerd.pid /run/containerd/containerd.pid; do
   if [[ -f $pidfile ]]; then
     pid=$(cat "$pidfile" 2>/dev/null || true)
-    if [[ -z $pid ]] || ! kill -0 "$pid" 2>/dev/null; then
+    if [[ -z $pid ]] || ! alive "$pid"; then
       rm -f "$pidfile"
       echo "docker_engine: removed stale $pidfile"
     fi
   fi
 done
 
-if ! pgrep -x dockerd >/dev/null 2>&1; then
+dockerd_pid=$(cat /var/run/docker.pid 2>/dev/null || true)
+if [[ -z $dockerd_pid ]] || ! alive "$dockerd_pid"; then
   mkdir -p "$(dirname "$LOG")"
   setsid dockerd --host "unix://$SOCK" >>"$LOG" 2>&1 </dev/null &
   disown || true

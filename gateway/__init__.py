@@ -1,1 +1,13 @@
-"""LocalModelGateway (DESIGN §5)."""
+"""LocalModelGateway: the run-scoped, fail-closed, streaming door to a local engine (spec §10.2).
+
+Modules: ``bindings`` (runs, tokens, upstream targets), ``routes`` (allow-list), ``auth`` (token and engine
+headers), ``policy`` (lock parameters and budgets), ``context_check`` (tokenizer + chat template),
+``admission`` (fair queue), ``transport`` (the engine hop), ``sse`` (incremental parser), ``capture``,
+``evidence``, ``metrics``, ``writer``, ``server`` (the app), ``standalone`` (run one from a spec file),
+``reference_proxy`` (the bare floor used by ``bench``).
+"""
+
+from gateway.bindings import BindingRegistry, UpstreamTarget
+from gateway.server import Gateway, GatewayConfig
+
+__all__ = ["BindingRegistry", "Gateway", "GatewayConfig", "UpstreamTarget"]

@@ -1,0 +1,133 @@
+"""Exact context accounting with the model's own tokenizer and chat template (spec §10.2).
+
+Owns :class:`ContextChecker`: the prompt a request becomes is rendered with the checkpoint's chat template
+(jinja2 ``ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)``, as Hugging Face renders
+it) and counted with its ``tokenizer.json``. A request whose prompt plus output budget does not fit the
+lock's per-request context is refused with ``inference_context_exceeded``; nothing is ever truncated.
+
+Cost: rendering is always done (it is the proof). Encoding is skipped only when it cannot change the
+answer: for a byte-level BPE tokenizer without a normalizer every token covers at least one byte of the
+rendered text, so ``tokens <= utf8_bytes + 1``; when that bound already fits, the exact count is not
+needed. This is an upper bound, never an estimate; anything else is counted exactly.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jinja2 import TemplateError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from tokenizers import Tokenizer
+
+from harness.errors import HitchError
+
+__all__ = ["ContextChecker", "ContextVerdict"]
+
+
+def _raise_exception(message: str) -> None:
+    raise TemplateError(message)
+
+
+def _strftime_now(fmt: str) -> str:
+    return time.strftime(fmt)
+
+
+def _token_text(value: Any) -> str:
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else ""
+
+
+def _byte_bounded(tok_json: dict[str, Any]) -> bool:
+    """True when every token of this tokenizer covers >= 1 byte of input (byte-level BPE, no normalizer)."""
+    if tok_json.get("normalizer") is not None:
+        return False
+    pre = tok_json.get("pre_tokenizer") or {}
+    kinds = [p.get("type") for p in pre.get("pretokenizers", [])] if pre.get("type") == "Sequence" else [pre.get("type")]
+    model = tok_json.get("model") or {}
+    return model.get("type") == "BPE" and "ByteLevel" in kinds
+
+
+@dataclass(frozen=True)
+class ContextVerdict:
+    """What the check established: the exact prompt tokens, or only an upper bound that fits."""
+
+    prompt_tokens: int | None
+    bound: int
+
+
+class ContextChecker:
+    """The tokenizer + chat template of one checkpoint directory (build with :meth:`for_dir`)."""
+
+    def __init__(self, tokenizer: Tokenizer, template: str, specials: dict[str, str], byte_bounded: bool) -> None:
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        env.globals["raise_exception"] = _raise_exception
+        env.globals["strftime_now"] = _strftime_now
+        self._template = env.from_string(template)
+        self._tokenizer = tokenizer
+        self._specials = specials
+        self._byte_bounded = byte_bounded
+
+    @classmethod
+    def for_dir(cls, directory: Path) -> ContextChecker:
+        """The checker of ``directory``, loaded once per process."""
+        return _load(Path(directory))
+
+    @classmethod
+    def load(cls, directory: Path) -> ContextChecker:
+        tok_path = directory / "tokenizer.json"
+        try:
+            tok_json = json.loads(tok_path.read_text(encoding="utf-8"))
+            tokenizer = Tokenizer.from_file(str(tok_path))
+            cfg_path = directory / "tokenizer_config.json"
+            cfg = json.loads(cfg_path.read_text(encoding="utf-8")) if cfg_path.is_file() else {}
+        except Exception as exc:  # the tokenizers library raises bare Exceptions on bad files
+            raise HitchError("local_model_invalid", "the model's tokenizer cannot be loaded", {"dir": str(directory)}) from exc
+        template = cfg.get("chat_template")
+        jinja_file = directory / "chat_template.jinja"
+        if not isinstance(template, str) and jinja_file.is_file():
+            template = jinja_file.read_text(encoding="utf-8")
+        if not isinstance(template, str):
+            raise HitchError("local_model_invalid", "the model has no chat template", {"dir": str(directory)})
+        specials = {k: _token_text(cfg.get(k)) for k in ("bos_token", "eos_token", "unk_token", "pad_token")}
+        return cls(tokenizer, template, specials, _byte_bounded(tok_json))
+
+    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
+        try:
+            return self._template.render(messages=messages, tools=tools or None, add_generation_prompt=True, **self._specials)
+        except TemplateError as exc:
+            raise HitchError(
+                "inference_protocol_unsupported", f"the model's chat template refused the input: {exc.message}", {}
+            ) from exc
+
+    def count(self, text: str) -> int:
+        return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
+
+    def check(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, budget: int, context: int
+    ) -> ContextVerdict:
+        """Raise ``inference_context_exceeded`` unless prompt + budget fits ``context`` (SGLang's rule:
+        the prompt must be shorter than the context and prompt + max_new_tokens must not exceed it)."""
+        text = self.render(messages, tools)
+        if self._byte_bounded:
+            bound = len(text.encode("utf-8")) + 1
+            if bound < context and bound + budget <= context:
+                return ContextVerdict(None, bound)
+        tokens = self.count(text)
+        if tokens >= context or tokens + budget > context:
+            raise HitchError(
+                "inference_context_exceeded",
+                f"the input is {tokens} tokens and the output budget {budget}; the context holds {context}",
+                {"prompt_tokens": tokens, "max_output_tokens": budget, "context_tokens": context},
+            )
+        return ContextVerdict(tokens, tokens)
+
+
+@functools.lru_cache(maxsize=8)
+def _load(directory: Path) -> ContextChecker:
+    return ContextChecker.load(directory)

@@ -1,0 +1,306 @@
+"""Request policy: the lock decides sampling, budget, modality and the parameter surface (spec §10.2).
+
+Owns :func:`apply_policy`, which turns one caller body into the body sent to the engine, or refuses it:
+
+- ``model`` must be the binding's wire model.
+- Lock sampling is applied (temperature, top_p, top_k, min_p, repetition_penalty, and seed on chat; SGLang's
+  Responses request has no seed field, the engine runs with the lock's ``--random-seed``). A caller value
+  equal to the lock's is accepted; any other value is ``inference_parameter_conflict``. ``top_k`` 0 in the
+  lock means "off" and is sent as SGLang's -1; a caller's 0 or -1 both mean "off". Frequency and presence
+  penalties are pinned at 0.
+- The output budget may only shrink: 1 <= N <= the lock's ``max_output_tokens``, default the lock's.
+  Responses subtracts 2 from ``max_output_tokens`` (reference §6.2), so N + 2 is sent and the caller gets
+  exactly N.
+- Parameters outside the allow-list, server-side state (``store: true``, ``previous_response_id``,
+  ``background``), truncation, built-in tools, and image/audio/file input are refused with a code, never
+  dropped.
+
+The body is parsed once; it is re-serialized only when the lock changed something.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.routes import RouteName
+from harness.contracts.lock import InferenceLockV1
+from harness.errors import HitchError
+
+__all__ = ["PreparedRequest", "apply_policy"]
+
+_CHAT_FREE = frozenset(
+    {
+        "messages", "stream_options", "stop", "tool_choice", "user", "metadata", "response_format",
+        "logprobs", "top_logprobs", "reasoning_effort",
+    }
+)  # fmt: skip
+_RESPONSES_FREE = frozenset(
+    {
+        "input", "instructions", "tool_choice", "include", "metadata", "user", "reasoning", "text", "stop",
+        "prompt_cache_key", "safety_identifier", "max_tool_calls", "top_logprobs", "stream_options",
+    }
+)  # fmt: skip
+_COMMON = frozenset(
+    {
+        "model", "stream", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "seed",
+        "frequency_penalty", "presence_penalty", "tools", "parallel_tool_calls",
+    }
+)  # fmt: skip
+_CHAT_KEYS = _CHAT_FREE | _COMMON | {"max_tokens", "max_completion_tokens", "n", "store", "modalities"}
+_RESPONSES_KEYS = _RESPONSES_FREE | _COMMON | {"max_output_tokens", "store", "previous_response_id", "background", "truncation"}
+_TEXT_PARTS = frozenset({"text", "input_text", "output_text"})
+_RESPONSES_BUDGET_HEADROOM = 2
+
+
+@dataclass
+class PreparedRequest:
+    """What the engine will receive, plus what the context check and the evidence need."""
+
+    body: bytes
+    stream: bool
+    max_output_tokens: int
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None
+
+
+def _conflict(message: str, **details: Any) -> HitchError:
+    return HitchError("inference_parameter_conflict", message, details)
+
+
+def _number(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _conflict(f"{name} must be a number", parameter=name)
+    return float(value)
+
+
+def _budget(name: str, value: Any, cap: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _conflict(f"{name} must be a positive integer", parameter=name)
+    if value > cap:
+        raise _conflict(f"{name}={value} is above the lock's output budget {cap}", parameter=name, lock_value=cap)
+    return value
+
+
+def _apply_sampling(body: dict[str, Any], lock: InferenceLockV1, with_seed: bool) -> bool:
+    """Pin every lock sampling value into ``body``; True when the body changed."""
+    g = lock.generation
+    changed = False
+    wire_top_k = -1 if g.top_k == 0 else g.top_k
+    pinned: list[tuple[str, float]] = [
+        ("temperature", g.temperature),
+        ("top_p", g.top_p),
+        ("min_p", g.min_p),
+        ("repetition_penalty", g.repetition_penalty),
+    ]
+    for name, want in pinned:
+        if name in body:
+            if _number(name, body[name]) != want:
+                raise _conflict(f"{name}={body[name]} conflicts with the lock's {want}", parameter=name, lock_value=want)
+        else:
+            body[name] = want
+            changed = True
+    if "top_k" in body:
+        got = body["top_k"]
+        if isinstance(got, bool) or not isinstance(got, int):
+            raise _conflict("top_k must be an integer", parameter="top_k")
+        same = got == g.top_k or (g.top_k == 0 and got == -1)
+        if not same:
+            raise _conflict(f"top_k={got} conflicts with the lock's {g.top_k}", parameter="top_k", lock_value=g.top_k)
+        if got != wire_top_k:
+            body["top_k"] = wire_top_k
+            changed = True
+    else:
+        body["top_k"] = wire_top_k
+        changed = True
+    if "seed" in body:
+        seed = body["seed"]
+        if isinstance(seed, bool) or seed != g.seed:
+            raise _conflict(f"seed={seed} conflicts with the lock's {g.seed}", parameter="seed", lock_value=g.seed)
+    elif with_seed:
+        body["seed"] = g.seed
+        changed = True
+    for name in ("frequency_penalty", "presence_penalty"):
+        if name in body and _number(name, body[name]) != 0.0:
+            raise _conflict(f"{name} is pinned at 0 by the lock", parameter=name, lock_value=0.0)
+    return changed
+
+
+def _text_of(content: Any, where: str) -> str:
+    """The text of a message content; any non-text part is a modality refusal."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    if isinstance(content, list):
+        out: list[str] = []
+        for part in content:
+            if isinstance(part, str):
+                out.append(part)
+                continue
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind not in _TEXT_PARTS:
+                raise HitchError(
+                    "inference_modality_unsupported", f"{where}: content part {kind!r} is not text", {"part_type": kind}
+                )
+            text = part.get("text")
+            if not isinstance(text, str):
+                raise _conflict(f"{where}: a text part needs a string 'text'")
+            out.append(text)
+        return "".join(out)
+    raise _conflict(f"{where}: content must be a string or a list of text parts")
+
+
+def _tools_policy(body: dict[str, Any], lock: InferenceLockV1, responses: bool) -> tuple[bool, list[dict[str, Any]] | None]:
+    tools = body.get("tools")
+    changed = False
+    if tools in (None, []):
+        return False, None
+    if not isinstance(tools, list):
+        raise _conflict("tools must be a list", parameter="tools")
+    if not lock.protocol.tool_calls:
+        raise _conflict("the lock does not enable tool calls", parameter="tools")
+    for tool in tools:
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        if kind != "function":
+            raise _conflict(f"tool type {kind!r} is not supported; only function tools", parameter="tools")
+    parallel = body.get("parallel_tool_calls")
+    if parallel is None:
+        body["parallel_tool_calls"] = lock.protocol.parallel_tool_calls
+        changed = True
+    elif parallel is True and not lock.protocol.parallel_tool_calls:
+        raise _conflict("the lock does not enable parallel tool calls", parameter="parallel_tool_calls")
+    if responses:
+        chat_tools = [{"type": "function", "function": {k: v for k, v in t.items() if k != "type"}} for t in tools]
+        return changed, chat_tools
+    return changed, tools
+
+
+def _chat(body: dict[str, Any], lock: InferenceLockV1) -> tuple[bool, int, list[dict[str, Any]], list[dict[str, Any]] | None]:
+    cap = lock.generation.max_output_tokens
+    changed = _apply_sampling(body, lock, with_seed=True)
+    if body.get("n", 1) != 1:
+        raise _conflict("n must be 1", parameter="n")
+    if body.get("store") not in (None, False):
+        raise _conflict("store=true is not supported", parameter="store")
+    modalities = body.get("modalities")
+    if modalities is not None and modalities != ["text"]:
+        raise HitchError("inference_modality_unsupported", "only text output is supported", {"modalities": modalities})
+    given = [(k, body[k]) for k in ("max_completion_tokens", "max_tokens") if body.get(k) is not None]
+    if len(given) == 2 and given[0][1] != given[1][1]:
+        raise _conflict("max_completion_tokens and max_tokens disagree", parameter="max_tokens")
+    if given:
+        budget = _budget(given[0][0], given[0][1], cap)
+    else:
+        budget = cap
+        body["max_completion_tokens"] = cap
+        changed = True
+    raw = body.get("messages")
+    if not isinstance(raw, list) or not raw:
+        raise _conflict("messages must be a non-empty list", parameter="messages")
+    messages: list[dict[str, Any]] = []
+    for i, msg in enumerate(raw):
+        if not isinstance(msg, dict):
+            raise _conflict(f"messages[{i}] must be an object", parameter="messages")
+        flat = dict(msg)
+        flat["content"] = _text_of(msg.get("content"), f"messages[{i}]")
+        messages.append(flat)
+    tools_changed, tools = _tools_policy(body, lock, responses=False)
+    return changed or tools_changed, budget, messages, tools
+
+
+def _responses_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
+    instructions = body.get("instructions")
+    if instructions is not None:
+        if not isinstance(instructions, str):
+            raise _conflict("instructions must be a string", parameter="instructions")
+        messages.append({"role": "system", "content": instructions})
+    inp = body.get("input")
+    if isinstance(inp, str):
+        messages.append({"role": "user", "content": inp})
+        return messages
+    if not isinstance(inp, list) or not inp:
+        raise _conflict("input must be a string or a non-empty list", parameter="input")
+    for i, item in enumerate(inp):
+        if not isinstance(item, dict):
+            raise _conflict(f"input[{i}] must be an object", parameter="input")
+        kind = item.get("type", "message")
+        where = f"input[{i}]"
+        if kind == "message":
+            messages.append({"role": str(item.get("role", "user")), "content": _text_of(item.get("content"), where)})
+        elif kind == "function_call":
+            call = {
+                "id": item.get("call_id"),
+                "type": "function",
+                "function": {"name": item.get("name"), "arguments": item.get("arguments")},
+            }
+            messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        elif kind == "function_call_output":
+            output = item.get("output")
+            messages.append(
+                {
+                    "role": "tool",
+                    "content": output if isinstance(output, str) else _text_of(output, where),
+                    "tool_call_id": item.get("call_id"),
+                }
+            )
+        elif kind == "reasoning":
+            continue
+        elif kind in ("input_image", "input_file", "input_audio", "image_generation_call"):
+            raise HitchError("inference_modality_unsupported", f"{where}: {kind} is not text", {"part_type": kind})
+        else:
+            raise _conflict(f"{where}: item type {kind!r} is not supported", parameter="input")
+    return messages
+
+
+def _responses(
+    body: dict[str, Any], lock: InferenceLockV1
+) -> tuple[bool, int, list[dict[str, Any]], list[dict[str, Any]] | None]:
+    cap = lock.generation.max_output_tokens
+    changed = _apply_sampling(body, lock, with_seed=False)
+    if body.get("previous_response_id") is not None:
+        raise _conflict("previous_response_id is not supported; send the full history", parameter="previous_response_id")
+    if body.get("background") not in (None, False):
+        raise _conflict("background responses are not supported", parameter="background")
+    if body.get("truncation") not in (None, "disabled"):
+        raise _conflict("truncation is never applied; use 'disabled'", parameter="truncation")
+    store = body.get("store")
+    if store is None:
+        body["store"] = False
+        changed = True
+    elif store is not False:
+        raise _conflict("store=true is not supported", parameter="store")
+    given = body.get("max_output_tokens")
+    budget = cap if given is None else _budget("max_output_tokens", given, cap)
+    body["max_output_tokens"] = budget + _RESPONSES_BUDGET_HEADROOM
+    messages = _responses_messages(body)
+    _, tools = _tools_policy(body, lock, responses=True)
+    del changed  # the budget is always rewritten (N + 2), so the body always changes
+    return True, budget, messages, tools
+
+
+def apply_policy(route: RouteName, raw: bytes, lock: InferenceLockV1, wire_model: str) -> PreparedRequest:
+    """Check ``raw`` against the lock; the returned body is what the engine receives."""
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        raise HitchError("inference_protocol_unsupported", "the request body must be a JSON object", {})
+    allowed = _CHAT_KEYS if route == "/v1/chat/completions" else _RESPONSES_KEYS
+    unknown = sorted(k for k in body if k not in allowed)
+    if unknown:
+        raise _conflict(f"unsupported parameter(s): {', '.join(unknown)}", parameters=unknown)
+    if body.get("model") != wire_model:
+        raise _conflict(f"model must be {wire_model!r}", parameter="model", wire_model=wire_model)
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise _conflict("stream must be a boolean", parameter="stream")
+    if stream and not lock.protocol.streaming:
+        raise _conflict("the lock does not enable streaming", parameter="stream")
+    if route == "/v1/chat/completions":
+        changed, budget, messages, tools = _chat(body, lock)
+    else:
+        changed, budget, messages, tools = _responses(body, lock)
+    out = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode() if changed else raw
+    return PreparedRequest(out, stream, budget, messages, tools)

@@ -1,0 +1,268 @@
+"""LocalModelGateway: the aiohttp app, its request pipeline, and its lifecycle (spec §10.2, DESIGN §5).
+
+Owns :class:`GatewayConfig` and :class:`Gateway`. One request goes through, in order: allow-list (404,
+nothing reaches the engine) → run token and binding state (401/403) → ``GET /v1/models`` answered here with
+the binding's wire model only → body policy (lock sampling, budget, parameters, modality) → exact context
+check → fair admission (one permit per engine running slot, per-run round-robin, queue timeout) → one
+POST to the engine, relayed byte for byte → one evidence row, metrics and capture. The upstream client
+never reads the environment (``trust_env=False``), keeps no cookies and never retries.
+
+The gateway binds loopback by default; metrics are served on a second loopback port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from gateway.admission import FairQueue
+from gateway.auth import bearer_token, engine_headers
+from gateway.bindings import BindingRegistry, UpstreamTarget
+from gateway.capture import CaptureLedger, CaptureMode, RequestCapture
+from gateway.context_check import ContextChecker
+from gateway.evidence import EvidenceLog
+from gateway.metrics import GatewayMetrics, build_metrics_app
+from gateway.policy import apply_policy
+from gateway.replies import REQUEST_ID_HEADER, error_reply, hitch_error_reply, json_reply
+from gateway.routes import match_route
+from gateway.transport import Exchange, open_upstream, relay_stream, relay_unary
+from gateway.writer import BackgroundWriter
+from harness.contracts.binding import ModelEndpointBindingV1
+from harness.errors import HitchError
+from harness.paths import ensure_private_dir
+
+__all__ = ["Gateway", "GatewayConfig"]
+
+_OFFLOAD_BODY_BYTES = 256 * 1024  # above this the context check runs in a worker thread
+_CLIENT_CLOSED = 499
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    state_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 0
+    metrics_port: int | None = 0
+    capture: CaptureMode = "off"
+    capture_limit_bytes: int = 16 << 20
+    max_waiting: int = 4096
+    max_body_bytes: int = 32 << 20
+    max_response_bytes: int = 256 << 20
+    queue_timeout_ms: int | None = None
+
+    @property
+    def private_dir(self) -> Path:
+        return self.state_dir / "private"
+
+    @property
+    def evidence_dir(self) -> Path:
+        return self.state_dir / "evidence"
+
+    @property
+    def capture_dir(self) -> Path:
+        return self.state_dir / "capture"
+
+
+class Gateway:
+    """One gateway: bindings, admission queues, the upstream pool, evidence and metrics."""
+
+    def __init__(self, config: GatewayConfig) -> None:
+        self.config = config
+        ensure_private_dir(config.state_dir)
+        self.registry = BindingRegistry(config.private_dir, f"http://{config.host}:{config.port}")
+        self.metrics = GatewayMetrics()
+        self.ledger = CaptureLedger()
+        self.writer = BackgroundWriter()
+        self.evidence = EvidenceLog(config.evidence_dir, self.writer)
+        self.queues: dict[tuple[str, int], FairQueue] = {}
+        self.metrics.queue_gauges = self._queue_rows
+        self._session: aiohttp.ClientSession | None = None
+        self._runner: web.AppRunner | None = None
+        self._metrics_runner: web.AppRunner | None = None
+        self.port: int | None = None
+        self.metrics_port: int | None = None
+
+    # -- management (called by the manager / daemon on the gateway's loop) --
+
+    def register(self, run_id: str, target: UpstreamTarget, *, queue_timeout_ms: int | None = None) -> ModelEndpointBindingV1:
+        ContextChecker.for_dir(target.tokenizer_dir)  # fail at registration, not on the first request
+        timeout = queue_timeout_ms if queue_timeout_ms is not None else self.config.queue_timeout_ms
+        return self.registry.register(run_id, target, queue_timeout_ms=timeout)
+
+    def revoke(self, binding_id: str) -> ModelEndpointBindingV1:
+        return self.registry.revoke(binding_id)
+
+    def seal(self, binding_id: str) -> ModelEndpointBindingV1:
+        return self.registry.seal(binding_id)
+
+    @property
+    def base_url(self) -> str:
+        return self.registry.origin
+
+    @property
+    def metrics_url(self) -> str | None:
+        return None if self.metrics_port is None else f"http://{self.config.host}:{self.metrics_port}/metrics"
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self.config.max_body_bytes)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        return app
+
+    async def start(self) -> None:
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60.0, ttl_dns_cache=None, use_dns_cache=False)
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            auto_decompress=False,
+            trust_env=False,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            skip_auto_headers=("Accept-Encoding",),
+            timeout=aiohttp.ClientTimeout(total=None),
+        )
+        self._runner = web.AppRunner(self.app(), access_log=None, handler_cancellation=True)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.config.host, self.config.port, backlog=1024)
+        await site.start()
+        self.port = _bound_port(self._runner)
+        self.registry.set_origin(f"http://{_url_host(self.config.host)}:{self.port}")
+        if self.config.metrics_port is not None:
+            self._metrics_runner = web.AppRunner(build_metrics_app(self.metrics), access_log=None)
+            await self._metrics_runner.setup()
+            await web.TCPSite(self._metrics_runner, "127.0.0.1", self.config.metrics_port).start()
+            self.metrics_port = _bound_port(self._metrics_runner)
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._metrics_runner is not None:
+            await self._metrics_runner.cleanup()
+        if self._session is not None:
+            await self._session.close()
+        await asyncio.to_thread(self.writer.flush)
+
+    # -- the request pipeline --
+
+    def _queue_for(self, target: UpstreamTarget) -> FairQueue:
+        key = (target.service_id, target.epoch)
+        queue = self.queues.get(key)
+        if queue is None:
+            permits = target.lock.execution.max_running_requests
+            queue = self.queues[key] = FairQueue(permits, self.config.max_waiting)
+        return queue
+
+    def _queue_rows(self) -> list[tuple[str, int, int, int, int, int]]:
+        return [
+            (f"{sid}#{epoch}", q.in_use, q.waiting, q.acquired, q.released, q.repeat_releases)
+            for (sid, epoch), q in self.queues.items()
+        ]
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        t0 = time.perf_counter()
+        route = match_route(request.method, request.raw_path)
+        if route is None:
+            self.metrics.not_found += 1
+            return error_reply("inference_route_unavailable", "no such route on this gateway")
+        try:
+            binding = self.registry.resolve(route.binding_id, bearer_token(request.headers.get("Authorization")))
+        except HitchError as exc:
+            self.metrics.refusals[exc.code] += 1
+            return hitch_error_reply(exc)
+        ex = Exchange(os.urandom(12).hex(), binding, route.name, t0)
+        forwarded = False
+        try:
+            if route.name == "/v1/models":
+                ex.status, ex.http_status = "completed", 200
+                return self._models(ex)
+            raw = await request.read()
+            target = binding.target
+            prepared = apply_policy(route.name, raw, target.lock, target.wire_model)
+            ex.stream, ex.max_output_tokens = prepared.stream, prepared.max_output_tokens
+            checker = ContextChecker.for_dir(target.tokenizer_dir)
+            context = target.lock.execution.context_tokens_per_request
+            args = (prepared.messages, prepared.tools, prepared.max_output_tokens, context)
+            if len(raw) > _OFFLOAD_BODY_BYTES:
+                await asyncio.to_thread(checker.check, *args)
+            else:
+                checker.check(*args)
+            queue = self._queue_for(target)
+            permit = await queue.acquire(binding.run_id, binding.queue_timeout_ms / 1000)
+            try:
+                t_admit = time.perf_counter()
+                ex.queue_ms = (t_admit - t0) * 1000
+                self.metrics.queue.observe(t_admit - t0)
+                if self.config.capture != "off":
+                    ex.capture = RequestCapture(self.config.capture, self.config.capture_limit_bytes)
+                    ex.capture.request(prepared.body)
+                assert self._session is not None
+                headers = engine_headers(request.headers, target.engine_key, json_body=True)
+                forwarded = True
+                upstream = await open_upstream(self._session, binding, route.name, prepared.body, headers)
+                if prepared.stream and upstream.status == 200 and upstream.content_type == "text/event-stream":
+                    self.metrics.open_streams += 1
+                    try:
+                        return await relay_stream(request, upstream, ex)
+                    finally:
+                        self.metrics.open_streams -= 1
+                return await relay_unary(upstream, ex, self.config.max_response_bytes)
+            finally:
+                permit.release()
+        except HitchError as exc:
+            ex.status = "failed" if forwarded else "rejected"
+            ex.error_code, ex.http_status = exc.code, exc.spec.http_status
+            self.metrics.refusals[exc.code] += 1
+            return hitch_error_reply(exc, ex.request_id)
+        except (asyncio.CancelledError, ConnectionResetError):
+            ex.status = "cancelled"
+            if not ex.http_status:
+                ex.http_status = _CLIENT_CLOSED
+            raise
+        finally:
+            if ex.ended_at is None:
+                ex.ended_at = time.perf_counter()
+            self._record(ex)
+
+    def _models(self, ex: Exchange) -> web.Response:
+        rec, lock = ex.binding.record, ex.binding.target.lock
+        card = {
+            "id": rec.wire_model,
+            "object": "model",
+            "created": int(rec.created_at),
+            "owned_by": "hitch",
+            "root": rec.wire_model,
+            "parent": None,
+            "max_model_len": lock.execution.context_tokens_per_request,
+        }
+        return json_reply({"object": "list", "data": [card]}, headers={REQUEST_ID_HEADER: ex.request_id})
+
+    def _record(self, ex: Exchange) -> None:
+        bid = ex.binding.binding_id
+        self.evidence.write(bid, ex.evidence_fields())
+        ttft = None if ex.first_text_at is None else ex.first_text_at - ex.t0
+        self.metrics.observe_request(ex.route, ex.status, (ex.ended_at or ex.t0) - ex.t0, ttft)
+        if ex.capture is not None:
+            meta: dict[str, Any] = {
+                "request_id": ex.request_id,
+                "engine_rid": ex.engine_rid,
+                "run_id": ex.binding.run_id,
+                "route": ex.route,
+                "status": ex.status,
+                "http_status": ex.http_status,
+            }
+            ex.capture.publish(self.writer, self.ledger, self.config.capture_dir, bid, meta)
+
+
+def _bound_port(runner: web.AppRunner) -> int:
+    for addr in runner.addresses:
+        if isinstance(addr, tuple) and len(addr) >= 2:
+            return int(addr[1])
+    raise RuntimeError("the gateway is not listening")
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host

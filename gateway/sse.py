@@ -1,0 +1,256 @@
+"""Incremental SSE parsing and what a stream says about its own outcome (reference §4.1, §4.4).
+
+Owns :class:`SseParser` (bytes in, complete events out: events split across reads, several events per
+read, ``\\r\\n`` framing; events are cut at blank lines on *bytes*, so a multibyte character split across
+reads is never decoded half-way; an unterminated tail at close is reported as a partial event) and
+:class:`StreamObserver`, which watches a chat or Responses stream on the side of the byte pass-through:
+
+- TTFT is the first event carrying text: a chat ``delta.content`` / ``reasoning_content`` / ``tool_calls``
+  or a Responses ``*.delta`` event with a non-empty delta; never the role chunk, headers or a heartbeat.
+- the engine request id (chat ``id``; Responses ``response.id``), usage (reasoning tokens are a subset of
+  output tokens and are never added), and the terminal state: chat ends with ``data: [DONE]``; Responses
+  ends with ``response.completed`` / ``response.incomplete`` / ``response.failed``. An in-band error,
+  ``response.failed``, a partial event or an end without the terminal event is a failure even after 200.
+
+Per-event cost is kept low: JSON is decoded only for events that can change the outcome (the first
+events until text arrives, errors, finish and usage chunks, Responses lifecycle events).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+__all__ = ["Outcome", "SseParser", "StreamObserver", "Usage", "usage_from", "unary_outcome"]
+
+Api = Literal["chat", "responses"]
+_TEXT_DELTAS = frozenset(
+    {
+        "response.output_text.delta",
+        "response.reasoning_text.delta",
+        "response.reasoning_summary_text.delta",
+        "response.function_call_arguments.delta",
+        "response.refusal.delta",
+    }
+)
+_TERMINAL = {"response.completed": "completed", "response.incomplete": "incomplete", "response.failed": "failed"}
+
+
+class SseParser:
+    """Bytes in, ``(event_name, data_bytes)`` out; keeps the unterminated tail between reads."""
+
+    __slots__ = ("_buf",)
+
+    def __init__(self) -> None:
+        self._buf = b""
+
+    def feed(self, chunk: bytes) -> list[tuple[bytes | None, bytes]]:
+        buf = self._buf + chunk if self._buf else chunk
+        if b"\r" in buf:
+            buf = buf.replace(b"\r\n", b"\n")
+        blocks = buf.split(b"\n\n")
+        self._buf = blocks.pop()
+        out: list[tuple[bytes | None, bytes]] = []
+        for block in blocks:
+            event = _parse_block(block)
+            if event is not None:
+                out.append(event)
+        return out
+
+    def tail(self) -> bytes:
+        """What is left after the last complete event (a partial event when not blank)."""
+        return self._buf
+
+
+def _parse_block(block: bytes) -> tuple[bytes | None, bytes] | None:
+    name: bytes | None = None
+    data: list[bytes] = []
+    for line in block.split(b"\n"):
+        if line.startswith(b"data:"):
+            value = line[5:]
+            data.append(value[1:] if value.startswith(b" ") else value)
+        elif line.startswith(b"event:"):
+            name = line[6:].strip()
+        # ":" comments (heartbeats), "id:" and "retry:" lines carry nothing we need
+    if not data and name is None:
+        return None
+    return name, b"\n".join(data)
+
+
+@dataclass
+class Usage:
+    input_tokens: int | None = None
+    cached_tokens: int | None = None
+    output_tokens: int | None = None
+    reasoning_tokens: int | None = None
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def usage_from(obj: Any) -> Usage | None:
+    """Chat or Responses usage (either shape) -> Usage; reasoning is reported, never added to output."""
+    if not isinstance(obj, dict):
+        return None
+    u = Usage()
+    u.input_tokens = _int(obj.get("input_tokens", obj.get("prompt_tokens")))
+    u.output_tokens = _int(obj.get("output_tokens", obj.get("completion_tokens")))
+    details = obj.get("input_tokens_details") or obj.get("prompt_tokens_details") or {}
+    if isinstance(details, dict):
+        u.cached_tokens = _int(details.get("cached_tokens"))
+    out_details = obj.get("output_tokens_details") or obj.get("completion_tokens_details") or {}
+    reasoning = out_details.get("reasoning_tokens") if isinstance(out_details, dict) else None
+    u.reasoning_tokens = _int(reasoning if reasoning is not None else obj.get("reasoning_tokens"))
+    return u
+
+
+@dataclass
+class Outcome:
+    """What the engine's answer says happened."""
+
+    status: Literal["completed", "incomplete", "failed"]
+    engine_rid: str | None
+    usage: Usage | None
+    error_code: str | None
+    detail: str | None = None
+
+
+class StreamObserver:
+    """Watches one SSE stream; :meth:`feed` per upstream read, :meth:`finish` at the end."""
+
+    __slots__ = ("_api", "_parser", "done", "engine_rid", "error", "first_text_at", "status", "usage")
+
+    def __init__(self, api: Api) -> None:
+        self._api = api
+        self._parser = SseParser()
+        self.first_text_at: float | None = None
+        self.engine_rid: str | None = None
+        self.usage: Usage | None = None
+        self.status: str | None = None  # completed | incomplete | failed once known
+        self.error: str | None = None
+        self.done = False
+
+    def feed(self, chunk: bytes, now: float) -> None:
+        for name, data in self._parser.feed(chunk):
+            if self._api == "chat":
+                self._chat(data, now)
+            else:
+                self._responses(name, data, now)
+
+    def _chat(self, data: bytes, now: float) -> None:
+        if self.done:
+            return
+        if data == b"[DONE]":
+            self.done = True
+            return
+        if data.startswith(b'{"error"'):
+            self.status = "failed"
+            self.error = "in-band error"
+            return
+        if (
+            self.first_text_at is not None
+            and self.engine_rid is not None
+            and b'"usage":{' not in data
+            and b'"finish_reason":"' not in data
+            and b'"finish_reason": "' not in data
+        ):
+            return
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            self.status, self.error = "failed", "undecodable event"
+            return
+        if not isinstance(obj, dict):
+            return
+        if "error" in obj:
+            self.status, self.error = "failed", "in-band error"
+            return
+        if self.engine_rid is None and isinstance(obj.get("id"), str):
+            self.engine_rid = obj["id"]
+        usage = obj.get("usage")
+        if usage:
+            self.usage = usage_from(usage)
+        for choice in obj.get("choices") or ():
+            delta = choice.get("delta") or {}
+            if self.first_text_at is None and (delta.get("content") or delta.get("reasoning_content") or delta.get("tool_calls")):
+                self.first_text_at = now
+            finish = choice.get("finish_reason")
+            if finish is not None and self.status != "failed":
+                self.status = "incomplete" if finish == "length" else "failed" if finish == "abort" else "completed"
+                if finish == "abort":
+                    self.error = "engine aborted the request"
+
+    def _responses(self, name: bytes | None, data: bytes, now: float) -> None:
+        etype = name.decode("utf-8", "replace") if name is not None else None
+        if etype is None or etype in _TERMINAL or etype in ("response.created", "error"):
+            try:
+                obj = json.loads(data)
+            except ValueError:
+                self.status, self.error = "failed", "undecodable event"
+                return
+            if not isinstance(obj, dict):
+                return
+            etype = etype or obj.get("type")
+            response = obj.get("response")
+            if isinstance(response, dict):
+                if self.engine_rid is None and isinstance(response.get("id"), str):
+                    self.engine_rid = response["id"]
+                if response.get("usage"):
+                    self.usage = usage_from(response["usage"])
+            if etype == "error":
+                self.status, self.error = "failed", "in-band error"
+            elif etype in _TERMINAL:
+                self.done = True
+                if self.status != "failed":
+                    self.status = _TERMINAL[etype]
+                if etype == "response.failed":
+                    self.error = "response.failed"
+            if self.first_text_at is None and etype in _TEXT_DELTAS and obj.get("delta"):
+                self.first_text_at = now
+            return
+        if self.first_text_at is None and etype in _TEXT_DELTAS and b'"delta":""' not in data:
+            self.first_text_at = now
+
+    def finish(self) -> Outcome:
+        """The stream's outcome once the upstream body ended (cleanly or not)."""
+        if self._parser.tail().strip():
+            return Outcome("failed", self.engine_rid, self.usage, "inference_upstream_failed", "partial event at close")
+        if self.status == "failed":
+            return Outcome("failed", self.engine_rid, self.usage, "inference_upstream_failed", self.error)
+        if not self.done:
+            return Outcome(
+                "failed", self.engine_rid, self.usage, "inference_upstream_failed", "stream ended without its final event"
+            )
+        status: Literal["completed", "incomplete"] = "incomplete" if self.status == "incomplete" else "completed"
+        return Outcome(status, self.engine_rid, self.usage, None)
+
+
+def unary_outcome(api: Api, http_status: int, body: bytes) -> Outcome:
+    """The outcome of a non-streamed answer (one JSON body)."""
+    try:
+        obj = json.loads(body)
+    except ValueError:
+        obj = None
+    if not isinstance(obj, dict):
+        return Outcome("failed", None, None, "inference_upstream_failed", "undecodable body")
+    rid = obj.get("id") if isinstance(obj.get("id"), str) else None
+    if http_status >= 400 or obj.get("error") or obj.get("object") == "error":
+        err = obj.get("error")
+        message = str((err.get("message") if isinstance(err, dict) else None) or obj.get("message") or "")
+        code = "inference_context_exceeded" if "context length" in message else "inference_upstream_failed"
+        return Outcome("failed", rid, None, code, message[:200])
+    usage = usage_from(obj.get("usage"))
+    if api == "responses":
+        status = obj.get("status")
+        if status == "failed":
+            return Outcome("failed", rid, usage, "inference_upstream_failed", "status failed")
+        return Outcome("incomplete" if status == "incomplete" else "completed", rid, usage, None)
+    finish = None
+    choices = obj.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        finish = choices[0].get("finish_reason")
+    if finish == "abort":
+        return Outcome("failed", rid, usage, "inference_upstream_failed", "engine aborted the request")
+    return Outcome("incomplete" if finish == "length" else "completed", rid, usage, None)

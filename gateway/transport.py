@@ -1,0 +1,215 @@
+"""The hop to the engine and back: one POST, never retried, bytes relayed unmodified (spec §9.2, §10.2).
+
+Owns :class:`Exchange` (what one physical request did, for the evidence row) and the relays:
+
+- :func:`open_upstream` sends the policy's body with the engine headers over the shared keep-alive pool
+  (aiohttp client, no decompression, so the bytes are the engine's). A connect failure is
+  ``inference_process_exited`` when the engine no longer accepts connections. POSTs are never retried.
+- :func:`relay_unary` reads the engine's JSON answer (bounded) and returns it byte for byte.
+- :func:`relay_stream` writes each upstream read to the client as it arrives (``StreamResponse.write``
+  waits for the client socket to drain: backpressure reaches the engine) while a
+  :class:`gateway.sse.StreamObserver` watches on the side. If the engine's body ends early (crash, reset,
+  partial event, missing final event) the client connection is closed without the chunked terminator, so
+  the client sees a broken stream, never a clean end; the evidence says ``failed`` with
+  ``inference_process_exited`` when the engine is gone, else ``inference_upstream_failed``.
+
+A client that goes away cancels the handler; the ``finally`` blocks close the upstream connection at once
+(the engine aborts the request and frees its slot) and the permit is released by the caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict
+
+from gateway.bindings import Binding
+from gateway.capture import RequestCapture
+from gateway.replies import REQUEST_ID_HEADER
+from gateway.routes import RouteName
+from gateway.sse import Outcome, StreamObserver, Usage, unary_outcome
+from harness.errors import HitchError
+
+__all__ = ["Exchange", "engine_alive", "open_upstream", "relay_stream", "relay_unary"]
+
+_PASS_HEADERS = ("Content-Type", "Cache-Control")
+_TRUNCATED = ("partial event at close", "stream ended without its final event")
+Status = Literal["completed", "incomplete", "failed", "cancelled", "rejected"]
+
+
+@dataclass
+class Exchange:
+    """One physical request as the evidence row will describe it."""
+
+    request_id: str
+    binding: Binding
+    route: RouteName
+    t0: float
+    stream: bool = False
+    max_output_tokens: int | None = None
+    queue_ms: float | None = None
+    first_text_at: float | None = None
+    ended_at: float | None = None
+    http_status: int = 0
+    status: Status = "rejected"
+    error_code: str | None = None
+    engine_rid: str | None = None
+    usage: Usage | None = None
+    capture: RequestCapture | None = None
+    detail: str | None = field(default=None, repr=False)
+
+    def apply(self, outcome: Outcome) -> None:
+        self.status = outcome.status
+        self.engine_rid = outcome.engine_rid
+        self.usage = outcome.usage
+        self.error_code = outcome.error_code
+        self.detail = outcome.detail
+
+    def evidence_fields(self) -> dict[str, Any]:
+        rec = self.binding.record
+        u = self.usage or Usage()
+        return {
+            "request_id": self.request_id,
+            "engine_rid": self.engine_rid,
+            "run_id": rec.run_id,
+            "inference_id": rec.inference_id,
+            "epoch": rec.epoch,
+            "route": self.route,
+            "stream": self.stream,
+            "queue_ms": self.queue_ms,
+            "ttft_ms": None if self.first_text_at is None else (self.first_text_at - self.t0) * 1000,
+            "e2e_ms": None if self.ended_at is None else (self.ended_at - self.t0) * 1000,
+            "input_tokens": u.input_tokens,
+            "cached_tokens": u.cached_tokens,
+            "output_tokens": u.output_tokens,
+            "reasoning_tokens": u.reasoning_tokens,
+            "max_output_tokens": self.max_output_tokens,
+            "status": self.status,
+            "http_status": self.http_status,
+            "error_code": self.error_code,
+        }
+
+
+async def engine_alive(base_url: str, timeout_s: float = 0.5) -> bool:
+    """Does the engine still accept TCP connections? (A crashed process refuses them at once.)"""
+    parts = urlsplit(base_url)
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(parts.hostname, parts.port), timeout_s)
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return True
+
+
+async def _failure_code(base_url: str) -> str:
+    return "inference_upstream_failed" if await engine_alive(base_url) else "inference_process_exited"
+
+
+async def open_upstream(
+    session: aiohttp.ClientSession, binding: Binding, route: RouteName, body: bytes, headers: dict[str, str]
+) -> aiohttp.ClientResponse:
+    target = binding.target
+    timeout = aiohttp.ClientTimeout(total=target.lock.execution.request_timeout_ms / 1000, sock_connect=5.0)
+    try:
+        return await session.post(target.origin + route, data=body, headers=headers, timeout=timeout)
+    except (aiohttp.ClientConnectionError, OSError, TimeoutError) as exc:
+        code = await _failure_code(target.origin)
+        raise HitchError(code, "the engine did not answer the request", {"service_id": target.service_id}) from exc
+
+
+def _client_headers(upstream: aiohttp.ClientResponse, request_id: str) -> CIMultiDict[str]:
+    headers: CIMultiDict[str] = CIMultiDict()
+    for name in _PASS_HEADERS:
+        value = upstream.headers.get(name)
+        if value is not None:
+            headers[name] = value
+    headers[REQUEST_ID_HEADER] = request_id
+    return headers
+
+
+async def relay_unary(upstream: aiohttp.ClientResponse, ex: Exchange, max_bytes: int) -> web.Response:
+    api: Literal["chat", "responses"] = "chat" if ex.route == "/v1/chat/completions" else "responses"
+    chunks: list[bytes] = []
+    total = 0
+    clean = False
+    try:
+        while True:
+            try:
+                chunk = await upstream.content.readany()
+            except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, TimeoutError) as exc:
+                code = await _failure_code(ex.binding.target.origin)
+                raise HitchError(code, "the engine's answer ended early", {}) from exc
+            if not chunk:
+                clean = True
+                break
+            total += len(chunk)
+            if total > max_bytes:
+                raise HitchError("inference_upstream_failed", "the engine's answer is over the size limit", {"limit": max_bytes})
+            chunks.append(chunk)
+    finally:
+        if clean:
+            upstream.release()
+        else:
+            upstream.close()
+    data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    ex.apply(unary_outcome(api, upstream.status, data))
+    ex.http_status = upstream.status
+    ex.ended_at = time.perf_counter()
+    if ex.capture is not None:
+        ex.capture.response(data)
+    return web.Response(body=data, status=upstream.status, headers=_client_headers(upstream, ex.request_id))
+
+
+async def relay_stream(request: web.Request, upstream: aiohttp.ClientResponse, ex: Exchange) -> web.StreamResponse:
+    api: Literal["chat", "responses"] = "chat" if ex.route == "/v1/chat/completions" else "responses"
+    observer = StreamObserver(api)
+    capture = ex.capture
+    resp = web.StreamResponse(status=upstream.status, headers=_client_headers(upstream, ex.request_id))
+    ex.http_status = upstream.status
+    ex.status = "cancelled"  # until the stream ends one way or the other
+    clean = False
+    content = upstream.content
+    clock = time.perf_counter
+    try:
+        await resp.prepare(request)
+        while True:
+            try:
+                chunk = await content.readany()
+            except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, TimeoutError):
+                break  # the engine's body ended early
+            if not chunk:
+                clean = True
+                break
+            await resp.write(chunk)  # ConnectionResetError here: the client went away
+            observer.feed(chunk, clock())
+            if capture is not None:
+                capture.response(chunk)
+        outcome = observer.finish()
+        truncated = not clean or outcome.detail in _TRUNCATED
+        if truncated:
+            detail = outcome.detail if clean else "the engine's body ended early"
+            outcome = Outcome("failed", outcome.engine_rid, outcome.usage, await _failure_code(ex.binding.target.origin), detail)
+        ex.apply(outcome)
+        ex.ended_at = clock()
+        if truncated:
+            transport = request.transport
+            if transport is not None:
+                transport.close()  # no chunked terminator: the client must see a broken stream, never a clean end
+        else:
+            await resp.write_eof()
+    finally:
+        ex.first_text_at = observer.first_text_at
+        if clean:
+            upstream.release()
+        else:
+            upstream.close()  # closes the engine connection: the engine aborts the request
+    return resp

@@ -1,0 +1,92 @@
+"""One bounded background writer for gateway files (evidence rows, captures).
+
+Owns :class:`BackgroundWriter`: a bounded queue and one writer thread, so file I/O never runs on the
+event loop. Every file is created 0600 inside 0700 directories. :meth:`submit` never blocks: it answers
+False when the queue is full (the caller marks its capture partial). A write that fails calls the item's
+``on_error`` (the capture ledger marks the run's capture failed); routing never depends on it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.paths import ensure_private_dir
+
+__all__ = ["BackgroundWriter", "WriteItem"]
+
+log = logging.getLogger("gateway.writer")
+
+
+@dataclass(frozen=True)
+class WriteItem:
+    path: Path
+    data: bytes
+    append: bool = True
+    on_error: Callable[[OSError], None] | None = None
+
+
+def write_private(item: WriteItem) -> None:
+    """Write or append ``item.data`` to a 0600 file (parents 0700)."""
+    if not item.path.parent.is_dir():
+        ensure_private_dir(item.path.parent)
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if item.append else os.O_TRUNC)
+    fd = os.open(item.path, flags, 0o600)
+    try:
+        view = memoryview(item.data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+
+
+class BackgroundWriter:
+    """A bounded queue drained by one daemon thread."""
+
+    def __init__(self, max_items: int = 4096, name: str = "gateway-writer") -> None:
+        self._queue: queue.Queue[WriteItem | threading.Event | None] = queue.Queue(max_items)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+        self.dropped = 0
+        self.failed = 0
+
+    def submit(self, item: WriteItem) -> bool:
+        try:
+            self._queue.put_nowait(item)
+        except queue.Full:
+            self.dropped += 1
+            return False
+        return True
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            if isinstance(item, threading.Event):
+                item.set()
+                continue
+            try:
+                write_private(item)
+            except OSError as exc:
+                self.failed += 1
+                log.warning("gateway write failed: %s (%s)", item.path.name, exc.strerror)
+                if item.on_error is not None:
+                    with contextlib.suppress(Exception):
+                        item.on_error(exc)
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until everything submitted so far is written (tests and shutdown)."""
+        barrier = threading.Event()
+        self._queue.put(barrier, timeout=timeout)
+        return barrier.wait(timeout)
+
+    def close(self, timeout: float = 10.0) -> None:
+        self._queue.put(None, timeout=timeout)
+        self._thread.join(timeout)

@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 export HITCH_ROOT ?= $(HOME)/.local/share/hitch
 CPU_RUNTIME := sglang-0.5.23-cpu-generic
 
-.PHONY: certify test setup venv runtime lint typecheck schemas unit
+.PHONY: certify test setup venv runtime docker lint typecheck schemas unit
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +21,13 @@ venv: $(VENV)/.installed
 runtime: venv
 	$(VENV)/bin/hitch runtime install $(CPU_RUNTIME)
 
-setup: venv runtime
+# A real Docker engine (started without systemd) and the local fake-engine image, built from Debian
+# packages. Needs root; elsewhere the OCI tests skip unless HITCH_REQUIRE_DOCKER=1 (CI sets it).
+docker: venv
+	-scripts/ci/docker_engine.sh
+	-$(PY) scripts/ci/build_fake_image.py
+
+setup: venv runtime docker
 
 lint: venv
 	$(VENV)/bin/ruff check .

@@ -74,6 +74,7 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     "inference_oom": _e("infrastructure", True, 502, "give the engine more memory or shrink the token pool"),
     "inference_process_exited": _e("infrastructure", True, 502, "check the engine log"),
     "inference_upstream_failed": _e("infrastructure", False, 502, "the engine failed after accepting the request; see evidence"),
+    "inference_engine_unhealthy": _e("infrastructure", True, 502, "it failed /health or a readiness probe; see engine.log"),
     # spec §12.2 — context
     "inference_context_exceeded": _e("context", False, 400, "shorten the input; history is never truncated"),
     # spec §12.2 — routing

@@ -1,0 +1,49 @@
+"""The engine's environment: an allow-list built from nothing (spec §11.2).
+
+The engine never inherits the caller's environment. Its variables are exactly:
+
+- ``PATH`` (a minimal system path), ``HOME`` (a private per-service directory), ``LANG``;
+- ``PYTHONUNBUFFERED=1`` so the engine log is written as it happens;
+- the runtime's own variables (``SGLANG_USE_CPU_ENGINE=1``, ``PYTHONNOUSERSITE``, the shim's ``PYTHONPATH``);
+- what the lock decides: ``OMP_NUM_THREADS`` = ``cpu_threads`` on CPU, ``CUDA_VISIBLE_DEVICES`` = the leased
+  GPU UUID on CUDA.
+
+Cloud credentials, model-hub tokens, proxies and inherited ``SGLANG_*``/``HF_*``/``TRANSFORMERS_*``/``TORCH_*``
+controls therefore never reach the engine: they are not copied, so there is nothing to scrub.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from harness.contracts.lock import CpuPlatformV1, InferenceLockV1
+from harness.paths import ensure_private_dir
+
+__all__ = ["MINIMAL_PATH", "engine_environment"]
+
+MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+def engine_environment(
+    lock: InferenceLockV1,
+    runtime_env: Mapping[str, str],
+    home: Path,
+    gpu_uuid: str | None = None,
+) -> dict[str, str]:
+    """The complete environment of one engine process; ``home`` is created 0700."""
+    ensure_private_dir(home)
+    env: dict[str, str] = {
+        "PATH": MINIMAL_PATH,
+        "HOME": str(home),
+        "LANG": "C.UTF-8",
+        "PYTHONUNBUFFERED": "1",
+    }
+    env.update(runtime_env)
+    platform = lock.execution.platform
+    if isinstance(platform, CpuPlatformV1):
+        env["SGLANG_USE_CPU_ENGINE"] = "1"
+        env["OMP_NUM_THREADS"] = str(platform.cpu_threads)
+    elif gpu_uuid is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpu_uuid
+    return env

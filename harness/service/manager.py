@@ -1,0 +1,533 @@
+"""The ServiceManager: who may use which engine service, and when it starts and stops (spec §8.2-§9.1).
+
+It owns the table of live services keyed by isolation key (:mod:`harness.service.isolation`), the
+leases on them, the idle TTL, and the resources each service holds (:mod:`~harness.service.ledger`,
+:mod:`~harness.service.gpu_leases`). Starting and supervising one service is someone else's job: the
+manager calls an injected async :data:`ServiceStarter` and drives the :class:`StartedService` it
+returns, so the supervisor plugs in through a thin adapter.
+
+Guarantees, all on one event loop (the manager is not thread-safe, except ``on_failure``):
+
+- single flight: concurrent acquires of one isolation key wait for ONE start; a failed start fails all
+  of them with the same :class:`HitchError`, and the next acquire starts a new epoch;
+- ``release`` is idempotent (a second release, or an unknown lease, returns False);
+- once the last lease is released and no acquire is waiting, the idle TTL runs; when it fires the
+  service is removed from the table (``draining``) before its stop begins, so an acquire racing the TTL
+  either cancels the timer and reuses the service, or waits for the confirmed stop and starts a new
+  epoch. Nothing is ever started twice for one key or left running untracked;
+- ``stop`` with live leases fails with ``inference_in_use`` unless ``force``, which revokes them;
+- a failure reported by the service (``on_failure``) removes it from the table at once and invalidates
+  its leases; the failed service stops itself and its resources are released only once it confirms the
+  engine is gone (``on_released``). A stop that cannot be confirmed keeps the resources held (and the
+  GPU leased) rather than risk double-booking a device; it is reported as ``inference.failed``.
+
+Lifecycle events ``inference.queued/acquired/released/draining/stopped/failed`` go to an event sink, by
+default appended to ``<service dir>/events.jsonl`` as :class:`LifecycleEventV1` lines through
+:class:`~harness.service.state_store.ServiceStateStore` (the file the supervisor appends to as well).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from harness.contracts.events import LifecycleEventName, LifecycleEventV1
+from harness.contracts.lock import InferenceLockV1
+from harness.errors import HitchError
+from harness.paths import HitchRoot
+from harness.service.gpu_leases import GpuLeases
+from harness.service.isolation import ServiceKey, service_key
+from harness.service.ledger import ResourceLedger, demand_of
+from harness.service.state_store import ServiceStateStore
+
+__all__ = [
+    "MANAGER_OWNER",
+    "EventSink",
+    "LeaseHandle",
+    "ServiceManager",
+    "ServiceSnapshot",
+    "ServiceStarter",
+    "StartRequest",
+    "StartedService",
+]
+
+# owner_id of events the manager emits on its own behalf (TTL drain, failure, stop).
+MANAGER_OWNER = "hitch-manager"
+
+
+class StartedService(Protocol):
+    """What the manager needs from a started, ready service epoch.
+
+    A thin adapter over one ``ServiceSupervisor`` epoch fits it: ``base_url``/``epoch`` from the
+    supervisor's endpoint, ``stop`` = ``supervisor.stop()``.
+    """
+
+    @property
+    def base_url(self) -> str:
+        """Where the engine answers, for callers holding a lease."""
+        ...
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the service really runs as (the supervisor's, persisted in ``state.json``)."""
+        ...
+
+    async def stop(self, force: bool = False) -> None:
+        """Drain (or, with ``force``, end at once) and return only once the stop is confirmed;
+        raise :class:`HitchError` when it cannot be confirmed. Not called after a reported failure."""
+        ...
+
+
+@dataclass(frozen=True)
+class StartRequest:
+    """One epoch to start, and the two callbacks of its life (supervisor ``on_failure``/``on_released``).
+
+    The starter returns once the service is ready. When it raises, nothing it started may be left
+    running; if it cannot confirm that, it raises ``inference_recovery_ambiguous`` and the manager keeps
+    the epoch's resources held. Later, the service calls ``on_failure(error)`` when it fails (exit, OOM,
+    health) and then stops its engine itself, calling ``on_released()`` once the engine is confirmed
+    gone (it may also call it after a normal stop). Both callbacks may be called from any thread.
+    ``epoch`` is the manager's proposal; the service's own ``epoch`` wins.
+    """
+
+    service_id: str
+    epoch: int
+    lock: InferenceLockV1
+    isolation_key: str
+    cache_scope: str
+    service_dir: Path
+    gpu_uuid: str | None
+    on_failure: Callable[[HitchError], None]
+    on_released: Callable[[], None]
+
+
+ServiceStarter = Callable[[StartRequest], Awaitable[StartedService]]
+EventSink = Callable[[LifecycleEventV1], None]
+
+
+@dataclass(frozen=True)
+class LeaseHandle:
+    """A reference on one service epoch; ``service`` reaches the upstream while the lease is valid."""
+
+    lease_id: str
+    service_id: str
+    inference_id: str
+    isolation_key: str
+    epoch: int
+    owner: str
+    acquired_at: float
+    service: StartedService
+
+
+@dataclass(frozen=True)
+class ServiceSnapshot:
+    service_id: str
+    inference_id: str
+    isolation_key: str
+    epoch: int
+    state: str
+    owners: list[str]
+    gpu_uuid: str | None
+
+
+@dataclass(eq=False)
+class _Service:
+    key: ServiceKey
+    lock: InferenceLockV1
+    epoch: int
+    service_dir: Path
+    started: asyncio.Future[StartedService]
+    state: Literal["starting", "ready", "draining", "failed"] = "starting"
+    stopped: asyncio.Event = field(default_factory=asyncio.Event)
+    service: StartedService | None = None
+    leases: dict[str, LeaseHandle] = field(default_factory=dict)
+    waiters: int = 0
+    ttl: asyncio.TimerHandle | None = None
+    holder: str | None = None
+    gpu_uuid: str | None = None
+    failure: HitchError | None = None
+    stop_error: HitchError | None = None
+    released: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+def _as_hitch_error(exc: BaseException, what: str) -> HitchError:
+    if isinstance(exc, HitchError):
+        return exc
+    return HitchError("internal_error", f"{what} raised {type(exc).__name__}", {"error": str(exc)[:500]})
+
+
+class ServiceManager:
+    """Single-flight acquire, leases, idle TTL and stops for every service of one root."""
+
+    def __init__(
+        self,
+        root: HitchRoot,
+        starter: ServiceStarter,
+        ledger: ResourceLedger,
+        gpu_leases: GpuLeases | None = None,
+        clock: Callable[[], float] = time.time,
+        *,
+        events: EventSink | None = None,
+        idle_ttl_ms: int | None = None,
+        failure_stop_timeout_s: float = 120.0,
+    ) -> None:
+        self.root = root
+        self.starter = starter
+        self.ledger = ledger
+        self.gpu_leases = gpu_leases
+        self.clock = clock
+        self._events = events
+        self._idle_ttl_ms = idle_ttl_ms
+        self.failure_stop_timeout_s = failure_stop_timeout_s
+        self._live: dict[str, _Service] = {}
+        self._stopping: dict[str, _Service] = {}
+        self._leases: dict[str, _Service] = {}
+        self._epochs: dict[str, int] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- public API --------------------------------------------------------------------------------
+
+    async def acquire(self, lock: InferenceLockV1, owner: str, cache_scope_owner: str | None = None) -> LeaseHandle:
+        """A lease on the ready service for ``lock`` in the caller's cache scope, starting it if needed."""
+        self._loop = asyncio.get_running_loop()
+        key = service_key(lock, owner, cache_scope_owner)
+        queued = False
+        while True:
+            svc = self._live.get(key.isolation_key)
+            if svc is None:
+                fence = self._stopping.get(key.isolation_key)
+                if fence is not None:
+                    queued = queued or self._emit_queued(fence, owner, "stopping")
+                    await fence.stopped.wait()
+                    continue
+                svc = self._begin_start(key, lock)
+            self._cancel_ttl(svc)
+            if not svc.started.done():
+                queued = queued or self._emit_queued(svc, owner, "starting")
+            svc.waiters += 1
+            try:
+                service = await asyncio.shield(svc.started)
+            except asyncio.CancelledError:
+                svc.waiters -= 1
+                self._maybe_arm_ttl(svc)
+                raise
+            except BaseException:
+                svc.waiters -= 1
+                raise
+            svc.waiters -= 1
+            if svc.state != "ready" or self._live.get(key.isolation_key) is not svc:
+                continue  # stopped or failed between ready and now: wait for it, then a new epoch
+            lease = LeaseHandle(
+                lease_id="lease-" + secrets.token_hex(16),
+                service_id=key.service_id,
+                inference_id=key.inference_id,
+                isolation_key=key.isolation_key,
+                epoch=svc.epoch,
+                owner=owner,
+                acquired_at=self.clock(),
+                service=service,
+            )
+            svc.leases[lease.lease_id] = lease
+            self._leases[lease.lease_id] = svc
+            self._emit(svc, "inference.acquired", owner, {"lease_id": lease.lease_id})
+            return lease
+
+    async def release(self, lease_id: str) -> bool:
+        """End a lease; False when it is unknown, already released or revoked (idempotent)."""
+        svc = self._leases.pop(lease_id, None)
+        if svc is None:
+            return False
+        lease = svc.leases.pop(lease_id)
+        self._emit(svc, "inference.released", lease.owner, {"lease_id": lease_id})
+        self._maybe_arm_ttl(svc)
+        return True
+
+    def is_valid(self, lease_id: str) -> bool:
+        """True while the lease is held on a live (not draining, not failed) service."""
+        svc = self._leases.get(lease_id)
+        return svc is not None and svc.state == "ready"
+
+    async def stop(self, service_id: str, force: bool = False) -> bool:
+        """Stop a service and return once the stop is confirmed; False when no such service exists.
+
+        With live leases this fails with ``inference_in_use`` unless ``force``, which revokes them.
+        """
+        while True:
+            svc = self._find(self._live, service_id)
+            if svc is None:
+                fence = self._find(self._stopping, service_id)
+                if fence is None:
+                    return False
+                await fence.stopped.wait()
+                return self._raise_stop_error(fence)
+            if svc.state == "starting":
+                with contextlib.suppress(HitchError):
+                    await asyncio.shield(svc.started)
+                continue
+            if svc.leases and not force:
+                raise HitchError(
+                    "inference_in_use",
+                    f"service {service_id} has {len(svc.leases)} live lease(s)",
+                    {"service_id": service_id, "leases": len(svc.leases), "owners": self._owners(svc)},
+                )
+            self._begin_stop(svc, "draining", force=force)
+            await svc.stopped.wait()
+            return self._raise_stop_error(svc)
+
+    async def close(self, force: bool = True) -> None:
+        """Stop every service (leases revoked when ``force``) and wait until each stop is settled."""
+        while self._live or self._stopping:
+            for svc in list(self._live.values()):
+                if svc.state == "starting":
+                    with contextlib.suppress(HitchError):
+                        await asyncio.shield(svc.started)
+                elif svc.leases and not force:
+                    raise HitchError("inference_in_use", "services still have live leases", {"service_id": svc.key.service_id})
+                else:
+                    self._begin_stop(svc, "draining", force=force)
+            for fence in list(self._stopping.values()):
+                await fence.stopped.wait()
+
+    def services(self) -> list[ServiceSnapshot]:
+        """The live services and those still stopping."""
+        return [
+            ServiceSnapshot(
+                svc.key.service_id,
+                svc.key.inference_id,
+                svc.key.isolation_key,
+                svc.epoch,
+                svc.state,
+                self._owners(svc),
+                svc.gpu_uuid,
+            )
+            for svc in [*self._live.values(), *self._stopping.values()]
+        ]
+
+    # -- starting ---------------------------------------------------------------------------------
+
+    def _begin_start(self, key: ServiceKey, lock: InferenceLockV1) -> _Service:
+        epoch = max(self._epochs.get(key.isolation_key, 0), self._persisted_epoch(key.service_id)) + 1
+        self._epochs[key.isolation_key] = epoch
+        loop = asyncio.get_running_loop()
+        started: asyncio.Future[StartedService] = loop.create_future()
+        # A failed start nobody awaits any more must not be logged as "never retrieved".
+        started.add_done_callback(lambda f: f.cancelled() or f.exception())
+        svc = _Service(key, lock, epoch, self.root.service_dir(key.service_id), started)
+        self._live[key.isolation_key] = svc
+        self._spawn(self._start(svc))
+        return svc
+
+    def _persisted_epoch(self, service_id: str) -> int:
+        """The epoch the supervisor last recorded, so a new epoch never reuses an old number."""
+        try:
+            data = json.loads(ServiceStateStore(self.root, service_id).state_path.read_bytes())
+        except (OSError, ValueError):
+            return 0
+        epoch = data.get("epoch") if isinstance(data, dict) else None
+        return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else 0
+
+    async def _start(self, svc: _Service) -> None:
+        lock = svc.lock
+        try:
+            holder = f"{svc.key.service_id}#{svc.epoch}"
+            await self.ledger.admit(holder, demand_of(lock.resources), lock.execution.queue_timeout_ms / 1000)
+            svc.holder = holder
+            if lock.resources.gpu_count > 0:
+                if self.gpu_leases is None:
+                    raise HitchError("inference_capacity_exceeded", "the lock needs a GPU and no GPU is managed here", {})
+                svc.gpu_uuid = await asyncio.to_thread(self.gpu_leases.acquire, svc.key.service_id)
+            svc.service_dir.mkdir(parents=True, exist_ok=True)
+            request = StartRequest(
+                service_id=svc.key.service_id,
+                epoch=svc.epoch,
+                lock=lock,
+                isolation_key=svc.key.isolation_key,
+                cache_scope=svc.key.cache_scope,
+                service_dir=svc.service_dir,
+                gpu_uuid=svc.gpu_uuid,
+                on_failure=partial(self._threadsafe, self._on_failure, svc),
+                on_released=partial(self._threadsafe, self._on_released, svc),
+            )
+            service = await self.starter(request)
+        except BaseException as exc:
+            error = _as_hitch_error(exc, "the service starter")
+            # The starter's contract: when it raises, nothing it started is running, unless it says
+            # it cannot tell, in which case the resources stay held (never double-book a device).
+            if error.code != "inference_recovery_ambiguous":
+                await self._release_resources(svc)
+            svc.state = "failed"
+            self._drop_live(svc)
+            svc.started.set_exception(error)
+            svc.stopped.set()
+            if not isinstance(exc, Exception):
+                raise
+            return
+        svc.service = service
+        svc.epoch = service.epoch
+        self._epochs[svc.key.isolation_key] = max(self._epochs.get(svc.key.isolation_key, 0), svc.epoch)
+        if svc.failure is not None:  # reported while still starting: it never becomes usable
+            svc.started.set_exception(svc.failure)
+            self._begin_stop(svc, "failed", force=True)
+            return
+        svc.state = "ready"
+        svc.started.set_result(service)
+        self._maybe_arm_ttl(svc)
+
+    # -- idle TTL, stops, failures ---------------------------------------------------------------
+
+    def _ttl_seconds(self, svc: _Service) -> float:
+        ms = self._idle_ttl_ms if self._idle_ttl_ms is not None else svc.lock.execution.idle_ttl_ms
+        return ms / 1000
+
+    def _maybe_arm_ttl(self, svc: _Service) -> None:
+        if svc.state != "ready" or svc.leases or svc.waiters or svc.ttl is not None:
+            return
+        if self._live.get(svc.key.isolation_key) is not svc:
+            return
+        svc.ttl = asyncio.get_running_loop().call_later(self._ttl_seconds(svc), self._ttl_fired, svc)
+
+    def _cancel_ttl(self, svc: _Service) -> None:
+        if svc.ttl is not None:
+            svc.ttl.cancel()
+            svc.ttl = None
+
+    def _ttl_fired(self, svc: _Service) -> None:
+        svc.ttl = None
+        if svc.state == "ready" and not svc.leases and not svc.waiters and self._live.get(svc.key.isolation_key) is svc:
+            self._begin_stop(svc, "draining", force=False)
+
+    def _begin_stop(self, svc: _Service, state: Literal["draining", "failed"], force: bool) -> None:
+        """Take ``svc`` out of the table now (new acquires wait on it), revoke its leases, stop it."""
+        self._cancel_ttl(svc)
+        svc.state = state
+        self._drop_live(svc)
+        self._stopping[svc.key.isolation_key] = svc
+        for lease_id in svc.leases:
+            self._leases.pop(lease_id, None)
+        revoked = len(svc.leases)
+        svc.leases.clear()
+        if state == "failed":
+            details: dict[str, Any] = {"revoked_leases": revoked}
+            if svc.failure is not None:
+                details.update(code=svc.failure.code, message=svc.failure.message)
+            self._emit(svc, "inference.failed", MANAGER_OWNER, details)
+        else:
+            self._emit(svc, "inference.draining", MANAGER_OWNER, {"force": force, "revoked_leases": revoked})
+        self._spawn(self._confirm_stop(svc, force))
+
+    async def _confirm_stop(self, svc: _Service, force: bool) -> None:
+        try:
+            assert svc.service is not None
+            if svc.state == "failed":
+                # The failed service stops itself; only its on_released confirms the engine is gone.
+                await self._wait_released(svc)
+            else:
+                await svc.service.stop(force)
+        except Exception as exc:
+            svc.stop_error = _as_hitch_error(exc, "the service stop")
+            self._emit(
+                svc,
+                "inference.failed",
+                MANAGER_OWNER,
+                {"code": svc.stop_error.code, "message": "stop not confirmed; its resources stay held"},
+            )
+        else:
+            await self._release_resources(svc)
+            self._emit(svc, "inference.stopped", MANAGER_OWNER, {})
+        finally:
+            if self._stopping.get(svc.key.isolation_key) is svc:
+                del self._stopping[svc.key.isolation_key]
+            svc.stopped.set()
+
+    async def _wait_released(self, svc: _Service) -> None:
+        try:
+            await asyncio.wait_for(svc.released.wait(), self.failure_stop_timeout_s)
+        except TimeoutError:
+            raise HitchError(
+                "inference_recovery_ambiguous",
+                "the failed service did not confirm its engine is gone",
+                {"service_id": svc.key.service_id, "epoch": svc.epoch, "waited_s": self.failure_stop_timeout_s},
+            ) from None
+
+    def _threadsafe(self, callback: Callable[..., None], *args: Any) -> None:
+        """Run a service callback on the manager's loop, whichever thread the service calls from."""
+        loop = self._loop
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if loop is not None and running is not loop:
+            loop.call_soon_threadsafe(callback, *args)
+        else:
+            callback(*args)
+
+    def _on_released(self, svc: _Service) -> None:
+        svc.released.set()
+
+    def _on_failure(self, svc: _Service, error: HitchError) -> None:
+        if svc.state == "starting":
+            svc.failure = svc.failure or error
+        elif svc.state == "ready":
+            svc.failure = error
+            self._begin_stop(svc, "failed", force=True)
+        # draining/failed: the stop in progress confirms the end either way.
+
+    async def _release_resources(self, svc: _Service) -> None:
+        if svc.gpu_uuid is not None and self.gpu_leases is not None:
+            await asyncio.to_thread(self.gpu_leases.release, svc.gpu_uuid, service_id=svc.key.service_id)
+            svc.gpu_uuid = None
+        if svc.holder is not None:
+            await self.ledger.release(svc.holder)
+            svc.holder = None
+
+    # -- helpers ----------------------------------------------------------------------------------
+
+    def _raise_stop_error(self, svc: _Service) -> bool:
+        if svc.stop_error is not None:
+            raise svc.stop_error
+        return True
+
+    def _drop_live(self, svc: _Service) -> None:
+        if self._live.get(svc.key.isolation_key) is svc:
+            del self._live[svc.key.isolation_key]
+
+    @staticmethod
+    def _find(table: dict[str, _Service], service_id: str) -> _Service | None:
+        return next((svc for svc in table.values() if svc.key.service_id == service_id), None)
+
+    @staticmethod
+    def _owners(svc: _Service) -> list[str]:
+        return sorted({lease.owner for lease in svc.leases.values()})
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task: asyncio.Task[None] = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _emit_queued(self, svc: _Service, owner: str, waiting_for: str) -> bool:
+        self._emit(svc, "inference.queued", owner, {"waiting_for": waiting_for})
+        return True
+
+    def _emit(self, svc: _Service, name: LifecycleEventName, owner: str, details: dict[str, Any]) -> None:
+        event = LifecycleEventV1(
+            event=name,
+            service_id=svc.key.service_id,
+            inference_id=svc.key.inference_id,
+            epoch=svc.epoch,
+            owner_id=owner,
+            timestamp=self.clock(),
+            details=details,
+        )
+        if self._events is not None:
+            self._events(event)
+        else:
+            ServiceStateStore(self.root, svc.key.service_id).append_event(event)

@@ -111,7 +111,16 @@ async def engine_alive(base_url: str, timeout_s: float = 0.5) -> bool:
 
 
 async def _failure_code(base_url: str) -> str:
-    return "inference_upstream_failed" if await engine_alive(base_url) else "inference_process_exited"
+    """After an early end: ``inference_process_exited`` if the engine stopped accepting connections.
+
+    A dying process can still hold its listening socket for a moment after our connection closed, so an
+    engine that answers is asked twice, 100 ms apart (this runs only on failure paths)."""
+    for attempt in range(2):
+        if not await engine_alive(base_url):
+            return "inference_process_exited"
+        if attempt == 0:
+            await asyncio.sleep(0.1)
+    return "inference_upstream_failed"
 
 
 async def open_upstream(

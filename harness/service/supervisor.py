@@ -244,6 +244,11 @@ class ServiceSupervisor:
             except HitchError as err:
                 await self._fail_locked(err)
                 raise
+            except asyncio.CancelledError:
+                # The caller gave up (daemon shutdown): never leave a half-started engine behind.
+                cancelled = HitchError("inference_start_timeout", "the start was cancelled", {"cancelled": True})
+                await asyncio.shield(self._fail_locked(cancelled))
+                raise
             except Exception as exc:
                 internal = HitchError("internal_error", f"starting the engine failed: {type(exc).__name__}", {})
                 await self._fail_locked(internal)

@@ -183,3 +183,18 @@ def test_secrets_stay_in_the_private_files(inputs: ServiceInputs, monkeypatch: p
     assert "Uvicorn running" in log  # the log is there, only without keys
     state = json.loads((inputs.root.service_dir("svc-test") / "state.json").read_text())
     assert state["state"] == "stopped"
+
+
+def test_a_cancelled_start_leaves_no_engine(inputs: ServiceInputs) -> None:
+    async def run() -> None:
+        sup = _supervisor(inputs, "--fault", "startup_hang", startup_timeout_s=60.0)
+        task = asyncio.ensure_future(sup.start())
+        while sup.engine is None:
+            await asyncio.sleep(0.02)
+        pid = _pid(sup)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert live_group_members(pid) == [] and sup.state == "failed"
+
+    asyncio.run(run())

@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Cold-start overhead of the harness over the engine's own ready time (process launcher).
+
+For each run: a fresh supervisor starts the engine (fake or real SGLang) for ``fixture:tiny`` and waits for
+readiness. ``engine_ready_s`` is spawn → first ``/health`` 200 (the engine's own startup and warmup, polled
+every 100 ms); ``total_s`` is ``start()`` → ready (keys, argv/env, spawn, health, ``/server_info`` check,
+Responses + SSE probes, ``/flush_cache``, state writes). ``overhead_s = total_s - engine_ready_s``.
+Prints JSON with every run and the medians. Usage::
+
+    python scripts/bench_service_start.py --engine fake --runs 3
+    HITCH_ROOT=... python scripts/bench_service_start.py --engine sglang --runs 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from harness.engine import EngineProgram
+from harness.launch.process import ProcessLauncher
+from harness.paths import HitchRoot
+from harness.runtimes import get_runtime, require_installed
+from harness.service import ServiceSupervisor
+from tests.harness.engine.inputs import GENERIC_RUNTIME, service_inputs
+
+
+async def one_run(base: Path, ckpt: Path, program: EngineProgram, n: int) -> dict[str, float]:
+    inputs = service_inputs(base / f"root-{n}", ckpt)
+    sup = ServiceSupervisor(
+        inputs.root, f"bench-{n}", inputs.lock, inputs.model_dir, program, ProcessLauncher(), owner="bench", startup_timeout_s=600
+    )
+    t0 = time.monotonic()
+    endpoint = await sup.start()
+    total = time.monotonic() - t0
+    t1 = time.monotonic()
+    await sup.stop()
+    stop_s = time.monotonic() - t1
+    ready = next(e for e in sup.store.events() if e.event == "inference.ready")
+    engine_ready = float(endpoint.readiness.health_s or 0.0)
+    rep = endpoint.readiness
+    return {
+        "total_s": round(total, 3),
+        "engine_ready_s": round(engine_ready, 3),
+        "overhead_s": round(total - engine_ready, 3),
+        "probes_s": round((rep.flushed_s or 0.0) - engine_ready, 3),
+        "event_ready_s": float(ready.details["ready_s"]),
+        "stop_s": round(stop_s, 3),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--engine", choices=["fake", "sglang"], default="fake")
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    if args.engine == "fake":
+        program = EngineProgram.fake()
+    else:
+        program = EngineProgram.from_runtime(require_installed(HitchRoot.at(), get_runtime(GENERIC_RUNTIME)))
+    from fixtures.checkpoint import tiny_checkpoint_cached
+
+    with tempfile.TemporaryDirectory(prefix="hitch-bench-start-") as tmp:
+        base = Path(tmp)
+        ckpt = tiny_checkpoint_cached(base / "ckpt")
+        runs = [asyncio.run(one_run(base, ckpt, program, i)) for i in range(args.runs)]
+    medians = {k: round(statistics.median(r[k] for r in runs), 3) for k in runs[0]}
+    print(json.dumps({"engine": args.engine, "launcher": "process", "runs": runs, "median": medians}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""The supervisor with REAL SGLang (generic-CPU runtime): readiness passes against the real ``/server_info``.
+
+Skipped when the runtime is not installed under $HITCH_ROOT, unless HITCH_REQUIRE_SGLANG=1 (then it fails).
+All tests here share ``xdist_group("sglang")`` so one worker runs them (real SGLang needs ~2 GB and both cores).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from harness.engine import EngineProgram
+from harness.errors import HitchError
+from harness.launch.process import ProcessEngine, ProcessLauncher, live_group_members
+from harness.paths import HitchRoot
+from harness.runtimes import get_runtime, installed_runtime
+from harness.service import ServiceSupervisor
+from tests.harness.engine.inputs import GENERIC_RUNTIME, checkpoint_cache, service_inputs
+
+pytestmark = [pytest.mark.integration, pytest.mark.needs_sglang, pytest.mark.slow, pytest.mark.xdist_group("sglang")]
+
+REAL_STARTUP_TIMEOUT_S = 300.0
+
+
+def _running(pid: int) -> bool:
+    try:
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _real_program() -> EngineProgram:
+    root = HitchRoot.at()
+    try:
+        runtime = installed_runtime(root, get_runtime(GENERIC_RUNTIME))
+        reason = f"{GENERIC_RUNTIME} is not installed under {root.root}"
+    except HitchError as exc:
+        runtime, reason = None, f"{GENERIC_RUNTIME} is unusable: {exc.code}"
+    if runtime is None:
+        if os.environ.get("HITCH_REQUIRE_SGLANG") == "1":
+            pytest.fail(f"HITCH_REQUIRE_SGLANG=1 but {reason}", pytrace=False)
+        pytest.skip(reason)
+    return EngineProgram.from_runtime(runtime)
+
+
+def test_real_sglang_start_ready_stop(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    program = _real_program()
+    inputs = service_inputs(tmp_path / "root", checkpoint_cache(tmp_path_factory.getbasetemp()))
+
+    async def run() -> None:
+        sup = ServiceSupervisor(
+            inputs.root,
+            "svc-real",
+            inputs.lock,
+            inputs.model_dir,
+            program,
+            ProcessLauncher(),
+            owner="test-owner",
+            startup_timeout_s=REAL_STARTUP_TIMEOUT_S,
+        )
+        endpoint = await sup.start()
+        assert sup.state == "ready"
+        report = endpoint.readiness
+        assert report.steps == ["health", "server_info", "responses", "responses_stream", "flush_cache"]
+        assert report.engine_version == "0.5.23"
+        assert report.max_total_num_tokens == inputs.lock.execution.max_total_tokens
+        assert report.probe_output_tokens is not None and report.probe_output_tokens <= 8
+        engine = sup.engine
+        assert isinstance(engine, ProcessEngine)
+        members = live_group_members(engine.pid)
+        names = {psutil.Process(p).name() for p in members}
+        assert len(members) >= 3, names  # main, sglang::scheduler, sglang::detokenizer
+        async with httpx.AsyncClient(base_url=endpoint.base_url) as client:
+            unauth = await client.get("/v1/models")
+            models = await client.get("/v1/models", headers={"Authorization": f"Bearer {endpoint.keys.api_key}"})
+        assert unauth.status_code == 401
+        assert models.json()["data"][0]["id"] == endpoint.wire_model
+        exit_info = await sup.stop()
+        assert exit_info is not None and exit_info.exit_code == 0
+        assert live_group_members(engine.pid) == []
+        assert not any(_running(p) for p in members)  # reparented children may linger as zombies briefly
+        assert sup.state == "stopped"
+        log = (inputs.root.service_dir("svc-real") / "engine.log").read_text()
+        assert "server_args=" in log and "<redacted>" in log
+        for key in endpoint.keys.values():
+            assert key not in log
+
+    asyncio.run(run())

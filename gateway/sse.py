@@ -153,6 +153,7 @@ class StreamObserver:
             self.first_text_at is not None
             and self.engine_rid is not None
             and b'"usage":{' not in data
+            and b'"usage": {' not in data
             and b'"finish_reason":"' not in data
             and b'"finish_reason": "' not in data
         ):

@@ -1,0 +1,133 @@
+"""The lock decides sampling, budget, parameters and modality (unit tests of gateway.policy)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from gateway.policy import apply_policy
+from harness.errors import HitchError
+from tests.gateway.support import make_lock
+
+LOCK = make_lock(max_output=256)
+CHAT = "/v1/chat/completions"
+RESP = "/v1/responses"
+
+
+def _chat(**extra: Any) -> bytes:
+    return json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}], **extra}).encode()
+
+
+def _resp(**extra: Any) -> bytes:
+    return json.dumps({"model": "m", "input": "hi", **extra}).encode()
+
+
+def _code(route: str, raw: bytes) -> str:
+    with pytest.raises(HitchError) as info:
+        apply_policy(route, raw, LOCK, "m")  # type: ignore[arg-type]
+    return info.value.code
+
+
+def test_lock_sampling_is_applied_and_top_k_zero_becomes_minus_one() -> None:
+    p = apply_policy(CHAT, _chat(), LOCK, "m")
+    body = json.loads(p.body)
+    assert (body["temperature"], body["top_p"], body["top_k"], body["min_p"], body["repetition_penalty"], body["seed"]) == (
+        0.0, 1.0, -1, 0.0, 1.0, 0,
+    )  # fmt: skip
+    assert body["max_completion_tokens"] == 256 and p.max_output_tokens == 256
+    for top_k in (0, -1):
+        assert json.loads(apply_policy(CHAT, _chat(top_k=top_k), LOCK, "m").body)["top_k"] == -1
+
+
+def test_top_k_maps_through_when_the_lock_sets_one() -> None:
+    lock = make_lock(top_k=40)
+    assert json.loads(apply_policy(RESP, _resp(top_k=40), lock, "m").body)["top_k"] == 40
+    with pytest.raises(HitchError) as info:
+        apply_policy(RESP, _resp(top_k=-1), lock, "m")
+    assert info.value.code == "inference_parameter_conflict"
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [{"temperature": 0.7}, {"top_p": 0.9}, {"top_k": 5}, {"min_p": 0.1}, {"repetition_penalty": 1.1}, {"seed": 7},
+     {"frequency_penalty": 0.5}, {"presence_penalty": 1}, {"temperature": True}, {"n": 2}],
+)  # fmt: skip
+def test_conflicting_values_are_refused(extra: dict[str, Any]) -> None:
+    assert _code(CHAT, _chat(**extra)) == "inference_parameter_conflict"
+
+
+def test_equal_values_are_accepted_unchanged() -> None:
+    raw = _chat(temperature=0, top_p=1, top_k=-1, min_p=0, repetition_penalty=1, seed=0, max_tokens=3)
+    p = apply_policy(CHAT, raw, LOCK, "m")
+    assert p.body == raw  # nothing to change: the caller's bytes go through as they are
+    assert p.max_output_tokens == 3
+
+
+def test_budget_may_only_shrink() -> None:
+    assert _code(CHAT, _chat(max_tokens=257)) == "inference_parameter_conflict"
+    assert _code(RESP, _resp(max_output_tokens=257)) == "inference_parameter_conflict"
+    assert _code(CHAT, _chat(max_tokens=0)) == "inference_parameter_conflict"
+    assert _code(CHAT, _chat(max_tokens=3, max_completion_tokens=4)) == "inference_parameter_conflict"
+    assert apply_policy(CHAT, _chat(max_completion_tokens=10), LOCK, "m").max_output_tokens == 10
+
+
+def test_responses_budget_is_compensated_for_the_engine_minus_two() -> None:
+    p = apply_policy(RESP, _resp(max_output_tokens=10), LOCK, "m")
+    assert json.loads(p.body)["max_output_tokens"] == 12 and p.max_output_tokens == 10
+    p = apply_policy(RESP, _resp(), LOCK, "m")
+    assert json.loads(p.body)["max_output_tokens"] == 258 and p.max_output_tokens == 256
+    assert json.loads(p.body)["store"] is False
+
+
+@pytest.mark.parametrize(
+    ("route", "raw"),
+    [
+        (CHAT, _chat(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "http://x/a.png"}}]}])),
+        (
+            CHAT,
+            _chat(
+                messages=[{"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "", "format": "wav"}}]}]
+            ),
+        ),
+        (CHAT, _chat(modalities=["text", "audio"])),
+        (RESP, _resp(input=[{"role": "user", "content": [{"type": "input_image", "image_url": "http://x/a.png"}]}])),
+        (RESP, _resp(input=[{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}])),
+    ],
+)
+def test_images_audio_and_files_are_refused(route: str, raw: bytes) -> None:
+    assert _code(route, raw) == "inference_modality_unsupported"
+
+
+@pytest.mark.parametrize(
+    ("route", "raw"),
+    [
+        (CHAT, _chat(logit_bias={"1": 5})),
+        (CHAT, _chat(functions=[{"name": "f"}])),
+        (CHAT, _chat(store=True)),
+        (RESP, _resp(previous_response_id="resp_1")),
+        (RESP, _resp(store=True)),
+        (RESP, _resp(background=True)),
+        (RESP, _resp(truncation="auto")),
+        (RESP, _resp(tools=[{"type": "web_search"}])),
+        (RESP, _resp(some_new_field=1)),
+        (CHAT, _chat(model="other")),
+        (CHAT, _chat(stream="yes")),
+    ],
+)
+def test_unsupported_parameters_are_refused_never_dropped(route: str, raw: bytes) -> None:
+    assert _code(route, raw) == "inference_parameter_conflict"
+
+
+def test_function_tools_pass_and_parallel_calls_follow_the_lock() -> None:
+    tool = {"type": "function", "name": "ls", "parameters": {"type": "object", "properties": {}}}
+    p = apply_policy(RESP, _resp(tools=[tool]), LOCK, "m")
+    assert json.loads(p.body)["parallel_tool_calls"] is False
+    assert p.tools == [{"type": "function", "function": {"name": "ls", "parameters": {"type": "object", "properties": {}}}}]
+    assert _code(RESP, _resp(tools=[tool], parallel_tool_calls=True)) == "inference_parameter_conflict"
+
+
+def test_bodies_that_are_not_objects_are_refused() -> None:
+    for raw in (b"", b"[]", b"not json", b'"x"'):
+        assert _code(CHAT, raw) == "inference_protocol_unsupported"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import stat
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 
 from harness.engine import EngineProgram
 from harness.errors import HitchError
+from harness.launch.base import ExitInfo, LaunchSpec
 from harness.launch.process import ProcessEngine, ProcessLauncher, live_group_members
 from harness.service import ServiceStateStore, ServiceSupervisor
 from tests.harness.engine.inputs import ServiceInputs, checkpoint_cache, service_inputs
@@ -196,5 +198,89 @@ def test_a_cancelled_start_leaves_no_engine(inputs: ServiceInputs) -> None:
         with pytest.raises(asyncio.CancelledError):
             await task
         assert live_group_members(pid) == [] and sup.state == "failed"
+
+    asyncio.run(run())
+
+
+class _OomLauncher:
+    """Wraps the process launcher and reports any exit as a confirmed OOM (what the OCI launcher does for
+    ``OOMKilled``), to test the supervisor's mapping without a memory-limited container."""
+
+    kind = "process"
+
+    def __init__(self) -> None:
+        self.inner = ProcessLauncher()
+
+    async def start(self, spec: LaunchSpec) -> ProcessEngine:
+        engine = await self.inner.start(spec)
+        real_poll = engine.poll
+
+        async def poll() -> ExitInfo | None:
+            info = await real_poll()
+            return None if info is None else ExitInfo(exit_code=137, oom=True, reason="OOMKilled")
+
+        engine.poll = poll  # type: ignore[method-assign]
+        return engine
+
+
+def test_a_confirmed_oom_is_inference_oom(inputs: ServiceInputs) -> None:
+    failures: list[HitchError] = []
+
+    async def run() -> None:
+        sup = ServiceSupervisor(
+            inputs.root,
+            "svc-test",
+            inputs.lock,
+            inputs.model_dir,
+            EngineProgram.fake(("--fault", "exit_after_requests:n=5,code=137")),
+            _OomLauncher(),
+            owner="test-owner",
+            monitor_interval_s=0.1,
+        )
+        sup.on_failure(failures.append)
+        endpoint = await sup.start()
+        async with httpx.AsyncClient(base_url=endpoint.base_url) as client:
+            await client.get("/v1/models", headers={"Authorization": f"Bearer {endpoint.keys.api_key}"})
+        for _ in range(300):
+            if sup.state == "failed":
+                break
+            await asyncio.sleep(0.05)
+        assert live_group_members(_pid(sup)) == []
+
+    asyncio.run(run())
+    assert [f.code for f in failures] == ["inference_oom"] and failures[0].details["exit_code"] == 137
+
+
+def test_a_frozen_engine_fails_the_health_monitor_and_is_killed(inputs: ServiceInputs) -> None:
+    failures: list[str] = []
+
+    async def run() -> None:
+        sup = _supervisor(inputs, health_timeout_s=0.3, health_failures=2, stop_timeout_s=1.0)
+        sup.on_failure(lambda err: failures.append(err.code))
+        await sup.start()
+        pid = _pid(sup)
+        os.kill(pid, signal.SIGSTOP)  # alive but answering nothing
+        for _ in range(300):
+            if sup.state == "failed" and sup.last_exit is not None:
+                break
+            await asyncio.sleep(0.05)
+        assert sup.state == "failed"
+        assert live_group_members(pid) == []
+
+    asyncio.run(run())
+    assert failures == ["inference_engine_unhealthy"]
+
+
+def test_drain_then_stop(inputs: ServiceInputs) -> None:
+    async def run() -> None:
+        sup = _supervisor(inputs)
+        await sup.start()
+        await sup.drain()
+        assert sup.state == "draining" and sup.endpoint is not None
+        record = sup.store.read()
+        assert record is not None and record.state == "draining"
+        await sup.stop()
+        assert sup.state == "stopped" and sup.endpoint is None
+        assert [e.event for e in sup.store.events()][-2:] == ["inference.draining", "inference.stopped"]
 
     asyncio.run(run())

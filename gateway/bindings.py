@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from gateway.context_check import ContextChecker
 from harness.contracts.binding import ModelEndpointBindingV1
 from harness.contracts.lock import InferenceLockV1
 from harness.errors import HitchError
@@ -87,6 +88,7 @@ class Binding:
     token: bytes = field(repr=False)
     target: UpstreamTarget
     queue_timeout_ms: int
+    checker: ContextChecker
 
     @property
     def binding_id(self) -> str:
@@ -146,7 +148,8 @@ class BindingRegistry:
             created_at=time.time(),
         )
         timeout = queue_timeout_ms if queue_timeout_ms is not None else target.lock.execution.queue_timeout_ms
-        self._by_id[binding_id] = Binding(record, token.encode(), target, timeout)
+        checker = ContextChecker.for_dir(target.tokenizer_dir)
+        self._by_id[binding_id] = Binding(record, token.encode(), target, timeout, checker)
         self._active_run[run_id] = binding_id
         return record
 

@@ -52,6 +52,7 @@ _CHAT_KEYS = _CHAT_FREE | _COMMON | {"max_tokens", "max_completion_tokens", "n",
 _RESPONSES_KEYS = _RESPONSES_FREE | _COMMON | {"max_output_tokens", "store", "previous_response_id", "background", "truncation"}
 _TEXT_PARTS = frozenset({"text", "input_text", "output_text"})
 _RESPONSES_BUDGET_HEADROOM = 2
+_ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 @dataclass
@@ -288,8 +289,9 @@ def apply_policy(route: RouteName, raw: bytes, lock: InferenceLockV1, wire_model
     if not isinstance(body, dict):
         raise HitchError("inference_protocol_unsupported", "the request body must be a JSON object", {})
     allowed = _CHAT_KEYS if route == "/v1/chat/completions" else _RESPONSES_KEYS
-    unknown = sorted(k for k in body if k not in allowed)
-    if unknown:
+    extra = body.keys() - allowed
+    if extra:
+        unknown = sorted(extra)
         raise _conflict(f"unsupported parameter(s): {', '.join(unknown)}", parameters=unknown)
     if body.get("model") != wire_model:
         raise _conflict(f"model must be {wire_model!r}", parameter="model", wire_model=wire_model)
@@ -302,5 +304,5 @@ def apply_policy(route: RouteName, raw: bytes, lock: InferenceLockV1, wire_model
         changed, budget, messages, tools = _chat(body, lock)
     else:
         changed, budget, messages, tools = _responses(body, lock)
-    out = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode() if changed else raw
+    out = _ENCODE(body).encode() if changed else raw
     return PreparedRequest(out, stream, budget, messages, tools)

@@ -26,7 +26,6 @@ from gateway.admission import FairQueue
 from gateway.auth import bearer_token, engine_headers
 from gateway.bindings import BindingRegistry, UpstreamTarget
 from gateway.capture import CaptureLedger, CaptureMode, RequestCapture
-from gateway.context_check import ContextChecker
 from gateway.evidence import EvidenceLog
 from gateway.metrics import GatewayMetrics, build_metrics_app
 from gateway.policy import apply_policy
@@ -92,7 +91,6 @@ class Gateway:
     # -- management (called by the manager / daemon on the gateway's loop) --
 
     def register(self, run_id: str, target: UpstreamTarget, *, queue_timeout_ms: int | None = None) -> ModelEndpointBindingV1:
-        ContextChecker.for_dir(target.tokenizer_dir)  # fail at registration, not on the first request
         timeout = queue_timeout_ms if queue_timeout_ms is not None else self.config.queue_timeout_ms
         return self.registry.register(run_id, target, queue_timeout_ms=timeout)
 
@@ -144,6 +142,7 @@ class Gateway:
             await self._metrics_runner.cleanup()
         if self._session is not None:
             await self._session.close()
+        self.evidence.flush()
         await asyncio.to_thread(self.writer.flush)
 
     # -- the request pipeline --
@@ -183,7 +182,7 @@ class Gateway:
             target = binding.target
             prepared = apply_policy(route.name, raw, target.lock, target.wire_model)
             ex.stream, ex.max_output_tokens = prepared.stream, prepared.max_output_tokens
-            checker = ContextChecker.for_dir(target.tokenizer_dir)
+            checker = binding.checker
             context = target.lock.execution.context_tokens_per_request
             args = (prepared.messages, prepared.tools, prepared.max_output_tokens, context)
             if len(raw) > _OFFLOAD_BODY_BYTES:

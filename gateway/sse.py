@@ -34,6 +34,8 @@ _TEXT_DELTAS = frozenset(
         "response.refusal.delta",
     }
 )
+_CHAT_MARKERS = (b"[DONE]", b'"error"', b'"usage"', b'"finish_reason":"', b'"finish_reason": "')
+_RESPONSES_MARKERS = (b"response.completed", b"response.incomplete", b"response.failed", b"event: error", b'"type":"error"')
 _TERMINAL = {"response.completed": "completed", "response.incomplete": "incomplete", "response.failed": "failed"}
 
 
@@ -120,7 +122,7 @@ class Outcome:
 class StreamObserver:
     """Watches one SSE stream; :meth:`feed` per upstream read, :meth:`finish` at the end."""
 
-    __slots__ = ("_api", "_parser", "done", "engine_rid", "error", "first_text_at", "status", "usage")
+    __slots__ = ("_api", "_markers", "_parser", "_tail", "done", "engine_rid", "error", "first_text_at", "status", "usage")
 
     def __init__(self, api: Api) -> None:
         self._api = api
@@ -131,8 +133,31 @@ class StreamObserver:
         self.status: str | None = None  # completed | incomplete | failed once known
         self.error: str | None = None
         self.done = False
+        self._markers = _CHAT_MARKERS if api == "chat" else _RESPONSES_MARKERS
+        self._tail = b""  # fast path: the unterminated tail after the last blank line
 
     def feed(self, chunk: bytes, now: float) -> None:
+        if self.first_text_at is not None and self.engine_rid is not None and not self._parser.tail() and b"\r" not in chunk:
+            # Quiet phase: only events that can change the outcome are decoded; the rest is scanned in C.
+            data = self._tail + chunk if self._tail else chunk
+            cut = data.rfind(b"\n\n")
+            if cut < 0:
+                self._tail = data
+                return
+            self._tail = data[cut + 2 :]
+            complete = data[: cut + 2]
+            if not any(marker in complete for marker in self._markers):
+                return
+            chunk = complete
+            tail, self._tail = self._tail, b""
+            self._dispatch(chunk, now)
+            self._parser.feed(tail)
+            return
+        if self._tail:
+            chunk, self._tail = self._tail + chunk, b""
+        self._dispatch(chunk, now)
+
+    def _dispatch(self, chunk: bytes, now: float) -> None:
         for name, data in self._parser.feed(chunk):
             if self._api == "chat":
                 self._chat(data, now)
@@ -216,7 +241,7 @@ class StreamObserver:
 
     def finish(self) -> Outcome:
         """The stream's outcome once the upstream body ended (cleanly or not)."""
-        if self._parser.tail().strip():
+        if self._parser.tail().strip() or self._tail.strip():
             return Outcome("failed", self.engine_rid, self.usage, "inference_upstream_failed", "partial event at close")
         if self.status == "failed":
             return Outcome("failed", self.engine_rid, self.usage, "inference_upstream_failed", self.error)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -123,11 +124,16 @@ async def _failure_code(base_url: str) -> str:
     return "inference_upstream_failed"
 
 
+@functools.lru_cache(maxsize=16)
+def _timeout(request_timeout_ms: int) -> aiohttp.ClientTimeout:
+    return aiohttp.ClientTimeout(total=request_timeout_ms / 1000, sock_connect=5.0)
+
+
 async def open_upstream(
     session: aiohttp.ClientSession, binding: Binding, route: RouteName, body: bytes, headers: dict[str, str]
 ) -> aiohttp.ClientResponse:
     target = binding.target
-    timeout = aiohttp.ClientTimeout(total=target.lock.execution.request_timeout_ms / 1000, sock_connect=5.0)
+    timeout = _timeout(target.lock.execution.request_timeout_ms)
     try:
         return await session.post(target.origin + route, data=body, headers=headers, timeout=timeout)
     except (aiohttp.ClientConnectionError, OSError, TimeoutError) as exc:

@@ -191,14 +191,21 @@ def token_of(record: Any) -> str:
     return Path(record.token_ref).read_text()
 
 
-def evidence_rows(gw: Gateway, binding_id: str) -> list[dict[str, Any]]:
+def evidence_rows(gt: GatewayThread, binding_id: str) -> list[dict[str, Any]]:
     import json
 
+    from harness.contracts.events import RequestEvidenceV1
+
+    gw = gt.gw
+    gt.call(gw.evidence.flush)
     gw.writer.flush()
     path = gw.evidence.path_for(binding_id)
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    for row in rows:
+        RequestEvidenceV1.model_validate(row)  # every row is a valid record
+    return rows
 
 
 def secret_hits(root: Path, secrets_: list[str]) -> list[str]:

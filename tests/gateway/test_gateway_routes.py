@@ -94,7 +94,7 @@ def test_models_lists_only_the_wire_model_and_never_asks_the_engine(engine: Engi
     assert r.status_code == 200
     assert [m["id"] for m in r.json()["data"]] == ["tiny-wire"]
     assert engine.received() == []
-    rows = evidence_rows(gateway.gw, rec.binding_id)
+    rows = evidence_rows(gateway, rec.binding_id)
     assert [(row["route"], row["status"]) for row in rows] == [("/v1/models", "completed")]
 
 

@@ -69,7 +69,7 @@ def test_split_utf8_reaches_the_client_as_the_engine_sent_it(engine: Engine, gat
         return out
 
     assert strip_ids(_sse_events(raw)) == strip_ids(_sse_events(direct))
-    [row] = evidence_rows(gateway.gw, rec.binding_id)
+    [row] = evidence_rows(gateway, rec.binding_id)
     assert row["status"] in ("completed", "incomplete") and row["ttft_ms"] is not None and row["engine_rid"]
 
 
@@ -82,7 +82,7 @@ def test_coalesced_events_pass_and_are_counted(engine: Engine, gateway: GatewayT
     events = _sse_events(raw)
     assert events[0].startswith(b"event: response.created") and events[-1].startswith(b"event: response.")
     assert sum(e.startswith(b"event: response.output_text.delta") for e in events) >= 1
-    [row] = evidence_rows(gateway.gw, rec.binding_id)
+    [row] = evidence_rows(gateway, rec.binding_id)
     # the -2 compensation: the engine produced exactly the budget asked for
     assert row["engine_rid"].startswith("resp_") and row["output_tokens"] == 6 and row["max_output_tokens"] == 6
     assert row["status"] == "incomplete"  # cut by the budget, as the engine says
@@ -98,7 +98,7 @@ def test_partial_event_at_close_is_a_failed_request_and_a_broken_client_stream(e
         httpx.stream("POST", rec.base_url + "/chat/completions", json=_chat_body(True), headers=_auth(rec), timeout=30) as r,
     ):
         b"".join(r.iter_raw())
-    [row] = evidence_rows(gateway.gw, rec.binding_id)
+    [row] = evidence_rows(gateway, rec.binding_id)
     assert row["status"] == "failed" and row["http_status"] == 200
     assert row["error_code"] == "inference_upstream_failed"  # the engine is alive: not a process exit
 
@@ -112,7 +112,7 @@ def test_200_then_inband_error_is_failed_and_never_retried(engine: Engine, gatew
         assert r.status_code == 200
         raw = b"".join(r.iter_raw())
     assert b"error" in raw or b"response.failed" in raw
-    [row] = evidence_rows(gateway.gw, rec.binding_id)
+    [row] = evidence_rows(gateway, rec.binding_id)
     assert (row["status"], row["error_code"]) == ("failed", "inference_upstream_failed")
     assert len(engine.received()) == 1
 
@@ -142,7 +142,7 @@ def test_client_disconnect_frees_the_engine_slot_and_the_permit_once(engine: Eng
         time.sleep(0.005)
     freed_ms = (time.monotonic() - t_close) * 1000
     print(f"engine slot freed {freed_ms:.1f} ms after the client closed")
-    [row] = evidence_rows(gateway.gw, rec.binding_id)
+    [row] = evidence_rows(gateway, rec.binding_id)
     assert row["status"] == "cancelled"
     [queue] = gateway.gw.queues.values()
     assert (queue.acquired, queue.released, queue.repeat_releases, queue.in_use) == (1, 1, 0, 0)
@@ -161,7 +161,7 @@ def test_engine_death_mid_stream_ends_the_stream_with_process_exited(
     ):
         b"".join(r.iter_raw())
     engine.proc.wait(timeout=10)
-    [row] = evidence_rows(gateway.gw, rec.binding_id)
+    [row] = evidence_rows(gateway, rec.binding_id)
     assert (row["status"], row["error_code"]) == ("failed", "inference_process_exited")
     r2 = httpx.post(rec.base_url + "/chat/completions", json=_chat_body(False), headers=_auth(rec), timeout=30)
     assert (r2.status_code, r2.json()["error"]["code"]) == (502, "inference_process_exited")
@@ -176,7 +176,7 @@ def test_queue_timeout_is_503_with_the_code(engine: Engine, gateway: GatewayThre
         assert r.status_code == 200, first
         r2 = httpx.post(rec.base_url + "/chat/completions", json=_chat_body(False), headers=_auth(rec), timeout=30)
         assert (r2.status_code, r2.json()["error"]["code"]) == (503, "inference_queue_timeout")
-    rows = evidence_rows(gateway.gw, rec.binding_id)
+    rows = evidence_rows(gateway, rec.binding_id)
     assert any(row["error_code"] == "inference_queue_timeout" and row["status"] == "rejected" for row in rows)
     assert len(engine.received()) == 1
 
@@ -230,6 +230,6 @@ def test_engine_receives_lock_values_and_compensated_budget(engine: Engine, gate
     assert r.status_code == 200
     body = r.json()
     assert body["usage"]["output_tokens"] == 5
-    [row] = evidence_rows(gateway.gw, rec.binding_id)
+    [row] = evidence_rows(gateway, rec.binding_id)
     assert (row["output_tokens"], row["max_output_tokens"], row["input_tokens"]) == (5, 5, body["usage"]["input_tokens"])
     assert row["engine_rid"] == body["id"] and row["queue_ms"] is not None and row["e2e_ms"] >= row["queue_ms"]

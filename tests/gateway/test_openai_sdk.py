@@ -55,7 +55,7 @@ def _exercise(gateway: GatewayThread, up: Upstream) -> None:
     text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
     assert chunks[-1].usage is not None and isinstance(text, str)
 
-    rows = evidence_rows(gateway.gw, rec.binding_id)
+    rows = evidence_rows(gateway, rec.binding_id)
     assert [row["status"] in ("completed", "incomplete") for row in rows] == [True] * 5
     assert all(row["engine_rid"] for row in rows[1:])
     streamed = [row for row in rows if row["stream"]]

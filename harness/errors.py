@@ -70,6 +70,7 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     "inference_capacity_exceeded": _e("admission", False, 503, "free resources or lower the profile's needs"),
     "inference_queue_timeout": _e("scheduling", True, 503, "retry later or raise the queue timeout"),
     "inference_start_timeout": _e("scheduling", True, 504, "check the engine log; raise startup_timeout_ms"),
+    "inference_port_conflict": _e("scheduling", True, 503, "another server holds the engine port; a new port is tried"),
     # spec §12.2 — infrastructure
     "inference_oom": _e("infrastructure", True, 502, "give the engine more memory or shrink the token pool"),
     "inference_process_exited": _e("infrastructure", True, 502, "check the engine log"),
@@ -102,6 +103,7 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     # harness — infrastructure
     "storage_write_failed": _e("infrastructure", True, 507, "free disk space and retry; nothing was published"),
     "docker_unavailable": _e("capability", True, 503, "start the Docker engine"),
+    "daemon_unavailable": _e("capability", True, 503, "start it with `hitch daemon start` (see inference/daemon/daemon.log)"),
     "internal_error": _e("internal", False, 500, "this is a bug; report it with the JSON output"),
 }
 

@@ -3,6 +3,9 @@
 The probe sequence, in order, all before one deadline:
 
 1. the process is alive (checked between every attempt: a death is ``inference_process_exited``);
+   when the caller passes a ``listener`` check (process launcher: who listens on the port), nothing at
+   all is sent until the engine's own process tree listens there; another listener on the port is
+   ``inference_port_conflict`` (it receives no request, not even ``/health``);
 2. ``GET /health`` answers 200 (SGLang answers 503 until its own warmup is done);
 3. ``GET /server_info`` with the engine key matches the lock (``verify.py``) — before any prompt is sent,
    so an unknown server on our port never receives one;
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +33,10 @@ from harness.engine.verify import verify_server_info
 from harness.errors import HitchError
 from harness.launch.base import LaunchedEngine
 
-__all__ = ["PROBE_OUTPUT_TOKENS", "RESPONSES_BUDGET_OFFSET", "ReadinessReport", "wait_ready"]
+__all__ = ["PROBE_OUTPUT_TOKENS", "RESPONSES_BUDGET_OFFSET", "ListenerCheck", "ReadinessReport", "wait_ready"]
+
+# Who listens on the engine's port: "ours" (the engine's process tree), "other" or "none" (yet).
+ListenerCheck = Callable[[], Awaitable[str]]
 
 PROBE_OUTPUT_TOKENS = 8
 RESPONSES_BUDGET_OFFSET = 2  # SGLang: max_new_tokens = max_output_tokens - 2 on /v1/responses
@@ -90,7 +97,10 @@ async def _check_alive(engine: LaunchedEngine, step: str) -> None:
         )
 
 
-async def _wait_health(client: httpx.AsyncClient, engine: LaunchedEngine, deadline: _Deadline) -> None:
+async def _wait_health(
+    client: httpx.AsyncClient, engine: LaunchedEngine, deadline: _Deadline, listener: ListenerCheck | None
+) -> None:
+    proven = listener is None
     while True:
         await _check_alive(engine, "health")
         if deadline.left() <= 0:
@@ -99,6 +109,18 @@ async def _wait_health(client: httpx.AsyncClient, engine: LaunchedEngine, deadli
                 f"the engine was not healthy within {deadline.seconds:.1f}s",
                 {"step": "health", "timeout_s": deadline.seconds},
             )
+        if not proven and listener is not None:
+            state = await listener()
+            if state == "other":
+                raise HitchError(
+                    "inference_port_conflict",
+                    "another server listens on the engine's port; it was sent nothing",
+                    {"step": "listener", "url": engine.base_url},
+                )
+            if state != "ours":
+                await asyncio.sleep(min(_POLL_S, max(0.0, deadline.left())))
+                continue
+            proven = True
         try:
             resp = await client.get("/health", timeout=deadline.timeout(5.0))
             if resp.status_code == 200:
@@ -196,11 +218,16 @@ async def _flush_cache(client: httpx.AsyncClient, keys: EngineKeys, deadline: _D
 
 
 async def _probe(
-    engine: LaunchedEngine, keys: EngineKeys, wire_model: str, expected: dict[str, Any], deadline: _Deadline
+    engine: LaunchedEngine,
+    keys: EngineKeys,
+    wire_model: str,
+    expected: dict[str, Any],
+    deadline: _Deadline,
+    listener: ListenerCheck | None,
 ) -> ReadinessReport:
     report = ReadinessReport()
     async with httpx.AsyncClient(base_url=engine.base_url, trust_env=False) as client:
-        await _wait_health(client, engine, deadline)
+        await _wait_health(client, engine, deadline, listener)
         report.health_s = deadline.since()
         report.steps.append("health")
         info = await _server_info(client, keys, deadline)
@@ -224,12 +251,19 @@ async def _probe(
 
 
 async def wait_ready(
-    engine: LaunchedEngine, keys: EngineKeys, wire_model: str, expected: dict[str, Any], timeout_s: float
+    engine: LaunchedEngine,
+    keys: EngineKeys,
+    wire_model: str,
+    expected: dict[str, Any],
+    timeout_s: float,
+    listener: ListenerCheck | None = None,
 ) -> ReadinessReport:
     """Run the probe sequence; returns once every step passed, raises a HitchError otherwise."""
     deadline = _Deadline(timeout_s)
     try:
-        return await asyncio.wait_for(_probe(engine, keys, wire_model, expected, deadline), timeout=max(0.01, timeout_s))
+        return await asyncio.wait_for(
+            _probe(engine, keys, wire_model, expected, deadline, listener), timeout=max(0.01, timeout_s)
+        )
     except TimeoutError:
         raise HitchError(
             "inference_start_timeout",

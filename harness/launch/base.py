@@ -72,6 +72,9 @@ class LaunchedEngine(Protocol):
 
 
 class Launcher(Protocol):
-    kind: Literal["process", "oci"]
+    @property
+    def kind(self) -> Literal["process", "oci"]:
+        """Which launcher this is (read-only, so each launcher may narrow it to its own literal)."""
+        ...
 
     async def start(self, spec: LaunchSpec) -> LaunchedEngine: ...

@@ -24,6 +24,7 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Literal
 
 import psutil
 
@@ -222,7 +223,7 @@ def _alive(proc: psutil.Process) -> bool:
 class ProcessLauncher:
     """Starts engines as local process groups (implements ``Launcher``)."""
 
-    kind = "process"
+    kind: Literal["process"] = "process"
 
     def __init__(self, cwd: Path | None = None) -> None:
         self._cwd = cwd

@@ -46,10 +46,12 @@ from harness.contracts.events import LifecycleEventName, LifecycleEventV1
 from harness.contracts.lock import InferenceLockV1
 from harness.contracts.service import DeviceAllocationV1, InferenceServiceRecordV1, ServiceState
 from harness.engine import EngineKeys, EngineLaunch, EngineProgram, KeyFiles, ReadinessReport, prepare_launch, wait_ready
+from harness.engine.readiness import ListenerCheck
 from harness.errors import HitchError
 from harness.ids import digest_json
 from harness.launch.base import ExitInfo, LaunchedEngine, Launcher
 from harness.paths import HitchRoot, atomic_write_json
+from harness.service.ports import listener_state, process_tree
 from harness.service.state_store import ServiceStateStore
 
 __all__ = ["FailureCallback", "ReleaseCallback", "ServiceEndpoint", "ServiceSupervisor", "free_port"]
@@ -240,7 +242,14 @@ class ServiceSupervisor:
                 self._log_header(launch.spec.log_path)
                 self._engine = await self.launcher.start(launch.spec)
                 self._write("starting", process=self._engine.identity)
-                report = await wait_ready(self._engine, launch.keys, launch.wire_model, launch.expected, self.startup_timeout_s)
+                report = await wait_ready(
+                    self._engine,
+                    launch.keys,
+                    launch.wire_model,
+                    launch.expected,
+                    self.startup_timeout_s,
+                    listener=self._listener_check(self._engine, port),
+                )
             except HitchError as err:
                 await self._fail_locked(err)
                 raise
@@ -277,6 +286,17 @@ class ServiceSupervisor:
             )
             self._monitor = asyncio.ensure_future(self._watch(self._engine, self._epoch))
             return self._endpoint
+
+    def _listener_check(self, engine: LaunchedEngine, port: int) -> ListenerCheck | None:
+        """For a host process: who listens on its port, so an unknown server is never sent a request."""
+        pid = engine.identity.pid
+        if self.launcher.kind != "process" or pid is None:
+            return None  # a container has its own network namespace: nobody else can hold its port
+
+        async def check() -> str:
+            return await asyncio.to_thread(listener_state, self.host, port, process_tree(pid))
+
+        return check
 
     def _prepare(self, port: int) -> EngineLaunch:
         return prepare_launch(

@@ -1,0 +1,88 @@
+"""``hitch daemon start|stop|status``: the per-root daemon that owns the engine services.
+
+``start`` spawns it detached (nothing happens when one answers already); ``stop`` drains and stops every
+service, then the daemon exits; ``status`` reports pid, socket and services. The hidden options tune a
+daemon for tests and benchmarks (short TTL, fake GPU inventory, capacity).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from harness.cli.output import JsonOpt, RootOpt, cli_command, emit, root_from
+from harness.daemon import DaemonPaths, daemon_running, start_daemon, stop_daemon
+
+app = typer.Typer(no_args_is_help=True, help="the per-root daemon that owns engine services")
+
+
+def _summary(status: dict[str, Any], paths: DaemonPaths) -> dict[str, Any]:
+    return {
+        "running": True,
+        "pid": status.get("pid"),
+        "socket": str(paths.socket),
+        "log": str(paths.log),
+        "root": status.get("root"),
+        "services": status.get("services", []),
+        "quarantined": status.get("quarantined", []),
+        "recovery": status.get("recovery", []),
+    }
+
+
+@app.command("start", help="start the daemon of this root (no-op when it runs already)")
+@cli_command
+def start_cmd(
+    idle_ttl_ms: Annotated[int | None, typer.Option("--idle-ttl-ms", hidden=True)] = None,
+    monitor_interval_s: Annotated[float | None, typer.Option("--monitor-interval-s", hidden=True)] = None,
+    stop_timeout_s: Annotated[float | None, typer.Option("--stop-timeout-s", hidden=True)] = None,
+    fake_gpu: Annotated[list[str] | None, typer.Option("--fake-gpu", hidden=True, help="fake GPU UUID")] = None,
+    gpu_lease_dir: Annotated[str | None, typer.Option("--gpu-lease-dir", hidden=True)] = None,
+    capacity_cpu: Annotated[int | None, typer.Option("--capacity-cpu", hidden=True)] = None,
+    capacity_memory: Annotated[int | None, typer.Option("--capacity-memory", hidden=True)] = None,
+    recover_docker: Annotated[bool, typer.Option("--recover-docker", help="also sweep this root's containers")] = False,
+    as_json: JsonOpt = False,
+    root: RootOpt = None,
+) -> None:
+    hroot = root_from(root)
+    args: list[str] = []
+    for flag, value in (
+        ("--idle-ttl-ms", idle_ttl_ms),
+        ("--monitor-interval-s", monitor_interval_s),
+        ("--stop-timeout-s", stop_timeout_s),
+        ("--gpu-lease-dir", gpu_lease_dir),
+        ("--capacity-cpu", capacity_cpu),
+        ("--capacity-memory", capacity_memory),
+    ):
+        if value is not None:
+            args += [flag, str(value)]
+    for uuid in fake_gpu or []:
+        args += ["--fake-gpu", uuid]
+    if recover_docker:
+        args.append("--recover-docker")
+    status = start_daemon(hroot, args)
+    payload = {"kind": "daemon-start", **_summary(status, DaemonPaths(hroot))}
+    emit(as_json, payload, f"daemon {payload['pid']} serving {payload['root']} on {payload['socket']}")
+
+
+@app.command("stop", help="drain and stop every service, then stop the daemon")
+@cli_command
+def stop_cmd(as_json: JsonOpt = False, root: RootOpt = None) -> None:
+    stopped = stop_daemon(root_from(root))
+    emit(as_json, {"kind": "daemon-stop", "stopped": stopped}, "daemon stopped" if stopped else "no daemon was running")
+
+
+@app.command("status", help="pid, socket and services of this root's daemon")
+@cli_command
+def status_cmd(as_json: JsonOpt = False, root: RootOpt = None) -> None:
+    hroot = root_from(root)
+    paths = DaemonPaths(hroot)
+    status = daemon_running(hroot)
+    if status is None:
+        emit(as_json, {"kind": "daemon-status", "running": False, "socket": str(paths.socket)}, "no daemon is running")
+        return
+    payload = {"kind": "daemon-status", **_summary(status, paths)}
+    lines = [f"daemon {payload['pid']} on {payload['socket']}"]
+    lines += [f"  {s['service_id']} {s['state']} epoch {s['epoch']} leases {len(s['leases'])}" for s in payload["services"]]
+    lines += [f"  {q.get('service_id')} QUARANTINED: {q.get('reason')}" for q in payload["quarantined"]]
+    emit(as_json, payload, "\n".join(lines))

@@ -1,0 +1,170 @@
+"""``hitch local prepare|status|stop|unquarantine``: services of this root, always through its daemon.
+
+``prepare`` installs a missing runtime first (progress on stderr) unless ``--offline``, which fails at
+once with ``inference_runtime_unavailable`` and the exact commands to run first; then the daemon (started
+on demand) runs the prepare flow of :mod:`harness.daemon.prepare` and this prints the sealed
+``inference_id``. ``status`` and ``stop`` never touch state files themselves.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from harness.cli.output import JsonOpt, RootOpt, cli_command, emit, root_from
+from harness.contracts.runtime import InferenceRuntimeManifestV1
+from harness.daemon import DaemonClient, daemon_running, ensure_daemon
+from harness.errors import HitchError
+from harness.paths import HitchRoot
+from harness.runtimes import get_runtime, install_runtime, installed_runtime
+
+__all__ = ["register"]
+
+
+def _commands(runtime: InferenceRuntimeManifestV1, root: Path | None, prepare_argv: list[str]) -> list[str]:
+    root_flag = f" --root {shlex.quote(str(root))}" if root is not None else ""
+    return [
+        f"hitch runtime install {runtime.name}{root_flag}",
+        "hitch local prepare " + " ".join(shlex.quote(a) for a in prepare_argv) + root_flag,
+    ]
+
+
+def _ensure_runtime(
+    hroot: HitchRoot, runtime: InferenceRuntimeManifestV1, offline: bool, root: Path | None, prepare_argv: list[str]
+) -> None:
+    if runtime.package.kind != "python-env":
+        if offline:
+            return  # the image must already be in Docker; the launcher reports it if not
+        install_runtime(hroot, runtime)  # pulls the pinned digest (progress on stderr)
+        return
+    if installed_runtime(hroot, runtime) is not None:
+        return
+    if offline:
+        commands = _commands(runtime, root, prepare_argv)
+        raise HitchError(
+            "inference_runtime_unavailable",
+            f"runtime {runtime.name} is not installed and --offline forbids installing it; run first:\n  "
+            + "\n  ".join(commands),
+            {"runtime": runtime.name, "runtime_id": runtime.runtime_id, "run_first": commands},
+        )
+    install_runtime(hroot, runtime)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("prepare", help="start the service once, probe it, seal and save its lock; prints the inference_id")
+    @cli_command
+    def prepare_cmd(
+        model: Annotated[str, typer.Argument(help="local/ALIAS or local/sha256:<hex>")],
+        device: Annotated[str, typer.Option("--device", help="cpu | cuda")] = "cpu",
+        profile: Annotated[str, typer.Option("--profile", help="baseline | throughput")] = "baseline",
+        engine: Annotated[str, typer.Option("--engine", help="sglang | fake (contract runs)")] = "sglang",
+        launcher: Annotated[str, typer.Option("--launcher", help="process | oci")] = "process",
+        image: Annotated[str | None, typer.Option("--image", help="oci: image ID or digest reference")] = None,
+        runtime: Annotated[str | None, typer.Option("--runtime", help="catalog name or runtime_id")] = None,
+        context: Annotated[int | None, typer.Option("--context", help="context tokens per request")] = None,
+        offline: Annotated[bool, typer.Option("--offline", help="never install or pull; fail with the commands to run")] = False,
+        as_json: JsonOpt = False,
+        root: RootOpt = None,
+    ) -> None:
+        from harness.cli.local import default_runtime
+
+        if device not in ("cpu", "cuda"):
+            raise HitchError(
+                "inference_device_unsupported", f"device {device!r} is not served in P0", {"choices": ["cpu", "cuda"]}
+            )
+        if profile not in ("baseline", "throughput") or engine not in ("sglang", "fake") or launcher not in ("process", "oci"):
+            raise HitchError("usage_error", "profile baseline|throughput, engine sglang|fake, launcher process|oci", {})
+        hroot = root_from(root)
+        rt = get_runtime(runtime) if runtime else default_runtime(device)
+        argv = [model, "--device", device, "--profile", profile, "--runtime", rt.name]
+        if engine != "sglang":
+            argv += ["--engine", engine]
+        if launcher != "process":
+            argv += ["--launcher", launcher]
+        if engine == "sglang":
+            _ensure_runtime(hroot, rt, offline, root, argv)
+        body: dict[str, Any] = {
+            "model": model,
+            "device": device,
+            "profile": profile,
+            "runtime": rt.runtime_id,
+            "engine": engine,
+            "launcher": launcher,
+            "image": image,
+            "context_tokens": context,
+        }
+        result = ensure_daemon(hroot).prepare(body)
+        result.pop("schema_version", None)
+        emit(as_json, result, f"inference_id: {result['inference_id']}\nlock: {result['lock_path']}")
+
+    @app.command("status", help="services of this root: state, epoch, leases, inference_id (no secrets)")
+    @cli_command
+    def status_cmd(as_json: JsonOpt = False, root: RootOpt = None) -> None:
+        hroot = root_from(root)
+        status = daemon_running(hroot)
+        if status is None:
+            emit(
+                as_json,
+                {"kind": "local-status", "daemon_running": False, "services": [], "quarantined": []},
+                "no daemon is running",
+            )
+            return
+        payload = {
+            "kind": "local-status",
+            "daemon_running": True,
+            "daemon_pid": status.get("pid"),
+            "services": status.get("services", []),
+            "quarantined": status.get("quarantined", []),
+        }
+        lines = [
+            f"{s['service_id']} {s['state']} epoch {s['epoch']} {s['inference_id']} leases {len(s['leases'])}"
+            for s in payload["services"]
+        ]
+        lines += [f"{q.get('service_id')} QUARANTINED: {q.get('reason')}" for q in payload["quarantined"]]
+        emit(as_json, payload, "\n".join(lines) or "no services")
+
+    @app.command("stop", help="stop SERVICE (default: every service of this root); live leases need --force")
+    @cli_command
+    def stop_cmd(
+        service: Annotated[str | None, typer.Argument(help="service id (see `hitch local status`)")] = None,
+        force: Annotated[bool, typer.Option("--force", help="revoke live leases and stop anyway")] = False,
+        as_json: JsonOpt = False,
+        root: RootOpt = None,
+    ) -> None:
+        hroot = root_from(root)
+        if daemon_running(hroot) is None:
+            emit(as_json, {"kind": "local-stop", "stopped": [], "daemon_running": False}, "no daemon is running")
+            return
+        client = DaemonClient(hroot)
+        targets = [service] if service else [s["service_id"] for s in client.services()["services"]]
+        stopped, busy = [], []
+        for sid in targets:
+            try:
+                if client.stop_service(sid, force=force):
+                    stopped.append(sid)
+            except HitchError as err:
+                if err.code != "inference_in_use":
+                    raise
+                busy.append(err.details)
+        if service and not stopped and not busy:
+            raise HitchError("usage_error", f"no live service {service}", {"service_id": service})
+        if busy:
+            raise HitchError(
+                "inference_in_use", "services with live leases were not stopped", {"in_use": busy, "stopped": stopped}
+            )
+        emit(as_json, {"kind": "local-stop", "stopped": stopped}, "\n".join(f"stopped {s}" for s in stopped) or "nothing to stop")
+
+    @app.command("unquarantine", help="after checking a quarantined service's leftover by hand, allow it to start again")
+    @cli_command
+    def unquarantine_cmd(
+        service: Annotated[str, typer.Argument(help="service id")], as_json: JsonOpt = False, root: RootOpt = None
+    ) -> None:
+        cleared = ensure_daemon(root_from(root)).unquarantine(service)
+        emit(
+            as_json,
+            {"kind": "local-unquarantine", "service_id": service, "cleared": cleared},
+            "cleared" if cleared else "not quarantined",
+        )

@@ -1,0 +1,224 @@
+"""The way into a root's daemon for the CLI and in-process callers (sync; httpx over the unix socket).
+
+:class:`DaemonClient` sends the bearer token read from the root's 0600 token file and turns an error
+answer back into the same :class:`HitchError`. :func:`start_daemon` spawns ``python -m harness.daemon``
+detached (new session, output appended to ``inference/daemon/daemon.log``) and returns once it answers;
+:func:`stop_daemon` asks it to drain and exit and waits for the process to be gone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+import httpx
+import psutil
+
+from harness.daemon.paths import DaemonPaths
+from harness.errors import ERROR_TABLE, HitchError
+from harness.paths import HitchRoot
+
+__all__ = ["DaemonClient", "daemon_running", "ensure_daemon", "reap_spawned", "start_daemon", "stop_daemon"]
+
+_LONG_S = 900.0  # prepare of a real engine: install done, model load + probes
+# Daemons this process spawned, kept so their Popen is never collected while they run (and can be reaped).
+_SPAWNED: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def _unavailable(paths: DaemonPaths, why: str) -> HitchError:
+    return HitchError(
+        "daemon_unavailable", f"the hitch daemon of {paths.root.root} is not answering: {why}", {"log": str(paths.log)}
+    )
+
+
+class DaemonClient:
+    """Calls the management API of the daemon of ``root``."""
+
+    def __init__(self, root: HitchRoot, timeout_s: float = 60.0) -> None:
+        self.root = root
+        self.paths = DaemonPaths(root)
+        self.timeout_s = timeout_s
+
+    def _token(self) -> str:
+        try:
+            return self.paths.token.read_text().strip()
+        except OSError:
+            raise _unavailable(self.paths, "no daemon token") from None
+
+    def request(
+        self, method: str, path: str, body: dict[str, Any] | None = None, timeout_s: float | None = None
+    ) -> dict[str, Any]:
+        sock = self.paths.socket
+        if not sock.exists():
+            raise _unavailable(self.paths, "no socket")
+        headers = {"Authorization": f"Bearer {self._token()}"}
+        transport = httpx.HTTPTransport(uds=str(sock))
+        try:
+            with httpx.Client(transport=transport, base_url="http://hitch-daemon", timeout=timeout_s or self.timeout_s) as client:
+                resp = client.request(method, path, json=body, headers=headers)
+        except httpx.TransportError as exc:
+            raise _unavailable(self.paths, type(exc).__name__) from exc
+        try:
+            data = resp.json()
+        except ValueError:
+            raise HitchError("internal_error", f"the daemon answered HTTP {resp.status_code} without JSON", {}) from None
+        error = data.get("error") if isinstance(data, dict) else None
+        if isinstance(error, dict):
+            code = error.get("code")
+            raise HitchError(
+                code if isinstance(code, str) and code in ERROR_TABLE else "internal_error",
+                str(error.get("message", "")),
+                error.get("details") if isinstance(error.get("details"), dict) else {},
+            )
+        if not isinstance(data, dict):
+            raise HitchError("internal_error", "the daemon answered something else than a JSON object", {})
+        return data
+
+    # -- API ----------------------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        return self.request("GET", "/v1/status", timeout_s=10.0)
+
+    def services(self) -> dict[str, Any]:
+        return self.request("GET", "/v1/services")
+
+    def acquire(
+        self,
+        owner: str,
+        *,
+        inference_id: str | None = None,
+        lock: dict[str, Any] | None = None,
+        engine: str = "sglang",
+        launcher: str = "process",
+        image: str | None = None,
+        fake_flags: list[str] | None = None,
+        cache_scope_owner: str | None = None,
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"owner": owner, "engine": engine, "launcher": launcher, "fake_flags": fake_flags or []}
+        if lock is not None:
+            body["lock"] = lock
+        else:
+            body["inference_id"] = inference_id
+        if image is not None:
+            body["image"] = image
+        if cache_scope_owner is not None:
+            body["cache_scope_owner"] = cache_scope_owner
+        return self.request("POST", "/v1/acquire", body, timeout_s=_LONG_S)
+
+    def release(self, lease_id: str) -> bool:
+        return bool(self.request("POST", "/v1/release", {"lease_id": lease_id})["released"])
+
+    def stop_service(self, service_id: str, force: bool = False) -> bool:
+        return bool(self.request("POST", f"/v1/services/{service_id}/stop", {"force": force}, timeout_s=_LONG_S)["stopped"])
+
+    def unquarantine(self, service_id: str) -> bool:
+        return bool(self.request("POST", f"/v1/services/{service_id}/unquarantine", {})["cleared"])
+
+    def prepare(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self.request("POST", "/v1/prepare", body, timeout_s=_LONG_S)
+
+    def shutdown(self, force: bool = True) -> None:
+        self.request("POST", "/v1/shutdown", {"force": force})
+
+
+def daemon_running(root: HitchRoot) -> dict[str, Any] | None:
+    """The daemon's status, or None when no daemon answers for ``root``."""
+    try:
+        return DaemonClient(root).status()
+    except HitchError as err:
+        if err.code == "daemon_unavailable":
+            return None
+        raise
+
+
+def _spawn(paths: DaemonPaths, args: list[str]) -> subprocess.Popen[bytes]:
+    paths.ensure()
+    fd = os.open(paths.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "harness.daemon", "--root", str(paths.root.root), *args],
+            stdin=subprocess.DEVNULL,
+            stdout=fd,
+            stderr=fd,
+            start_new_session=True,
+            close_fds=True,
+            cwd=str(paths.dir),
+        )
+    finally:
+        os.close(fd)
+    _SPAWNED[proc.pid] = proc
+    return proc
+
+
+def reap_spawned() -> None:
+    """Collect the exit status of spawned daemons that have ended (no zombie stays behind)."""
+    for pid, proc in list(_SPAWNED.items()):
+        if proc.poll() is not None:
+            del _SPAWNED[pid]
+
+
+def start_daemon(root: HitchRoot, args: list[str] | None = None, timeout_s: float = 120.0) -> dict[str, Any]:
+    """Start the root's daemon unless one answers already; returns its status."""
+    found = daemon_running(root)
+    if found is not None:
+        return found
+    paths = DaemonPaths(root)
+    proc = _spawn(paths, list(args or []))
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        found = daemon_running(root)
+        if found is not None and found.get("pid") == proc.pid:
+            return found
+        code = proc.poll()
+        if code is not None:
+            found = daemon_running(root)  # lost a race with another starter: theirs is as good
+            if found is not None:
+                return found
+            tail = paths.log.read_text(errors="replace")[-1500:] if paths.log.exists() else ""
+            raise HitchError("daemon_unavailable", f"the daemon exited at start (code {code})", {"log_tail": tail})
+        time.sleep(0.05)
+    raise _unavailable(paths, f"not answering {timeout_s:.0f}s after start")
+
+
+def ensure_daemon(root: HitchRoot) -> DaemonClient:
+    """A client of the root's daemon, starting it first when none runs (commands that need one)."""
+    start_daemon(root)
+    return DaemonClient(root)
+
+
+def _daemon_pid(paths: DaemonPaths) -> tuple[int, float] | None:
+    try:
+        info = json.loads(paths.info.read_text())
+        return int(info["pid"]), float(info["start_time"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _alive(pid: int, start_time: float) -> bool:
+    try:
+        proc = psutil.Process(pid)
+        return bool(abs(proc.create_time() - start_time) < 1.0 and proc.status() != psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return False
+
+
+def stop_daemon(root: HitchRoot, force: bool = True, timeout_s: float = 300.0) -> bool:
+    """Drain and stop the root's daemon; True once its process is gone, False when none was running."""
+    paths = DaemonPaths(root)
+    ident = _daemon_pid(paths)
+    if daemon_running(root) is None:
+        return False
+    DaemonClient(root).shutdown(force=force)
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        reap_spawned()
+        if ident is not None and not _alive(*ident):
+            return True
+        if ident is None and not paths.socket.exists():
+            return True
+        time.sleep(0.05)
+    raise HitchError("daemon_unavailable", "the daemon did not exit after shutdown", {"log": str(paths.log)})

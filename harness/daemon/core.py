@@ -1,0 +1,215 @@
+"""What the daemon does, independent of how it is reached: the manager, recovery, acquire/release, prepare.
+
+:class:`DaemonCore` owns one :class:`ServiceManager` wired to the real :class:`SupervisorStarter`, runs
+:func:`~harness.service.recovery.recover` before serving, refuses quarantined services, and implements
+``local prepare`` (:mod:`harness.daemon.prepare`). Everything it returns is JSON-ready and secret-free:
+a lease names the engine key *file*, never the key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.contracts.lock import InferenceLockV1
+from harness.errors import HitchError
+from harness.lock import validate_lock
+from harness.paths import HitchRoot
+from harness.service.gpu_leases import GpuDeviceProvider, GpuLeases
+from harness.service.isolation import service_key
+from harness.service.ledger import Capacity, ResourceLedger
+from harness.service.manager import LeaseHandle, ServiceManager
+from harness.service.recovery import RecoveryOutcome, clear_quarantine, is_quarantined, quarantine_record, recover
+from harness.service.starter_supervisor import EngineChoice, SupervisedService, SupervisorStarter
+from harness.service.state_store import ServiceStateStore
+
+__all__ = ["DaemonConfig", "DaemonCore", "lease_json", "load_sealed_lock"]
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    """Knobs of one daemon (tests shorten the TTL and the monitor interval, or fake a GPU inventory)."""
+
+    idle_ttl_ms: int | None = None
+    monitor_interval_s: float = 2.0
+    capacity: Capacity | None = None
+    gpu_provider: GpuDeviceProvider | None = None
+    gpu_lease_dir: str | None = None
+    stop_timeout_s: float = 30.0
+    recover_docker: bool = False  # also sweep this root's labelled containers at start
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def load_sealed_lock(root: HitchRoot, inference_id: str) -> InferenceLockV1:
+    """A lock ``local prepare`` sealed in this root (``store/inference-locks/sha256/<hex>/lock.json``)."""
+    if not inference_id.startswith("sha256:"):
+        raise HitchError("usage_error", "an inference id is sha256:<hex>", {"inference_id": inference_id})
+    path = root.digest_dir(root.locks, inference_id) / "lock.json"
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise HitchError(
+            "inference_lock_mismatch", f"{inference_id} is not prepared in this root", {"inference_id": inference_id}
+        ) from None
+    except (OSError, ValueError) as exc:
+        raise HitchError("inference_lock_invalid", f"cannot read {path}", {"path": str(path)}) from exc
+    lock = validate_lock(data)
+    if lock.inference_id != inference_id:
+        raise HitchError("inference_lock_invalid", "the stored lock names another inference id", {"path": str(path)})
+    return lock
+
+
+def lease_json(lease: LeaseHandle) -> dict[str, Any]:
+    service = lease.service
+    out: dict[str, Any] = {
+        "lease_id": lease.lease_id,
+        "service_id": lease.service_id,
+        "inference_id": lease.inference_id,
+        "epoch": lease.epoch,
+        "owner": lease.owner,
+        "acquired_at": lease.acquired_at,
+        "base_url": service.base_url,
+    }
+    if isinstance(service, SupervisedService):
+        out.update(
+            wire_model=service.endpoint.wire_model,
+            api_key_file=str(service.endpoint.key_files.api_key),
+            engine=service.choice.engine,
+            launcher=service.choice.launcher,
+            start_attempts=service.attempts,
+            ports_refused=service.ports_refused,
+        )
+    return out
+
+
+class DaemonCore:
+    """The manager of one root plus the daemon's bookkeeping (one event loop)."""
+
+    def __init__(self, root: HitchRoot, config: DaemonConfig | None = None) -> None:
+        self.root = root
+        self.config = config or DaemonConfig()
+        self.started_at = time.time()
+        self.choices: dict[str, EngineChoice] = {}
+        self.recovery: list[RecoveryOutcome] = []
+        cfg = self.config
+        self.gpu_leases = (
+            GpuLeases(cfg.gpu_provider, root.root, lease_dir=_path(cfg.gpu_lease_dir)) if cfg.gpu_provider is not None else None
+        )
+        gpus = len(cfg.gpu_provider.gpu_uuids()) if cfg.gpu_provider is not None else 0
+        capacity = cfg.capacity or Capacity.from_machine(root.root, gpus)
+        self.starter = SupervisorStarter(
+            root,
+            self._choice,
+            owner="hitch-daemon",
+            monitor_interval_s=cfg.monitor_interval_s,
+            stop_timeout_s=cfg.stop_timeout_s,
+        )
+        self.manager = ServiceManager(root, self.starter, ResourceLedger(capacity), self.gpu_leases, idle_ttl_ms=cfg.idle_ttl_ms)
+        self.leases: dict[str, LeaseHandle] = {}
+
+    def _choice(self, lock: InferenceLockV1) -> EngineChoice:
+        return self.choices.get(lock.inference_id, EngineChoice())
+
+    async def recover(self) -> list[RecoveryOutcome]:
+        docker = None
+        if self.config.recover_docker:
+            from harness.launch.docker_errors import docker_client
+
+            try:
+                docker = docker_client()
+            except HitchError:
+                docker = None
+        self.recovery = await recover(
+            self.root, gpu_leases=self.gpu_leases, docker_client=docker, stop_timeout_s=min(10.0, self.config.stop_timeout_s)
+        )
+        return self.recovery
+
+    # -- leases -------------------------------------------------------------------------------------
+
+    async def acquire(
+        self, lock: InferenceLockV1, owner: str, choice: EngineChoice, cache_scope_owner: str | None = None
+    ) -> LeaseHandle:
+        key = service_key(lock, owner, cache_scope_owner)
+        if is_quarantined(self.root, key.service_id):
+            raise HitchError(
+                "inference_recovery_ambiguous",
+                f"service {key.service_id} is quarantined after an ambiguous recovery",
+                {"service_id": key.service_id, "quarantine": quarantine_record(self.root, key.service_id)},
+            )
+        known = self.choices.get(lock.inference_id)
+        if known is not None and known != choice and any(s.inference_id == lock.inference_id for s in self.manager.services()):
+            raise HitchError(
+                "inference_parameter_conflict",
+                "this inference id already runs with another engine/launcher choice",
+                {"running": known.to_json(), "asked": choice.to_json()},
+            )
+        self.choices[lock.inference_id] = choice
+        lease = await self.manager.acquire(lock, owner, cache_scope_owner)
+        self.leases[lease.lease_id] = lease
+        return lease
+
+    async def release(self, lease_id: str) -> bool:
+        self.leases.pop(lease_id, None)
+        return await self.manager.release(lease_id)
+
+    async def stop_service(self, service_id: str, force: bool) -> bool:
+        stopped = await self.manager.stop(service_id, force=force)
+        for lease_id in [k for k, v in self.leases.items() if v.service_id == service_id]:
+            self.leases.pop(lease_id, None)
+        return stopped
+
+    def unquarantine(self, service_id: str) -> bool:
+        return clear_quarantine(self.root, service_id)
+
+    # -- views --------------------------------------------------------------------------------------
+
+    def services(self) -> list[dict[str, Any]]:
+        out = []
+        for snap in self.manager.services():
+            leases = [lease_json(lease) for lease in self.leases.values() if lease.service_id == snap.service_id]
+            record = ServiceStateStore(self.root, snap.service_id).read()
+            out.append(
+                {
+                    "service_id": snap.service_id,
+                    "inference_id": snap.inference_id,
+                    "isolation_key": snap.isolation_key,
+                    "epoch": snap.epoch,
+                    "state": snap.state,
+                    "engine_state": record.state if record is not None else None,
+                    "owners": snap.owners,
+                    "leases": [{"lease_id": x["lease_id"], "owner": x["owner"]} for x in leases],
+                    "gpu_uuid": snap.gpu_uuid,
+                    "pid": record.process.pid if record is not None and record.process is not None else None,
+                    "container_id": record.process.container_id if record is not None and record.process is not None else None,
+                    "choice": self.choices[snap.inference_id].to_json() if snap.inference_id in self.choices else None,
+                }
+            )
+        return out
+
+    def quarantined(self) -> list[dict[str, Any]]:
+        if not self.root.services.is_dir():
+            return []
+        found = []
+        for path in sorted(self.root.services.iterdir()):
+            record = quarantine_record(self.root, path.name)
+            if record is not None:
+                found.append(record)
+        return found
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "pid": os.getpid(),
+            "root": str(self.root.root),
+            "started_at": self.started_at,
+            "services": self.services(),
+            "quarantined": self.quarantined(),
+            "recovery": [o.to_json() for o in self.recovery],
+        }
+
+
+def _path(value: str | None) -> Path | None:
+    return Path(value) if value else None

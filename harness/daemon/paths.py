@@ -1,0 +1,61 @@
+"""Where one root's daemon keeps its files: ``inference/daemon/`` under the root (0700).
+
+- ``daemon.sock``: the management API (0600). A unix socket path is limited to ~107 bytes; when the
+  root is deeper than that allows, the socket lives in a per-user 0700 directory
+  (``$XDG_RUNTIME_DIR/hitch`` or ``/tmp/hitch-<uid>``) under a name derived from the root's path, and
+  every client computes the same place;
+- ``token``: the random daemon token (0600), new at every daemon start;
+- ``daemon.json``: pid, start time, socket (no secret); ``daemon.lock``: held for the daemon's life
+  (flock: released by the kernel even after SIGKILL, so a restart never waits on a dead daemon);
+- ``daemon.log``: the daemon's own log (0600).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.ids import sha256_hex
+from harness.paths import HitchRoot, ensure_private_dir
+
+__all__ = ["DaemonPaths"]
+
+_MAX_SOCKET_PATH = 100
+
+
+@dataclass(frozen=True)
+class DaemonPaths:
+    root: HitchRoot
+
+    @property
+    def dir(self) -> Path:
+        return self.root.root / "inference" / "daemon"
+
+    def ensure(self) -> Path:
+        return ensure_private_dir(self.dir)
+
+    @property
+    def socket(self) -> Path:
+        preferred = self.dir / "daemon.sock"
+        if len(str(preferred)) <= _MAX_SOCKET_PATH:
+            return preferred
+        base = os.environ.get("XDG_RUNTIME_DIR")
+        short = Path(base) / "hitch" if base else Path("/tmp") / f"hitch-{os.getuid()}"
+        return short / f"d-{sha256_hex(str(self.root.root.resolve()).encode())[:20]}.sock"
+
+    @property
+    def token(self) -> Path:
+        return self.dir / "token"
+
+    @property
+    def info(self) -> Path:
+        return self.dir / "daemon.json"
+
+    @property
+    def lock(self) -> Path:
+        return self.dir / "daemon.lock"
+
+    @property
+    def log(self) -> Path:
+        return self.dir / "daemon.log"

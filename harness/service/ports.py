@@ -1,0 +1,77 @@
+"""Engine ports on the host: choosing one, and telling who listens on it (spec §9.1, issue item 5).
+
+The process launcher cannot hand the engine an already-bound socket, so a port the OS reported free
+may be taken by someone else before the engine binds it. Who answers on the port is therefore proven
+*before* anything is sent to it:
+
+- :func:`choose_port` returns a port that a bind test on ``host`` just accepted (and never one of
+  ``avoid``, the ports an earlier attempt found held);
+- :func:`listener_state` inspects the kernel's socket table: ``"ours"`` when a process of the engine's
+  own process tree listens on the port, ``"other"`` when anything else does, ``"none"`` when nobody
+  does yet. Readiness polls it before its first request: an ``"other"`` listener receives nothing at
+  all — not even ``/health`` — and the start fails with ``inference_port_conflict``; the starter then
+  picks a new port within the startup deadline. An unknown server is never signalled.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterable
+from typing import Literal
+
+import psutil
+
+__all__ = ["ListenerState", "choose_port", "listener_state", "port_is_bindable", "process_tree"]
+
+ListenerState = Literal["ours", "other", "none"]
+_ANY = ("0.0.0.0", "::", "")
+
+
+def port_is_bindable(host: str, port: int) -> bool:
+    """True when ``host:port`` can be bound right now (nobody holds it)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def choose_port(host: str = "127.0.0.1", avoid: Iterable[int] = ()) -> int:
+    """A port the OS just handed out on ``host`` (bind to port 0), never one of ``avoid``."""
+    skip = set(avoid)
+    for _ in range(64):
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            port = int(s.getsockname()[1])
+        if port not in skip:
+            return port
+    raise OSError("no free port outside the avoided ones")  # pragma: no cover - 64 collisions in a row
+
+
+def process_tree(pid: int) -> set[int]:
+    """``pid`` and every live descendant (the engine and the workers it forked)."""
+    try:
+        proc = psutil.Process(pid)
+        return {pid, *(child.pid for child in proc.children(recursive=True))}
+    except psutil.Error:
+        return set()
+
+
+def _matches(addr_ip: str, host: str) -> bool:
+    return addr_ip == host or addr_ip in _ANY or host in _ANY
+
+
+def listener_state(host: str, port: int, ours: set[int]) -> ListenerState:
+    """Who listens on ``host:port``: a process in ``ours``, anyone else, or nobody."""
+    found: ListenerState = "none"
+    for conn in psutil.net_connections(kind="tcp"):
+        if conn.status != psutil.CONN_LISTEN or not conn.laddr or conn.laddr.port != port:
+            continue
+        if not _matches(conn.laddr.ip, host):
+            continue
+        if conn.pid is not None and conn.pid in ours:
+            return "ours"
+        found = "other"  # another process, or one whose owner we may not see (pid None)
+    return found

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -35,6 +37,17 @@ def _unavailable(paths: DaemonPaths, why: str) -> HitchError:
     )
 
 
+def _probe(sock: Path, paths: DaemonPaths) -> None:
+    """Connect once with a socket we close ourselves: a refused connect through httpx's UDS transport
+    leaks its socket (a stale socket file of a killed daemon refuses every connect)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(5.0)
+        try:
+            probe.connect(str(sock))
+        except OSError as exc:
+            raise _unavailable(paths, type(exc).__name__) from None
+
+
 class DaemonClient:
     """Calls the management API of the daemon of ``root``."""
 
@@ -55,6 +68,7 @@ class DaemonClient:
         sock = self.paths.socket
         if not sock.exists():
             raise _unavailable(self.paths, "no socket")
+        _probe(sock, self.paths)
         headers = {"Authorization": f"Bearer {self._token()}"}
         transport = httpx.HTTPTransport(uds=str(sock))
         try:

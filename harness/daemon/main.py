@@ -83,6 +83,11 @@ def config_from(args: argparse.Namespace, root: HitchRoot) -> DaemonConfig:
 
 async def serve(root: HitchRoot, config: DaemonConfig) -> None:
     paths = DaemonPaths(root)
+    # What a killed daemon left (we hold daemon.lock, so no live daemon uses them): until the new socket
+    # exists, clients must see "not running", never a stale token.
+    for stale in (paths.socket, paths.token, paths.info):
+        with contextlib.suppress(FileNotFoundError):
+            stale.unlink()
     core = DaemonCore(root, config)
     outcomes = await core.recover()
     for o in outcomes:
@@ -103,8 +108,6 @@ async def serve(root: HitchRoot, config: DaemonConfig) -> None:
     await runner.setup()
     sock = paths.socket
     ensure_private_dir(sock.parent)
-    with contextlib.suppress(FileNotFoundError):
-        sock.unlink()  # a stale socket of a dead daemon (we hold daemon.lock, so no live one uses it)
     old = os.umask(0o177)
     try:
         await web.UnixSite(runner, str(sock)).start()

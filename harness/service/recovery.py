@@ -88,12 +88,39 @@ def is_quarantined(root: HitchRoot, service_id: str) -> bool:
     return (root.service_dir(service_id) / QUARANTINE_FILE).exists()
 
 
-def clear_quarantine(root: HitchRoot, service_id: str) -> bool:
-    """The operator checked the leftover by hand: the service may start again. True if one was cleared."""
-    try:
-        (root.service_dir(service_id) / QUARANTINE_FILE).unlink()
-    except FileNotFoundError:
+def clear_quarantine(root: HitchRoot, service_id: str, owner: str = "operator") -> bool:
+    """The operator checked the leftover by hand: the service may start again. True if one was cleared.
+
+    A record still saying starting/ready/draining is closed as ``stopped`` (event ``inference.stopped``
+    with ``cleared_by``), and the old keys are deleted, so the next start is a clean new epoch.
+    """
+    path = root.service_dir(service_id) / QUARANTINE_FILE
+    if not path.exists():
         return False
+    store = ServiceStateStore(root, service_id)
+    try:
+        record = store.read()
+    except HitchError:
+        record = None
+        with contextlib.suppress(FileNotFoundError):
+            store.state_path.unlink()  # unreadable: the operator vouched for it; start from nothing
+    if record is not None and record.state in _LIVE:
+        now = time.time()
+        store.write(record.model_copy(update={"state": "stopped", "updated_at": now}))
+        store.append_event(
+            LifecycleEventV1(
+                event="inference.stopped",
+                service_id=service_id,
+                inference_id=record.inference_id,
+                epoch=record.epoch,
+                owner_id=owner,
+                timestamp=now,
+                details={"cleared_by": owner, "quarantine_cleared": True},
+            )
+        )
+    rotate_keys(root, service_id)
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
     return True
 
 

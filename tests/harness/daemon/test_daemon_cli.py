@@ -1,0 +1,125 @@
+"""``hitch daemon ...`` and ``hitch local prepare|status|stop`` as a user runs them (real daemon, fake engine)."""
+
+from __future__ import annotations
+
+import stat
+
+import httpx
+import psutil
+import pytest
+
+from harness.contracts.events import LifecycleEventV1
+from harness.daemon import DaemonClient, DaemonPaths, start_daemon
+from harness.errors import ERROR_TABLE
+from harness.lock import validate_lock
+from harness.service.state_store import ServiceStateStore
+from tests.harness.daemon.conftest import FAST, as_json, hitch
+from tests.harness.engine.inputs import ServiceInputs
+
+pytestmark = pytest.mark.integration
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_daemon_start_status_stop_with_private_socket_and_token(inputs: ServiceInputs) -> None:
+    started = as_json(hitch(inputs.root, "daemon", "start", "--json", *FAST))
+    paths = DaemonPaths(inputs.root)
+    assert started["running"] is True and started["socket"] == str(paths.socket)
+    assert stat.S_IMODE(paths.socket.stat().st_mode) == 0o600
+    assert stat.S_IMODE(paths.token.stat().st_mode) == 0o600
+    token = paths.token.read_text()
+    again = as_json(hitch(inputs.root, "daemon", "start", "--json"))
+    assert again["pid"] == started["pid"]  # one daemon per root
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(paths.socket)), base_url="http://d") as client:
+        wrong = client.get("/v1/status", headers={"Authorization": "Bearer not-the-token"})
+        missing = client.get("/v1/services")
+    assert wrong.status_code == missing.status_code == ERROR_TABLE["inference_token_invalid"].http_status
+    assert wrong.json()["error"]["code"] == "inference_token_invalid"
+    status = as_json(hitch(inputs.root, "daemon", "status", "--json"))
+    assert status["pid"] == started["pid"] and status["services"] == []
+    assert token not in str(status)
+    stopped = as_json(hitch(inputs.root, "daemon", "stop", "--json"))
+    assert stopped["stopped"] is True
+    assert _gone(started["pid"])
+    assert not paths.socket.exists() and not paths.token.exists()
+    assert as_json(hitch(inputs.root, "daemon", "status", "--json"))["running"] is False
+
+
+def test_prepare_with_fake_engine_seals_the_lock_and_stops_the_service(inputs: ServiceInputs) -> None:
+    out = as_json(
+        hitch(
+            inputs.root,
+            "local",
+            "prepare",
+            "local/tiny",
+            "--device",
+            "cpu",
+            "--profile",
+            "baseline",
+            "--engine",
+            "fake",
+            "--json",
+        )
+    )
+    iid = out["inference_id"]
+    folder = inputs.root.digest_dir(inputs.root.locks, iid)
+    lock = validate_lock(__import__("json").loads((folder / "lock.json").read_text()))
+    assert lock.inference_id == iid and out["lock_path"] == str(folder / "lock.json")
+    validation = __import__("json").loads((folder / "validation.json").read_text())
+    assert validation["inference_id"] == iid and validation["engine"] == "fake"
+    assert validation["probed"]["max_total_num_tokens"] == lock.execution.max_total_tokens
+    assert validation["readiness"]["steps"] == ["health", "server_info", "responses", "responses_stream", "flush_cache"]
+    assert out["stopped"] is True and out["resealed"] is False
+    events: list[LifecycleEventV1] = ServiceStateStore(inputs.root, out["service_id"]).events()
+    names = [e.event for e in events]
+    expected = ["inference.preparing", "inference.queued", "inference.starting", "inference.ready", "inference.acquired"]
+    expected += ["inference.released", "inference.draining", "inference.stopped"]
+    positions = [names.index(n) for n in expected]
+    assert positions == sorted(positions), names
+    assert all(e.service_id == out["service_id"] and e.inference_id == iid and e.owner_id and e.timestamp > 0 for e in events)
+    record = ServiceStateStore(inputs.root, out["service_id"]).read()
+    assert record is not None and record.state == "stopped" and record.process is not None and record.process.pid
+    assert _gone(record.process.pid)
+    # the sealed lock is now acquirable by id through the daemon
+    client = DaemonClient(inputs.root)
+    lease = client.acquire("run-1", inference_id=iid, engine="fake")
+    assert lease["inference_id"] == iid and lease["epoch"] == record.epoch + 1
+    assert client.release(lease["lease_id"]) is True
+
+
+def test_local_stop_with_a_live_lease_is_in_use_unless_forced(inputs: ServiceInputs) -> None:
+    start_daemon(inputs.root, FAST)
+    client = DaemonClient(inputs.root)
+    lease = client.acquire("run-1", lock=inputs.lock.to_json_dict(), engine="fake")
+    key = (inputs.root.private / lease["service_id"] / "engine-api-key").read_text()
+    status = as_json(hitch(inputs.root, "local", "status", "--json"))
+    (service,) = status["services"]
+    assert service["state"] == "ready" and service["inference_id"] == inputs.lock.inference_id
+    assert service["epoch"] == lease["epoch"] and service["leases"] == [{"lease_id": lease["lease_id"], "owner": "run-1"}]
+    assert key not in str(status)
+    refused = hitch(inputs.root, "local", "stop", "--json")
+    err = as_json(refused, code=ERROR_TABLE["inference_in_use"].exit_code)["error"]
+    assert err["code"] == "inference_in_use"
+    assert not _gone(service["pid"])
+    forced = as_json(hitch(inputs.root, "local", "stop", lease["service_id"], "--force", "--json"))
+    assert forced["stopped"] == [lease["service_id"]]
+    assert _gone(service["pid"])
+    assert client.release(lease["lease_id"]) is False  # revoked by the forced stop
+    assert as_json(hitch(inputs.root, "local", "status", "--json"))["services"] == []
+
+
+def test_offline_prepare_without_the_runtime_fails_at_once_with_the_commands(inputs: ServiceInputs) -> None:
+    proc = hitch(inputs.root, "local", "prepare", "local/tiny", "--device", "cpu", "--profile", "baseline", "--offline", "--json")
+    err = as_json(proc, code=ERROR_TABLE["inference_runtime_unavailable"].exit_code)["error"]
+    assert err["code"] == "inference_runtime_unavailable"
+    install, prepare = err["details"]["run_first"]
+    assert install.startswith("hitch runtime install sglang-0.5.23-cpu-generic --root ")
+    assert prepare.startswith("hitch local prepare local/tiny --device cpu --profile baseline")
+    human = hitch(inputs.root, "local", "prepare", "local/tiny", "--offline")
+    assert "hitch runtime install sglang-0.5.23-cpu-generic" in human.stderr
+    assert as_json(hitch(inputs.root, "daemon", "status", "--json"))["running"] is False  # nothing was started

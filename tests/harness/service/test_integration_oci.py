@@ -106,7 +106,7 @@ async def _wait_failed(inputs: ServiceInputs, service_id: str) -> str | None:
 
 
 def test_oci_ready_acquire_release_ttl_stop(inputs: ServiceInputs, client: docker.DockerClient, image_id: str) -> None:
-    manager, starter = fake_manager(inputs.root, _choice(image_id), idle_ttl_ms=200)
+    manager, _ = fake_manager(inputs.root, _choice(image_id), idle_ttl_ms=200)
 
     async def body() -> None:
         lease = await manager.acquire(_small(inputs.lock, 512 * MiB), "run-1")
@@ -168,7 +168,9 @@ def test_oci_startup_hang_is_start_timeout_and_the_container_is_gone(
     run(body())
 
 
-def test_oci_real_oom_through_the_manager_is_inference_oom(inputs: ServiceInputs, client: docker.DockerClient, image_id: str) -> None:
+def test_oci_real_oom_through_the_manager_is_inference_oom(
+    inputs: ServiceInputs, client: docker.DockerClient, image_id: str
+) -> None:
     manager, starter = fake_manager(inputs.root, _choice(image_id, "--fault", "memory_growth:mb_per_s=256"))
 
     async def body() -> str | None:

@@ -183,9 +183,7 @@ def build_lock(
     platform: CpuPlatformV1 | CudaPlatformV1
     if device == "cpu":
         amx = runtime.cpu_feature_requirement == "amx"
-        platform = CpuPlatformV1(
-            backend="cpu", cpu_threads=cpu_threads, cpu_feature_requirement="amx" if amx else "none"
-        )
+        platform = CpuPlatformV1(backend="cpu", cpu_threads=cpu_threads, cpu_feature_requirement="amx" if amx else "none")
         attention, sampling, chunk = ("intel_amx" if amx else "torch_native"), "pytorch", 2048
     else:
         platform = CudaPlatformV1(backend="cuda", mem_fraction_static=0.80, overlap_schedule=True, cuda_graph="enabled")

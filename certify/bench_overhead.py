@@ -1,6 +1,6 @@
 """Gateway overhead benchmark: direct vs gateway vs bare reference proxy, interleaved (issue 5, item 9).
 
-Owns ``python -m gateway.bench``. Three arms hit the same engine with the same work: **direct** (engine
+Owns ``python -m certify.bench_overhead``. Three arms hit the same engine with the same work: **direct** (engine
 URL and key, the body the gateway would send), **gateway** (a separate ``python -m gateway`` process, the
 caller's body; the gateway applies the lock), **reference** (a separate bare aiohttp+uvloop pass-through,
 :mod:`gateway.reference_proxy`, the Python floor). Each round runs, for stream and non-stream chat, every
@@ -100,14 +100,23 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(10)
 
 
-def _bench_lock(permits: int) -> InferenceLockV1:
-    sys.path.insert(0, str(REPO))
+def _bench_lock(permits: int, model_dir: Path, work: Path) -> InferenceLockV1:
+    """A real draft lock: the benchmark's checkpoint imported into a scratch root, the generic-CPU runtime."""
     from harness.lock import build_lock
-    from tests.harness.lock_inputs import model_manifest, runtime_manifest
+    from harness.paths import HitchRoot
+    from harness.runtimes import get_runtime
+    from harness.store import import_model
 
+    manifest = import_model(HitchRoot(work / "root"), model_dir, "bench").manifest
     lock = build_lock(
-        model_manifest(), runtime_manifest(), device="cpu", profile="baseline", cpu_cores_per_node=2, context_tokens=2048
+        manifest,
+        get_runtime("sglang-0.5.23-cpu-generic"),
+        device="cpu",
+        profile="baseline",
+        cpu_cores_per_node=2,
+        context_tokens=2048,
     )
+    # The benchmark sizes admission to its concurrency arm; the gateway enforces whatever the lock says.
     ex = lock.execution.model_copy(update={"max_running_requests": permits, "queue_timeout_ms": 600_000})
     gen = lock.generation.model_copy(update={"max_output_tokens": 64})
     return lock.model_copy(update={"execution": ex, "generation": gen})
@@ -152,7 +161,7 @@ def _stack(args: argparse.Namespace, work: Path) -> Iterator[tuple[list[Arm], di
         engine_url = f"http://127.0.0.1:{port}"
         _wait_http(engine_url + "/health", engine)
 
-        lock = _bench_lock(permits)
+        lock = _bench_lock(permits, model_dir, work)
         lock_file = work / "lock.json"
         lock_file.write_text(lock.model_dump_json())
         spec = {
@@ -436,7 +445,9 @@ def _print(summary: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m gateway.bench", description=__doc__.split("\n\n")[0] if __doc__ else None)
+    p = argparse.ArgumentParser(
+        prog="python -m certify.bench_overhead", description=__doc__.split("\n\n")[0] if __doc__ else None
+    )
     p.add_argument("--engine", choices=["fake", "sglang"], default="fake")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--requests", type=int, default=300, help="sequential requests per arm per round at c=1")

@@ -92,7 +92,8 @@ def main() -> int:
         ckpt = tiny_checkpoint_cached(base / "ckpt")
         runs = [asyncio.run(one_run(base, ckpt, choice, i)) for i in range(args.runs)]
     medians = {k: round(statistics.median(r[k] for r in runs), 3) for k in runs[0]}
-    print(json.dumps({"engine": args.engine, "launcher": args.launcher, "ttl_ms": TTL_MS, "runs": runs, "median": medians}, indent=2))
+    report = {"engine": args.engine, "launcher": args.launcher, "ttl_ms": TTL_MS, "runs": runs, "median": medians}
+    print(json.dumps(report, indent=2))
     return 0
 
 

@@ -70,9 +70,11 @@ class DaemonClient:
             raise _unavailable(self.paths, "no socket")
         _probe(sock, self.paths)
         headers = {"Authorization": f"Bearer {self._token()}"}
-        transport = httpx.HTTPTransport(uds=str(sock))
+        transport = httpx.HTTPTransport(uds=str(sock), verify=False)  # plain HTTP on a unix socket: no TLS context to build
         try:
-            with httpx.Client(transport=transport, base_url="http://hitch-daemon", timeout=timeout_s or self.timeout_s) as client:
+            with httpx.Client(
+                transport=transport, base_url="http://hitch-daemon", timeout=timeout_s or self.timeout_s, trust_env=False
+            ) as client:
                 resp = client.request(method, path, json=body, headers=headers)
         except httpx.TransportError as exc:
             raise _unavailable(self.paths, type(exc).__name__) from exc

@@ -86,6 +86,9 @@ def register(app: typer.Typer) -> None:
             argv += ["--launcher", launcher]
         if engine == "sglang":
             _ensure_runtime(hroot, rt, offline, root, argv)
+            pkg = rt.package
+            if launcher == "oci" and image is None and pkg.kind == "oci" and pkg.digest is not None:
+                image = f"{pkg.image}@{pkg.digest}"  # the catalog's pinned image, never a tag
         body: dict[str, Any] = {
             "model": model,
             "device": device,

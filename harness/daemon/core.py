@@ -9,12 +9,14 @@ a lease names the engine key *file*, never the key.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.contracts.events import LifecycleEventV1
 from harness.contracts.lock import InferenceLockV1
 from harness.errors import HitchError
 from harness.lock import validate_lock
@@ -22,10 +24,12 @@ from harness.paths import HitchRoot
 from harness.service.gpu_leases import GpuDeviceProvider, GpuLeases
 from harness.service.isolation import service_key
 from harness.service.ledger import Capacity, ResourceLedger
-from harness.service.manager import LeaseHandle, ServiceManager
+from harness.service.manager import EventSink, LeaseHandle, ServiceManager
 from harness.service.recovery import RecoveryOutcome, clear_quarantine, is_quarantined, quarantine_record, recover
 from harness.service.starter_supervisor import EngineChoice, SupervisedService, SupervisorStarter
 from harness.service.state_store import ServiceStateStore
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["DaemonConfig", "DaemonCore", "lease_json", "load_sealed_lock"]
 
@@ -108,8 +112,19 @@ class DaemonCore:
             monitor_interval_s=cfg.monitor_interval_s,
             stop_timeout_s=cfg.stop_timeout_s,
         )
-        self.manager = ServiceManager(root, self.starter, ResourceLedger(capacity), self.gpu_leases, idle_ttl_ms=cfg.idle_ttl_ms)
+        self.event_hooks: list[EventSink] = []  # e.g. the gateway revoking a failed service's bindings
+        self.manager = ServiceManager(
+            root, self.starter, ResourceLedger(capacity), self.gpu_leases, idle_ttl_ms=cfg.idle_ttl_ms, events=self._event
+        )
         self.leases: dict[str, LeaseHandle] = {}
+
+    def _event(self, event: LifecycleEventV1) -> None:
+        ServiceStateStore(self.root, event.service_id).append_event(event)
+        for hook in self.event_hooks:
+            try:
+                hook(event)
+            except Exception:  # a hook never breaks the manager's bookkeeping
+                _log.exception("event hook failed on %s", event.event)
 
     def _choice(self, lock: InferenceLockV1) -> EngineChoice:
         return self.choices.get(lock.inference_id, EngineChoice())

@@ -1,7 +1,8 @@
 """The daemon process: ``python -m harness.daemon --root R`` (started detached by ``hitch daemon start``).
 
 Order of its life: take ``daemon.lock`` (one daemon per root; a held lock means another one runs) →
-recovery (:func:`~harness.service.recovery.recover`) before anything is served → a fresh random token
+recovery (:func:`~harness.service.recovery.recover`) before anything is served → the gateway
+(:mod:`harness.daemon.runs`, loopback, a free port) → a fresh random token
 (0600) → the API on the unix socket (created under umask 077, then chmod 0600) → ``daemon.json`` →
 serve until SIGTERM/SIGINT or ``POST /v1/shutdown`` → stop every service (drain, confirmed stop) →
 remove the socket, token and ``daemon.json``.
@@ -25,6 +26,7 @@ from aiohttp import web
 
 from harness.daemon.core import DaemonConfig, DaemonCore
 from harness.daemon.paths import DaemonPaths
+from harness.daemon.runs import RunService
 from harness.daemon.server import build_app
 from harness.paths import HitchRoot, atomic_write_json, ensure_private_dir, write_secret
 from harness.service.ledger import Capacity
@@ -92,6 +94,9 @@ async def serve(root: HitchRoot, config: DaemonConfig) -> None:
     outcomes = await core.recover()
     for o in outcomes:
         _log.info("recovery: %s %s (%s)", o.service_id, o.action, o.reason)
+    runs = RunService(core)
+    core.event_hooks.append(runs.on_event)
+    await runs.start()
     token = secrets.token_hex(32)
     write_secret(paths.token, token)
     done = asyncio.Event()
@@ -104,7 +109,7 @@ async def serve(root: HitchRoot, config: DaemonConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, shutdown, True)
-    runner = web.AppRunner(build_app(core, token, shutdown), access_log=None)
+    runner = web.AppRunner(build_app(core, token, shutdown, runs), access_log=None)
     await runner.setup()
     sock = paths.socket
     ensure_private_dir(sock.parent)
@@ -124,6 +129,7 @@ async def serve(root: HitchRoot, config: DaemonConfig) -> None:
     try:
         await done.wait()
         _log.info("daemon stopping: draining every service")
+        await runs.stop()
         await core.manager.close(force=force["value"])
     finally:
         await runner.cleanup()

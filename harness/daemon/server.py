@@ -10,6 +10,8 @@ with the table's HTTP status):
 - ``POST /v1/acquire`` ``{"inference_id" | "lock", "owner", "engine", "launcher", ...}`` → a lease
   (base URL, wire model, the *path* of the engine key file); ``POST /v1/release`` ``{"lease_id"}``;
 - ``POST /v1/prepare`` — see :mod:`harness.daemon.prepare`;
+- ``POST /v1/runs``, ``GET /v1/runs``, ``DELETE /v1/runs/{run_id}`` — runs on the daemon's gateway
+  (:mod:`harness.daemon.runs`);
 - ``POST /v1/shutdown`` — drain and stop every service, then exit.
 
 The token is compared in constant time; a wrong or missing one is 401 and nothing else happens.
@@ -28,6 +30,7 @@ from aiohttp import web
 
 from harness.daemon.core import DaemonCore, lease_json, load_sealed_lock
 from harness.daemon.prepare import PrepareRequest, prepare
+from harness.daemon.runs import RunService, add_run_routes
 from harness.errors import HitchError
 from harness.lock import validate_lock
 from harness.service.starter_supervisor import EngineChoice
@@ -73,7 +76,7 @@ def _choice(body: dict[str, Any]) -> EngineChoice:
     return EngineChoice(engine, launcher, image if isinstance(image, str) else None, tuple(flags))
 
 
-def build_app(core: DaemonCore, token: str, shutdown: Callable[[bool], None]) -> web.Application:
+def build_app(core: DaemonCore, token: str, shutdown: Callable[[bool], None], runs: RunService | None = None) -> web.Application:
     expected = token.encode()
 
     @web.middleware
@@ -154,4 +157,6 @@ def build_app(core: DaemonCore, token: str, shutdown: Callable[[bool], None]) ->
     app.router.add_post("/v1/release", release)
     app.router.add_post("/v1/prepare", prepare_route)
     app.router.add_post("/v1/shutdown", shutdown_route)
+    if runs is not None:
+        add_run_routes(app, runs, _body, _choice, _json)
     return app

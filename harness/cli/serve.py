@@ -1,0 +1,100 @@
+"""``hitch local serve local/ALIAS``: an OpenAI-compatible endpoint for people and external tools (issue 5 item 10).
+
+Starts the root's daemon if none runs, creates a run through it (``POST /v1/runs``: the service is
+acquired with the run as lease owner — prepared first when this model/device/profile has no sealed lock —
+and the run is registered on the daemon's gateway), then prints the gateway base URL, the wire model name
+and the path of the 0600 file that holds the run token. The token itself is never printed. The lease is
+held while this command runs; SIGINT or SIGTERM deletes the run (binding revoked, lease released) and the
+command exits 0.
+
+The signals are blocked once the daemon answers and taken with ``sigwait``: one that arrives while the
+run is being created is handled right after, so a run is never left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from typing import Annotated, Any
+
+import typer
+
+from harness.cli.output import JSON_SCHEMA_VERSION, JsonOpt, RootOpt, cli_command, root_from
+from harness.daemon import ensure_daemon
+from harness.errors import HitchError
+
+__all__ = ["register"]
+
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+def _human(run: dict[str, Any]) -> str:
+    return "\n".join(
+        [
+            f"base_url:   {run['base_url']}",
+            f"model:      {run['wire_model']}",
+            f"token_file: {run['token_file']}  (send it as: Authorization: Bearer $(cat FILE))",
+            f"run:        {run['run_id']} (lease {run['lease_id']})",
+            "serving; Ctrl-C or SIGTERM ends the run",
+        ]
+    )
+
+
+def _say(as_json: bool, payload: dict[str, Any], human: str) -> None:
+    """One JSON object per line with ``--json`` (a reader can act on the first line while we serve)."""
+    line = json.dumps({"schema_version": JSON_SCHEMA_VERSION, **payload}, sort_keys=True) if as_json else human
+    sys.stdout.write(line.rstrip("\n") + "\n")
+    sys.stdout.flush()
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("serve", help="serve local/ALIAS through the gateway until SIGINT/SIGTERM (prints URL, model, token file)")
+    @cli_command
+    def serve_cmd(
+        model: Annotated[str, typer.Argument(help="local/ALIAS or local/sha256:<hex>")],
+        device: Annotated[str, typer.Option("--device", help="cpu | cuda")] = "cpu",
+        profile: Annotated[str, typer.Option("--profile", help="baseline | throughput")] = "baseline",
+        engine: Annotated[str, typer.Option("--engine", help="sglang | fake (contract runs)")] = "sglang",
+        launcher: Annotated[str, typer.Option("--launcher", help="process | oci")] = "process",
+        runtime: Annotated[str | None, typer.Option("--runtime", help="catalog name or runtime_id")] = None,
+        run_id: Annotated[str | None, typer.Option("--run-id", help="the run's id (default: random)")] = None,
+        as_json: JsonOpt = False,
+        root: RootOpt = None,
+    ) -> None:
+        from harness.cli.local import default_runtime
+        from harness.runtimes import get_runtime
+
+        if device not in ("cpu", "cuda"):
+            raise HitchError(
+                "inference_device_unsupported", f"device {device!r} is not served in P0", {"choices": ["cpu", "cuda"]}
+            )
+        if profile not in ("baseline", "throughput") or engine not in ("sglang", "fake") or launcher not in ("process", "oci"):
+            raise HitchError("usage_error", "profile baseline|throughput, engine sglang|fake, launcher process|oci", {})
+        hroot = root_from(root)
+        rt = get_runtime(runtime) if runtime else default_runtime(device)
+        body: dict[str, Any] = {
+            "model": model,
+            "device": device,
+            "profile": profile,
+            "runtime": rt.runtime_id,
+            "engine": engine,
+            "launcher": launcher,
+        }
+        pkg = rt.package
+        if engine == "sglang" and launcher == "oci" and pkg.kind == "oci" and pkg.digest is not None:
+            body["image"] = f"{pkg.image}@{pkg.digest}"
+        if run_id is not None:
+            body["run_id"] = run_id
+        client = ensure_daemon(hroot)  # before blocking: a daemon spawned here must not inherit the mask
+        signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        run = client.request("POST", "/v1/runs", body, timeout_s=900.0)
+        run.pop("schema_version", None)
+        try:
+            _say(as_json, run, _human(run))
+            got = signal.sigwait(_STOP_SIGNALS)
+        finally:
+            deleted = client.request("DELETE", f"/v1/runs/{run['run_id']}")
+        deleted.pop("schema_version", None)
+        name = signal.Signals(got).name
+        _say(as_json, {**deleted, "signal": name}, f"stopped on {name}: run {run['run_id']} revoked, lease released")

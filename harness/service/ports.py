@@ -16,6 +16,7 @@ may be taken by someone else before the engine binds it. Who answers on the port
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Iterable
 from typing import Literal
 
@@ -63,15 +64,34 @@ def _matches(addr_ip: str, host: str) -> bool:
     return addr_ip == host or addr_ip in _ANY or host in _ANY
 
 
-def listener_state(host: str, port: int, ours: set[int]) -> ListenerState:
-    """Who listens on ``host:port``: a process in ``ours``, anyone else, or nobody."""
-    found: ListenerState = "none"
+def _scan(host: str, port: int, ours: set[int]) -> ListenerState | None:
+    """One pass over the socket table; None when the only listener's owner could not be seen."""
+    unknown = False
     for conn in psutil.net_connections(kind="tcp"):
         if conn.status != psutil.CONN_LISTEN or not conn.laddr or conn.laddr.port != port:
             continue
         if not _matches(conn.laddr.ip, host):
             continue
-        if conn.pid is not None and conn.pid in ours:
+        if conn.pid is None:
+            unknown = True
+        elif conn.pid in ours:
             return "ours"
-        found = "other"  # another process, or one whose owner we may not see (pid None)
-    return found
+        else:
+            return "other"
+    return None if unknown else "none"
+
+
+def listener_state(host: str, port: int, ours: set[int], rescans: int = 5, pause_s: float = 0.02) -> ListenerState:
+    """Who listens on ``host:port``: a process in ``ours``, anyone else, or nobody.
+
+    psutil maps sockets to PIDs by reading every process's fds and then the kernel's socket table: a
+    socket opened between the two reads shows no owner. So an owner-less listener is scanned again a few
+    times; only one that stays owner-less (a process we cannot see) counts as "other".
+    """
+    for attempt in range(rescans):
+        state = _scan(host, port, ours)
+        if state is not None:
+            return state
+        if attempt + 1 < rescans:
+            time.sleep(pause_s)
+    return "other"

@@ -53,6 +53,17 @@ def _ensure_runtime(
     install_runtime(hroot, runtime)
 
 
+def service_runtime(device: str, profile: str, engine: str, launcher: str, runtime: str | None) -> InferenceRuntimeManifestV1:
+    """Check the service choices a command was given and resolve its runtime (default: the device's best)."""
+    from harness.cli.local import default_runtime
+
+    if device not in ("cpu", "cuda"):
+        raise HitchError("inference_device_unsupported", f"device {device!r} is not served in P0", {"choices": ["cpu", "cuda"]})
+    if profile not in ("baseline", "throughput") or engine not in ("sglang", "fake") or launcher not in ("process", "oci"):
+        raise HitchError("usage_error", "profile baseline|throughput, engine sglang|fake, launcher process|oci", {})
+    return get_runtime(runtime) if runtime else default_runtime(device)
+
+
 def register(app: typer.Typer) -> None:
     @app.command("prepare", help="start the service once, probe it, seal and save its lock; prints the inference_id")
     @cli_command
@@ -69,16 +80,8 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
         root: RootOpt = None,
     ) -> None:
-        from harness.cli.local import default_runtime
-
-        if device not in ("cpu", "cuda"):
-            raise HitchError(
-                "inference_device_unsupported", f"device {device!r} is not served in P0", {"choices": ["cpu", "cuda"]}
-            )
-        if profile not in ("baseline", "throughput") or engine not in ("sglang", "fake") or launcher not in ("process", "oci"):
-            raise HitchError("usage_error", "profile baseline|throughput, engine sglang|fake, launcher process|oci", {})
+        rt = service_runtime(device, profile, engine, launcher, runtime)
         hroot = root_from(root)
-        rt = get_runtime(runtime) if runtime else default_runtime(device)
         argv = [model, "--device", device, "--profile", profile, "--runtime", rt.name]
         if engine != "sglang":
             argv += ["--engine", engine]

@@ -22,7 +22,6 @@ import typer
 
 from harness.cli.output import JSON_SCHEMA_VERSION, JsonOpt, RootOpt, cli_command, root_from
 from harness.daemon import ensure_daemon
-from harness.errors import HitchError
 
 __all__ = ["register"]
 
@@ -62,17 +61,10 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
         root: RootOpt = None,
     ) -> None:
-        from harness.cli.local import default_runtime
-        from harness.runtimes import get_runtime
+        from harness.cli.local_services import service_runtime
 
-        if device not in ("cpu", "cuda"):
-            raise HitchError(
-                "inference_device_unsupported", f"device {device!r} is not served in P0", {"choices": ["cpu", "cuda"]}
-            )
-        if profile not in ("baseline", "throughput") or engine not in ("sglang", "fake") or launcher not in ("process", "oci"):
-            raise HitchError("usage_error", "profile baseline|throughput, engine sglang|fake, launcher process|oci", {})
+        rt = service_runtime(device, profile, engine, launcher, runtime)
         hroot = root_from(root)
-        rt = get_runtime(runtime) if runtime else default_runtime(device)
         body: dict[str, Any] = {
             "model": model,
             "device": device,

@@ -48,9 +48,9 @@ from harness.contracts.service import DeviceAllocationV1, InferenceServiceRecord
 from harness.engine import EngineKeys, EngineLaunch, EngineProgram, KeyFiles, ReadinessReport, prepare_launch, wait_ready
 from harness.engine.readiness import ListenerCheck
 from harness.errors import HitchError
-from harness.ids import digest_json
 from harness.launch.base import ExitInfo, LaunchedEngine, Launcher
 from harness.paths import HitchRoot, atomic_write_json
+from harness.service.isolation import isolation_key as isolation_key_for
 from harness.service.ports import listener_state, process_tree
 from harness.service.state_store import ServiceStateStore
 
@@ -116,7 +116,7 @@ class ServiceSupervisor:
         self.program = program
         self.launcher = launcher
         self.owner = owner
-        self.isolation_key = isolation_key or digest_json({"inference_id": lock.inference_id, "cache_scope_owner": owner})
+        self.isolation_key = isolation_key or isolation_key_for(lock.inference_id, owner)
         self.host = host
         self.port = port
         self.gpu_uuid = gpu_uuid

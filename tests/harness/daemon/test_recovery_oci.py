@@ -4,24 +4,19 @@ and the recorded container id, stops and removes it, and rotates the keys. Needs
 
 from __future__ import annotations
 
-import os
-import re
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import docker
 import pytest
-from filelock import FileLock
 
 from harness.contracts.lock import compute_inference_id
 from harness.daemon import DaemonClient, start_daemon
-from harness.errors import HitchError
-from harness.launch.docker_errors import docker_client
 from harness.service.state_store import ServiceStateStore
 from tests.harness.daemon.conftest import FAST
 from tests.harness.daemon.test_recovery import _kill9
+from tests.harness.docker_support import docker_client_or_skip, fake_image_id
 from tests.harness.engine.inputs import ServiceInputs
 from tests.harness.service.integration_support import LeakGuard
 
@@ -32,27 +27,14 @@ REPO = Path(__file__).resolve().parents[3]
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[docker.DockerClient]:
-    try:
-        c = docker_client()
-    except HitchError as exc:
-        if os.environ.get("HITCH_REQUIRE_DOCKER") == "1":
-            pytest.fail(f"HITCH_REQUIRE_DOCKER=1 but {exc.message}", pytrace=False)
-        pytest.skip(exc.message)
+    c = docker_client_or_skip()
     yield c
     c.close()
 
 
 @pytest.fixture(scope="module")
 def image_id(client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory) -> str:
-    lock = Path(tmp_path_factory.getbasetemp()).parent / "hitch-fake-image.lock"
-    with FileLock(str(lock)):
-        out = subprocess.run(
-            [sys.executable, str(REPO / "scripts/ci/build_fake_image.py")], capture_output=True, text=True, check=False
-        )
-    match = re.search(r"^IMAGE_ID=(sha256:[0-9a-f]{64})$", out.stdout, re.M)
-    if out.returncode != 0 or not match:
-        pytest.fail(f"building the fake engine image failed:\n{out.stdout}\n{out.stderr}", pytrace=False)
-    return match.group(1)
+    return fake_image_id(tmp_path_factory)
 
 
 def _status(container_id: str) -> str:

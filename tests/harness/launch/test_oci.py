@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import http.server
-import os
 import re
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -25,15 +22,14 @@ import docker
 import docker.errors
 import httpx
 import pytest
-from filelock import FileLock
 
 from fixtures.checkpoint.builder import tiny_checkpoint_cached
 from harness.contracts.lock import ResourceVectorV1
 from harness.errors import HitchError
 from harness.launch.base import LaunchSpec
-from harness.launch.docker_errors import docker_client
 from harness.launch.oci import OciEngine, OciLauncher, list_owned_containers, remove_owned
 from harness.launch.oci_config import LABEL_EPOCH, LABEL_ROOT, LABEL_SERVICE, root_label
+from tests.harness.docker_support import docker_client_or_skip, fake_image_id, require_or_skip
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_docker]
 
@@ -42,18 +38,9 @@ ENGINE_PORT = 30000
 MiB = 1024 * 1024
 
 
-def _require_or_skip(reason: str) -> None:
-    if os.environ.get("HITCH_REQUIRE_DOCKER") == "1":
-        pytest.fail(f"HITCH_REQUIRE_DOCKER=1 but {reason}", pytrace=False)
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="session")
 def client() -> Iterator[docker.DockerClient]:
-    try:
-        c = docker_client()
-    except HitchError as exc:
-        _require_or_skip(exc.message)
+    c = docker_client_or_skip()
     yield c
     c.close()
 
@@ -61,18 +48,7 @@ def client() -> Iterator[docker.DockerClient]:
 @pytest.fixture(scope="session")
 def image_id(client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory) -> str:
     """The fake engine image's ID (built once; the build script is idempotent and serialised here)."""
-    lock = Path(tmp_path_factory.getbasetemp()).parent / "hitch-fake-image.lock"
-    with FileLock(str(lock)):
-        out = subprocess.run(
-            [sys.executable, str(REPO / "scripts/ci/build_fake_image.py")],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-    match = re.search(r"^IMAGE_ID=(sha256:[0-9a-f]{64})$", out.stdout, re.M)
-    if out.returncode != 0 or not match:
-        pytest.fail(f"building the fake engine image failed:\n{out.stdout}\n{out.stderr}", pytrace=False)
-    return match.group(1)
+    return fake_image_id(tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
@@ -226,7 +202,7 @@ def _remote_target() -> tuple[str, str]:
     try:
         ip = socket.getaddrinfo(host, 80, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]
     except OSError:
-        _require_or_skip(f"{host} does not resolve here, so egress cannot be contrasted")
+        require_or_skip(f"{host} does not resolve here, so egress cannot be contrasted")
     return f"http://{ip}/debian/", host
 
 
@@ -243,7 +219,7 @@ def test_no_egress_from_engine_container(root: Path, client: docker.DockerClient
     finally:
         control.remove(force=True)
     if not control_out.startswith("REPLY"):
-        _require_or_skip(f"no reply from {host} even on a normal bridge network: {control_out.strip()}")
+        require_or_skip(f"no reply from {host} even on a normal bridge network: {control_out.strip()}")
     engine = _start(root, _spec(root, image_id, checkpoint), client)
     try:
         exec_id = client.api.exec_create(engine.container_id, probe)["Id"]

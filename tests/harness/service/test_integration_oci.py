@@ -8,10 +8,6 @@ may be left (leak guard).
 from __future__ import annotations
 
 import asyncio
-import os
-import re
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,13 +15,12 @@ import docker
 import docker.errors
 import httpx
 import pytest
-from filelock import FileLock
 
 from harness.contracts.lock import InferenceLockV1
 from harness.errors import HitchError
-from harness.launch.docker_errors import docker_client
 from harness.service.starter_supervisor import EngineChoice, SupervisedService
 from harness.service.state_store import ServiceStateStore
+from tests.harness.docker_support import docker_client_or_skip, fake_image_id
 from tests.harness.engine.inputs import ServiceInputs, checkpoint_cache, service_inputs
 from tests.harness.service.integration_support import LeakGuard, fake_manager, leak_guard_for
 from tests.harness.service.manager_fakes import run
@@ -36,33 +31,16 @@ REPO = Path(__file__).resolve().parents[3]
 MiB = 1024 * 1024
 
 
-def _require_or_skip(reason: str) -> None:
-    if os.environ.get("HITCH_REQUIRE_DOCKER") == "1":
-        pytest.fail(f"HITCH_REQUIRE_DOCKER=1 but {reason}", pytrace=False)
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="module")
 def client() -> Iterator[docker.DockerClient]:
-    try:
-        c = docker_client()
-    except HitchError as exc:
-        _require_or_skip(exc.message)
+    c = docker_client_or_skip()
     yield c
     c.close()
 
 
 @pytest.fixture(scope="module")
 def image_id(client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory) -> str:
-    lock = Path(tmp_path_factory.getbasetemp()).parent / "hitch-fake-image.lock"
-    with FileLock(str(lock)):
-        out = subprocess.run(
-            [sys.executable, str(REPO / "scripts/ci/build_fake_image.py")], capture_output=True, text=True, check=False
-        )
-    match = re.search(r"^IMAGE_ID=(sha256:[0-9a-f]{64})$", out.stdout, re.M)
-    if out.returncode != 0 or not match:
-        pytest.fail(f"building the fake engine image failed:\n{out.stdout}\n{out.stderr}", pytrace=False)
-    return match.group(1)
+    return fake_image_id(tmp_path_factory)
 
 
 @pytest.fixture

@@ -1,0 +1,46 @@
+"""Shared by the tests that need a real Docker engine: the client (skip, or fail under
+HITCH_REQUIRE_DOCKER=1) and the fake-engine image built once by its idempotent script."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import docker
+import pytest
+from filelock import FileLock
+
+from harness.errors import HitchError
+from harness.launch.docker_errors import docker_client
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def require_or_skip(reason: str) -> None:
+    if os.environ.get("HITCH_REQUIRE_DOCKER") == "1":
+        pytest.fail(f"HITCH_REQUIRE_DOCKER=1 but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def docker_client_or_skip() -> docker.DockerClient:
+    try:
+        return docker_client()
+    except HitchError as exc:
+        require_or_skip(exc.message)
+        raise  # unreachable: require_or_skip always raises
+
+
+def fake_image_id(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The fake engine image's ID (the build script is idempotent; serialised across xdist workers)."""
+    lock = Path(tmp_path_factory.getbasetemp()).parent / "hitch-fake-image.lock"
+    with FileLock(str(lock)):
+        out = subprocess.run(
+            [sys.executable, str(REPO / "scripts/ci/build_fake_image.py")], capture_output=True, text=True, check=False
+        )
+    match = re.search(r"^IMAGE_ID=(sha256:[0-9a-f]{64})$", out.stdout, re.M)
+    if out.returncode != 0 or not match:
+        pytest.fail(f"building the fake engine image failed:\n{out.stdout}\n{out.stderr}", pytrace=False)
+    return match.group(1)

@@ -1,16 +1,219 @@
-"""The certify pytest plugin (entry point ``pytest11``). Suites arrive with the certification issue."""
+"""The certify pytest plugin (entry point ``pytest11``): ``pytest certify --device cpu|cuda|auto ...``.
+
+Owns the options (one group, see :mod:`certify.options`), the suite markers and the ``check`` marker, the
+session engine fixture ``certify_env`` (one engine per session behind the gateway, see
+:mod:`certify.session`), the ``certify_record`` fixture (metrics, details, evidence of the current check),
+and the collection of check results. Results travel as ``user_properties`` on test reports, so under
+pytest-xdist the controlling process sees every worker's results; it alone evaluates (:mod:`certify.evaluate`)
+and writes the results, the signed entry and the HTML pages (:mod:`certify.outputs`).
+
+The plugin is inert for test runs that collect no certification check (the project's own ``tests/``).
+"""
 
 from __future__ import annotations
 
+import os
+import secrets
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
 import pytest
+
+from certify.evaluate import CheckResult
+from certify.options import REPORT_ENV, SESSION_ENV, CertifyOptions, add_options, choose_engine, options_from
+from certify.registry import SUITES, all_checks
+
+SUITES_DIR = Path(__file__).resolve().parent / "suites"
+_STATE = pytest.StashKey["CertifyState"]()
+
+
+@dataclass
+class CertifyState:
+    is_worker: bool
+    session_key: str
+    daemon_was_running: bool = True
+    results: dict[str, CheckResult] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    evidence: dict[str, str] = field(default_factory=dict)
+    active: bool = False
+    resolved: CertifyOptions | None = None
+    summary: list[str] = field(default_factory=list)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("certify", "Hitch certification")
-    group.addoption(
-        "--device",
-        action="store",
-        default="auto",
-        choices=("cpu", "cuda", "auto"),
-        help="backend to certify",
-    )
+    add_options(parser)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for suite in SUITES:
+        config.addinivalue_line("markers", f"{suite}: certification suite {suite}")
+    config.addinivalue_line("markers", "check(id): the stable id of the certification check a test implements")
+    is_worker = hasattr(config, "workerinput")
+    if not is_worker:
+        os.environ.setdefault(SESSION_ENV, secrets.token_hex(8))
+        os.environ[REPORT_ENV] = str(options_from(config).report_dir)
+    config.stash[_STATE] = CertifyState(is_worker=is_worker, session_key=os.environ[SESSION_ENV])
+    config.pluginmanager.register(_ResultCollector(config), "certify-results")
+
+
+def _is_certify_item(item: pytest.Item) -> bool:
+    return SUITES_DIR in Path(str(item.path)).resolve().parents
+
+
+def check_id_of(item: pytest.Item) -> str | None:
+    marker = item.get_closest_marker("check")
+    if marker is None:
+        return None
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return str(marker.args[0]).format(**params)
+
+
+def resolved_options(config: pytest.Config) -> CertifyOptions:
+    state = config.stash[_STATE]
+    if state.resolved is None:
+        state.resolved = choose_engine(options_from(config))
+    return state.resolved
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    certify_items = [item for item in items if _is_certify_item(item)]
+    if not certify_items:
+        return
+    declared = all_checks()
+    opts = resolved_options(config)
+    for item in certify_items:
+        cid = check_id_of(item)
+        if cid is None or cid not in declared:
+            raise pytest.UsageError(
+                f"{item.nodeid}: every certification test needs a declared @pytest.mark.check id (got {cid!r})"
+            )
+        spec = declared[cid]
+        item.add_marker(getattr(pytest.mark, spec.suite))
+        item.user_properties.append(("certify_check", cid))
+        if not spec.applies(str(opts.engine), opts.device):
+            item.add_marker(pytest.mark.skip(reason=f"{cid} does not apply to engine={opts.engine} device={opts.device}"))
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    state = session.config.stash[_STATE]
+    if not state.is_worker:
+        from harness.daemon.client import daemon_running
+
+        try:
+            state.daemon_was_running = daemon_running(options_from(session.config).root) is not None
+        except Exception:
+            state.daemon_was_running = True
+
+
+class _ResultCollector:
+    """Per-config hook holder: test reports (from this process or, under xdist, from the workers)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        record_report(self.config.stash[_STATE], report)
+
+
+def record_report(state: CertifyState, report: pytest.TestReport) -> None:
+    cid = next((v for k, v in report.user_properties if k == "certify_check"), None)
+    if cid is None:
+        return
+    state.active = True
+    status: str | None = None
+    if report.when == "call":
+        status = "passed" if report.passed else "skipped" if report.skipped else "failed"
+    elif report.when == "setup" and not report.passed:
+        status = "skipped" if report.skipped else "failed"
+    elif report.when == "teardown" and report.failed:
+        status = "failed"
+    if status is None:
+        return
+    details: dict[str, Any] = {}
+    for key, value in report.user_properties:
+        if key == "certify_detail":
+            details.update(cast("dict[str, Any]", value))
+        elif key == "certify_metric":
+            state.metrics.update(cast("dict[str, Any]", value))
+        elif key == "certify_evidence":
+            state.evidence.update(cast("dict[str, str]", value))
+    if status != "passed":
+        details["reason"] = _reason(report)
+    result = CheckResult(str(cid), status, float(report.duration), details)  # type: ignore[arg-type]
+    previous = state.results.get(result.id)
+    state.results[result.id] = result if previous is None else previous.merge(result)
+
+
+def _reason(report: pytest.TestReport) -> str:
+    if report.skipped and isinstance(report.longrepr, tuple):
+        return str(report.longrepr[2])[:500]
+    text = getattr(report, "longreprtext", "") or ""
+    lines = [ln for ln in text.splitlines() if ln.startswith("E ")]
+    return ("\n".join(lines[:8]) or text[-500:])[:1000]
+
+
+@pytest.fixture(scope="session")
+def certify_env(request: pytest.FixtureRequest) -> Iterator[Any]:
+    from certify.session import open_session
+
+    config = request.config
+    state = config.stash[_STATE]
+    opts = resolved_options(config)
+    worker = str(getattr(config, "workerinput", {}).get("workerid", "main"))
+    env = open_session(opts, state.session_key, worker)
+    try:
+        yield env
+    finally:
+        env.close()
+
+
+@dataclass
+class Recorder:
+    item: pytest.Item
+
+    def metric(self, name: str, value: Any) -> None:
+        self.item.user_properties.append(("certify_metric", {name: value}))
+
+    def detail(self, key: str, value: Any) -> None:
+        self.item.user_properties.append(("certify_detail", {key: value}))
+
+    def evidence(self, name: str, data: bytes) -> str:
+        from harness.ids import digest_bytes
+
+        digest = digest_bytes(data)
+        self.item.user_properties.append(("certify_evidence", {name: digest}))
+        return digest
+
+
+@pytest.fixture
+def certify_record(request: pytest.FixtureRequest) -> Recorder:
+    return Recorder(request.node)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    state = session.config.stash[_STATE]
+    if state.is_worker or not state.active:
+        return
+    from certify.outputs import finish_session
+
+    started = time.monotonic()
+    opts = resolved_options(session.config)
+    try:
+        state.summary = finish_session(opts, state.results, state.metrics, state.evidence, state.daemon_was_running)
+    except Exception as exc:  # the run's outputs are part of its verdict: a failure here fails the session
+        import traceback
+
+        state.summary = [f"writing the certification outputs failed: {type(exc).__name__}: {exc}", traceback.format_exc()]
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    state.summary.append(f"outputs written in {time.monotonic() - started:.1f} s")
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    state = config.stash[_STATE]
+    if state.summary:
+        terminalreporter.section("hitch certification")
+        for line in state.summary:
+            terminalreporter.write_line(line)

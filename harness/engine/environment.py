@@ -6,7 +6,7 @@ The engine never inherits the caller's environment. Its variables are exactly:
 - ``PYTHONUNBUFFERED=1`` so the engine log is written as it happens;
 - the runtime's own variables (``SGLANG_USE_CPU_ENGINE=1``, ``PYTHONNOUSERSITE``, the shim's ``PYTHONPATH``);
 - what the lock decides: ``OMP_NUM_THREADS`` = ``cpu_threads`` on CPU, ``CUDA_VISIBLE_DEVICES`` = the leased
-  GPU UUID on CUDA.
+  GPU UUID on CUDA, empty on CPU (a CPU service sees no GPU).
 
 Cloud credentials, model-hub tokens, proxies and inherited ``SGLANG_*``/``HF_*``/``TRANSFORMERS_*``/``TORCH_*``
 controls therefore never reach the engine: they are not copied, so there is nothing to scrub.
@@ -44,6 +44,7 @@ def engine_environment(
     if isinstance(platform, CpuPlatformV1):
         env["SGLANG_USE_CPU_ENGINE"] = "1"
         env["OMP_NUM_THREADS"] = str(platform.cpu_threads)
+        env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU service holds no GPU: none is visible to it
     elif gpu_uuid is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpu_uuid
     return env

@@ -1,0 +1,181 @@
+"""What a certification session leaves behind, written by the controlling process once every check ran.
+
+``finish_session``: evaluate (:mod:`certify.evaluate`) → ``results.json`` (the predicate plus the raw
+figures) → the signed entry (an in-toto Statement in a DSSE envelope, :mod:`catalog.signing`) → the HTML
+pages (:mod:`reports.builder`) → teardown of the session's engine service (and of the daemon when the
+session started it). Returns the lines the terminal summary prints.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from certify.evaluate import CheckResult, Evaluation, Platform, evaluate
+from certify.options import REPO, CertifyOptions
+from certify.registry import all_checks
+from harness.paths import atomic_write_json
+
+__all__ = ["SUITE_VERSION", "finish_session", "hardware_fingerprint", "project_commit"]
+
+SUITE_VERSION = "1"
+
+
+def project_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True, timeout=10).stdout
+        return out.stdout.strip() + ("-dirty" if dirty.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def hardware_fingerprint(device: str) -> tuple[dict[str, Any], Platform | None, Any]:
+    from harness.devices import run_doctor
+
+    doctor = run_doctor(device)  # type: ignore[arg-type]
+    cpu = doctor.cpu
+    finger: dict[str, Any] = {
+        "device": device,
+        "cpu": cpu.model_dump(
+            mode="json", include={"model_name", "vendor", "logical_cpus", "physical_cores", "numa_nodes", "isa"}
+        ),
+        "host": doctor.host.model_dump(mode="json"),
+        "cuda": doctor.cuda.model_dump(mode="json"),
+        "docker": doctor.docker.model_dump(mode="json", include={"reachable", "server_version", "runtimes", "nvidia_runtime"}),
+    }
+    return finger, None, doctor
+
+
+def _platform(session: dict[str, Any] | None, opts: CertifyOptions, doctor: Any, session_error: str | None) -> Platform:
+    from harness.runtimes import get_runtime
+
+    verdict = doctor.devices.get(opts.device)
+    platform_ok = bool(verdict is not None and verdict.certifiable)
+    platform_reasons = tuple(verdict.reasons) if verdict is not None else (f"doctor has no verdict for {opts.device}",)
+    runtime_ok = False
+    runtime_reasons: tuple[str, ...] = ("no runtime recorded",)
+    runtime_id = (session or {}).get("runtime_id") or opts.runtime
+    if runtime_id:
+        try:
+            rt = get_runtime(str(runtime_id))
+            runtime_ok = rt.certifiable and rt.pinned
+            runtime_reasons = () if runtime_ok else (f"runtime {rt.name} is not a pinned certifiable catalog runtime",)
+        except Exception as exc:
+            runtime_reasons = (f"runtime {runtime_id}: {exc}",)
+    return Platform(
+        engine=str((session or {}).get("engine") or opts.engine),
+        device=opts.device,
+        platform_certifiable=platform_ok,
+        platform_reasons=platform_reasons,
+        runtime_certifiable=runtime_ok,
+        runtime_reasons=runtime_reasons,
+        session_error=session_error,
+    )
+
+
+def build_predicate(
+    opts: CertifyOptions,
+    session: dict[str, Any] | None,
+    evaluation: Evaluation,
+    hardware: dict[str, Any],
+    metrics: dict[str, Any],
+    evidence: dict[str, str],
+) -> dict[str, Any]:
+    s = session or {}
+    return {
+        "level": evaluation.level,
+        "reasons": evaluation.reasons,
+        "suite_version": SUITE_VERSION,
+        "project_commit": project_commit(),
+        "device": opts.device,
+        "engine": str(s.get("engine") or opts.engine),
+        "launcher": str(s.get("launcher") or opts.launcher),
+        "runtime_id": str(s.get("runtime_id") or opts.runtime or ""),
+        "model_id": str(s.get("model_id") or ""),
+        "inference_id": str(s.get("inference_id") or ""),
+        "profile": opts.profile,
+        "hardware": hardware,
+        "checks": evaluation.checks,
+        "metrics": {k: v for k, v in metrics.items() if not k.startswith("_")},
+        "evidence": evidence,
+    }
+
+
+def _subjects(predicate: dict[str, Any]) -> dict[str, str]:
+    return {
+        "runtime": predicate["runtime_id"],
+        "model": predicate["model_id"],
+        "inference_lock": predicate["inference_id"],
+    }
+
+
+def _sign(opts: CertifyOptions, predicate: dict[str, Any], lines: list[str]) -> Path | None:
+    from catalog.signing import build_statement, ensure_dev_key, sign_envelope, write_entry
+
+    key = opts.sign_key or ensure_dev_key(opts.root)
+    statement = build_statement(predicate, _subjects(predicate))
+    envelope = sign_envelope(statement, key)
+    path = write_entry(envelope, opts.report_dir)
+    lines.append(f"signed entry: {path}")
+    return path
+
+
+def _pages(opts: CertifyOptions, results: dict[str, Any], lines: list[str]) -> None:
+    from reports.builder import build_matrix, build_run_page
+
+    from catalog.signing import dev_keys_dir, trusted_keys_dir
+
+    run_page = build_run_page(results, opts.report_dir)
+    lines.append(f"run report: {run_page}")
+    keys = [trusted_keys_dir(), dev_keys_dir(opts.root)]
+    matrix = build_matrix(opts.report_dir, keys, opts.report_dir)
+    lines.append(f"support matrix: {matrix}")
+
+
+def _teardown(opts: CertifyOptions, session: dict[str, Any] | None, daemon_was_running: bool, lines: list[str]) -> None:
+    from harness.daemon.client import DaemonClient, daemon_running, stop_daemon
+
+    if daemon_running(opts.root) is None:
+        return
+    if not daemon_was_running:
+        stop_daemon(opts.root, force=True)
+        lines.append("engine and daemon stopped (this session started them)")
+        return
+    if session and session.get("service_id"):
+        try:
+            DaemonClient(opts.root).stop_service(str(session["service_id"]), force=True)
+            lines.append(f"engine service {session['service_id']} stopped")
+        except Exception as exc:
+            lines.append(f"could not stop service {session['service_id']}: {exc}")
+
+
+def finish_session(
+    opts: CertifyOptions,
+    results: dict[str, CheckResult],
+    metrics: dict[str, Any],
+    evidence: dict[str, str],
+    daemon_was_running: bool,
+) -> list[str]:
+    lines: list[str] = [f"engine choice: {opts.engine} via {opts.launcher} ({opts.choice_reason})"]
+    session_file = opts.report_dir / "session.json"
+    session: dict[str, Any] | None = json.loads(session_file.read_text()) if session_file.exists() else None
+    error = None if session is not None else "the session engine never became usable (no session.json)"
+    hardware, _, doctor = hardware_fingerprint(opts.device)
+    platform = _platform(session, opts, doctor, error)
+    evaluation = evaluate(all_checks(), results, platform)
+    predicate = build_predicate(opts, session, evaluation, hardware, metrics, evidence)
+    opts.report_dir.mkdir(parents=True, exist_ok=True)
+    full = {**predicate, "session": session, "overhead": metrics.get("_overhead"), "lifecycle": metrics.get("_lifecycle")}
+    atomic_write_json(opts.report_dir / "results.json", full)
+    lines.append(f"level: {evaluation.level}")
+    lines.extend(f"  - {reason}" for reason in evaluation.reasons[:20])
+    lines.append(f"results: {opts.report_dir / 'results.json'}")
+    try:
+        _sign(opts, predicate, lines)
+        _pages(opts, full, lines)
+    finally:
+        _teardown(opts, session, daemon_was_running, lines)
+    return lines

@@ -1,0 +1,242 @@
+"""The one engine of a certification session, behind the gateway, shared by every test (and xdist worker).
+
+:func:`open_session` imports the model (``fixture:tiny`` is built and imported under the alias
+``certify-tiny``), makes sure the runtime is installed (on demand), starts the root's daemon if needed and
+creates this process's run through it (``POST /v1/runs``: the daemon's single-flight acquire shares one
+engine service between xdist workers; each worker gets its own run and token). :class:`CertifyEnv` is what
+suites use: the run's gateway URL and token, the direct engine URL and key (for the perf suite's direct arm
+and for the checks that must look behind the gateway), the fake engine's control API, and helpers to make
+more runs. Teardown deletes the runs; the controller stops the service (and the daemon if it started it).
+
+Session facts every process agrees on (inference id, runtime, model id, service id) are written to
+``<report-dir>/session.json`` for the evaluator in the controlling process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from certify.options import CertifyOptions
+from harness.daemon.client import DaemonClient, ensure_daemon
+from harness.paths import HitchRoot, atomic_write_json, ensure_private_dir, write_secret
+
+__all__ = ["CertifyEnv", "FakeControl", "RunHandle", "open_session", "session_key_dir"]
+
+TINY_ALIAS = "certify-tiny"
+
+
+@dataclass(frozen=True)
+class RunHandle:
+    run_id: str
+    binding_id: str
+    service_id: str
+    inference_id: str
+    epoch: int
+    base_url: str  # the gateway's OpenAI base URL for this run (ends in /v1)
+    wire_model: str
+    token: str = field(repr=False)
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+
+@dataclass(frozen=True)
+class FakeControl:
+    """The fake engine's control API (faults, request log, state); ``None`` on a real engine."""
+
+    port_file: Path
+    token: str = field(repr=False)
+
+    def ctl(self, method: str, path: str, **kw: Any) -> Any:
+        port = self.port_file.read_text().strip()
+        r = httpx.request(
+            method, f"http://127.0.0.1:{port}{path}", headers={"Authorization": f"Bearer {self.token}"}, timeout=10, **kw
+        )
+        r.raise_for_status()
+        return r.json()
+
+    def faults(self, *add: str) -> None:
+        self.ctl("POST", "/faults", json={"clear": True, "add": list(add)})
+
+    def reset(self) -> None:
+        self.faults()
+        self.ctl("DELETE", "/requests")
+
+    def received(self) -> list[dict[str, Any]]:
+        return [r for r in self.ctl("GET", "/requests")["requests"] if not r["path"].startswith("/health")]
+
+    def state(self) -> dict[str, Any]:
+        return dict(self.ctl("GET", "/state"))
+
+
+@dataclass
+class CertifyEnv:
+    options: CertifyOptions
+    root: HitchRoot
+    daemon: DaemonClient
+    model_ref: str
+    model_id: str
+    runtime_id: str
+    run: RunHandle
+    engine_url: str  # direct engine base URL (no /v1)
+    engine_key: str = field(repr=False)
+    fake: FakeControl | None
+    body: dict[str, Any]  # the POST /v1/runs body (for new runs)
+    runs: list[RunHandle] = field(default_factory=list)
+
+    @property
+    def engine(self) -> str:
+        return str(self.options.engine)
+
+    @property
+    def device(self) -> str:
+        return self.options.device
+
+    def engine_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.engine_key}"}
+
+    def new_run(self, run_id: str | None = None) -> RunHandle:
+        handle = _create_run(self.daemon, {**self.body, "run_id": run_id or "certify-" + secrets.token_hex(6)})
+        self.runs.append(handle)
+        return handle
+
+    def delete_run(self, run: RunHandle) -> dict[str, Any]:
+        return self.daemon.request("DELETE", f"/v1/runs/{run.run_id}")
+
+    def service(self) -> dict[str, Any] | None:
+        for svc in self.daemon.services().get("services", []):
+            if svc.get("service_id") == self.run.service_id:
+                return dict(svc)
+        return None
+
+    def close(self) -> None:
+        for run in reversed(self.runs):
+            with contextlib.suppress(Exception):  # teardown goes on; the controller stops the service anyway
+                self.delete_run(run)
+
+
+def session_key_dir(opts: CertifyOptions, session_key: str) -> Path:
+    """Private files shared by this session's processes (fake control token, ports)."""
+    return ensure_private_dir(opts.root.root / "certify" / session_key)
+
+
+def _ensure_model(opts: CertifyOptions) -> str:
+    from harness.store import import_model
+
+    if opts.model.startswith("local/"):
+        return opts.model
+    if opts.model == "fixture:tiny":
+        from fixtures.checkpoint import tiny_checkpoint_cached
+
+        src = tiny_checkpoint_cached(opts.root.root / "cache" / "fixtures")
+        alias = TINY_ALIAS
+    else:
+        src, alias = Path(opts.model).expanduser(), "certify-" + Path(opts.model).name.lower()[:40].strip("-_.") or "model"
+    from filelock import FileLock
+
+    with FileLock(str(ensure_private_dir(opts.root.root / "certify") / "import.lock")):
+        import_model(opts.root, src, alias)
+    return f"local/{alias}"
+
+
+def _ensure_runtime(opts: CertifyOptions) -> str:
+    from harness.runtimes import get_runtime
+    from harness.runtimes.install import install_runtime, installed_runtime
+
+    rt = get_runtime(opts.runtime) if opts.runtime else None
+    if rt is None:
+        from harness.cli.local import default_runtime
+
+        rt = default_runtime(opts.device)
+    if opts.engine == "sglang" and opts.launcher == "process" and rt.package.kind == "python-env":
+        from filelock import FileLock
+
+        with FileLock(str(ensure_private_dir(opts.root.root / "certify") / "install.lock")):
+            if installed_runtime(opts.root, rt) is None:
+                install_runtime(opts.root, rt)
+    return rt.runtime_id
+
+
+def _create_run(daemon: DaemonClient, body: dict[str, Any]) -> RunHandle:
+    run = daemon.request("POST", "/v1/runs", body, timeout_s=900.0)
+    token = Path(run["token_file"]).read_text(encoding="utf-8").strip()
+    return RunHandle(
+        run_id=run["run_id"],
+        binding_id=run["binding_id"],
+        service_id=run["service_id"],
+        inference_id=run["inference_id"],
+        epoch=int(run["epoch"]),
+        base_url=run["base_url"],
+        wire_model=run["wire_model"],
+        token=token,
+    )
+
+
+def _engine_endpoint(root: HitchRoot, service_id: str) -> tuple[str, str]:
+    from harness.service.state_store import ServiceStateStore
+
+    record = ServiceStateStore(root, service_id).read()
+    if record is None or record.endpoint_ref is None:
+        raise RuntimeError(f"service {service_id} has no endpoint record")
+    ref = json.loads(Path(record.endpoint_ref).read_text())
+    key = Path(ref["api_key_file"]).read_text(encoding="utf-8").strip()
+    return str(ref["base_url"]), key
+
+
+def open_session(opts: CertifyOptions, session_key: str, worker: str) -> CertifyEnv:
+    """Create this process's run on the session's shared engine (started by the first caller)."""
+    model_ref = _ensure_model(opts)
+    runtime_id = _ensure_runtime(opts)
+    body: dict[str, Any] = {
+        "model": model_ref,
+        "device": opts.device,
+        "profile": opts.profile,
+        "runtime": runtime_id,
+        "engine": opts.engine,
+        "launcher": opts.launcher,
+    }
+    fake: FakeControl | None = None
+    if opts.engine == "fake":
+        shared = session_key_dir(opts, session_key)
+        token_file = shared / "fake-control.token"
+        if not token_file.exists():
+            from filelock import FileLock
+
+            with FileLock(str(shared / "token.lock")):
+                if not token_file.exists():
+                    write_secret(token_file, secrets.token_urlsafe(24))
+        port_file = shared / "fake-control.port"
+        body["fake_flags"] = [
+            "--fake-control-port", "0", "--fake-control-port-file", str(port_file),
+            "--fake-control-token-file", str(token_file),
+        ]  # fmt: skip
+        fake = FakeControl(port_file, token_file.read_text(encoding="utf-8").strip())
+    daemon = ensure_daemon(opts.root)
+    run = _create_run(daemon, {**body, "run_id": f"certify-{session_key[:8]}-{worker}"})
+    engine_url, engine_key = _engine_endpoint(opts.root, run.service_id)
+    from harness.store import resolve_model
+
+    model_id = resolve_model(opts.root, model_ref).model_id
+    env = CertifyEnv(opts, opts.root, daemon, model_ref, model_id, runtime_id, run, engine_url, engine_key, fake, body, [run])
+    facts = {
+        "engine": opts.engine,
+        "launcher": opts.launcher,
+        "device": opts.device,
+        "profile": opts.profile,
+        "runtime_id": runtime_id,
+        "model_ref": model_ref,
+        "model_id": model_id,
+        "inference_id": run.inference_id,
+        "service_id": run.service_id,
+        "choice_reason": opts.choice_reason,
+    }
+    opts.report_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(opts.report_dir / "session.json", facts)
+    return env

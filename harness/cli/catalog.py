@@ -1,0 +1,194 @@
+"""`hitch catalog ...`: keygen, sign, verify, list and trust signed catalog entries (catalog.signing).
+
+Outputs name key files and key ids, never key material. Verification is offline: ``--keys DIR``
+(repeatable) names the trusted ``<keyid>.pub.pem`` directories, default the checkout's ``catalog/keys/``;
+the development key is trusted only when its public directory is passed or copied in with ``trust``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from catalog.signing import (
+    STATEMENT_TYPE,
+    build_statement,
+    describe_key,
+    dev_key_pair,
+    generate_key,
+    load_entry,
+    published_entries_dir,
+    root_entries_dir,
+    scan_entries,
+    sign_envelope,
+    subjects_from_predicate,
+    trust_public_key,
+    trusted_keys_dir,
+    verify_envelope,
+    write_entry,
+)
+from harness.cli.output import JsonOpt, RootOpt, cli_command, emit, root_from
+from harness.errors import HitchError
+
+app = typer.Typer(no_args_is_help=True, help="catalog commands")
+
+KeysOpt = Annotated[
+    list[Path] | None,
+    typer.Option("--keys", help="trusted public-key dir of <keyid>.pub.pem files (repeatable; default catalog/keys)"),
+]
+
+
+def _keys(keys: list[Path] | None) -> list[Path]:
+    return list(keys) if keys else [trusted_keys_dir()]
+
+
+@app.command("keygen")
+@cli_command
+def keygen(
+    out: Annotated[Path | None, typer.Option("--out", help="private key file to create (default: the dev key)")] = None,
+    force: Annotated[bool, typer.Option("--force", help="replace an existing key at --out")] = False,
+    as_json: JsonOpt = False,
+    root: RootOpt = None,
+) -> None:
+    """Create an Ed25519 key (0600) and export its public half to <dir>/public/<keyid>.pub.pem.
+
+    Without --out: the development key under HITCH_ROOT, created only if absent."""
+    pair = generate_key(out, force=force) if out is not None else dev_key_pair(root_from(root))
+    payload = pair.to_dict()
+    human = (
+        f"{'created' if pair.created else 'exists'}: {pair.private_key} (keyid {pair.keyid})\n"
+        f"public key: {pair.public_key}\n"
+        f"verify its entries with --keys {pair.public_key.parent}, or trust it: hitch catalog trust {pair.public_key}"
+    )
+    emit(as_json, payload, human)
+
+
+def _parse_subjects(items: list[str]) -> dict[str, str]:
+    subjects: dict[str, str] = {}
+    for item in items:
+        name, sep, digest = item.partition("=")
+        if not sep or not name or name in subjects:
+            raise HitchError("catalog_entry_invalid", f"--subject wants NAME=sha256:<hex>, each name once: {item[:100]!r}")
+        subjects[name] = digest
+    return subjects
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except OSError as exc:
+        raise HitchError("catalog_entry_invalid", f"cannot read {path}: {exc.strerror}", {"path": str(path)}) from None
+    except ValueError:
+        raise HitchError("catalog_entry_invalid", f"{path} is not JSON", {"path": str(path)}) from None
+
+
+@app.command("sign")
+@cli_command
+def sign(
+    source: Annotated[Path, typer.Argument(help="predicate JSON (DESIGN §6), or a whole in-toto statement")],
+    subject: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--subject", help="NAME=sha256:<hex> (repeatable; default: runtime/model/inference_lock from the predicate)"
+        ),
+    ] = None,
+    key: Annotated[Path | None, typer.Option("--key", help="Ed25519 private key (default: the dev key)")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="entry dir (default: <HITCH_ROOT>/catalog/entries)")] = None,
+    as_json: JsonOpt = False,
+    root: RootOpt = None,
+) -> None:
+    """Sign a predicate (or statement) into a DSSE envelope and write it as <...>.dsse.json."""
+    hroot = root_from(root)
+    document = _read_json(source)
+    if isinstance(document, dict) and "_type" in document and document.get("_type") == STATEMENT_TYPE:
+        if subject:
+            raise HitchError("catalog_entry_invalid", "a statement carries its own subjects; drop --subject")
+        statement = document
+    else:
+        if not isinstance(document, dict):
+            raise HitchError("catalog_entry_invalid", f"{source} is not a JSON object")
+        subjects = _parse_subjects(subject) if subject else subjects_from_predicate(document)
+        statement = build_statement(document, subjects)
+    pair = describe_key(key) if key is not None else dev_key_pair(hroot)
+    envelope = sign_envelope(statement, pair.private_key)
+    path = write_entry(envelope, out if out is not None else root_entries_dir(hroot))
+    payload = {
+        "entry": str(path),
+        "keyid": pair.keyid,
+        "public_keys_dir": str(pair.public_key.parent),
+        "level": statement["predicate"]["level"],
+        "subjects": {s["name"]: "sha256:" + s["digest"]["sha256"] for s in statement["subject"]},
+    }
+    human = (
+        f"signed ({statement['predicate']['level']}): {path}\nverify: hitch catalog verify {path} --keys {pair.public_key.parent}"
+    )
+    emit(as_json, payload, human)
+
+
+@app.command("verify")
+@cli_command
+def verify(
+    entry: Annotated[Path, typer.Argument(help="a .dsse.json entry")],
+    keys: KeysOpt = None,
+    as_json: JsonOpt = False,
+    root: RootOpt = None,
+) -> None:
+    """Verify an entry offline against trusted public keys; exit 3 (catalog_signature_invalid) if it does not."""
+    verified = verify_envelope(load_entry(entry), _keys(keys))
+    predicate = verified.predicate
+    payload = {
+        "entry": str(entry),
+        "verified": True,
+        "keyid": verified.keyid,
+        "level": predicate["level"],
+        "subjects": verified.subjects,
+        "predicate": predicate,
+    }
+    human = (
+        f"verified: {entry} (keyid {verified.keyid})\n"
+        f"level {predicate['level']}: {predicate.get('runtime_name') or predicate.get('runtime_id', '-')} x "
+        f"{predicate.get('model_id', '-')} x {predicate.get('device', '-')} x {predicate.get('profile', '-')}"
+    )
+    emit(as_json, payload, human)
+
+
+@app.command("list")
+@cli_command
+def list_(
+    dirs: Annotated[
+        list[Path] | None,
+        typer.Argument(help="entry dirs (default: catalog/entries and <HITCH_ROOT>/catalog/entries)"),
+    ] = None,
+    keys: KeysOpt = None,
+    as_json: JsonOpt = False,
+    root: RootOpt = None,
+) -> None:
+    """Every entry with its level, runtime, model, device, profile and whether (or why not) it verified."""
+    directories = list(dirs) if dirs else [published_entries_dir(), root_entries_dir(root_from(root))]
+    entries = [check.summary() for check in scan_entries(directories, _keys(keys))]
+    lines = [
+        f"{'yes' if e['verified'] else 'NO '}  {e['level'] or '-'}  {e['runtime'] or '-'}  {e['model_id'] or '-'}  "
+        f"{e['device'] or '-'}  {e['profile'] or '-'}  {e['path']}" + ("" if e["verified"] else f"  ({e['reason']})")
+        for e in entries
+    ]
+    emit(
+        as_json,
+        {"dirs": [str(d) for d in directories], "keys_dirs": [str(k) for k in _keys(keys)], "entries": entries},
+        "\n".join(lines) or f"no entries in {', '.join(str(d) for d in directories)}",
+    )
+
+
+@app.command("trust")
+@cli_command
+def trust(
+    public_key: Annotated[Path, typer.Argument(help="an Ed25519 public key PEM (e.g. from `hitch catalog keygen`)")],
+    keys: Annotated[Path | None, typer.Option("--keys", help="trusted keys dir (default catalog/keys)")] = None,
+    as_json: JsonOpt = False,
+    root: RootOpt = None,
+) -> None:
+    """Copy a public key into a trusted keys dir as <keyid>.pub.pem."""
+    path = trust_public_key(public_key, keys if keys is not None else trusted_keys_dir())
+    emit(as_json, {"trusted": str(path), "keyid": path.name.removesuffix(".pub.pem")}, f"trusted: {path}")

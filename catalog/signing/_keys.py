@@ -32,6 +32,7 @@ __all__ = [
     "KeyPair",
     "describe_key",
     "dev_key_pair",
+    "dev_keys_dir",
     "ensure_dev_key",
     "generate_key",
     "key_id",
@@ -198,6 +199,11 @@ def dev_key_pair(root: HitchRoot) -> KeyPair:
     if not path.exists():
         created = _create_exclusive(path, _private_pem(Ed25519PrivateKey.generate()))
     return describe_key(path, created=created)
+
+
+def dev_keys_dir(root: HitchRoot) -> Path:
+    """Where the development key's public half is exported (``<HITCH_ROOT>/keys/public``)."""
+    return public_keys_dir_for(root.root / "keys" / DEV_KEY_NAME)
 
 
 def ensure_dev_key(root: HitchRoot) -> Path:

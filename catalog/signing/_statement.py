@@ -137,8 +137,14 @@ def check_statement(statement: object, code: str) -> dict[str, Any]:
 
 
 def subjects_from_predicate(predicate: Mapping[str, Any]) -> dict[str, str]:
-    """The standard subjects (runtime, model, inference_lock) from the predicate's identity fields."""
-    return {name: predicate[field] for field, name in SUBJECT_NAMES.items() if isinstance(predicate.get(field), str)}
+    """The standard subjects (runtime, model, inference_lock) from those identity fields of the predicate
+    that hold a sha256 digest (a run that failed before it had a lock has fewer; none at all cannot be signed)."""
+    out: dict[str, str] = {}
+    for field, name in SUBJECT_NAMES.items():
+        value = predicate.get(field)
+        if isinstance(value, str) and _HEX64.match(value.removeprefix("sha256:")):
+            out[name] = value
+    return out
 
 
 def subjects_of(statement: Mapping[str, Any]) -> dict[str, str]:

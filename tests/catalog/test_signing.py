@@ -255,3 +255,16 @@ def test_trusted_keys_dir_is_the_checkouts_catalog_keys_and_holds_no_private_key
     assert keys_dir == Path(__file__).resolve().parents[2] / "catalog" / "keys"
     for path in keys_dir.iterdir():
         assert b"PRIVATE KEY" not in path.read_bytes()
+
+
+def test_dev_keys_dir_holds_the_dev_keys_public_half_and_verifies_its_entries(predicate: dict[str, Any], tmp_path: Path) -> None:
+    from catalog.signing import dev_keys_dir
+
+    root = HitchRoot(tmp_path / "root")
+    envelope = sign_envelope(build_statement(predicate, subjects_from_predicate(predicate)), ensure_dev_key(root))
+    assert dev_keys_dir(root) == root.root / "keys" / "public"
+    assert verify_envelope(envelope, [trusted_keys_dir(), dev_keys_dir(root)]).predicate == predicate
+
+
+def test_subjects_from_predicate_skips_identities_a_failed_run_never_had(predicate: dict[str, Any]) -> None:
+    assert subjects_from_predicate({**predicate, "inference_id": "", "runtime_id": "none"}) == {"model": MODEL}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,15 @@ def _platform(session: dict[str, Any] | None, opts: CertifyOptions, doctor: Any,
     )
 
 
+def _runtime_name(runtime_id: str) -> str:
+    from harness.runtimes import get_runtime
+
+    try:
+        return get_runtime(runtime_id).name if runtime_id else ""
+    except Exception:  # an unknown runtime keeps its id only
+        return ""
+
+
 def build_predicate(
     opts: CertifyOptions,
     session: dict[str, Any] | None,
@@ -94,6 +104,7 @@ def build_predicate(
         "engine": str(s.get("engine") or opts.engine),
         "launcher": str(s.get("launcher") or opts.launcher),
         "runtime_id": str(s.get("runtime_id") or opts.runtime or ""),
+        "runtime_name": _runtime_name(str(s.get("runtime_id") or opts.runtime or "")),
         "model_id": str(s.get("model_id") or ""),
         "inference_id": str(s.get("inference_id") or ""),
         "profile": opts.profile,
@@ -101,32 +112,27 @@ def build_predicate(
         "checks": evaluation.checks,
         "metrics": {k: v for k, v in metrics.items() if not k.startswith("_")},
         "evidence": evidence,
-    }
-
-
-def _subjects(predicate: dict[str, Any]) -> dict[str, str]:
-    return {
-        "runtime": predicate["runtime_id"],
-        "model": predicate["model_id"],
-        "inference_lock": predicate["inference_id"],
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 
 
 def _sign(opts: CertifyOptions, predicate: dict[str, Any], lines: list[str]) -> Path | None:
-    from catalog.signing import build_statement, ensure_dev_key, sign_envelope, write_entry
+    from catalog.signing import build_statement, ensure_dev_key, sign_envelope, subjects_from_predicate, write_entry
 
+    subjects = subjects_from_predicate(predicate)
+    if not subjects:  # in-toto needs a subject: a session that never had an identity cannot be signed
+        lines.append("no signed entry: the session never reached a runtime/model/lock identity")
+        return None
     key = opts.sign_key or ensure_dev_key(opts.root)
-    statement = build_statement(predicate, _subjects(predicate))
-    envelope = sign_envelope(statement, key)
-    path = write_entry(envelope, opts.report_dir)
+    envelope = sign_envelope(build_statement(predicate, subjects), key)
+    path: Path = write_entry(envelope, opts.report_dir)
     lines.append(f"signed entry: {path}")
     return path
 
 
 def _pages(opts: CertifyOptions, results: dict[str, Any], lines: list[str]) -> None:
-    from reports.builder import build_matrix, build_run_page
-
     from catalog.signing import dev_keys_dir, trusted_keys_dir
+    from reports.builder import build_matrix, build_run_page
 
     run_page = build_run_page(results, opts.report_dir)
     lines.append(f"run report: {run_page}")

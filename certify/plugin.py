@@ -52,11 +52,24 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{suite}: certification suite {suite}")
     config.addinivalue_line("markers", "check(id): the stable id of the certification check a test implements")
     is_worker = hasattr(config, "workerinput")
-    if not is_worker:
-        os.environ.setdefault(SESSION_ENV, secrets.token_hex(8))
+    key = os.environ.get(SESSION_ENV, "")
+    if not is_worker and _targets_certify(config):  # the controller fixes what its xdist workers must share
+        key = secrets.token_hex(8)
+        os.environ[SESSION_ENV] = key
+        os.environ.pop(REPORT_ENV, None)  # one inherited from an outer run is not ours
         os.environ[REPORT_ENV] = str(options_from(config).report_dir)
-    config.stash[_STATE] = CertifyState(is_worker=is_worker, session_key=os.environ[SESSION_ENV])
+    config.stash[_STATE] = CertifyState(is_worker=is_worker, session_key=key or secrets.token_hex(8))
     config.pluginmanager.register(_ResultCollector(config), "certify-results")
+
+
+def _targets_certify(config: pytest.Config) -> bool:
+    """Whether this invocation names the certify suites (``pytest certify ...``)."""
+    here = SUITES_DIR.parent
+    for arg in config.args:
+        path = Path(str(arg).split("::", 1)[0]).resolve()
+        if path == here or here in path.parents:
+            return True
+    return False
 
 
 def _is_certify_item(item: pytest.Item) -> bool:
@@ -203,6 +216,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     opts = resolved_options(session.config)
     try:
         state.summary = finish_session(opts, state.results, state.metrics, state.evidence, state.daemon_was_running)
+        if "level: failed" in state.summary and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a failed level never exits 0
     except Exception as exc:  # the run's outputs are part of its verdict: a failure here fails the session
         import traceback
 

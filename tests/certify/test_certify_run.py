@@ -1,0 +1,83 @@
+"""``pytest certify`` from the outside: a full fake-engine session under xdist, and a partial one.
+
+The full run shares one fake engine between two xdist workers through the daemon, reaches ``contract``,
+writes results, a signed entry that verifies with the development key, the HTML pages, and leaves no
+daemon or engine behind. A run that deselects a required check ends ``failed`` with that check as reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from catalog.signing import load_entry, verify_envelope
+from certify.options import REPORT_ENV, SESSION_ENV
+from harness.daemon.client import daemon_running
+from harness.paths import HitchRoot
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("certify")]
+
+
+def _certify(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], Path, HitchRoot]:
+    root = HitchRoot(tmp_path / "root")
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if k not in (REPORT_ENV, SESSION_ENV)}
+    env["HITCH_ROOT"] = str(root.root)
+    cmd = [sys.executable, "-m", "pytest", "certify", "--engine", "fake", "--device", "cpu", "--report-dir", str(out)]
+    cmd += ["-p", "no:cacheprovider", "-q", *args]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
+    return proc, out, root
+
+
+def _engines_of(root: HitchRoot) -> list[int]:
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        if str(root.root) in cmdline and ("fixtures.fake_sglang" in cmdline or "harness.daemon" in cmdline):
+            found.append(proc.info["pid"])
+    return found
+
+
+def _dev_keys(root: HitchRoot) -> list[Path]:
+    from catalog.signing import dev_keys_dir, trusted_keys_dir
+
+    return [trusted_keys_dir(), dev_keys_dir(root)]
+
+
+def test_full_fake_session_under_xdist_is_contract_signed_and_cleaned_up(tmp_path: Path) -> None:
+    proc, out, root = _certify(tmp_path, "-n", "2")
+    tail = (proc.stdout + proc.stderr)[-6000:]
+    assert proc.returncode == 0, tail
+    results: dict[str, Any] = json.loads((out / "results.json").read_text())
+    assert results["level"] == "contract", (results["reasons"], tail)
+    required = [c for c in results["checks"] if c["required"]]
+    assert required and all(c["status"] == "passed" for c in required)
+    suites = {c["id"].split(".", 1)[0] for c in required}
+    assert {"hardware", "protocol", "faults", "security", "lifecycle", "perf"} <= suites
+    entries = sorted(out.glob("*.dsse.json"))
+    assert len(entries) == 1
+    verified = verify_envelope(load_entry(entries[0]), _dev_keys(root))
+    assert verified.predicate["level"] == "contract" and verified.predicate["engine"] == "fake"
+    assert verified.predicate["checks"] == results["checks"]
+    assert list(out.glob("*.html")), "no HTML page written"
+    assert "level: contract" in proc.stdout
+    assert daemon_running(root) is None and _engines_of(root) == []
+
+
+def test_a_deselected_required_check_fails_the_level(tmp_path: Path) -> None:
+    proc, out, root = _certify(tmp_path, "-k", "hardware and not doctor")
+    results = json.loads((out / "results.json").read_text())
+    assert results["level"] == "failed"
+    assert "hardware.doctor.fingerprint: required check not_run" in results["reasons"]
+    passed = {c["id"] for c in results["checks"] if c["status"] == "passed"}
+    assert "hardware.server_info.device" in passed
+    assert daemon_running(root) is None and _engines_of(root) == []
+    assert proc.returncode == 1, "a failed level must not exit 0 even when every check that ran passed"

@@ -100,6 +100,7 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     "inference_token_invalid": _e("routing", False, 401, "use the run token issued for this run"),
     "inference_run_sealed": _e("routing", False, 403, "the run is sealed; register a new run"),
     "catalog_signature_invalid": _e("integrity", False, 400, "the entry does not verify against catalog/keys"),
+    "report_input_invalid": _e("input", False, 400, "check the entries, results or load paths given to `hitch report build`"),
     "catalog_entry_invalid": _e("input", False, 400, "fix the predicate/statement/subjects; nothing was signed"),
     "catalog_key_invalid": _e("input", False, 400, "use an unencrypted Ed25519 PEM key, 0600 (see `hitch catalog keygen`)"),
     # harness — infrastructure

@@ -1,0 +1,54 @@
+"""``hitch report build``: write the HTML pages (matrix, run, load) from entries, results and locust CSVs.
+
+The reports code lives in the ``reports`` package and is imported only when the command runs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from harness.cli.output import JsonOpt, cli_command, emit
+from harness.errors import HitchError
+
+app = typer.Typer(no_args_is_help=True, help="self-contained HTML reports")
+
+DEFAULT_KEYS = Path(__file__).resolve().parents[2] / "catalog" / "keys"
+
+
+def _load_results(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise HitchError("report_input_invalid", f"cannot read results file {path}: {exc}", {"path": str(path)}) from exc
+    if not isinstance(data, dict):
+        raise HitchError("report_input_invalid", f"results file {path} is not a JSON object", {"path": str(path)})
+    return data
+
+
+@app.command("build")
+@cli_command
+def build(
+    out: Annotated[Path, typer.Option("--out", help="directory the pages are written to")],
+    entries: Annotated[Path | None, typer.Option("--entries", help="directory of signed *.dsse.json entries")] = None,
+    keys: Annotated[Path, typer.Option("--keys", help="trusted public keys")] = DEFAULT_KEYS,
+    results: Annotated[Path | None, typer.Option("--results", help="a run's results.json")] = None,
+    load: Annotated[Path | None, typer.Option("--load", help="directory of locust CSV files")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Build the pages for whichever inputs are given; prints the paths written."""
+    from reports.builder import build_load_page, build_matrix, build_run_page
+
+    if entries is None and results is None and load is None:
+        raise HitchError("report_input_invalid", "give at least one of --entries, --results, --load")
+    pages: dict[str, str] = {}
+    if entries is not None:
+        pages["matrix"] = str(build_matrix(entries, keys, out))
+    if results is not None:
+        pages["run"] = str(build_run_page(_load_results(results), out))
+    if load is not None:
+        pages["load"] = str(build_load_page(load, out))
+    emit(as_json, {"pages": pages}, "\n".join(f"{kind}: {path}" for kind, path in pages.items()))

@@ -1,0 +1,251 @@
+"""The per-run page: checks, evidence digests, hardware fingerprint, gateway-overhead plots, lifecycle timings.
+
+Input is one run's ``results.json``: a DESIGN §6 predicate plus, optionally, ``overhead`` (the JSON that
+``python -m certify.bench_overhead --out`` writes: ``results.{unary,stream}.{gateway,reference,direct}``)
+and ``lifecycle`` (a mapping of timing name to number, possibly nested). Missing parts are shown as missing,
+never invented; a present part of the wrong type is a ``report_input_invalid`` error.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from markupsafe import Markup
+
+from harness.errors import HitchError
+from reports.render import flatten, write_page
+from reports.svg import bar_chart, line_chart
+
+__all__ = ["SUITES", "build_run_page", "overhead_bound_ms"]
+
+SUITES = ("hardware", "protocol", "faults", "security", "lifecycle", "perf", "agents")
+STATUSES = ("passed", "failed", "skipped", "not_run")
+PERCENTILES = ("p50", "p95", "p99")
+# spec §15.4: added p50/p95 must stay within max(20 ms, 5 % of the direct latency).
+BOUND_FLOOR_MS, BOUND_FRACTION = 20.0, 0.05
+# DESIGN §6 lifecycle lines: a cancelled request frees its slot within 5 s; idle stop within TTL + 10 s.
+LIFECYCLE_BOUNDS = {"cancel_slot_free_ms": (5000.0, "ms"), "idle_stop_after_ttl_s": (10.0, "s")}
+
+
+def _invalid(message: str, **details: Any) -> HitchError:
+    return HitchError("report_input_invalid", message, details)
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    f = float(value)
+    return f if math.isfinite(f) else None
+
+
+def overhead_bound_ms(direct_p50_ms: float | None) -> float:
+    return max(BOUND_FLOOR_MS, BOUND_FRACTION * direct_p50_ms) if direct_p50_ms else BOUND_FLOOR_MS
+
+
+def _checks(results: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
+    """(check rows, per-suite status counts, ids of required checks that did not pass)."""
+    raw = results.get("checks", [])
+    if not isinstance(raw, list) or not all(isinstance(c, Mapping) and isinstance(c.get("id"), str) for c in raw):
+        raise _invalid("results.checks must be a list of objects with a string id")
+    if not raw:
+        return [], [], []
+    df = pd.DataFrame(
+        {
+            "id": [c["id"] for c in raw],
+            "status": [str(c.get("status", "not_run")) for c in raw],
+            "required": [bool(c.get("required", False)) for c in raw],
+            "duration_s": [_number(c.get("duration_s")) for c in raw],
+            "details": [json.dumps(c.get("details", {}), indent=1, sort_keys=True, default=str) for c in raw],
+        }
+    )
+    df["suite"] = df["id"].str.split(".").str[0]
+    df["suite_rank"] = df["suite"].map(lambda s: SUITES.index(s) if s in SUITES else len(SUITES))
+    df = df.sort_values(["suite_rank", "suite", "id"], kind="stable")
+    counts = pd.crosstab(df["suite"], df["status"]).reindex(columns=list(STATUSES), fill_value=0)
+    counts = counts.reindex(sorted(counts.index, key=lambda s: (SUITES.index(s) if s in SUITES else len(SUITES), s)))
+    summary = [
+        {"suite": suite, **{s: int(row[s]) for s in STATUSES}, "total": int(row.sum())} for suite, row in counts.iterrows()
+    ]
+    blocking = df[df["required"] & (df["status"] != "passed")]["id"].tolist()
+    rows = [
+        {k: rec[k] for k in ("id", "suite", "status", "required", "details")}
+        | {"duration_s": None if pd.isna(rec["duration_s"]) else float(rec["duration_s"])}
+        for rec in df.to_dict("records")
+    ]
+    return rows, summary, [str(b) for b in blocking]
+
+
+def _arm(section: Mapping[str, Any], arm: str, field: str) -> Mapping[str, Any]:
+    value = section.get(arm, {})
+    inner = value.get(field, {}) if isinstance(value, Mapping) else {}
+    return inner if isinstance(inner, Mapping) else {}
+
+
+def _overhead(results: Mapping[str, Any]) -> tuple[list[Markup], list[dict[str, Any]], dict[str, Any]]:
+    """Charts, figure rows and run facts from the bench_overhead JSON, or from the predicate's metrics alone."""
+    overhead = results.get("overhead")
+    metrics = results.get("metrics") if isinstance(results.get("metrics"), Mapping) else {}
+    charts: list[Markup] = []
+    rows: list[dict[str, Any]] = []
+    if overhead is None:
+        added = metrics.get("gateway_added_latency_ms") if isinstance(metrics, Mapping) else None
+        if isinstance(added, Mapping):
+            bound = overhead_bound_ms(None)
+            series: dict[str, list[float | None]] = {"gateway": [_number(added.get(p)) for p in PERCENTILES]}
+            charts.append(
+                bar_chart(
+                    "overhead-metrics-added",
+                    "Gateway added latency (signed metrics)",
+                    list(PERCENTILES),
+                    series,
+                    y_label="added ms vs direct",
+                    ref_lines=[(f"bound {bound:.0f} ms", bound)],
+                )
+            )
+        return charts, rows, {}
+    if not isinstance(overhead, Mapping) or not isinstance(overhead.get("results"), Mapping):
+        raise _invalid("results.overhead must be the JSON written by certify.bench_overhead (with a 'results' object)")
+    res = overhead["results"]
+    rps: dict[str, list[float | None]] = {"direct": [], "gateway": [], "reference": []}
+    kinds = [k for k in ("unary", "stream") if isinstance(res.get(k), Mapping)]
+    for kind in kinds:
+        section = res[kind]
+        direct = section.get("direct", {}) if isinstance(section.get("direct"), Mapping) else {}
+        bound = overhead_bound_ms(_number(direct.get("p50_ms")))
+        added = {
+            arm: [_number(_arm(section, arm, "added_latency_ms").get(p)) for p in PERCENTILES] for arm in ("gateway", "reference")
+        }
+        charts.append(
+            bar_chart(
+                f"overhead-{kind}-added",
+                f"Added end-to-end latency, {kind} (c=1)",
+                list(PERCENTILES),
+                added,
+                y_label="ms added vs direct",
+                ref_lines=[(f"§15.4 bound {bound:.1f} ms", bound)],
+            )
+        )
+        xs = [0.0, 1.0, 2.0]  # ordinal: p95 and p99 would crowd each other on a linear percentile axis
+        lines = {"direct": [(x, 0.0) for x in xs]} | {
+            arm: [(x, v) for x, v in zip(xs, vals, strict=True) if v is not None] for arm, vals in added.items()
+        }
+        charts.append(
+            line_chart(
+                f"overhead-{kind}-percentiles",
+                f"Added latency by percentile, {kind}",
+                lines,
+                x_label="percentile",
+                y_label="ms added vs direct",
+                x_ticks=list(zip(xs, PERCENTILES, strict=True)),
+            )
+        )
+        if kind == "stream":
+            ttft = {
+                arm: [_number(_arm(section, arm, "ttft_added_ms").get(p)) for p in PERCENTILES]
+                for arm in ("gateway", "reference")
+            }
+            charts.append(
+                bar_chart(
+                    "overhead-stream-ttft",
+                    "Added time to first token, stream (c=1)",
+                    list(PERCENTILES),
+                    ttft,
+                    y_label="ms added vs direct",
+                    ref_lines=[(f"§15.4 bound {bound:.1f} ms", bound)],
+                )
+            )
+        for arm in ("direct", "gateway", "reference"):
+            entry = section.get(arm, {}) if isinstance(section.get(arm), Mapping) else {}
+            rps[arm].append(_number(entry.get("rps_c32")))
+            row: dict[str, Any] = {"kind": kind, "arm": arm, "rps_c32": _number(entry.get("rps_c32"))}
+            if arm == "direct":
+                row["direct_p50_ms"] = _number(entry.get("p50_ms"))
+            else:
+                a = _arm(section, arm, "added_latency_ms")
+                t = _arm(section, arm, "ttft_added_ms")
+                row |= {f"added_{p}": _number(a.get(p)) for p in PERCENTILES}
+                row |= {f"ttft_{p}": _number(t.get(p)) for p in PERCENTILES}
+                row["ratio_vs_direct"] = _number(entry.get("throughput_ratio_vs_direct_c32"))
+                row["cpu_ms_c32"] = _number(entry.get("cpu_ms_per_request_c32"))
+                row["within_bound"] = all(v is not None and v <= bound for v in _bound_values(row))
+            rows.append(row)
+    if kinds:
+        charts.append(bar_chart("overhead-throughput-c32", "Throughput at concurrency 32", kinds, rps, y_label="requests/s"))
+    facts = {k: overhead.get(k) for k in ("engine", "rounds", "requests_c1", "seconds_c32", "capture") if k in overhead}
+    rss = res.get("gateway_rss_bytes_per_open_stream")
+    if _number(rss) is not None:
+        facts["gateway KiB per open stream"] = round(float(rss) / 1024, 1)
+    return charts, rows, facts
+
+
+def _bound_values(row: Mapping[str, Any]) -> list[float | None]:
+    """The p50/p95 added latencies the §15.4 pass line applies to."""
+    return [row.get("added_p50"), row.get("added_p95")]
+
+
+def _lifecycle(results: Mapping[str, Any]) -> tuple[list[tuple[str, Any]], list[Markup], list[dict[str, Any]]]:
+    lifecycle = results.get("lifecycle")
+    if lifecycle is not None and not isinstance(lifecycle, Mapping):
+        raise _invalid("results.lifecycle must be an object of timing name -> number")
+    timings = flatten(lifecycle) if lifecycle else []
+    numeric = [(k, _number(v)) for k, v in timings if _number(v) is not None]
+    charts: list[Markup] = []
+    if numeric:
+        charts.append(
+            bar_chart(
+                "lifecycle-timings",
+                "Lifecycle timings",
+                [k for k, _ in numeric],
+                {"timing": [v for _, v in numeric]},
+                y_label="as recorded (see names for units)",
+            )
+        )
+    metrics = results.get("metrics") if isinstance(results.get("metrics"), Mapping) else {}
+    bounds = []
+    for key, (limit, unit) in LIFECYCLE_BOUNDS.items():
+        value = _number(metrics.get(key)) if isinstance(metrics, Mapping) else None
+        bounds.append({"metric": key, "value": value, "limit": limit, "unit": unit, "ok": value is not None and value <= limit})
+    return timings, charts, bounds
+
+
+def build_run_page(results: dict[str, Any], out_dir: Path, *, name: str = "run.html") -> Path:
+    """Write the per-run page for ``results`` to ``out_dir/name``; returns its path."""
+    if not isinstance(results, Mapping):
+        raise _invalid("results must be a JSON object")
+    checks, summary, blocking = _checks(results)
+    evidence = results.get("evidence", {})
+    if not isinstance(evidence, Mapping):
+        raise _invalid("results.evidence must be an object of name -> digest")
+    hardware = results.get("hardware", {})
+    overhead_charts, overhead_rows, overhead_facts = _overhead(results)
+    timings, lifecycle_charts, bounds = _lifecycle(results)
+    facts = [
+        (k, results.get(k))
+        for k in ("runtime_id", "model_id", "inference_id", "device", "engine", "profile", "suite_version", "project_commit")
+    ]
+    return write_page(
+        Path(out_dir),
+        name,
+        "run.html.j2",
+        level=str(results.get("level", "unknown")),
+        reasons=[str(r) for r in results.get("reasons", []) or []],
+        facts=facts,
+        checks=checks,
+        summary=summary,
+        blocking=blocking,
+        evidence=sorted((str(k), str(v)) for k, v in evidence.items()),
+        hardware=flatten(hardware) if hardware else [],
+        metrics=flatten(results.get("metrics")) if results.get("metrics") else [],
+        overhead_charts=overhead_charts,
+        overhead_rows=overhead_rows,
+        overhead_facts=overhead_facts,
+        timings=timings,
+        lifecycle_charts=lifecycle_charts,
+        bounds=bounds,
+        percentiles=PERCENTILES,
+    )

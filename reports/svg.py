@@ -1,0 +1,187 @@
+"""Inline SVG charts for the report pages: grouped bars and line series, nothing else.
+
+Every chart is a self-contained ``<svg>`` element (no scripts, no external fonts or styles) returned as
+:class:`markupsafe.Markup` so the autoescaping templates embed it as-is; every label that reaches the markup
+is escaped here. Each chart carries ``class="chart"`` and ``data-chart=<name>`` so tests can find it in a DOM.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from html import escape
+
+from markupsafe import Markup
+
+__all__ = ["bar_chart", "line_chart"]
+
+WIDTH, HEIGHT = 520, 280
+LEFT, RIGHT, TOP, BOTTOM = 64, 16, 34, 58
+PALETTE = {"direct": "#4e79a7", "gateway": "#e15759", "reference": "#59a14f"}
+FALLBACK = ("#f28e2b", "#76b7b2", "#edc948", "#b07aa1", "#9c755f", "#bab0ac")
+
+
+def _color(name: str, index: int) -> str:
+    return PALETTE.get(name, FALLBACK[index % len(FALLBACK)])
+
+
+def _finite(v: float | None) -> bool:
+    return v is not None and math.isfinite(v)
+
+
+def _fmt(v: float) -> str:
+    a = abs(v)
+    if a >= 100:
+        return f"{v:.0f}"
+    if a >= 10:
+        return f"{v:.1f}"
+    return f"{v:.2f}"
+
+
+def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
+    span = hi - lo
+    if span <= 0:
+        return [lo]
+    raw = span / n
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    start = math.ceil(lo / step) * step
+    out, t = [], start
+    while t <= hi + step * 1e-9:
+        out.append(round(t, 10))
+        t += step
+    return out
+
+
+def _range(values: Sequence[float], refs: Sequence[float]) -> tuple[float, float]:
+    lo = min([0.0, *values, *refs])
+    hi = max([0.0, *values, *refs])
+    if hi == lo:
+        hi = lo + 1.0
+    pad = (hi - lo) * 0.08
+    return (lo - pad if lo < 0 else lo), hi + pad
+
+
+def _frame(name: str, title: str, y_label: str, lo: float, hi: float) -> tuple[list[str], float, float]:
+    """Opening tag, title, axes and grid; returns parts plus the plot's pixel height and baseline scale."""
+    plot_h = HEIGHT - TOP - BOTTOM
+    parts = [
+        f'<svg class="chart" data-chart="{escape(name)}" role="img" '
+        f'viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" font-family="sans-serif" font-size="11">',
+        f"<title>{escape(title)}</title>",
+        f'<text x="{WIDTH / 2}" y="18" text-anchor="middle" font-size="13" font-weight="bold">{escape(title)}</text>',
+        f'<text x="14" y="{TOP + plot_h / 2}" transform="rotate(-90 14 {TOP + plot_h / 2})" '
+        f'text-anchor="middle">{escape(y_label)}</text>',
+    ]
+    for t in _ticks(lo, hi):
+        y = TOP + plot_h * (hi - t) / (hi - lo)
+        parts.append(f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" stroke="#ddd"/>')
+        parts.append(f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{escape(_fmt(t))}</text>')
+    parts.append(f'<line x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{TOP + plot_h}" stroke="#333"/>')
+    return parts, plot_h, float(plot_h) / (hi - lo)
+
+
+def _legend(names: Sequence[str], y: float) -> list[str]:
+    parts, x = [], float(LEFT)
+    for i, name in enumerate(names):
+        parts.append(f'<rect x="{x:.1f}" y="{y - 9:.1f}" width="10" height="10" fill="{_color(name, i)}"/>')
+        parts.append(f'<text x="{x + 14:.1f}" y="{y:.1f}">{escape(name)}</text>')
+        x += 24 + 7 * len(name)
+    return parts
+
+
+def bar_chart(
+    name: str,
+    title: str,
+    groups: Sequence[str],
+    series: Mapping[str, Sequence[float | None]],
+    *,
+    y_label: str,
+    ref_lines: Sequence[tuple[str, float]] = (),
+) -> Markup:
+    """Grouped bars: one group per entry of ``groups``, one bar per series; ``None``/NaN bars are left out."""
+    values = [v for vs in series.values() for v in vs if v is not None and _finite(v)]
+    refs = [v for _, v in ref_lines if _finite(v)]
+    lo, hi = _range(values, refs)
+    parts, plot_h, scale = _frame(name, title, y_label, lo, hi)
+    base_y = TOP + (hi - 0.0) * scale
+    names = list(series)
+    group_w = (WIDTH - LEFT - RIGHT) / max(len(groups), 1)
+    bar_w = group_w * 0.8 / max(len(names), 1)
+    for g, group in enumerate(groups):
+        gx = LEFT + g * group_w + group_w * 0.1
+        for s, sname in enumerate(names):
+            vs = series[sname]
+            v = vs[g] if g < len(vs) else None
+            if v is None or not _finite(v):
+                continue
+            x = gx + s * bar_w
+            y_top = TOP + (hi - max(v, 0.0)) * scale
+            h = abs(v) * scale
+            parts.append(
+                f'<rect class="bar" data-series="{escape(sname)}" data-group="{escape(group)}" x="{x:.1f}" '
+                f'y="{y_top:.1f}" width="{bar_w * 0.92:.1f}" height="{max(h, 0.5):.1f}" fill="{_color(sname, s)}">'
+                f"<title>{escape(f'{sname} {group}: {_fmt(v)}')}</title></rect>"
+            )
+            label_y = y_top - 3 if v >= 0 else y_top + h + 11
+            parts.append(f'<text x="{x + bar_w * 0.46:.1f}" y="{label_y:.1f}" text-anchor="middle">{escape(_fmt(v))}</text>')
+        parts.append(
+            f'<text x="{LEFT + (g + 0.5) * group_w:.1f}" y="{TOP + plot_h + 16}" text-anchor="middle">{escape(group)}</text>'
+        )
+    parts.append(f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{base_y:.1f}" y2="{base_y:.1f}" stroke="#333"/>')
+    for label, v in ref_lines:
+        if not _finite(v):
+            continue
+        y = TOP + (hi - v) * scale
+        parts.append(
+            f'<line class="ref" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" stroke="#000" stroke-dasharray="6 4"/>'
+        )
+        parts.append(f'<text x="{WIDTH - RIGHT - 4}" y="{y - 4:.1f}" text-anchor="end">{escape(label)}</text>')
+    parts.extend(_legend(names, HEIGHT - 12))
+    parts.append("</svg>")
+    return Markup("".join(parts))
+
+
+def line_chart(
+    name: str,
+    title: str,
+    series: Mapping[str, Sequence[tuple[float, float]]],
+    *,
+    x_label: str,
+    y_label: str,
+    x_ticks: Sequence[tuple[float, str]] | None = None,
+) -> Markup:
+    """One polyline (with point markers) per series of ``(x, y)`` points; non-finite points are dropped."""
+    clean = {k: [(x, y) for x, y in pts if math.isfinite(x) and math.isfinite(y)] for k, pts in series.items()}
+    xs = [x for pts in clean.values() for x, _ in pts]
+    ys = [y for pts in clean.values() for _, y in pts]
+    lo, hi = _range(ys, [])
+    parts, plot_h, scale = _frame(name, title, y_label, lo, hi)
+    x0, x1 = (min(xs), max(xs)) if xs else (0.0, 1.0)
+    if x1 == x0:
+        x0, x1 = x0 - 0.5, x1 + 0.5
+    plot_w = WIDTH - LEFT - RIGHT - 12
+
+    def px(x: float) -> float:
+        return LEFT + 6 + plot_w * (x - x0) / (x1 - x0)
+
+    ticks = list(x_ticks) if x_ticks is not None else [(t, _fmt(t)) for t in _ticks(x0, x1)]
+    for t, label in ticks:
+        parts.append(f'<text x="{px(t):.1f}" y="{TOP + plot_h + 16}" text-anchor="middle">{escape(label)}</text>')
+    parts.append(f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{TOP + plot_h}" y2="{TOP + plot_h}" stroke="#333"/>')
+    parts.append(f'<text x="{WIDTH / 2}" y="{TOP + plot_h + 32}" text-anchor="middle">{escape(x_label)}</text>')
+    for i, (sname, pts) in enumerate(clean.items()):
+        if not pts:
+            continue
+        color = _color(sname, i)
+        coords = " ".join(f"{px(x):.1f},{TOP + (hi - y) * scale:.1f}" for x, y in pts)
+        parts.append(
+            f'<polyline class="series" data-series="{escape(sname)}" fill="none" stroke="{color}" '
+            f'stroke-width="2" points="{coords}"/>'
+        )
+        if len(pts) <= 40:
+            for x, y in pts:
+                parts.append(f'<circle cx="{px(x):.1f}" cy="{TOP + (hi - y) * scale:.1f}" r="3" fill="{color}"/>')
+    parts.extend(_legend(list(clean), HEIGHT - 8))
+    parts.append("</svg>")
+    return Markup("".join(parts))

@@ -1,0 +1,163 @@
+"""Report inputs for the tests: a DESIGN §6 predicate, a bench_overhead JSON, locust CSVs, signed entries."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+from catalog.signing import (
+    build_statement,
+    generate_key,
+    public_keys_dir_for,
+    sign_envelope,
+    subjects_from_predicate,
+    write_entry,
+)
+from harness.ids import sha256_hex
+
+XSS = "<script>alert('x')</script>"
+PERCENTILE_COLUMNS = ["50%", "66%", "75%", "80%", "90%", "95%", "98%", "99%", "99.9%", "99.99%", "100%"]
+
+
+def digest(label: str) -> str:
+    return "sha256:" + sha256_hex(label.encode())
+
+
+def predicate(**overrides: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "level": "contract",
+        "reasons": ["fake engine: proves the harness only"],
+        "suite_version": "1",
+        "project_commit": "0123456789abcdef0123456789abcdef01234567",
+        "device": "cpu",
+        "engine": "fake",
+        "runtime_id": digest("runtime"),
+        "runtime_name": "sglang-0.5.23-cpu-generic",
+        "model_id": digest("model"),
+        "inference_id": digest("lock"),
+        "profile": "baseline",
+        "finished_at": "2026-11-30T10:00:00Z",
+        "hardware": {"cpu": {"model": "Test CPU", "cores": 2, "amx": False}, "gpu": None},
+        "checks": [
+            {"id": "hardware.cpu.no_gpu", "status": "passed", "required": True, "duration_s": 0.12, "details": {}},
+            {"id": "protocol.chat.stream", "status": "passed", "required": True, "duration_s": 0.5, "details": {"chunks": 4}},
+            {"id": "faults.engine.oom", "status": "failed", "required": True, "duration_s": 1.25, "details": {"note": XSS}},
+            {"id": "perf.overhead", "status": "skipped", "required": False, "duration_s": 0.0, "details": {}},
+        ],
+        "metrics": {
+            "gateway_added_latency_ms": {"p50": 0.4, "p95": 0.9, "p99": 1.8},
+            "ttft_added_ms": {"p50": 0.5, "p95": 1.0},
+            "throughput_ratio_c32": 0.93,
+            "cancel_slot_free_ms": 120.0,
+            "idle_stop_after_ttl_s": 3.5,
+        },
+        "evidence": {"engine.log": digest("engine.log"), "requests.jsonl": digest("requests")},
+    }
+    return {**base, **overrides}
+
+
+def overhead() -> dict[str, Any]:
+    """The shape ``python -m certify.bench_overhead --out`` writes."""
+
+    def arm(p50: float, rps: float, stream: bool) -> dict[str, Any]:
+        entry: dict[str, Any] = {
+            "added_latency_ms": {"p50": p50, "p95": p50 * 2, "p99": p50 * 3},
+            "rps_c32": rps,
+            "throughput_ratio_vs_direct_c32": rps / 1000.0,
+            "cpu_ms_per_request_c32": 0.3,
+            "cpu_ms_per_request_c1": 0.4,
+        }
+        if stream:
+            entry["ttft_added_ms"] = {"p50": p50, "p95": p50 * 2, "p99": p50 * 3}
+        return entry
+
+    results: dict[str, Any] = {}
+    for kind in ("unary", "stream"):
+        s = kind == "stream"
+        results[kind] = {
+            "gateway": arm(0.6, 900.0, s),
+            "reference": arm(0.3, 950.0, s),
+            "direct": {"p50_ms": 4.0, "rps_c32": 1000.0},
+            "gateway_vs_reference": {"throughput_ratio_c32": 0.95, "cpu_ratio_c32": 1.2},
+        }
+    results["gateway_rss_bytes_per_open_stream"] = 20480.0
+    return {"schema_version": "1", "kind": "gateway-overhead", "engine": "fake", "rounds": 5, "results": results}
+
+
+def results() -> dict[str, Any]:
+    return {**predicate(), "overhead": overhead(), "lifecycle": {"cold_start_s": 2.5, "reuse_s": 0.05, "stop": {"drain_s": 0.3}}}
+
+
+def _stats_row(type_: str, name: str, count: int, fails: int, rps: float, p50: float) -> list[Any]:
+    pct = [p50, p50 * 1.1, p50 * 1.2, p50 * 1.3, p50 * 1.5, p50 * 2, p50 * 2.5, p50 * 3, p50 * 3, p50 * 3, p50 * 4]
+    return [type_, name, count, fails, p50, p50 * 1.2, p50 / 2, p50 * 4, 120, rps, fails / 10, *[int(p) for p in pct]]
+
+
+def write_locust_dir(path: Path, *, targets: tuple[str, ...] = ("gateway", "direct")) -> Path:
+    """Locust ``--csv`` files for each target, with a TTFT custom-metric row and a short history."""
+    path.mkdir(parents=True, exist_ok=True)
+    header = ["Type", "Name", "Request Count", "Failure Count", "Median Response Time", "Average Response Time",
+              "Min Response Time", "Max Response Time", "Average Content Size", "Requests/s", "Failures/s",
+              *PERCENTILE_COLUMNS]  # fmt: skip
+    hist_header = ["Timestamp", "User Count", "Type", "Name", "Requests/s", "Failures/s", *PERCENTILE_COLUMNS,
+                   "Total Request Count", "Total Failure Count", "Total Median Response Time",
+                   "Total Average Response Time", "Total Min Response Time", "Total Max Response Time",
+                   "Total Average Content Size"]  # fmt: skip
+    for i, target in enumerate(targets):
+        p50 = 40.0 + 2 * (target == "gateway")
+        with (path / f"{target}_stats.csv").open("w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(header)
+            w.writerow(_stats_row("POST", "/v1/chat/completions", 1000 - i, 3 * (target == "gateway"), 33.3 - i, p50))
+            w.writerow(_stats_row("SSE", "ttft", 1000 - i, 0, 33.3 - i, p50 / 4))
+            w.writerow(_stats_row("", "Aggregated", 2000 - 2 * i, 3, 66.6, p50 / 2))
+        with (path / f"{target}_stats_history.csv").open("w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(hist_header)
+            w.writerow([1_700_000_000, 0, "", "Aggregated", "0.000000", "0.000000", *["N/A"] * 11, 0, 0, 0, 0, 0, 0, 0])
+            for t in range(1, 6):
+                users = min(t * 8, 32)
+                w.writerow([1_700_000_000 + t, users, "", "Aggregated", f"{10.0 * t:2f}", "0.000000",
+                            *[int(p50 * (1 + k / 10)) for k in range(11)], 100 * t, 0, p50, p50, 1, p50 * 4, 120])  # fmt: skip
+    (path / "summary.json").write_text(json.dumps({"users": 32, "spawn_rate": 8, "run_time_s": 5, "note": XSS}))
+    return path
+
+
+def signing_key(tmp: Path, name: str = "trusted") -> tuple[Path, Path]:
+    """(private key path, public keys dir) of a fresh Ed25519 key."""
+    pair = generate_key(tmp / name / "key.pem")
+    return pair.private_key, public_keys_dir_for(pair.private_key)
+
+
+def sign_entry(entries: Path, private_key: Path, pred: dict[str, Any]) -> Path:
+    statement = build_statement(pred, subjects_from_predicate(pred))
+    return write_entry(sign_envelope(statement, private_key), entries)
+
+
+def tamper_level(path: Path, level: str = "certified") -> Path:
+    """Edit the signed payload's level in place, keeping the old signature."""
+    envelope = json.loads(path.read_text())
+    statement = json.loads(base64.b64decode(envelope["payload"]))
+    statement["predicate"]["level"] = level
+    envelope["payload"] = base64.b64encode(json.dumps(statement).encode()).decode()
+    path.write_text(json.dumps(envelope))
+    return path
+
+
+def build_all(tmp: Path) -> dict[str, Path]:
+    """All three pages in ``tmp/out``: a matrix with one good and one tampered entry, a run page, a load page."""
+    from reports.builder import build_load_page, build_matrix, build_run_page
+
+    private, keys = signing_key(tmp)
+    entries = tmp / "entries"
+    sign_entry(entries, private, predicate())
+    tamper_level(sign_entry(entries, private, predicate(profile="latency")))
+    out = tmp / "out"
+    return {
+        "matrix": build_matrix(entries, keys, out),
+        "run": build_run_page(results(), out),
+        "load": build_load_page(write_locust_dir(tmp / "load"), out),
+    }

@@ -1,0 +1,79 @@
+"""The per-run page: escaped details, checks with badges, evidence, hardware, overhead plots, lifecycle."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from harness.errors import HitchError
+from reports.builder import build_run_page
+from tests.reports import sample_data as sd
+
+
+def test_script_in_a_check_detail_is_escaped(tmp_path: Path) -> None:
+    html = build_run_page(sd.results(), tmp_path).read_text()
+    assert "<script" not in html
+    assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;" in html
+
+
+def test_checks_evidence_hardware_and_lifecycle_are_shown(tmp_path: Path) -> None:
+    page = build_run_page(sd.results(), tmp_path)
+    html = page.read_text()
+    assert page == tmp_path / "run.html"
+    rows = re.findall(r'<tr class="check-row" data-status="(\w+)" data-required="(\w+)">\s*<td class="mono">([\w.]+)</td>', html)
+    # suites in DESIGN order: hardware, protocol, faults, ..., perf
+    assert rows == [
+        ("passed", "yes", "hardware.cpu.no_gpu"),
+        ("passed", "yes", "protocol.chat.stream"),
+        ("failed", "yes", "faults.engine.oom"),
+        ("skipped", "no", "perf.overhead"),
+    ]
+    assert '<span class="badge bad">failed</span>' in html
+    assert re.search(r'id="blocking">.*<code>faults\.engine\.oom</code>', html, re.S)
+    assert sd.digest("engine.log") in html and sd.digest("requests") in html
+    assert "cpu.model" in html and "Test CPU" in html
+    assert "lifecycle-timings" in html and "stop.drain_s" in html
+    # cancel 120 ms <= 5000 ms and idle stop 3.5 s <= 10 s
+    bounds = html[html.index('id="lifecycle-bounds"') :]
+    bounds = bounds[: bounds.index("</table>")]
+    assert bounds.count('<span class="badge ok">within</span>') == 2
+
+
+def test_overhead_plots_come_from_the_bench_json(tmp_path: Path) -> None:
+    html = build_run_page(sd.results(), tmp_path).read_text()
+    charts = re.findall(r'<svg class="chart" data-chart="([\w-]+)"', html)
+    assert charts[:6] == [
+        "overhead-unary-added",
+        "overhead-unary-percentiles",
+        "overhead-stream-added",
+        "overhead-stream-percentiles",
+        "overhead-stream-ttft",
+        "overhead-throughput-c32",
+    ]
+    # bound = max(20 ms, 5 % of direct p50 4 ms) = 20 ms; all three arms have throughput bars for both kinds
+    assert "§15.4 bound 20.0 ms" in html
+    for arm in ("direct", "gateway", "reference"):
+        assert html.count(f'data-series="{arm}" data-group="stream"') == 1
+    assert "gateway KiB per open stream" in html
+
+
+def test_without_overhead_json_the_signed_metrics_are_plotted(tmp_path: Path) -> None:
+    results = sd.predicate()
+    html = build_run_page(results, tmp_path, name="other.html").read_text()
+    assert 'data-chart="overhead-metrics-added"' in html
+    assert html.count('class="bar" data-series="gateway"') == 3
+    assert "lifecycle-timings" not in html
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("checks", "not a list"), ("checks", [{"status": "passed"}]), ("evidence", ["x"]), ("overhead", {"x": 1}), ("lifecycle", 3)],
+)
+def test_malformed_results_are_an_input_error_and_write_nothing(tmp_path: Path, field: str, value: object) -> None:
+    results = {**sd.results(), field: value}
+    with pytest.raises(HitchError) as err:
+        build_run_page(results, tmp_path)
+    assert err.value.code == "report_input_invalid"
+    assert not (tmp_path / "run.html").exists()

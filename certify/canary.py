@@ -1,0 +1,220 @@
+"""The hardware canary's comparison: a new signed entry against the last one of the same combination.
+
+``python -m certify.canary --entry NEW.dsse.json --history DIR --keys DIR [--keys DIR ...]``
+
+The new entry must verify (else exit 2). Every ``*.dsse.json`` under ``--history`` (recursively, so
+downloaded artifact folders work) is verified against the same keys; one that does not verify is ignored
+with a warning on stderr — a tampered or foreign entry can never become the baseline. Of the verified
+entries with the same ``runtime_id`` x ``model_id`` x ``profile`` x ``device`` as the new one (the new
+entry itself excluded by payload digest), the latest is the baseline: by the signed ``finished_at``,
+else by file modification time.
+
+Regressions (exit 1):
+
+- a check that passed in the baseline and does not pass now (failed, skipped, not run, or gone);
+- ``metrics.gateway_added_latency_ms.p95`` worse by more than ``--max-p95-increase`` (default 20 %) of the
+  baseline's value; ``--min-p95-delta-ms`` (default 0) is a noise floor: an increase no larger than it is
+  never a regression.
+
+No baseline → exit 0 with a note. A table goes to stdout; ``--json`` prints the verdict as JSON instead,
+``--out FILE`` also writes it there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from catalog.signing import ENTRY_SUFFIX, load_entry, payload_bytes, verify_envelope
+from harness.errors import HitchError
+
+__all__ = ["Baseline", "Verdict", "compare", "find_baseline", "main"]
+
+MATCH_FIELDS = ("runtime_id", "model_id", "profile", "device")
+P95_METRIC = "gateway_added_latency_ms"
+
+
+@dataclass(frozen=True)
+class Baseline:
+    path: Path
+    predicate: dict[str, Any]
+    order: tuple[float, float]  # (finished_at epoch or -inf, mtime)
+
+
+@dataclass
+class Verdict:
+    entry: Path
+    baseline: Path | None
+    regressions: list[str] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def regressed(self) -> bool:
+        return bool(self.regressions)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "entry": str(self.entry),
+            "baseline": str(self.baseline) if self.baseline else None,
+            "regressed": self.regressed,
+            "regressions": self.regressions,
+            "rows": self.rows,
+            "notes": self.notes,
+            "warnings": self.warnings,
+        }
+
+
+def _finished_epoch(predicate: dict[str, Any]) -> float:
+    value = predicate.get("finished_at")
+    if not isinstance(value, str):
+        return float("-inf")
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return float("-inf")
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
+def _payload_digest(envelope: dict[str, Any]) -> str | None:
+    try:
+        return hashlib.sha256(payload_bytes(envelope)).hexdigest()
+    except HitchError:
+        return None
+
+
+def find_baseline(
+    new: dict[str, Any], new_digest: str | None, history: Path, keys: Sequence[Path], warnings: list[str]
+) -> Baseline | None:
+    """The latest verified entry under ``history`` of the same combination as predicate ``new``."""
+    best: Baseline | None = None
+    if not history.is_dir():
+        return None
+    for path in sorted(history.rglob(f"*{ENTRY_SUFFIX}")):
+        try:
+            envelope = load_entry(path)
+            predicate = verify_envelope(envelope, list(keys)).predicate
+        except HitchError as exc:
+            warnings.append(f"ignored {path}: does not verify ({exc.details.get('reason') or exc.message})")
+            continue
+        if _payload_digest(envelope) == new_digest:
+            continue  # the new entry itself, or a copy of it
+        if any(predicate.get(f) != new.get(f) for f in MATCH_FIELDS):
+            continue
+        candidate = Baseline(path, predicate, (_finished_epoch(predicate), path.stat().st_mtime))
+        if best is None or candidate.order > best.order:
+            best = candidate
+    return best
+
+
+def _statuses(predicate: dict[str, Any]) -> dict[str, str]:
+    checks = predicate.get("checks") or []
+    return {str(c["id"]): str(c.get("status", "not_run")) for c in checks if isinstance(c, dict) and "id" in c}
+
+
+def _p95(predicate: dict[str, Any]) -> float | None:
+    metric = (predicate.get("metrics") or {}).get(P95_METRIC)
+    value = metric.get("p95") if isinstance(metric, dict) else None
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def compare(
+    new: dict[str, Any], old: dict[str, Any], *, max_increase: float = 0.20, min_delta_ms: float = 0.0
+) -> tuple[list[str], list[dict[str, Any]], list[str]]:
+    """(regressions, table rows, notes) of predicate ``new`` against baseline predicate ``old``."""
+    regressions: list[str] = []
+    rows: list[dict[str, Any]] = []
+    notes: list[str] = []
+    before, now = _statuses(old), _statuses(new)
+    for cid in sorted(set(before) | set(now)):
+        was, is_ = before.get(cid, "absent"), now.get(cid, "absent")
+        verdict = "ok"
+        if was == "passed" and is_ != "passed":
+            verdict = "REGRESSION"
+            regressions.append(f"{cid}: passed before, {is_} now")
+        elif was != "passed" and is_ == "passed":
+            verdict = "fixed"
+        if was != is_ or verdict != "ok":
+            rows.append({"item": cid, "before": was, "now": is_, "verdict": verdict})
+    old_p95, new_p95 = _p95(old), _p95(new)
+    if old_p95 is None or new_p95 is None:
+        notes.append(f"{P95_METRIC}.p95 missing ({'baseline' if old_p95 is None else 'new entry'}): not compared")
+    else:
+        limit = old_p95 + max(max_increase * abs(old_p95), min_delta_ms)
+        verdict = "REGRESSION" if new_p95 > limit else "ok"
+        if verdict == "REGRESSION":
+            regressions.append(
+                f"{P95_METRIC}.p95: {new_p95:.3f} ms > {limit:.3f} ms (baseline {old_p95:.3f} ms + {max_increase:.0%})"
+            )
+        rows.append({"item": f"{P95_METRIC}.p95 (ms)", "before": f"{old_p95:.3f}", "now": f"{new_p95:.3f}", "verdict": verdict})
+    return regressions, rows, notes
+
+
+def run(entry: Path, history: Path, keys: Sequence[Path], *, max_increase: float = 0.20, min_delta_ms: float = 0.0) -> Verdict:
+    """Verify ``entry``, find its baseline in ``history`` and compare (raises HitchError if ``entry`` is bad)."""
+    envelope = load_entry(entry)
+    new = verify_envelope(envelope, list(keys)).predicate
+    verdict = Verdict(entry, None)
+    baseline = find_baseline(new, _payload_digest(envelope), history, keys, verdict.warnings)
+    combo = " x ".join(f"{f}={str(new.get(f))[:19]}" for f in MATCH_FIELDS)
+    if baseline is None:
+        verdict.notes.append(f"no previous verified entry for {combo} under {history}: nothing to compare")
+        return verdict
+    verdict.baseline = baseline.path
+    verdict.regressions, verdict.rows, verdict.notes = compare(
+        new, baseline.predicate, max_increase=max_increase, min_delta_ms=min_delta_ms
+    )
+    verdict.notes.insert(0, f"baseline: {baseline.path} (level {baseline.predicate.get('level')}, now {new.get('level')})")
+    return verdict
+
+
+def render(verdict: Verdict) -> str:
+    lines = [f"canary: {verdict.entry}"]
+    lines += [f"note: {n}" for n in verdict.notes]
+    if verdict.rows:
+        widths = {k: max(len(k), *(len(str(r[k])) for r in verdict.rows)) for k in ("item", "before", "now", "verdict")}
+        lines.append("  ".join(k.ljust(w) for k, w in widths.items()))
+        lines.append("  ".join("-" * w for w in widths.values()))
+        lines += ["  ".join(str(r[k]).ljust(w) for k, w in widths.items()) for r in verdict.rows]
+    elif verdict.baseline is not None:
+        lines.append("every check has the same status as in the baseline")
+    lines.append(f"RESULT: REGRESSION ({len(verdict.regressions)})" if verdict.regressed else "RESULT: no regression")
+    lines += [f"  - {r}" for r in verdict.regressions]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m certify.canary", description=(__doc__ or "").split("\n\n")[0])
+    p.add_argument("--entry", type=Path, required=True, help="the new signed entry (*.dsse.json)")
+    p.add_argument("--history", type=Path, required=True, help="directory of earlier signed entries (searched recursively)")
+    p.add_argument("--keys", type=Path, action="append", required=True, help="trusted public-key dir (repeatable)")
+    p.add_argument("--max-p95-increase", type=float, default=0.20, help="allowed relative p95 increase (0.20 = 20%%)")
+    p.add_argument("--min-p95-delta-ms", type=float, default=0.0, help="noise floor: smaller increases never fail")
+    p.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    p.add_argument("--out", type=Path, default=None, help="also write the verdict JSON here")
+    args = p.parse_args(argv)
+    try:
+        verdict = run(args.entry, args.history, args.keys, max_increase=args.max_p95_increase, min_delta_ms=args.min_p95_delta_ms)
+    except HitchError as exc:
+        print(f"canary: the new entry {args.entry} is not usable: {exc.message}", file=sys.stderr)
+        return 2
+    for warning in verdict.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    data = verdict.to_dict()
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(data, indent=2) + "\n")
+    print(json.dumps(data, indent=2) if args.json else render(verdict))
+    return 1 if verdict.regressed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,400 @@
+"""perf: what the gateway adds to a request, measured against the same engine reached directly (spec §15.4).
+
+Two arms hit the session's engine with the same work: **direct** (``certify_env.engine_url`` with the engine
+key; the body is exactly what the gateway forwards — the caller's body after the lock's policy — with the
+model name the engine lists in ``/v1/models``) and **gateway** (the run's base URL and token; the caller's
+body). Chat completions, stream and non-stream, a tiny output budget.
+
+- Concurrency 1: after a warm-up, each round sends ``n`` requests per arm *alternating* arm by arm (the
+  first arm rotates per round), so drift in the machine's load hits both arms alike. Per round: the
+  percentiles of each arm's end-to-end time (and of TTFT = first non-empty content delta, for streams);
+  added = gateway percentile - direct percentile; reported figures are medians over rounds.
+- Concurrency C (32 on the fake engine, 4 on a real CPU engine, which runs 1-2 requests at once anyway):
+  ``N`` requests per arm per round taken by C workers; throughput = N / elapsed. The gateway queues what
+  exceeds the lock's ``max_running_requests``; the direct arm has no gateway queue, so its workers share a
+  client-side semaphore of the same size (the engine refuses more than its own small queue). Ratio =
+  gateway / direct requests per second, median over rounds.
+
+Pass line (§15.4): for each kind, added p50 <= max(20 ms, 5 % of direct p50) and added p95 <= max(20 ms,
+5 % of direct p95); TTFT the same against direct TTFT. Metrics: ``gateway_added_latency_ms`` {p50,p95,p99}
+(the worse of the two kinds per percentile), ``ttft_added_ms`` {p50,p95}, ``throughput_ratio_c32`` (the
+worse kind), and ``_overhead`` (per-arm raw figures shaped like ``certify.bench_overhead``'s JSON, for the
+run page; not signed). The measurement runs once per session: the first process to need it writes
+``<report-dir>/perf-overhead.json`` under a file lock and every other xdist worker reads it.
+
+On a shared engine (``pytest -n``) other suites' traffic lands in both arms; run ``-k perf`` alone for
+figures to publish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, Final
+
+import aiohttp
+import httpx
+import pytest
+
+from certify.options import SESSION_ENV
+from certify.registry import check
+from certify.session import CertifyEnv
+
+CHECKS = [
+    check("perf.overhead.e2e_bound", description="added end-to-end latency p50/p95 <= max(20 ms, 5% of direct), c=1"),
+    check("perf.overhead.ttft_bound", description="added time to first token p50/p95 <= max(20 ms, 5% of direct TTFT)"),
+    check("perf.throughput.concurrent", description="at concurrency C every gateway request is served; ratio recorded"),
+    check("perf.overhead.same_work", description="both arms generated the same number of tokens per request"),
+]
+
+FLOOR_MS = 20.0
+FRACTION = 0.05
+KINDS = ("unary", "stream")
+ROUTE: Final = "/v1/chat/completions"
+
+
+@dataclass(frozen=True)
+class Plan:
+    rounds: int
+    warmup: int
+    n_c1: int  # requests per arm per kind per round at concurrency 1
+    concurrency: int
+    n_conc: int  # requests per arm per kind per round at concurrency C
+    max_tokens: int
+
+
+PLANS = {
+    "fake": Plan(rounds=5, warmup=10, n_c1=100, concurrency=32, n_conc=160, max_tokens=8),
+    "sglang": Plan(rounds=5, warmup=3, n_c1=8, concurrency=4, n_conc=8, max_tokens=4),
+}
+
+
+@dataclass(frozen=True)
+class Arm:
+    name: str
+    url: str  # full chat completions URL
+    headers: dict[str, str]
+    body: dict[str, bytes]  # kind -> request bytes
+
+
+@dataclass
+class Sample:
+    e2e: float
+    ttft: float | None
+    completion_tokens: int | None
+
+
+def percentile(values: list[float], q: float) -> float:
+    s = sorted(values)
+    if not s:
+        return float("nan")
+    k = (len(s) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def bound_ms(direct_ms: float) -> float:
+    return max(FLOOR_MS, FRACTION * direct_ms)
+
+
+def _first_content(buf: bytes) -> bool:
+    """Whether a complete SSE event in ``buf`` carries a non-empty content delta."""
+    for event in buf.split(b"\n\n")[:-1]:
+        for line in event.split(b"\n"):
+            if not line.startswith(b"data:") or line[5:].strip() == b"[DONE]":
+                continue
+            try:
+                data = json.loads(line[5:])
+            except ValueError:
+                continue
+            for choice in data.get("choices") or []:
+                if (choice.get("delta") or {}).get("content"):
+                    return True
+    return False
+
+
+def _usage_tokens(raw: bytes) -> int | None:
+    usage = json.loads(raw).get("usage") or {}
+    tokens = usage.get("completion_tokens")
+    return int(tokens) if isinstance(tokens, int) else None
+
+
+async def one(session: aiohttp.ClientSession, arm: Arm, kind: str, retries: list[int]) -> Sample:
+    """One request; an engine queue-full refusal on the direct arm (never admitted, no work done) is re-sent."""
+    for _ in range(50):
+        t0 = time.perf_counter()
+        ttft: float | None = None
+        async with session.post(arm.url, data=arm.body[kind], headers=arm.headers) as resp:
+            if resp.status == 503 and arm.name == "direct":
+                await resp.read()
+                retries[0] += 1
+                await asyncio.sleep(0.002)
+                continue
+            if resp.status != 200:
+                raise AssertionError(f"{arm.name} {kind}: HTTP {resp.status}: {(await resp.read())[:300]!r}")
+            if kind == "unary":
+                return Sample(time.perf_counter() - t0, None, _usage_tokens(await resp.read()))
+            buf = b""
+            async for chunk in resp.content.iter_any():
+                if ttft is None:
+                    buf += chunk
+                    if _first_content(buf):
+                        ttft = time.perf_counter() - t0
+                        buf = b""
+            return Sample(time.perf_counter() - t0, ttft, None)
+    raise AssertionError(f"{arm.name} {kind}: the engine refused 50 times in a row (queue full)")
+
+
+async def _measure(arms: dict[str, Arm], plan: Plan, permits: int) -> dict[str, Any]:
+    retries = [0]
+    rounds: list[dict[str, Any]] = []
+    sessions = {name: aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) for name in arms}
+    try:
+        for kind in KINDS:  # warm-up: connections, tokenizer caches, the engine's first-request paths
+            for _ in range(plan.warmup):
+                for name, arm in arms.items():
+                    await one(sessions[name], arm, kind, retries)
+        for r in range(plan.rounds):
+            order = ("direct", "gateway") if r % 2 == 0 else ("gateway", "direct")
+            result: dict[str, Any] = {}
+            for kind in KINDS:
+                c1: dict[str, list[Sample]] = {name: [] for name in order}
+                for _ in range(plan.n_c1):
+                    for name in order:
+                        c1[name].append(await one(sessions[name], arms[name], kind, retries))
+                conc = {name: await _concurrent(sessions[name], arms[name], kind, plan, permits, retries) for name in order}
+                result[kind] = {"c1": c1, "rps": conc}
+            rounds.append(result)
+    finally:
+        for s in sessions.values():
+            await s.close()
+    return summarize(rounds, plan, permits, retries[0])
+
+
+async def _concurrent(session: aiohttp.ClientSession, arm: Arm, kind: str, plan: Plan, permits: int, retries: list[int]) -> float:
+    left = plan.n_conc
+    gate = asyncio.Semaphore(permits) if arm.name == "direct" else None
+
+    async def worker() -> None:
+        nonlocal left
+        while left > 0:
+            left -= 1
+            if gate is None:
+                await one(session, arm, kind, retries)
+            else:
+                async with gate:
+                    await one(session, arm, kind, retries)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(plan.concurrency)))
+    return plan.n_conc / (time.perf_counter() - t0)
+
+
+def _per_round(rounds: list[dict[str, Any]], kind: str, arm: str, field: str, q: float) -> list[float]:
+    out = []
+    for rd in rounds:
+        values = [getattr(s, field) for s in rd[kind]["c1"][arm]]
+        out.append(percentile([v for v in values if v is not None], q) * 1000)
+    return out
+
+
+def _added(rounds: list[dict[str, Any]], kind: str, field: str, q: float) -> list[float]:
+    """Per round: gateway percentile - direct percentile (ms)."""
+    gateway = _per_round(rounds, kind, "gateway", field, q)
+    direct = _per_round(rounds, kind, "direct", field, q)
+    return [g - d for g, d in zip(gateway, direct, strict=True)]
+
+
+def summarize(rounds: list[dict[str, Any]], plan: Plan, permits: int, retries: int) -> dict[str, Any]:
+    med = statistics.median
+    qs = {"p50": 0.5, "p95": 0.95, "p99": 0.99}
+    results: dict[str, Any] = {}
+    for kind in KINDS:
+        direct = {p: med(_per_round(rounds, kind, "direct", "e2e", q)) for p, q in qs.items()}
+        added = {p: med(_added(rounds, kind, "e2e", q)) for p, q in qs.items()}
+        gw_rps = [rd[kind]["rps"]["gateway"] for rd in rounds]
+        di_rps = [rd[kind]["rps"]["direct"] for rd in rounds]
+        gateway: dict[str, Any] = {
+            "added_latency_ms": added,
+            "rps_c32": med(gw_rps),
+            "throughput_ratio_vs_direct_c32": med(g / d for g, d in zip(gw_rps, di_rps, strict=True)),
+            "bound_ms": {p: bound_ms(direct[p]) for p in ("p50", "p95")},
+        }
+        direct_entry: dict[str, Any] = {f"{p}_ms": v for p, v in direct.items()} | {"rps_c32": med(di_rps)}
+        if kind == "stream":
+            d_ttft = {p: med(_per_round(rounds, kind, "direct", "ttft", q)) for p, q in qs.items()}
+            gateway["ttft_added_ms"] = {p: med(_added(rounds, kind, "ttft", q)) for p, q in qs.items()}
+            gateway["ttft_bound_ms"] = {p: bound_ms(d_ttft[p]) for p in ("p50", "p95")}
+            direct_entry["ttft_ms"] = d_ttft
+            missing = sum(s.ttft is None for rd in rounds for arm in ("direct", "gateway") for s in rd[kind]["c1"][arm])
+            direct_entry["streams_without_content"] = missing
+        else:
+            for arm, entry in (("direct", direct_entry), ("gateway", gateway)):
+                tokens = [s.completion_tokens for rd in rounds for s in rd[kind]["c1"][arm]]
+                entry["completion_tokens"] = sorted({t for t in tokens if t is not None})
+                entry["completion_tokens_median"] = med(t for t in tokens if t is not None) if any(tokens) else None
+        results[kind] = {"direct": direct_entry, "gateway": gateway}
+    return {
+        "schema_version": "1",
+        "kind": "gateway-overhead",
+        "rounds": plan.rounds,
+        "requests_c1": plan.n_c1,
+        "requests_concurrent": plan.n_conc,
+        "concurrency": plan.concurrency,
+        "engine_permits": permits,
+        "max_tokens": plan.max_tokens,
+        "direct_queue_full_retries": retries,
+        "results": results,
+    }
+
+
+def _engine_model(env: CertifyEnv) -> str:
+    r = httpx.get(env.engine_url + "/v1/models", headers=env.engine_headers(), timeout=30)
+    assert r.status_code == 200, f"direct /v1/models: HTTP {r.status_code}"
+    ids = [m.get("id") for m in r.json().get("data", [])]
+    assert len(ids) == 1 and isinstance(ids[0], str), f"the engine lists {ids!r}"
+    return ids[0]
+
+
+def build_arms(env: CertifyEnv, plan: Plan) -> tuple[dict[str, Arm], int, str]:
+    from gateway.policy import apply_policy
+    from harness.daemon.core import load_sealed_lock
+
+    lock = load_sealed_lock(env.root, env.run.inference_id)
+    engine_model = _engine_model(env)
+    caller: dict[str, bytes] = {}
+    sent: dict[str, bytes] = {}
+    for kind in KINDS:
+        body = {
+            "model": env.run.wire_model,
+            "messages": [{"role": "user", "content": "Say hello in one short line."}],
+            "max_tokens": plan.max_tokens,
+            "stream": kind == "stream",
+        }
+        caller[kind] = json.dumps(body).encode()
+        forwarded = json.loads(apply_policy(ROUTE, caller[kind], lock, env.run.wire_model).body)
+        sent[kind] = json.dumps({**forwarded, "model": engine_model}).encode()
+    json_ct = {"Content-Type": "application/json"}
+    arms = {
+        "direct": Arm("direct", env.engine_url + ROUTE, {**env.engine_headers(), **json_ct}, sent),
+        "gateway": Arm("gateway", env.run.base_url + "/chat/completions", {**env.run.headers(), **json_ct}, caller),
+    }
+    return arms, lock.execution.max_running_requests, engine_model
+
+
+def _run_loop(coro: Callable[[], Coroutine[Any, Any, dict[str, Any]]]) -> dict[str, Any]:
+    try:
+        import uvloop
+
+        return uvloop.run(coro())
+    except ImportError:  # pragma: no cover - uvloop is a dependency of the gateway
+        return asyncio.run(coro())
+
+
+def measure(env: CertifyEnv) -> dict[str, Any]:
+    plan = PLANS["fake" if env.engine == "fake" else "sglang"]
+    if env.fake is not None:
+        env.fake.reset()
+    arms, permits, engine_model = build_arms(env, plan)
+    t0 = time.monotonic()
+    report = _run_loop(lambda: _measure(arms, plan, permits))
+    report |= {
+        "engine": env.engine,
+        "device": env.device,
+        "wire_model": env.run.wire_model,
+        "engine_model": engine_model,
+        "wall_s": round(time.monotonic() - t0, 2),
+    }
+    return report
+
+
+@pytest.fixture(scope="module")
+def overhead(certify_env: CertifyEnv) -> dict[str, Any]:
+    """The session's measurement: made once (file lock in the report dir), shared by xdist workers."""
+    from filelock import FileLock
+
+    report_dir = certify_env.options.report_dir
+    report_dir.mkdir(parents=True, exist_ok=True)
+    out = report_dir / "perf-overhead.json"
+    session = os.environ.get(SESSION_ENV, "")
+    with FileLock(str(report_dir / ".perf-overhead.lock")):
+        if out.exists():
+            cached: dict[str, Any] = json.loads(out.read_text())
+            if cached.get("session") == session:
+                return cached
+        report = measure(certify_env) | {"session": session}
+        from harness.paths import atomic_write_json
+
+        atomic_write_json(out, report)
+        return report
+
+
+def _worse(results: dict[str, Any], key: str, ps: tuple[str, ...]) -> dict[str, float]:
+    per_kind = [results[k]["gateway"][key] for k in KINDS if key in results[k]["gateway"]]
+    return {p: round(max(float(d[p]) for d in per_kind), 3) for p in ps}
+
+
+def _record_common(rec: Any, overhead: dict[str, Any]) -> None:
+    rec.metric("_overhead", {k: v for k, v in overhead.items() if k != "session"})
+
+
+@pytest.mark.check("perf.overhead.e2e_bound")
+def test_added_latency_within_bound(overhead: dict[str, Any], certify_record: Any) -> None:
+    res = overhead["results"]
+    certify_record.metric("gateway_added_latency_ms", _worse(res, "added_latency_ms", ("p50", "p95", "p99")))
+    _record_common(certify_record, overhead)
+    over = []
+    for kind in KINDS:
+        gw, direct = res[kind]["gateway"], res[kind]["direct"]
+        certify_record.detail(f"{kind}.direct_ms", {p: round(direct[f"{p}_ms"], 3) for p in ("p50", "p95", "p99")})
+        certify_record.detail(f"{kind}.added_ms", {p: round(v, 3) for p, v in gw["added_latency_ms"].items()})
+        for p in ("p50", "p95"):
+            if gw["added_latency_ms"][p] > gw["bound_ms"][p]:
+                over.append(f"{kind} {p}: +{gw['added_latency_ms'][p]:.2f} ms > {gw['bound_ms'][p]:.2f} ms")
+    assert not over, "gateway overhead above the §15.4 bound: " + "; ".join(over)
+
+
+@pytest.mark.check("perf.overhead.ttft_bound")
+def test_added_ttft_within_bound(overhead: dict[str, Any], certify_record: Any) -> None:
+    stream = overhead["results"]["stream"]
+    gw, direct = stream["gateway"], stream["direct"]
+    certify_record.metric("ttft_added_ms", {p: round(gw["ttft_added_ms"][p], 3) for p in ("p50", "p95")})
+    _record_common(certify_record, overhead)
+    certify_record.detail("direct_ttft_ms", {p: round(v, 3) for p, v in direct["ttft_ms"].items()})
+    assert direct["streams_without_content"] == 0, "some streams carried no content delta (no TTFT)"
+    over = [
+        f"{p}: +{gw['ttft_added_ms'][p]:.2f} ms > {gw['ttft_bound_ms'][p]:.2f} ms"
+        for p in ("p50", "p95")
+        if gw["ttft_added_ms"][p] > gw["ttft_bound_ms"][p]
+    ]
+    assert not over, "TTFT overhead above the bound: " + "; ".join(over)
+
+
+@pytest.mark.check("perf.throughput.concurrent")
+def test_throughput_at_concurrency(overhead: dict[str, Any], certify_record: Any) -> None:
+    res = overhead["results"]
+    ratio = min(float(res[k]["gateway"]["throughput_ratio_vs_direct_c32"]) for k in KINDS)
+    certify_record.metric("throughput_ratio_c32", round(ratio, 4))
+    _record_common(certify_record, overhead)
+    certify_record.detail("concurrency", overhead["concurrency"])
+    certify_record.detail("engine_permits", overhead["engine_permits"])
+    for kind in KINDS:
+        certify_record.detail(f"{kind}.rps", {a: round(res[kind][a]["rps_c32"], 2) for a in ("direct", "gateway")})
+    # every request of both arms completed with 200 (one() raises otherwise); the figure is recorded, not judged
+    assert all(res[k][a]["rps_c32"] > 0 for k in KINDS for a in ("direct", "gateway"))
+
+
+@pytest.mark.check("perf.overhead.same_work")
+def test_arms_did_the_same_work(overhead: dict[str, Any], certify_record: Any) -> None:
+    unary = overhead["results"]["unary"]
+    direct, gw = unary["direct"], unary["gateway"]
+    certify_record.detail("completion_tokens", {"direct": direct["completion_tokens"], "gateway": gw["completion_tokens"]})
+    certify_record.detail("engine_model", overhead["engine_model"])
+    assert direct["completion_tokens_median"] is not None, "the engine reported no usage"
+    assert direct["completion_tokens_median"] == gw["completion_tokens_median"]
+    assert 0 < gw["completion_tokens_median"] <= overhead["max_tokens"]

@@ -6,12 +6,16 @@ the CLI runs them as a separate process rather than importing them into the runt
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
+
+from harness.cli.output import JsonOpt, RootOpt, cli_command, root_from
+from harness.errors import HitchError
 
 app = typer.Typer(no_args_is_help=True, help="benchmarks (figures, not pass/fail)")
 
@@ -30,3 +34,51 @@ def overhead(
     if out is not None:
         argv += ["--out", str(out)]
     raise typer.Exit(subprocess.call(argv))
+
+
+@app.command(
+    "load",
+    help="locust load, gateway vs direct with the same schedule: CSVs + summary.json into --out (see certify/load)",
+)
+@cli_command
+def load(
+    target: Annotated[str, typer.Option("--target", help="gateway | direct | both (direct, then gateway)")] = "both",
+    users: Annotated[int, typer.Option("--users", help="concurrent locust users")] = 16,
+    spawn_rate: Annotated[float, typer.Option("--spawn-rate", help="users started per second")] = 8.0,
+    run_time: Annotated[str, typer.Option("--run-time", help="per target: 30, 30s, 2m, 1m30s")] = "30s",
+    engine: Annotated[str, typer.Option("--engine", help="fake | sglang (the engine started here)")] = "fake",
+    stream: Annotated[bool, typer.Option("--stream/--no-stream", help="SSE (TTFT and ITL recorded) or not")] = True,
+    api: Annotated[str, typer.Option("--api", help="chat | responses")] = "chat",
+    max_tokens: Annotated[int, typer.Option("--max-tokens", help="output budget per request")] = 16,
+    seed: Annotated[int, typer.Option("--seed", help="seed of each user's prompt sequence")] = 0,
+    out: Annotated[Path | None, typer.Option("--out", help="folder for the CSVs and summary.json")] = None,
+    base_url: Annotated[str | None, typer.Option("--base-url", help="running gateway run (ends in /v1)")] = None,
+    token_file: Annotated[Path | None, typer.Option("--token-file", help="its run token file")] = None,
+    model: Annotated[str | None, typer.Option("--model", help="its wire model name")] = None,
+    direct_url: Annotated[str | None, typer.Option("--direct-url", help="the engine's URL (ends in /v1)")] = None,
+    direct_key_file: Annotated[Path | None, typer.Option("--direct-key-file", help="the engine key file")] = None,
+    direct_model: Annotated[str | None, typer.Option("--direct-model", help="engine model name (default --model)")] = None,
+    root: RootOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    from certify.load.schedule import APIS, LoadSchedule, parse_run_time, targets_for
+
+    # Bad values are usage errors here, before any process starts; the benchmark re-checks them.
+    targets_for(target)
+    if engine not in ("fake", "sglang"):
+        raise HitchError("usage_error", "engine must be fake or sglang", {"engine": engine})
+    if api not in APIS:
+        raise HitchError("usage_error", f"api must be one of {', '.join(APIS)}", {"api": api})
+    LoadSchedule(users, spawn_rate, parse_run_time(run_time), seed, max_tokens, "chat" if api == "chat" else "responses", stream)
+    argv = [sys.executable, "-m", "certify.load", "--target", target, "--users", str(users), "--spawn-rate", str(spawn_rate),
+            "--run-time", run_time, "--engine", engine, "--stream" if stream else "--no-stream", "--api", api,
+            "--max-tokens", str(max_tokens), "--seed", str(seed)]  # fmt: skip
+    optional = {"--out": out, "--base-url": base_url, "--token-file": token_file, "--model": model,
+                "--direct-url": direct_url, "--direct-key-file": direct_key_file, "--direct-model": direct_model}  # fmt: skip
+    for flag, value in optional.items():
+        if value is not None:
+            argv += [flag, str(value)]
+    if as_json:
+        argv.append("--json")
+    env = {**os.environ, "HITCH_ROOT": str(root_from(root).root)} if root is not None else None
+    raise typer.Exit(subprocess.call(argv, env=env))

@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 export HITCH_ROOT ?= $(HOME)/.local/share/hitch
 CPU_RUNTIME := sglang-0.5.23-cpu-generic
 
-.PHONY: certify test setup venv runtime docker browser lint typecheck schemas unit
+.PHONY: certify test setup venv runtime docker browser codex lint typecheck schemas unit
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,7 +31,11 @@ docker: venv
 browser:
 	-scripts/ci/chromium.sh
 
-setup: venv runtime docker browser
+# The pinned Codex CLI (npm, with its native linux binary) under .tools/codex; never touches ~/.codex.
+codex:
+	scripts/ci/install_codex.sh
+
+setup: venv runtime docker browser codex
 
 lint: venv
 	$(VENV)/bin/ruff check .

@@ -90,6 +90,9 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     "inference_in_use": _e("lifecycle", False, 409, "wait for the leases to end or pass --force"),
     # harness — input
     "usage_error": _e("input", False, 400, "see --help"),
+    "harness_unavailable": _e("capability", False, 503, "install the pinned harness with `make codex`"),
+    "harness_args_conflict": _e("input", False, 400, "drop agent arguments that change the provider, endpoint, model or config"),
+    "harness_run_failed": _e("infrastructure", False, 502, "see the harness's events in the run's evidence"),
     "local_model_invalid": _e("input", False, 400, "fix the checkpoint directory and import again"),
     "local_model_alias_invalid": _e("input", False, 400, "aliases are [a-z0-9][a-z0-9._-]{0,63}"),
     "local_model_source_changed": _e("input", True, 409, "the source changed during import; import again"),
@@ -100,9 +103,9 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     "inference_token_invalid": _e("routing", False, 401, "use the run token issued for this run"),
     "inference_run_sealed": _e("routing", False, 403, "the run is sealed; register a new run"),
     "catalog_signature_invalid": _e("integrity", False, 400, "the entry does not verify against catalog/keys"),
-    "report_input_invalid": _e("input", False, 400, "check the entries, results or load paths given to `hitch report build`"),
     "catalog_entry_invalid": _e("input", False, 400, "fix the predicate/statement/subjects; nothing was signed"),
     "catalog_key_invalid": _e("input", False, 400, "use an unencrypted Ed25519 PEM key, 0600 (see `hitch catalog keygen`)"),
+    "report_input_invalid": _e("input", False, 400, "check the entries, results or load paths given to `hitch report build`"),
     # harness — infrastructure
     "storage_write_failed": _e("infrastructure", True, 507, "free disk space and retry; nothing was published"),
     "docker_unavailable": _e("capability", True, 503, "start the Docker engine"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from harness.cli import bench, catalog, daemon, fixtures, local, local_services, models, report, runtime, serve
+from harness.cli import bench, catalog, daemon, fixtures, local, local_services, models, report, run, runtime, serve
 
 app = typer.Typer(no_args_is_help=True, help="Hitch local inference: certification and benchmark harness")
 app.add_typer(models.app, name="models", help="content-addressed checkpoint store")
@@ -17,6 +17,7 @@ app.add_typer(fixtures.app, name="fixtures", help="test fixtures (tiny checkpoin
 app.add_typer(bench.app, name="bench", help="benchmarks that print figures")
 app.add_typer(report.app, name="report", help="self-contained HTML reports")
 app.add_typer(catalog.app, name="catalog", help="signed catalog entries (DSSE, Ed25519)")
+run.register(app)
 
 
 def main() -> None:

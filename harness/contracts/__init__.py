@@ -11,6 +11,7 @@ from harness.contracts.binding import ModelEndpointBindingV1
 from harness.contracts.certification import CertificationCheckV1, CertificationResultV1
 from harness.contracts.events import LifecycleEventV1, RequestEvidenceV1
 from harness.contracts.evidence import HardwareFingerprintV1, InferenceExecutionEvidenceV1
+from harness.contracts.harness_profile import HarnessCompatibilityProfileV1
 from harness.contracts.lock import InferenceLockV1, compute_inference_id
 from harness.contracts.model import LocalModelManifestV1, compute_model_id
 from harness.contracts.runtime import InferenceRuntimeManifestV1
@@ -21,6 +22,7 @@ __all__ = [
     "CertificationCheckV1",
     "CertificationResultV1",
     "HardwareFingerprintV1",
+    "HarnessCompatibilityProfileV1",
     "InferenceExecutionEvidenceV1",
     "InferenceLockV1",
     "InferenceRuntimeManifestV1",
@@ -46,4 +48,5 @@ SCHEMA_RECORDS: tuple[type[Record], ...] = (
     LifecycleEventV1,
     RequestEvidenceV1,
     CertificationResultV1,
+    HarnessCompatibilityProfileV1,
 )

@@ -1,0 +1,259 @@
+"""agents: the model-call harness and the pinned Codex CLI drive the local endpoint end to end (spec §10.3, §15.2).
+
+model-call (both engines): one Responses request through the session run's binding with the lock's budget;
+tools, images, action items and an over-budget request are refused before anything is sent.
+
+Codex (``harness.agents.codex_install.CODEX_VERSION``): on the session's engine (fake or real SGLang) one
+turn completes without a protocol error. On a private scripted fake engine behind a private gateway
+(``agents_rig``): a task with two tool round trips (read a file, then change it) leaves the right file
+contents, every continuation carries the full history with ``store=false`` and no
+``previous_response_id``, and tool-call ids round-trip; a cancel mid-stream ends the run and frees the
+engine slot; a context-limit refusal ends the run after exactly one request (no retry storm).
+
+Each Codex check's outcome is recorded in the root's harness compatibility profile (``ProfileStore``).
+The Codex checks need the installed binary (``make codex``); they skip without it unless
+``HITCH_REQUIRE_CODEX`` is set (then a missing binary fails).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from certify.registry import check
+from certify.session import CertifyEnv
+from certify.suites.agents_rig import AgentRig, rig_lock
+from harness.agents.codex_home import CodexBinding
+from harness.agents.codex_install import CodexInstall, find_codex
+from harness.agents.codex_runner import CodexRun
+from harness.agents.model_call import TOKEN_ENV, build_request, call_model
+from harness.agents.profiles import CODEX_FIELDS, ProfileStore, codex_key, result
+from harness.contracts.lock import InferenceLockV1
+from harness.daemon.core import load_sealed_lock
+from harness.errors import HitchError
+from harness.store import model_files_dir, read_manifest
+
+CHECKS = [
+    check("agents.model_call.text", description="one Responses request through the binding: text, status, usage"),
+    check("agents.model_call.refusals", description="tools, images, action items and an over-budget request are refused"),
+    check("agents.codex.turn", description="the pinned Codex completes one turn through the gateway (no protocol error)"),
+    check("agents.codex.tool_loop", engines=("fake",), description="two tool round trips change a file; full history"),
+    check("agents.codex.cancel", engines=("fake",), description="cancel mid-stream ends the run and frees the slot"),
+    check("agents.codex.context_limit", engines=("fake",), description="a context refusal ends the run; one request"),
+]
+
+_INCOMPLETE = "Incomplete response returned, reason: max_output_tokens"
+READ_THEN_CHANGE = [
+    {"tool_calls": [{"name": "exec_command", "arguments": {"cmd": "cat notes.txt"}}]},
+    {"tool_calls": [{"name": "exec_command", "arguments": {"cmd": "sed -i s/count=1/count=2/ notes.txt"}}]},
+    {"text": "count is now 2"},
+]
+
+
+@pytest.fixture(scope="module")
+def codex() -> CodexInstall:
+    try:
+        return find_codex()
+    except HitchError as exc:
+        if os.environ.get("HITCH_REQUIRE_CODEX"):
+            raise
+        pytest.skip(f"Codex not installed: {exc.message}")
+
+
+def _lock(env: CertifyEnv) -> InferenceLockV1:
+    return load_sealed_lock(env.root, env.run.inference_id)
+
+
+def _profile(env: CertifyEnv, codex: CodexInstall, lock: InferenceLockV1, check_id: str, passed: bool) -> None:
+    key = codex_key(lock, codex.artifact, codex.version)
+    ProfileStore(env.root).record(key, CODEX_FIELDS, result(check_id, env.engine, env.device, passed))
+
+
+@pytest.fixture
+def rig_factory(certify_env: CertifyEnv, tmp_path: Path) -> Iterator[Any]:
+    rigs: list[AgentRig] = []
+    model = read_manifest(certify_env.root, certify_env.model_id)
+    model_dir = model_files_dir(certify_env.root, certify_env.model_id)
+
+    def make(script: list[dict[str, Any]], *extra: str, context: int = 8192) -> AgentRig:
+        rig = AgentRig(tmp_path / f"rig{len(rigs)}", model_dir, rig_lock(model, context), script, *extra)
+        rigs.append(rig)
+        return rig
+
+    yield make
+    for rig in rigs:
+        rig.close()
+
+
+def _codex_run(
+    codex: CodexInstall, base_url: str, wire: str, token: str, lock: InferenceLockV1, where: Path, prompt: str
+) -> CodexRun:
+    work = where / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "notes.txt").write_text("count=1\n", encoding="utf-8")
+    binding = CodexBinding(base_url, wire, lock.execution.context_tokens_per_request, stream_idle_timeout_ms=60_000)
+    return CodexRun(codex, binding, token, home=where / "home", workdir=work, prompt=prompt, events_path=where / "events.jsonl")
+
+
+# -- model-call ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.check("agents.model_call.text")
+def test_model_call_text(certify_env: CertifyEnv, certify_record: Any) -> None:
+    run, lock = certify_env.run, _lock(certify_env)
+    before = len(certify_env.fake.received()) if certify_env.fake else 0
+    body = build_request(run.wire_model, "Say hello.", lock.generation.max_output_tokens, 16)
+    res = call_model(run.base_url, body, env={TOKEN_ENV: run.token})
+    certify_record.detail("status", res.status)
+    certify_record.metric("output_tokens", res.usage.get("output_tokens"))
+    assert res.status in ("completed", "incomplete")
+    assert res.usage.get("input_tokens", 0) > 0 and 0 < res.usage.get("output_tokens", 0) <= 16
+    if certify_env.fake is not None:
+        assert len(certify_env.fake.received()) - before == 1  # exactly one request, no retry
+
+
+@pytest.mark.check("agents.model_call.refusals")
+def test_model_call_refusals(certify_env: CertifyEnv, certify_record: Any) -> None:
+    run, lock = certify_env.run, _lock(certify_env)
+    cap = lock.generation.max_output_tokens
+    before = len(certify_env.fake.received()) if certify_env.fake else 0
+    cases: list[tuple[Any, int | None, str]] = [
+        ([{"type": "function_call", "call_id": "c", "name": "x", "arguments": "{}"}], None, "inference_protocol_unsupported"),
+        ([{"role": "user", "content": [{"type": "input_image", "image_url": "data:,"}]}], None, "inference_modality_unsupported"),
+        ([{"type": "computer_call", "action": {}}], None, "inference_protocol_unsupported"),
+        ("hi", cap + 1, "inference_parameter_conflict"),
+    ]
+    for prompt, budget, code in cases:
+        with pytest.raises(HitchError) as err:
+            build_request(run.wire_model, prompt, cap, budget)
+        assert err.value.code == code
+    certify_record.detail("refused", len(cases))
+    if certify_env.fake is not None:
+        assert len(certify_env.fake.received()) == before
+
+
+# -- Codex --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.check("agents.codex.turn")
+def test_codex_turn(certify_env: CertifyEnv, certify_record: Any, codex: CodexInstall, tmp_path: Path) -> None:
+    run, lock = certify_env.run, _lock(certify_env)
+    passed = False
+    try:
+        cx = _codex_run(codex, run.base_url, run.wire_model, run.token, lock, tmp_path, "Say hello in one word.")
+        out = cx.run(timeout_s=600)
+        certify_record.evidence("codex-events.jsonl", (tmp_path / "events.jsonl").read_bytes())
+        certify_record.detail("errors", out.errors)
+        # An untrained model (the fake's generated text, the tiny checkpoint's garbage) runs to the lock's
+        # budget: SGLang ends with a well-formed response.incomplete, which Codex reports as a failed turn.
+        # That is the protocol working; a protocol error (cut stream, no terminal event, HTTP refusal) is not.
+        budget_end = bool(out.errors) and all(e.startswith(_INCOMPLETE) for e in out.errors)
+        certify_record.detail("turn_end", "completed" if out.completed else "incomplete" if budget_end else "error")
+        assert out.completed or budget_end, out.errors or out.stderr_tail[-1500:]
+        if out.completed:
+            assert out.final_message is not None  # the answer was not silently lost
+        passed = True
+    finally:
+        _profile(certify_env, codex, lock, "agents.codex.turn", passed)
+
+
+def _call_ids(sse: bytes) -> list[str]:
+    ids = []
+    for line in sse.decode("utf-8", "replace").splitlines():
+        if line.startswith("data: ") and '"response.output_item.done"' in line:
+            item = json.loads(line[6:]).get("item") or {}
+            if item.get("type") == "function_call":
+                ids.append(item["call_id"])
+    return ids
+
+
+@pytest.mark.check("agents.codex.tool_loop")
+def test_codex_tool_loop(
+    certify_env: CertifyEnv, certify_record: Any, codex: CodexInstall, rig_factory: Any, tmp_path: Path
+) -> None:
+    rig: AgentRig = rig_factory(READ_THEN_CHANGE)
+    passed = False
+    try:
+        cx = _codex_run(codex, rig.base_url, rig.served, rig.token, rig.lock, tmp_path, "Set count to 2 in notes.txt.")
+        out = cx.run(timeout_s=600)
+        assert out.completed, out.errors or out.stderr_tail[-1500:]
+        assert (tmp_path / "work" / "notes.txt").read_text(encoding="utf-8") == "count=2\n"
+        assert [c["aggregated_output"] for c in out.commands()][:1] == ["count=1\n"]
+        turns = rig.captures()
+        certify_record.metric("requests", len(turns))
+        certify_record.metric("first_request_bytes", len(json.dumps(turns[0][0])))
+        assert len(turns) == 3
+        emitted: list[str] = []
+        for i, (body, sse) in enumerate(turns):
+            assert body.get("store") is False and "previous_response_id" not in body
+            if i:
+                prev = turns[i - 1][0]["input"]
+                assert body["input"][: len(prev)] == prev  # the whole history again
+                new = body["input"][len(prev) :]
+                calls = [it["call_id"] for it in new if it.get("type") == "function_call"]
+                outs = [it["call_id"] for it in new if it.get("type") == "function_call_output"]
+                assert calls == emitted and outs == emitted  # ids round-trip
+            emitted = _call_ids(sse)
+        passed = True
+    finally:
+        _profile(certify_env, codex, rig.lock, "agents.codex.tool_loop", passed)
+
+
+def _until(pred: Any, timeout_s: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.check("agents.codex.cancel")
+def test_codex_cancel(
+    certify_env: CertifyEnv, certify_record: Any, codex: CodexInstall, rig_factory: Any, tmp_path: Path
+) -> None:
+    rig: AgentRig = rig_factory([{"text": "word " * 400}], "--fake-itl-ms", "100")
+    passed = False
+    try:
+        cx = _codex_run(codex, rig.base_url, rig.served, rig.token, rig.lock, tmp_path, "Write a long story.")
+        cx.start()
+        try:
+            assert _until(lambda: rig.ctl("GET", "/state")["num_running_reqs"] == 1), "the stream never started"
+        finally:
+            t0 = time.monotonic()
+            cx.cancel()
+        out = cx.wait(30)
+        assert out.cancelled and out.returncode != 0
+        assert _until(lambda: rig.ctl("GET", "/state")["num_running_reqs"] == 0, 30), "the engine slot was not freed"
+        certify_record.metric("cancel_to_free_s", round(time.monotonic() - t0, 3))
+        rows = rig.evidence_rows()
+        assert [r["status"] for r in rows] == ["cancelled"]
+        passed = True
+    finally:
+        _profile(certify_env, codex, rig.lock, "agents.codex.cancel", passed)
+
+
+@pytest.mark.check("agents.codex.context_limit")
+def test_codex_context_limit(
+    certify_env: CertifyEnv, certify_record: Any, codex: CodexInstall, rig_factory: Any, tmp_path: Path
+) -> None:
+    rig: AgentRig = rig_factory([{"text": "never"}], context=2048)
+    passed = False
+    try:
+        cx = _codex_run(codex, rig.base_url, rig.served, rig.token, rig.lock, tmp_path, "Say hello.")
+        out = cx.run(timeout_s=300)
+        assert out.returncode != 0 and not out.completed
+        assert any("inference_context_exceeded" in e for e in out.errors), out.errors
+        rows = rig.evidence_rows()
+        certify_record.metric("requests", len(rows))
+        assert [r.get("error_code") for r in rows] == ["inference_context_exceeded"]  # exactly one: no retries
+        assert rig.engine_requests() == []  # refused before the engine
+        passed = True
+    finally:
+        _profile(certify_env, codex, rig.lock, "agents.codex.context_limit", passed)

@@ -1,0 +1,210 @@
+"""Harness compatibility profiles: the measured field table and the per-root store of certified results.
+
+Owns :data:`CODEX_FIELDS` (what Codex 0.171.0 sends and what the gateway + SGLang 0.5.23 do with each field,
+measured through the gateway; see the module docstring of :mod:`gateway.policy`), :func:`codex_key` /
+:func:`model_call_key`, and :class:`ProfileStore`, which keeps one JSON record per profile under
+``<root>/inference/harness-profiles/`` (atomic writes). :meth:`ProfileStore.require_passing` is the
+admission rule: a harness runs against a lock only when its profile exists and every recorded result
+passed; otherwise ``inference_harness_unsupported``. ``model-call`` is the lock's own Responses text path
+(every P0 lock enables it), so it needs no recorded profile; its key is still written into evidence.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from harness.contracts.base import parse_record
+from harness.contracts.harness_profile import FieldRuleV1, HarnessCompatibilityProfileV1, HarnessKeyV1, ProfileResultV1
+from harness.contracts.lock import InferenceLockV1
+from harness.errors import HitchError
+from harness.ids import digest_json
+from harness.paths import HitchRoot, atomic_write_json
+
+__all__ = [
+    "CODEX_FIELDS",
+    "MODEL_CALL_FIELDS",
+    "MODEL_CALL_VERSION",
+    "ProfileStore",
+    "codex_key",
+    "model_call_key",
+    "profile_id",
+    "result",
+]
+
+MODEL_CALL_VERSION = "1"
+
+
+def _rule(field: str, sends: str, gateway: str, detail: str) -> FieldRuleV1:
+    return FieldRuleV1.model_validate({"field": field, "harness_sends": sends, "gateway": gateway, "detail": detail})
+
+
+CODEX_FIELDS: tuple[FieldRuleV1, ...] = (
+    _rule("model", "the binding's wire model", "forward", "must equal the binding's wire model, else refused"),
+    _rule("stream", "true", "forward", "the lock enables streaming; SSE relayed unchanged"),
+    _rule("store", "false", "forward", "only false (or absent -> false) is accepted"),
+    _rule("previous_response_id", "never sent", "reject", "refused if present: full history only"),
+    _rule(
+        "input[].role=developer",
+        "2 developer messages",
+        "forward",
+        "counted as given by the gateway; SGLang collapses developer to system with a tier label",
+    ),
+    _rule("input[].id", "msg_/fc_/fco_ ids on every item", "forward", "ids are not interpreted; SGLang accepts them"),
+    _rule(
+        "input[].type=function_call",
+        "echo of each call (id, call_id, name, arguments, status)",
+        "forward",
+        "rendered as an assistant tool call with the same call_id",
+    ),
+    _rule("input[].type=function_call_output", "call_id + output string", "forward", "rendered as a tool message"),
+    _rule(
+        "input[].type=reasoning",
+        "only after a reasoning item came back",
+        "forward",
+        "not counted for context; SGLang restores it only with a reasoning parser",
+    ),
+    _rule(
+        "tools[].type=function",
+        "exec_command, write_stdin, request_user_input, view_image (strict=false)",
+        "forward",
+        "the lock enables tool calls",
+    ),
+    _rule(
+        "tools[].type!=function",
+        "none with this config ([agents] off, no apply_patch, no web search)",
+        "reject",
+        "custom/namespace/web_search tools are refused with inference_parameter_conflict",
+    ),
+    _rule("tool_choice", "auto", "forward", "passed to SGLang"),
+    _rule(
+        "parallel_tool_calls",
+        "true (always, even when the model entry says false)",
+        "map",
+        "narrowed to the lock's false; the engine emits at most one call per turn",
+    ),
+    _rule(
+        "reasoning",
+        "{} (no reasoning levels in our model entry)",
+        "forward",
+        "SGLang defaults effort to medium; no effect without a reasoning parser",
+    ),
+    _rule("include", "[reasoning.encrypted_content]", "forward", "accepted by SGLang; only affects reasoning items"),
+    _rule("prompt_cache_key", "the thread id", "forward", "SGLang 0.5.23 has no such field and ignores it"),
+    _rule(
+        "client_metadata",
+        "window/turn/thread/installation ids",
+        "strip",
+        "removed by the gateway before forwarding (no engine field; never affects generation)",
+    ),
+    _rule("max_output_tokens", "never sent", "map", "the lock's budget is applied (N + 2 on the wire)"),
+    _rule("temperature/top_p", "never sent", "map", "the lock's sampling values are applied"),
+    _rule(
+        "headers",
+        "originator, session-id, thread-id, x-codex-*, accept-encoding zstd",
+        "strip",
+        "only the engine's own key is sent upstream; the run token never reaches the engine",
+    ),
+)
+
+MODEL_CALL_FIELDS: tuple[FieldRuleV1, ...] = (
+    _rule("input", "one user message of text", "forward", "tools, images and action items are refused before sending"),
+    _rule("max_output_tokens", "the caller's N <= lock budget, else the lock's", "forward", "above the lock: refused"),
+    _rule("store", "false", "forward", "no server-side state"),
+    _rule("stream", "false", "forward", "one unary request, no retries"),
+)
+
+
+def profile_id(key: HarnessKeyV1) -> str:
+    return digest_json(key.to_json_dict())
+
+
+def codex_key(lock: InferenceLockV1, artifact: str, version: str) -> HarnessKeyV1:
+    return HarnessKeyV1(
+        harness="codex",
+        artifact=artifact,
+        version=version,
+        runtime_id=lock.runtime_id,
+        model_profile=lock.model_id,
+        protocol="responses",
+    )
+
+
+def model_call_key(lock: InferenceLockV1) -> HarnessKeyV1:
+    return HarnessKeyV1(
+        harness="model-call",
+        artifact=f"hitch:model-call@{MODEL_CALL_VERSION}",
+        version=MODEL_CALL_VERSION,
+        runtime_id=lock.runtime_id,
+        model_profile=lock.model_id,
+        protocol=lock.protocol.api,
+    )
+
+
+class ProfileStore:
+    """One JSON file per profile under ``<root>/inference/harness-profiles/`` (sha256 hex names)."""
+
+    def __init__(self, root: HitchRoot) -> None:
+        self.dir = root.root / "inference" / "harness-profiles"
+
+    def _path(self, pid: str) -> Path:
+        return self.dir / (pid.split(":", 1)[1] + ".json")
+
+    def get(self, key: HarnessKeyV1) -> HarnessCompatibilityProfileV1 | None:
+        path = self._path(profile_id(key))
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise HitchError("inference_harness_unsupported", f"unreadable harness profile {path}", {"path": str(path)}) from exc
+        return parse_record(HarnessCompatibilityProfileV1, data, "inference_harness_unsupported")
+
+    def record(
+        self, key: HarnessKeyV1, fields: tuple[FieldRuleV1, ...], result: ProfileResultV1
+    ) -> HarnessCompatibilityProfileV1:
+        """Add ``result`` (replacing an older one of the same check, engine and device) and save."""
+        old = self.get(key)
+        kept = [
+            r
+            for r in (old.results if old else [])
+            if (r.check_id, r.engine, r.device) != (result.check_id, result.engine, result.device)
+        ]
+        profile = HarnessCompatibilityProfileV1(profile_id=profile_id(key), key=key, fields=list(fields), results=[*kept, result])
+        self.dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(self._path(profile.profile_id), profile.to_json_dict())
+        return profile
+
+    def require_passing(self, key: HarnessKeyV1) -> HarnessCompatibilityProfileV1:
+        profile = self.get(key)
+        details = {"harness": key.harness, "artifact": key.artifact, "runtime_id": key.runtime_id, "model": key.model_profile}
+        if profile is None or not profile.results:
+            raise HitchError(
+                "inference_harness_unsupported",
+                f"{key.artifact} has no certified compatibility profile for this runtime and model; "
+                "run `pytest certify -k agents` for it first",
+                details,
+            )
+        failed = sorted({r.check_id for r in profile.results if r.outcome != "passed"})
+        if failed:
+            raise HitchError(
+                "inference_harness_unsupported",
+                f"{key.artifact}'s compatibility profile has failed checks: {', '.join(failed)}",
+                {**details, "failed": failed},
+            )
+        return profile
+
+
+def result(check_id: str, engine: str, device: str, passed: bool, **details: str | int | float | bool | None) -> ProfileResultV1:
+    """A result row stamped now."""
+    return ProfileResultV1.model_validate(
+        {
+            "check_id": check_id,
+            "engine": engine,
+            "device": device,
+            "outcome": "passed" if passed else "failed",
+            "recorded_at": time.time(),
+            "details": details,
+        }
+    )

@@ -1,0 +1,334 @@
+"""Helpers for the protocol and security suites: gateway calls, SSE parsing, usage rules, engine load.
+
+Owns what both suites repeat: a request through a run's gateway URL (:func:`gw_post`, :func:`gw_stream`),
+the SSE event parser (:func:`parse_sse`), the usage consistency rules for Responses and chat
+(:func:`responses_usage_problems`, :func:`chat_usage_problems`), how many requests the engine is running
+(:func:`engine_running`: the fake's control API, or real SGLang's ``/v1/loads`` / ``/metrics``), the gateway
+evidence row of one request (:func:`evidence_row`), and a private scripted fake engine behind its own
+gateway (:class:`ScriptedGateway`) for the checks that need a known model answer (a tool call, an empty
+output) — the shared engine is never given a script.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from certify.session import CertifyEnv, RunHandle
+
+__all__ = [
+    "REPO",
+    "ScriptedGateway",
+    "SseEvent",
+    "chat_usage_problems",
+    "engine_running",
+    "evidence_row",
+    "gw_post",
+    "gw_stream",
+    "parse_sse",
+    "responses_usage_problems",
+    "scripted_gateway",
+    "wait_for",
+]
+
+REPO = Path(__file__).resolve().parents[2]
+TIMEOUT = httpx.Timeout(300.0, connect=10.0)
+
+
+@dataclass(frozen=True)
+class SseEvent:
+    event: str | None
+    data: str
+
+    def json(self) -> Any:
+        return json.loads(self.data)
+
+
+def parse_sse(raw: bytes) -> list[SseEvent]:
+    """Every complete SSE event in ``raw`` (blank-line separated; ``data:`` lines joined)."""
+    events: list[SseEvent] = []
+    text = raw.decode("utf-8").replace("\r\n", "\n")
+    for block in text.split("\n\n"):
+        name: str | None = None
+        data: list[str] = []
+        for line in block.split("\n"):
+            if line.startswith("event:"):
+                name = line[6:].strip()
+            elif line.startswith("data:"):
+                data.append(line[5:].lstrip(" "))
+        if data:
+            events.append(SseEvent(name, "\n".join(data)))
+    return events
+
+
+def _headers(run: RunHandle | None, token: str | None, extra: dict[str, str] | None) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    elif run is not None:
+        headers.update(run.headers())
+    headers.update(extra or {})
+    return headers
+
+
+def gw_post(run: RunHandle, path: str, body: dict[str, Any], *, extra: dict[str, str] | None = None) -> httpx.Response:
+    """One non-streaming POST through the run's gateway URL (``path`` is relative to ``/v1``)."""
+    return httpx.post(run.base_url + path, json=body, headers=_headers(run, None, extra), timeout=TIMEOUT)
+
+
+def gw_stream(run: RunHandle, path: str, body: dict[str, Any]) -> tuple[httpx.Response, bytes]:
+    """One streaming POST read to its end: the response (headers, status) and the raw body bytes."""
+    with httpx.stream("POST", run.base_url + path, json=body, headers=run.headers(), timeout=TIMEOUT) as r:
+        raw = b"".join(r.iter_raw())
+    return r, raw
+
+
+def _nonneg_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def responses_usage_problems(usage: Any) -> list[str]:
+    """What is wrong with a Responses ``usage`` object (empty when it is consistent)."""
+    if not isinstance(usage, dict):
+        return [f"usage is {usage!r}"]
+    problems = [
+        f"{k} missing or not a non-negative int"
+        for k in ("input_tokens", "output_tokens", "total_tokens")
+        if not _nonneg_int(usage.get(k))
+    ]
+    if problems:
+        return problems
+    if usage["total_tokens"] != usage["input_tokens"] + usage["output_tokens"]:
+        problems.append(f"total {usage['total_tokens']} != input {usage['input_tokens']} + output {usage['output_tokens']}")
+    reasoning = (usage.get("output_tokens_details") or {}).get("reasoning_tokens")
+    if reasoning is not None and (not _nonneg_int(reasoning) or reasoning > usage["output_tokens"]):
+        problems.append(f"reasoning_tokens {reasoning} is not a subset of output_tokens {usage['output_tokens']}")
+    cached = (usage.get("input_tokens_details") or {}).get("cached_tokens")
+    if cached is not None and (not _nonneg_int(cached) or cached > usage["input_tokens"]):
+        problems.append(f"cached_tokens {cached} is not a subset of input_tokens {usage['input_tokens']}")
+    return problems
+
+
+def chat_usage_problems(usage: Any) -> list[str]:
+    """What is wrong with a chat ``usage`` object (empty when it is consistent)."""
+    if not isinstance(usage, dict):
+        return [f"usage is {usage!r}"]
+    keys = ("prompt_tokens", "completion_tokens", "total_tokens")
+    problems = [f"{k} missing or not a non-negative int" for k in keys if not _nonneg_int(usage.get(k))]
+    if problems:
+        return problems
+    if usage["total_tokens"] != usage["prompt_tokens"] + usage["completion_tokens"]:
+        problems.append(
+            f"total {usage['total_tokens']} != prompt {usage['prompt_tokens']} + completion {usage['completion_tokens']}"
+        )
+    reasoning = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens")
+    if reasoning is not None and (not _nonneg_int(reasoning) or reasoning > usage["completion_tokens"]):
+        problems.append(f"reasoning_tokens {reasoning} is not a subset of completion_tokens {usage['completion_tokens']}")
+    return problems
+
+
+def wait_for(predicate: Callable[[], bool], timeout_s: float, interval_s: float = 0.05) -> bool:
+    """Poll ``predicate`` until it holds or ``timeout_s`` passes; its last answer."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if predicate():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval_s)
+
+
+def engine_running(env: CertifyEnv) -> int:
+    """Requests the engine is running or queueing now (looked at behind the gateway)."""
+    if env.fake is not None:
+        state = env.fake.state()
+        return int(state["num_running_reqs"]) + int(state["num_queue_reqs"])
+    r = httpx.get(env.engine_url + "/v1/loads", headers=env.engine_headers(), timeout=30)
+    if r.status_code == 200:
+        loads = r.json().get("loads") or []
+        return sum(int(x.get("num_running_reqs", 0)) + int(x.get("num_waiting_reqs", 0)) for x in loads)
+    r = httpx.get(env.engine_url + "/metrics", headers=env.engine_headers(), timeout=30)
+    r.raise_for_status()
+    total = 0.0
+    for line in r.text.splitlines():
+        if line.startswith(("sglang:num_running_reqs", "sglang:num_queue_reqs")):
+            total += float(line.rsplit(" ", 1)[1])
+    return int(total)
+
+
+def evidence_row(env: CertifyEnv, run: RunHandle, request_id: str, timeout_s: float = 10.0) -> dict[str, Any] | None:
+    """The gateway's evidence row for ``request_id`` (rows are flushed in the background)."""
+    path = env.root.root / "inference" / "gateway" / "evidence" / f"{run.binding_id}.requests.jsonl"
+    found: list[dict[str, Any]] = []
+
+    def look() -> bool:
+        if not path.exists():
+            return False
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                row = json.loads(line)
+                if row.get("request_id") == request_id:
+                    found.append(row)
+                    return True
+        return False
+
+    wait_for(look, timeout_s)
+    return found[0] if found else None
+
+
+# -- a private scripted fake engine behind its own gateway ---------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class ScriptedGateway:
+    """A fake engine started with ``--fake-script`` and a gateway (own loop thread) bound to it."""
+
+    run: RunHandle
+    proc: subprocess.Popen[bytes]
+    control_port_file: Path
+    control_token: str = field(repr=False)
+
+    def ctl(self, method: str, path: str) -> Any:
+        port = self.control_port_file.read_text().strip()
+        headers = {"Authorization": f"Bearer {self.control_token}"}
+        r = httpx.request(method, f"http://127.0.0.1:{port}{path}", headers=headers, timeout=10)
+        r.raise_for_status()
+        return r.json()
+
+    def state(self) -> dict[str, Any]:
+        return dict(self.ctl("GET", "/state"))
+
+
+def _start_scripted_engine(
+    model_dir: Path, workdir: Path, script: Path, served: str
+) -> tuple[subprocess.Popen[bytes], int, str, Path, str]:
+    port = _free_port()
+    key = secrets.token_urlsafe(24)
+    ctl_token = secrets.token_urlsafe(16)
+    token_file = workdir / "ctl.token"
+    token_file.write_text(ctl_token)
+    token_file.chmod(0o600)
+    port_file = workdir / "ctl.port"
+    key_file = workdir / "engine.key"
+    key_file.write_text(key)
+    key_file.chmod(0o600)
+    log = workdir / "engine.log"
+    argv = [
+        sys.executable, "-m", "fixtures.fake_sglang", "--model-path", str(model_dir), "--port", str(port),
+        "--served-model-name", served, "--api-key", key, "--fake-script", str(script),
+        "--fake-control-port", "0", "--fake-control-port-file", str(port_file), "--fake-control-token-file", str(token_file),
+    ]  # fmt: skip
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    ready = wait_for(
+        lambda: proc.poll() is not None or ("ready to roll" in log.read_text(errors="replace") and port_file.exists()),
+        30.0,
+    )
+    if not ready or proc.poll() is not None:
+        _stop(proc)
+        raise AssertionError(f"scripted fake engine did not start: {log.read_text(errors='replace')[-2000:]}")
+    return proc, port, key, port_file, ctl_token
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
+@contextlib.contextmanager
+def scripted_gateway(env: CertifyEnv, turns: list[dict[str, Any]], workdir: Path) -> Iterator[ScriptedGateway]:
+    """A scripted fake engine (the session's model and sealed lock) behind a private gateway.
+
+    ``turns`` are the fake's script lines (``{"text": ...}`` or ``{"tool_calls": [...]}``), consumed one per
+    inference request. Everything lives under ``workdir`` (never under the session's HITCH_ROOT).
+    """
+    import uvloop
+
+    from gateway.bindings import UpstreamTarget
+    from gateway.server import Gateway, GatewayConfig
+    from harness.daemon.core import load_sealed_lock
+    from harness.store import model_files_dir
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    script = workdir / "script.jsonl"
+    script.write_text("".join(json.dumps(t) + "\n" for t in turns), encoding="utf-8")
+    lock = load_sealed_lock(env.root, env.run.inference_id)
+    model_dir = model_files_dir(env.root, env.model_id)
+    served = env.run.wire_model
+    proc, port, key, port_file, ctl_token = _start_scripted_engine(model_dir, workdir, script, served)
+    loop = uvloop.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="scripted-gateway", daemon=True)
+    thread.start()
+
+    def on_loop(fn: Callable[[], Any]) -> Any:
+        async def wrapped() -> Any:
+            result = fn()
+            if asyncio.iscoroutine(result):
+                return await result
+            return result
+
+        return asyncio.run_coroutine_threadsafe(wrapped(), loop).result(30)
+
+    gw: Gateway = on_loop(lambda: Gateway(GatewayConfig(state_dir=workdir / "gateway", metrics_port=None)))
+
+    def close() -> None:
+        with contextlib.suppress(Exception):
+            on_loop(gw.stop)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+    try:
+        on_loop(gw.start)
+        target = UpstreamTarget(
+            base_url=f"http://127.0.0.1:{port}",
+            engine_key=key,
+            service_id="svc-certify-scripted",
+            inference_id=lock.inference_id,
+            epoch=1,
+            lock=lock,
+            wire_model=served,
+            tokenizer_dir=model_dir,
+        )
+        record = on_loop(lambda: gw.register("certify-scripted", target))
+        token = Path(record.token_ref).read_text(encoding="utf-8").strip()
+        run = RunHandle(
+            run_id=record.run_id,
+            binding_id=record.binding_id,
+            service_id=record.service_id,
+            inference_id=record.inference_id,
+            epoch=record.epoch,
+            base_url=record.base_url,
+            wire_model=record.wire_model,
+            token=token,
+        )
+        yield ScriptedGateway(run, proc, port_file, ctl_token)
+    finally:
+        close()
+        _stop(proc)

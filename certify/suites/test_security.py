@@ -1,0 +1,445 @@
+"""security: the gateway is the only door, it opens only for its run, and no secret leaks.
+
+The allow-list (every SGLang route and admin route from the reference, ``/server_info`` included, and path
+tricks on the allowed ones answer 404 ``inference_route_unavailable`` with our error body; on the fake
+engine none of them reaches the engine), run tokens (missing, malformed or wrong → 401
+``inference_token_invalid``; run A's token is useless on run B's binding; a deleted run's token is refused
+with its code), headers (the caller's ``Authorization``, ``x-api-key``, cookies and proxy headers never
+reach the engine; the engine key is injected by the gateway), and a secrets scan (no engine key, admin key
+or run token in any file under HITCH_ROOT except the 0600 files of ``private`` folders, nor in any log).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import secrets
+import stat
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from certify.registry import check
+from certify.session import CertifyEnv, RunHandle
+from certify.suites._support_protocol import gw_post
+
+CHECKS = [
+    check("security.allowlist.engine_routes", description="every SGLang route and admin route answers 404 with our code"),
+    check("security.allowlist.path_tricks", description="methods, queries, escapes, dot segments on allowed routes → 404"),
+    check("security.auth.missing_token", description="no or malformed credentials → 401 inference_token_invalid"),
+    check("security.auth.wrong_token", description="an unknown token → 401 inference_token_invalid"),
+    check("security.auth.cross_run", description="run A's token is refused on run B's binding and vice versa"),
+    check("security.auth.deleted_run", description="a deleted run's token is refused with a stable code; others still work"),
+    check(
+        "security.headers.stripped", engines=("fake",), description="caller credentials and proxy headers never reach the engine"
+    ),
+    check("security.headers.engine_key", description="the engine demands its key, and the gateway injects it"),
+    check(
+        "security.secrets.files", description="no engine key or run token in non-log files under HITCH_ROOT but 0600 private ones"
+    ),
+    check("security.secrets.logs", description="no engine key or run token in the daemon, engine or gateway logs"),
+]
+
+ROUTE_CODE = "inference_route_unavailable"
+TOKEN_CODE = "inference_token_invalid"
+
+# Reference sglang-http-api.md §1.1-1.3 (health/info, inference, admin), as paths on the engine.
+ENGINE_ROUTES = [
+    "/health", "/health_generate", "/model_info", "/get_model_info", "/server_info", "/get_server_info",
+    "/get_weight_version", "/weight_version", "/get_load", "/v1/loads", "/", "/ping", "/metrics",
+    "/generate", "/v1/completions", "/v1/responses/resp_certify", "/v1/responses/resp_certify/cancel",
+    "/v1/embeddings", "/v1/classify", "/v1/score", "/v1/rerank", "/v1/tokenize", "/tokenize", "/v1/detokenize",
+    "/detokenize", "/encode", "/classify", "/v1/messages", "/v1/messages/count_tokens", "/api/chat",
+    "/api/generate", "/api/tags", "/api/show", "/v1/audio/transcriptions", "/v1/realtime", "/invocations",
+    "/vertex_generate", "/parse_function_call", "/separate_reasoning", "/open_session", "/close_session",
+    "/load_lora_adapter_from_tensors", "/set_trace_level",
+    "/set_internal_state", "/dumper/dump", "/flush_cache", "/add_external_corpus", "/remove_external_corpus",
+    "/list_external_corpora", "/clear_hicache_storage_backend", "/hicache/storage-backend/clear",
+    "/hicache/storage-backend", "/start_profile", "/stop_profile", "/freeze_gc",
+    "/start_expert_distribution_record", "/stop_expert_distribution_record", "/dump_expert_distribution_record",
+    "/update_weights_from_disk", "/init_weights_send_group_for_remote_instance", "/send_weights_to_remote_instance",
+    "/get_remote_instance_transfer_engine_info", "/remote_instance_transfer_engine_info",
+    "/init_weights_update_group", "/destroy_weights_update_group", "/update_weights_from_tensor",
+    "/update_weights_from_distributed", "/update_weights_from_ipc", "/update_weight_version",
+    "/get_weights_by_name", "/release_memory_occupation", "/resume_memory_occupation", "/weights_checker",
+    "/slow_down", "/load_lora_adapter", "/unload_lora_adapter", "/configure_logging", "/abort_request",
+    "/pause_generation", "/continue_generation", "/scale_elastic_ep", "/is_scaling_elastic_ep",
+]  # fmt: skip
+
+
+def _origin(run: RunHandle) -> tuple[str, int, str]:
+    """(host, port, the run's path prefix ``/runs/<binding>``)."""
+    parts = urlsplit(run.base_url)
+    assert parts.hostname is not None and parts.port is not None
+    return parts.hostname, parts.port, parts.path.removesuffix("/v1")
+
+
+class RawClient:
+    """HTTP/1.1 with the request target sent verbatim (no normalisation of dots, escapes or slashes)."""
+
+    def __init__(self, run: RunHandle) -> None:
+        self.host, self.port, self.prefix = _origin(run)
+        self.conn = http.client.HTTPConnection(self.host, self.port, timeout=60)
+
+    def request(self, method: str, target: str, headers: dict[str, str], body: bytes | None = None) -> tuple[int, bytes]:
+        for attempt in (0, 1):
+            try:
+                self.conn.request(method, target, body=body, headers=headers)
+                resp = self.conn.getresponse()
+                return resp.status, resp.read()
+            except (http.client.RemoteDisconnected, ConnectionError, http.client.CannotSendRequest):
+                self.conn.close()
+                self.conn = http.client.HTTPConnection(self.host, self.port, timeout=60)
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def _error_code(status: int, body: bytes, expect_status: int, code: str) -> str | None:
+    """None when (status, body) is our error envelope with ``code``; otherwise what was wrong."""
+    if status != expect_status:
+        return f"HTTP {status}: {body[:200]!r}"
+    try:
+        err = json.loads(body)["error"]
+    except (ValueError, KeyError, TypeError):
+        return f"not our error body: {body[:200]!r}"
+    if err.get("code") != code or not isinstance(err.get("message"), str) or "type" not in err:
+        return f"error body {err!r}"
+    return None
+
+
+def _marker() -> str:
+    return "certify-security-" + secrets.token_hex(8)
+
+
+def _reached(env: CertifyEnv, marker: str) -> list[str]:
+    """Requests the fake engine saw carrying our User-Agent marker (the gateway forwards User-Agent)."""
+    assert env.fake is not None
+    hits: list[str] = []
+    for req in env.fake.received():
+        if any(k.lower() == "user-agent" and v == marker for k, v in req["headers"]):
+            hits.append(f"{req['method']} {req['path']}")
+    return hits
+
+
+def _chat_body(run: RunHandle) -> dict[str, Any]:
+    return {"model": run.wire_model, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
+
+
+# -- the allow-list ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.check("security.allowlist.engine_routes")
+def test_engine_routes_404(certify_env: CertifyEnv, certify_record: Any) -> None:
+    run = certify_env.run
+    marker = _marker()
+    client = RawClient(run)
+    headers = {**run.headers(), "User-Agent": marker, "Content-Type": "application/json"}
+    body = json.dumps({"model": run.wire_model, "text": "hi", "rid": "x", "abort_all": True}).encode()
+    wrong: list[str] = []
+    probes = 0
+    try:
+        for route in [*ENGINE_ROUTES, f"/v1/models/{run.wire_model}"]:
+            for target in (client.prefix + route, client.prefix + "/v1" + route, route):
+                for method in ("GET", "POST"):
+                    status, got = client.request(method, target, headers, body if method == "POST" else None)
+                    probes += 1
+                    problem = _error_code(status, got, 404, ROUTE_CODE)
+                    if problem:
+                        wrong.append(f"{method} {target}: {problem}")
+    finally:
+        client.close()
+    certify_record.detail("probes", probes)
+    certify_record.detail("routes", len(ENGINE_ROUTES) + 1)
+    assert not wrong, wrong[:10]
+    if certify_env.fake is not None:
+        reached = _reached(certify_env, marker)
+        certify_record.detail("reached_engine", reached)
+        assert not reached, f"refused routes reached the engine: {reached[:10]}"
+
+
+@pytest.mark.check("security.allowlist.path_tricks")
+def test_path_tricks_404(certify_env: CertifyEnv, certify_record: Any) -> None:
+    run = certify_env.run
+    marker = _marker()
+    client = RawClient(run)
+    p = client.prefix
+    body = json.dumps(_chat_body(run)).encode()
+    headers = {**run.headers(), "User-Agent": marker, "Content-Type": "application/json"}
+    tricks = [
+        ("GET", f"{p}/v1/chat/completions"), ("PUT", f"{p}/v1/chat/completions"), ("DELETE", f"{p}/v1/responses"),
+        ("PATCH", f"{p}/v1/responses"), ("POST", f"{p}/v1/models"), ("DELETE", f"{p}/v1/models"),
+        ("POST", f"{p}/v1/chat/completions?stream=true"), ("POST", f"{p}/v1/chat/completions?x=1"),
+        ("GET", f"{p}/v1/models?x=1"), ("POST", f"{p}/v1/chat/completions/"), ("POST", f"{p}/v1/chat/completions#frag"),
+        ("POST", f"{p}/v1/%63hat/completions"), ("POST", f"{p}/v1/chat%2Fcompletions"),
+        ("POST", f"{p}/v1/../v1/chat/completions"), ("POST", f"{p}/v1/./chat/completions"),
+        ("POST", f"{p}//v1/chat/completions"), ("POST", f"{p}/v1//chat/completions"), ("POST", f"{p}/V1/chat/completions"),
+        ("POST", f"{p}/v1/chat/completions/../../server_info"), ("GET", f"{p}/v1/../server_info"),
+        ("GET", f"{p}/v1/%2e%2e/server_info"), ("POST", f"{p}/../generate"), ("GET", f"{p}/v1/models/../../server_info"),
+        ("POST", "/v1/chat/completions"), ("POST", "/v1/responses"), ("GET", "/v1/models"),
+        ("POST", "/runs//v1/chat/completions"),
+        ("POST", f"/runs/../runs/{run.binding_id}/v1/chat/completions"), ("GET", "/runs"),
+    ]  # fmt: skip
+    wrong: list[str] = []
+    try:
+        for method, target in tricks:
+            status, got = client.request(method, target, headers, body if method in ("POST", "PUT", "PATCH") else None)
+            problem = _error_code(status, got, 404, ROUTE_CODE)
+            if problem:
+                wrong.append(f"{method} {target}: {problem}")
+        # The same request on its allowed route does work (so the 404s above are the allow-list's doing).
+        status, got = client.request("POST", f"{p}/v1/chat/completions", headers, body)
+    finally:
+        client.close()
+    certify_record.detail("tricks", len(tricks))
+    assert not wrong, wrong[:10]
+    assert status == 200, f"the allowed route failed: {status} {got[:300]!r}"
+    if certify_env.fake is not None:
+        reached = _reached(certify_env, marker)
+        assert reached == ["POST /v1/chat/completions"], f"expected only the allowed request to reach the engine: {reached}"
+
+
+# -- tokens --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.check("security.auth.missing_token")
+def test_missing_token(certify_env: CertifyEnv, certify_record: Any) -> None:
+    run = certify_env.run
+    url = run.base_url + "/chat/completions"
+    variants: dict[str, dict[str, str]] = {
+        "none": {},
+        "empty bearer": {"Authorization": "Bearer"},
+        "bare token": {"Authorization": run.token},
+        "basic scheme": {"Authorization": "Basic " + run.token},
+        "x-api-key only": {"x-api-key": run.token},
+        "cookie only": {"Cookie": f"token={run.token}; Authorization=Bearer {run.token}"},
+        "proxy-authorization only": {"Proxy-Authorization": f"Bearer {run.token}"},
+    }
+    wrong: list[str] = []
+    for name, headers in variants.items():
+        for path, method in ((url, "POST"), (run.base_url + "/models", "GET")):
+            r = httpx.request(method, path, json=_chat_body(run) if method == "POST" else None, headers=headers, timeout=30)
+            problem = _error_code(r.status_code, r.content, 401, TOKEN_CODE)
+            if problem:
+                wrong.append(f"{name} {method} {path.rsplit('/', 1)[-1]}: {problem}")
+    # The token in a query string is not a credential either (and the query makes the route unknown).
+    r = httpx.post(url + f"?api_key={run.token}", json=_chat_body(run), timeout=30)
+    if r.status_code not in (401, 404):
+        wrong.append(f"query token: HTTP {r.status_code}")
+    certify_record.detail("variants", sorted(variants))
+    assert not wrong, wrong
+
+
+@pytest.mark.check("security.auth.wrong_token")
+def test_wrong_token(certify_env: CertifyEnv, certify_record: Any) -> None:
+    run = certify_env.run
+    forged = [
+        "hitch-run-" + secrets.token_urlsafe(32),
+        run.token[:-1] + ("A" if run.token[-1] != "A" else "B"),
+        run.token + "x",
+        run.token[:-4],
+        run.token.upper(),
+        "x" * 600,
+    ]
+    wrong: list[str] = []
+    for i, token in enumerate(forged):
+        r = httpx.post(
+            run.base_url + "/chat/completions", json=_chat_body(run), headers={"Authorization": f"Bearer {token}"}, timeout=30
+        )
+        problem = _error_code(r.status_code, r.content, 401, TOKEN_CODE)
+        if problem:
+            wrong.append(f"forged #{i}: {problem}")
+    # The right token on a binding that does not exist: the same 401 (no hint that the token is real).
+    unknown = run.base_url.replace(f"/runs/{run.binding_id}/", f"/runs/{run.binding_id}0/")
+    r = httpx.post(unknown + "/chat/completions", json=_chat_body(run), headers=run.headers(), timeout=30)
+    problem = _error_code(r.status_code, r.content, 401, TOKEN_CODE)
+    if problem:
+        wrong.append(f"unknown binding: {problem}")
+    ok = gw_post(run, "/chat/completions", _chat_body(run))
+    certify_record.detail("forged_tokens", len(forged))
+    assert not wrong, wrong
+    assert ok.status_code == 200, ok.text[:300]
+
+
+@pytest.mark.check("security.auth.cross_run")
+def test_cross_run(certify_env: CertifyEnv, certify_record: Any) -> None:
+    a = certify_env.run
+    b = certify_env.new_run()
+    try:
+        assert b.binding_id != a.binding_id and b.token != a.token
+        wrong: list[str] = []
+        for owner, other in ((a, b), (b, a)):
+            for path, method in (("/chat/completions", "POST"), ("/responses", "POST"), ("/models", "GET")):
+                body = _chat_body(other) if path == "/chat/completions" else {"model": other.wire_model, "input": "Hi"}
+                r = httpx.request(
+                    method,
+                    other.base_url + path,
+                    json=body if method == "POST" else None,
+                    headers=owner.headers(),
+                    timeout=30,
+                )
+                problem = _error_code(r.status_code, r.content, 401, TOKEN_CODE)
+                if problem:
+                    wrong.append(f"{owner.run_id} on {other.run_id} {path}: {problem}")
+        assert not wrong, wrong
+        for run in (a, b):  # each token still works on its own binding
+            r = gw_post(run, "/chat/completions", _chat_body(run))
+            assert r.status_code == 200, r.text[:300]
+        certify_record.detail("runs", [a.run_id, b.run_id])
+    finally:
+        certify_env.delete_run(b)
+
+
+@pytest.mark.check("security.auth.deleted_run")
+def test_deleted_run(certify_env: CertifyEnv, certify_record: Any) -> None:
+    b = certify_env.new_run()
+    r = gw_post(b, "/chat/completions", _chat_body(b))
+    assert r.status_code == 200, r.text[:300]
+    deleted = certify_env.delete_run(b)
+    codes = {401: TOKEN_CODE, 403: "inference_binding_revoked"}
+    seen: list[tuple[int, str]] = []
+    for path, method in (("/chat/completions", "POST"), ("/responses", "POST"), ("/models", "GET")):
+        body = _chat_body(b) if path == "/chat/completions" else {"model": b.wire_model, "input": "Hi"}
+        r = httpx.request(method, b.base_url + path, json=body if method == "POST" else None, headers=b.headers(), timeout=30)
+        assert r.status_code in (401, 403), f"{path}: a deleted run's token got HTTP {r.status_code}"
+        code = r.json()["error"]["code"]
+        allowed = {codes[r.status_code], "inference_run_sealed"} if r.status_code == 403 else {TOKEN_CODE}
+        assert code in allowed, f"{path}: HTTP {r.status_code} with code {code}"
+        seen.append((r.status_code, code))
+    ok = gw_post(certify_env.run, "/chat/completions", _chat_body(certify_env.run))
+    assert ok.status_code == 200, "the session's own run stopped working after another run was deleted"
+    certify_record.detail("delete_reply", {k: v for k, v in deleted.items() if "token" not in k})
+    certify_record.detail("refusals", sorted(set(seen)))
+
+
+# -- headers -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.check("security.headers.stripped")
+def test_headers_stripped(certify_env: CertifyEnv, certify_record: Any) -> None:
+    run = certify_env.run
+    marker = _marker()
+    caller = {
+        "Authorization": f"Bearer {run.token}",
+        "User-Agent": marker,
+        "x-api-key": "caller-x-api-key-" + marker,
+        "api-key": "caller-api-key-" + marker,
+        "Cookie": "session=caller-cookie-" + marker,
+        "Proxy-Authorization": "Basic caller-proxy-" + marker,
+        "Forwarded": "for=203.0.113.7;proto=https",
+        "X-Forwarded-For": "203.0.113.7",
+        "X-Forwarded-Host": "evil.example",
+        "X-Real-IP": "203.0.113.7",
+        "OpenAI-Organization": "org-caller",
+        "OpenAI-Project": "proj-caller",
+        "X-Amz-Security-Token": "caller-aws-" + marker,
+    }
+    r = httpx.post(run.base_url + "/chat/completions", json=_chat_body(run), headers=caller, timeout=60)
+    assert r.status_code == 200, r.text[:300]
+    assert certify_env.fake is not None
+    mine = [q for q in certify_env.fake.received() if any(k.lower() == "user-agent" and v == marker for k, v in q["headers"])]
+    assert len(mine) == 1, f"{len(mine)} engine requests carry the marker"
+    seen = mine[0]["headers"]
+    names = sorted({k.lower() for k, _ in seen})
+    certify_record.detail("engine_saw_headers", names)
+    auth = [v for k, v in seen if k.lower() == "authorization"]
+    assert auth == [f"Bearer {certify_env.engine_key}"], "the engine did not get exactly the injected engine key"
+    blocked = {k.lower() for k in caller} - {"authorization", "user-agent"}
+    leaked = sorted(blocked & set(names))
+    assert not leaked, f"caller headers reached the engine: {leaked}"
+    values = " ".join(v for _, v in seen)
+    assert run.token not in values, "the run token reached the engine"
+    assert "203.0.113.7" not in values and "caller-" not in values, "a caller proxy/credential value reached the engine"
+
+
+@pytest.mark.check("security.headers.engine_key")
+def test_engine_key_injected(certify_env: CertifyEnv, certify_record: Any) -> None:
+    run = certify_env.run
+    body = _chat_body(run)
+    direct = httpx.post(certify_env.engine_url + "/v1/chat/completions", json=body, timeout=60)
+    wrong_key = httpx.post(
+        certify_env.engine_url + "/v1/chat/completions", json=body, headers=run.headers(), timeout=60
+    )  # the run token is not the engine key
+    via_gateway = gw_post(run, "/chat/completions", body)
+    certify_record.detail("direct_without_key", direct.status_code)
+    certify_record.detail("direct_with_run_token", wrong_key.status_code)
+    certify_record.detail("via_gateway", via_gateway.status_code)
+    assert direct.status_code == 401, f"the engine serves requests without its key: HTTP {direct.status_code}"
+    assert wrong_key.status_code == 401, f"the engine accepts a run token: HTTP {wrong_key.status_code}"
+    assert via_gateway.status_code == 200, via_gateway.text[:300]
+    assert certify_env.engine_key not in via_gateway.text
+
+
+# -- secrets scan (kept last in the module: it looks at what the tests above left behind) ----------------------
+
+
+def _secrets(env: CertifyEnv) -> dict[str, str]:
+    out = {"engine_key": env.engine_key}
+    admin = env.root.private_dir(env.run.service_id) / "admin-api-key"
+    if admin.exists():
+        out["admin_key"] = admin.read_text(encoding="utf-8").strip()
+    for run in env.runs:
+        out[f"run_token:{run.run_id}"] = run.token
+    return {k: v for k, v in out.items() if len(v) >= 8}
+
+
+def _is_log(path: Path) -> bool:
+    return path.suffix in (".log", ".jsonl") or ".log." in path.name
+
+
+def _scan(env: CertifyEnv, logs_only: bool) -> tuple[list[str], int, list[str]]:
+    """(hits "file: secret names", files scanned, files skipped as large/immutable)."""
+    root = env.root.root
+    needles = {name: value.encode() for name, value in _secrets(env).items()}
+    skip_trees = [env.root.runtime_envs]  # installed runtime environments: GBs written before any secret exists
+    hits: list[str] = []
+    skipped: list[str] = []
+    scanned = 0
+    for path in sorted(root.rglob("*")):
+        if path.is_symlink() or not path.is_file():
+            continue
+        rel = path.relative_to(root)
+        if any(t in path.parents for t in skip_trees):
+            continue
+        log = _is_log(path)
+        if logs_only != log:  # the two checks split the files: logs, and everything else
+            continue
+        mode = stat.S_IMODE(path.stat().st_mode)
+        if not log and mode == 0o600 and "private" in rel.parts:
+            continue
+        if path.stat().st_size > 256 << 20:
+            skipped.append(str(rel))
+            continue
+        scanned += 1
+        data = path.read_bytes()
+        found = [name for name, needle in needles.items() if needle in data]
+        if found:
+            hits.append(f"{rel} ({oct(mode)}): {', '.join(sorted(found))}")
+    return hits, scanned, skipped
+
+
+@pytest.mark.check("security.secrets.files")
+def test_secrets_in_files(certify_env: CertifyEnv, certify_record: Any) -> None:
+    hits, scanned, skipped = _scan(certify_env, logs_only=False)
+    certify_record.detail("files_scanned", scanned)
+    certify_record.detail("secrets_looked_for", sorted(_secrets(certify_env)))
+    certify_record.detail("skipped", skipped[:20])
+    assert not hits, f"secrets found outside the 0600 private files: {hits[:10]}"
+
+
+@pytest.mark.check("security.secrets.logs")
+def test_secrets_in_logs(certify_env: CertifyEnv, certify_record: Any) -> None:
+    root = certify_env.root.root
+    daemon_log = root / "inference" / "daemon" / "daemon.log"
+    assert daemon_log.exists(), "no daemon log under the root"
+    hits, scanned, _ = _scan(certify_env, logs_only=True)
+    logs = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and _is_log(p))
+    certify_record.detail("logs", logs[:50])
+    certify_record.detail("logs_scanned", scanned)
+    assert not hits, f"secrets found in logs: {hits[:10]}"

@@ -5,10 +5,12 @@ Owns :class:`ContextChecker`: the prompt a request becomes is rendered with the 
 it) and counted with its ``tokenizer.json``. A request whose prompt plus output budget does not fit the
 lock's per-request context is refused with ``inference_context_exceeded``; nothing is ever truncated.
 
-Cost: rendering is always done (it is the proof). Encoding is skipped only when it cannot change the
-answer: for a byte-level BPE tokenizer without a normalizer every token covers at least one byte of the
+Cost: for a byte-level BPE tokenizer without a normalizer every token covers at least one byte of the
 rendered text, so ``tokens <= utf8_bytes + 1``; when that bound already fits, the exact count is not
-needed. This is an upper bound, never an estimate; anything else is counted exactly.
+needed. The rendered size itself comes, when it can be proven, from :class:`gateway.template_bound.TemplateBound`
+(one instrumented render per message skeleton, then arithmetic on the texts' byte lengths), so a request
+that provably fits is neither rendered nor tokenized. This is an upper bound, never an estimate; a request
+whose bound does not fit, or whose skeleton cannot be proven, is rendered and counted exactly.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
+from gateway.template_bound import TemplateBound
 from harness.errors import HitchError
 
 __all__ = ["ContextChecker", "ContextVerdict"]
@@ -72,6 +75,9 @@ class ContextChecker:
         self._tokenizer = tokenizer
         self._specials = specials
         self._byte_bounded = byte_bounded
+        self._bound = TemplateBound(template, {"raise_exception": _raise_exception}, specials) if byte_bounded else None
+        self.renders = 0  # exact renders (the tests watch this)
+        self.skipped = 0  # requests answered by the proven bound alone
 
     @classmethod
     def for_dir(cls, directory: Path) -> ContextChecker:
@@ -98,6 +104,7 @@ class ContextChecker:
         return cls(tokenizer, template, specials, _byte_bounded(tok_json))
 
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
+        self.renders += 1
         try:
             return self._template.render(messages=messages, tools=tools or None, add_generation_prompt=True, **self._specials)
         except TemplateError as exc:
@@ -113,6 +120,13 @@ class ContextChecker:
     ) -> ContextVerdict:
         """Raise ``inference_context_exceeded`` unless prompt + budget fits ``context`` (SGLang's rule:
         the prompt must be shorter than the context and prompt + max_new_tokens must not exceed it)."""
+        if self._bound is not None:
+            shape = self._bound.shape(messages, tools)
+            if shape is not None:
+                bound = shape.size(messages) + 1
+                if bound < context and bound + budget <= context:
+                    self.skipped += 1
+                    return ContextVerdict(None, bound)
         text = self.render(messages, tools)
         if self._byte_bounded:
             bound = len(text.encode("utf-8")) + 1

@@ -6,32 +6,44 @@ tokens as the engine reported them (reasoning is a subset of output, never added
 the caller's output budget, status, HTTP status and error code. Rows are appended to
 ``<dir>/<binding_id>.requests.jsonl`` (0600).
 
-Cost on the request path is one ``json.dumps`` of a flat dict (the fields are built by the gateway with
-``RequestEvidenceV1``'s types, and the tests parse every row back through that record). Rows are batched:
-the first row after a flush schedules one flush ``flush_after_s`` later on the event loop, which hands one
-write per file to the background writer; if its queue is full the batch is written at once, so evidence
-is never dropped. :meth:`flush` forces it (shutdown, tests).
+Cost on the request path is one list append: the gateway hands over the finished exchange (anything with
+``evidence_fields()``, built with ``RequestEvidenceV1``'s types; the tests parse every row back through
+that record), and rows are built and serialized on the background writer's thread. Rows are batched: the
+first row after a flush schedules one flush ``flush_after_s`` later on the event loop, which hands one
+write per file to the writer; if its queue is full the batch is written at once, so evidence is never
+dropped. :meth:`flush` forces it (shutdown, tests).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from gateway.writer import BackgroundWriter, WriteItem, write_private
 
-__all__ = ["EvidenceLog"]
+__all__ = ["EvidenceLog", "EvidenceSource"]
 
 _ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
+class EvidenceSource(Protocol):
+    """A finished exchange: its fields no longer change once handed to :meth:`EvidenceLog.write`."""
+
+    def evidence_fields(self) -> dict[str, Any]: ...
+
+
+def _encode_rows(rows: list[EvidenceSource]) -> bytes:
+    return "".join(_ENCODE({"schema_version": "1", **row.evidence_fields()}) + "\n" for row in rows).encode()
 
 
 class EvidenceLog:
     def __init__(self, directory: Path, writer: BackgroundWriter, flush_after_s: float = 0.05) -> None:
         self.directory = directory
         self._writer = writer
-        self._pending: dict[str, list[str]] = {}
+        self._pending: dict[str, list[EvidenceSource]] = {}
         self._flush_after = flush_after_s
         self._scheduled: asyncio.TimerHandle | None = None
         self.rows = 0
@@ -39,9 +51,12 @@ class EvidenceLog:
     def path_for(self, binding_id: str) -> Path:
         return self.directory / f"{binding_id}.requests.jsonl"
 
-    def write(self, binding_id: str, fields: dict[str, Any]) -> None:
-        line = _ENCODE({"schema_version": "1", **fields})
-        self._pending.setdefault(binding_id, []).append(line)
+    def write(self, binding_id: str, row: EvidenceSource) -> None:
+        pending = self._pending.get(binding_id)
+        if pending is None:
+            self._pending[binding_id] = [row]
+        else:
+            pending.append(row)
         self.rows += 1
         if self._scheduled is None:
             try:
@@ -57,7 +72,7 @@ class EvidenceLog:
             self._scheduled.cancel()
             self._scheduled = None
         pending, self._pending = self._pending, {}
-        for binding_id, lines in pending.items():
-            item = WriteItem(self.path_for(binding_id), ("\n".join(lines) + "\n").encode())
+        for binding_id, rows in pending.items():
+            item = WriteItem(self.path_for(binding_id), functools.partial(_encode_rows, rows))
             if not self._writer.submit(item):
                 write_private(item)

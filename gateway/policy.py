@@ -15,7 +15,8 @@ Owns :func:`apply_policy`, which turns one caller body into the body sent to the
   ``background``), truncation, built-in tools, and image/audio/file input are refused with a code, never
   dropped.
 
-The body is parsed once; it is re-serialized only when the lock changed something.
+The body is parsed once. When the lock changed nothing the caller's bytes are forwarded as they are; when
+it only added fields they are spliced into the caller's bytes; only a replaced value re-serializes it.
 """
 
 from __future__ import annotations
@@ -300,9 +301,26 @@ def apply_policy(route: RouteName, raw: bytes, lock: InferenceLockV1, wire_model
         raise _conflict("stream must be a boolean", parameter="stream")
     if stream and not lock.protocol.streaming:
         raise _conflict("the lock does not enable streaming", parameter="stream")
+    given = dict(body)
     if route == "/v1/chat/completions":
         changed, budget, messages, tools = _chat(body, lock)
     else:
         changed, budget, messages, tools = _responses(body, lock)
-    out = _ENCODE(body).encode() if changed else raw
+    out = _rewrite(raw, given, body) if changed else raw
     return PreparedRequest(out, stream, budget, messages, tools)
+
+
+def _rewrite(raw: bytes, given: dict[str, Any], body: dict[str, Any]) -> bytes:
+    """The engine's body: the caller's bytes with the lock's additions spliced before the closing brace
+    when the policy only added keys (dicts keep insertion order, so additions come last), else the body
+    re-serialized. Splicing needs a plain UTF-8 object (``{`` first, ``}`` last: not UTF-16/32, no BOM)."""
+    end = raw.rstrip()
+    if (
+        not given
+        or not end.endswith(b"}")
+        or not raw.lstrip().startswith(b"{")
+        or any(body.get(k, body) is not v for k, v in given.items())  # a given value was replaced
+    ):
+        return _ENCODE(body).encode()
+    added = list(body.items())[len(given) :]
+    return b"".join((end[:-1], *(b"," + _ENCODE(k).encode() + b":" + _ENCODE(v).encode() for k, v in added), b"}"))

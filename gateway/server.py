@@ -21,6 +21,10 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from aiohttp.abc import AbstractStreamWriter
+from aiohttp.http_parser import RawRequestMessage
+from aiohttp.streams import StreamReader
+from aiohttp.web_protocol import RequestHandler
 
 from gateway.admission import FairQueue
 from gateway.auth import bearer_token, engine_headers
@@ -83,7 +87,7 @@ class Gateway:
         self.queues: dict[tuple[str, int], FairQueue] = {}
         self.metrics.queue_gauges = self._queue_rows
         self._session: aiohttp.ClientSession | None = None
-        self._runner: web.AppRunner | None = None
+        self._runner: web.ServerRunner | None = None
         self._metrics_runner: web.AppRunner | None = None
         self.port: int | None = None
         self.metrics_port: int | None = None
@@ -108,10 +112,16 @@ class Gateway:
     def metrics_url(self) -> str | None:
         return None if self.metrics_port is None else f"http://{self.config.host}:{self.metrics_port}/metrics"
 
-    def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.config.max_body_bytes)
-        app.router.add_route("*", "/{tail:.*}", self._handle)
-        return app
+    def _make_request(
+        self,
+        message: RawRequestMessage,
+        payload: StreamReader,
+        protocol: RequestHandler,
+        writer: AbstractStreamWriter,
+        task: asyncio.Task[None],
+    ) -> web.BaseRequest:
+        loop = asyncio.get_running_loop()
+        return web.BaseRequest(message, payload, protocol, writer, task, loop, client_max_size=self.config.max_body_bytes)
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60.0, ttl_dns_cache=None, use_dns_cache=False)
@@ -123,7 +133,10 @@ class Gateway:
             skip_auto_headers=("Accept-Encoding",),
             timeout=aiohttp.ClientTimeout(total=None),
         )
-        self._runner = web.AppRunner(self.app(), access_log=None, handler_cancellation=True)
+        # aiohttp's low-level server: the allow-list is the router, so no Application, router or middleware
+        # runs per request.
+        server = web.Server(self._handle, request_factory=self._make_request, handler_cancellation=True, access_log=None)
+        self._runner = web.ServerRunner(server)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.host, self.config.port, backlog=1024)
         await site.start()
@@ -161,7 +174,7 @@ class Gateway:
             for (sid, epoch), q in self.queues.items()
         ]
 
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         t0 = time.perf_counter()
         route = match_route(request.method, request.raw_path)
         if route is None:
@@ -241,7 +254,7 @@ class Gateway:
 
     def _record(self, ex: Exchange) -> None:
         bid = ex.binding.binding_id
-        self.evidence.write(bid, ex.evidence_fields())
+        self.evidence.write(bid, ex)
         ttft = None if ex.first_text_at is None else ex.first_text_at - ex.t0
         self.metrics.observe_request(ex.route, ex.status, (ex.ended_at or ex.t0) - ex.t0, ttft)
         if ex.capture is not None:
@@ -256,7 +269,7 @@ class Gateway:
             ex.capture.publish(self.writer, self.ledger, self.config.capture_dir, bid, meta)
 
 
-def _bound_port(runner: web.AppRunner) -> int:
+def _bound_port(runner: web.BaseRunner) -> int:
     for addr in runner.addresses:
         if isinstance(addr, tuple) and len(addr) >= 2:
             return int(addr[1])

@@ -184,7 +184,7 @@ async def relay_unary(upstream: aiohttp.ClientResponse, ex: Exchange, max_bytes:
     return web.Response(body=data, status=upstream.status, headers=_client_headers(upstream, ex.request_id))
 
 
-async def relay_stream(request: web.Request, upstream: aiohttp.ClientResponse, ex: Exchange) -> web.StreamResponse:
+async def relay_stream(request: web.BaseRequest, upstream: aiohttp.ClientResponse, ex: Exchange) -> web.StreamResponse:
     api: Literal["chat", "responses"] = "chat" if ex.route == "/v1/chat/completions" else "responses"
     observer = StreamObserver(api)
     capture = ex.capture

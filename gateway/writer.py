@@ -26,8 +26,11 @@ log = logging.getLogger("gateway.writer")
 
 @dataclass(frozen=True)
 class WriteItem:
+    """``data`` is written as is; a callable ``data`` is called on the writer thread to make the bytes
+    (so serialization stays off the event loop)."""
+
     path: Path
-    data: bytes
+    data: bytes | Callable[[], bytes]
     append: bool = True
     on_error: Callable[[OSError], None] | None = None
 
@@ -36,10 +39,11 @@ def write_private(item: WriteItem) -> None:
     """Write or append ``item.data`` to a 0600 file (parents 0700)."""
     if not item.path.parent.is_dir():
         ensure_private_dir(item.path.parent)
+    data = item.data if isinstance(item.data, bytes) else item.data()
     flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if item.append else os.O_TRUNC)
     fd = os.open(item.path, flags, 0o600)
     try:
-        view = memoryview(item.data)
+        view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
     finally:

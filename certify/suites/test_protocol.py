@@ -295,7 +295,7 @@ def test_budget_responses(certify_env: CertifyEnv, certify_record: Any) -> None:
     for budget in (1, 3, SMALL):
         resp = _ok(gw_post(run, "/responses", {"model": run.wire_model, "input": PROMPT, "max_output_tokens": budget}))
         _check_response(resp, budget)
-        got[str(budget)] = [resp["status"], resp["usage"]["output_tokens"]]
+        got[str(budget)] = [resp["status"], resp["usage"]["output_tokens"], resp.get("max_output_tokens")]
         if certify_env.engine == "fake":  # the fake never stops early: the budget is hit exactly
             assert resp["status"] == "incomplete" and resp["usage"]["output_tokens"] == budget, resp["usage"]
     r, raw = gw_stream(run, "/responses", {"model": run.wire_model, "input": PROMPT, "max_output_tokens": 3, "stream": True})
@@ -305,7 +305,7 @@ def test_budget_responses(certify_env: CertifyEnv, certify_record: Any) -> None:
     got["stream-3"] = [events[-1].event, final["usage"]["output_tokens"]]
     if certify_env.engine == "fake":
         assert events[-1].event == "response.incomplete"
-    certify_record.detail("budget -> [status, output_tokens]", got)
+    certify_record.detail("budget -> [status, output_tokens, echoed max_output_tokens]", got)
 
 
 @pytest.mark.check("protocol.budget.chat")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import secrets
 import stat
 from pathlib import Path
@@ -393,34 +394,46 @@ def _is_log(path: Path) -> bool:
     return path.suffix in (".log", ".jsonl") or ".log." in path.name
 
 
+def _files(env: CertifyEnv) -> list[Path]:
+    """Every regular file under the root, except the installed runtime environments (GBs of wheels and
+    interpreters, written at install time before any key or token of this session existed)."""
+    root = env.root.root
+    skip = env.root.runtime_envs
+    out: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = Path(dirpath)
+        dirnames[:] = [d for d in dirnames if here / d != skip]
+        out.extend(here / f for f in filenames if not (here / f).is_symlink() and (here / f).is_file())
+    return sorted(out)
+
+
 def _scan(env: CertifyEnv, logs_only: bool) -> tuple[list[str], int, list[str]]:
-    """(hits "file: secret names", files scanned, files skipped as large/immutable)."""
+    """(hits "file: secret names", files scanned, files skipped as too large)."""
     root = env.root.root
     needles = {name: value.encode() for name, value in _secrets(env).items()}
-    skip_trees = [env.root.runtime_envs]  # installed runtime environments: GBs written before any secret exists
     hits: list[str] = []
     skipped: list[str] = []
-    scanned = 0
-    for path in sorted(root.rglob("*")):
-        if path.is_symlink() or not path.is_file():
-            continue
+    scanned = private_hits = 0
+    for path in _files(env):
         rel = path.relative_to(root)
-        if any(t in path.parents for t in skip_trees):
-            continue
         log = _is_log(path)
         if logs_only != log:  # the two checks split the files: logs, and everything else
             continue
-        mode = stat.S_IMODE(path.stat().st_mode)
-        if not log and mode == 0o600 and "private" in rel.parts:
-            continue
-        if path.stat().st_size > 256 << 20:
+        st = path.stat()
+        mode = stat.S_IMODE(st.st_mode)
+        exempt = not log and mode == 0o600 and "private" in rel.parts
+        if st.st_size > 256 << 20:
             skipped.append(str(rel))
             continue
         scanned += 1
         data = path.read_bytes()
         found = [name for name, needle in needles.items() if needle in data]
-        if found:
+        if found and exempt:
+            private_hits += 1
+        elif found:
             hits.append(f"{rel} ({oct(mode)}): {', '.join(sorted(found))}")
+    if not logs_only:  # the needles are right: the private files that should hold them do
+        assert private_hits > 0, "no 0600 private file holds any of the secrets: the scan looks for the wrong bytes"
     return hits, scanned, skipped
 
 
@@ -439,7 +452,7 @@ def test_secrets_in_logs(certify_env: CertifyEnv, certify_record: Any) -> None:
     daemon_log = root / "inference" / "daemon" / "daemon.log"
     assert daemon_log.exists(), "no daemon log under the root"
     hits, scanned, _ = _scan(certify_env, logs_only=True)
-    logs = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and _is_log(p))
+    logs = [str(p.relative_to(root)) for p in _files(certify_env) if _is_log(p)]
     certify_record.detail("logs", logs[:50])
     certify_record.detail("logs_scanned", scanned)
     assert not hits, f"secrets found in logs: {hits[:10]}"

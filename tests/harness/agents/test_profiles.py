@@ -1,0 +1,58 @@
+"""Harness compatibility profiles: the admission rule and the store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.agents.profiles import CODEX_FIELDS, ProfileStore, codex_key, model_call_key, profile_id, result
+from harness.contracts.harness_profile import HarnessCompatibilityProfileV1
+from harness.errors import HitchError
+from harness.paths import HitchRoot
+from tests.gateway.support import make_lock
+
+
+def _store(tmp_path: Path) -> ProfileStore:
+    return ProfileStore(HitchRoot(tmp_path / "root"))
+
+
+def test_no_profile_is_refused(tmp_path: Path) -> None:
+    key = codex_key(make_lock(), "npm:@openai/codex@0.171.0", "0.171.0")
+    with pytest.raises(HitchError) as err:
+        _store(tmp_path).require_passing(key)
+    assert err.value.code == "inference_harness_unsupported"
+
+
+def test_a_failed_check_is_refused_and_a_rerun_that_passes_replaces_it(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    key = codex_key(make_lock(), "npm:@openai/codex@0.171.0", "0.171.0")
+    store.record(key, CODEX_FIELDS, result("agents.codex.turn", "fake", "cpu", True))
+    store.record(key, CODEX_FIELDS, result("agents.codex.tool_loop", "fake", "cpu", False))
+    with pytest.raises(HitchError) as err:
+        store.require_passing(key)
+    assert err.value.details["failed"] == ["agents.codex.tool_loop"]
+    store.record(key, CODEX_FIELDS, result("agents.codex.tool_loop", "fake", "cpu", True))
+    profile = store.require_passing(key)
+    assert sorted(r.check_id for r in profile.results) == ["agents.codex.tool_loop", "agents.codex.turn"]
+    on_disk = json.loads((store.dir / (profile_id(key).split(":")[1] + ".json")).read_text())
+    assert HarnessCompatibilityProfileV1.model_validate(on_disk).profile_id == profile_id(key)
+
+
+def test_another_version_or_runtime_is_another_profile(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    lock = make_lock()
+    key = codex_key(lock, "npm:@openai/codex@0.171.0", "0.171.0")
+    store.record(key, CODEX_FIELDS, result("agents.codex.turn", "fake", "cpu", True))
+    other = codex_key(lock, "npm:@openai/codex@0.169.0", "0.169.0")
+    with pytest.raises(HitchError):
+        store.require_passing(other)
+    assert profile_id(model_call_key(lock)) != profile_id(key)
+
+
+def test_every_field_codex_sends_has_a_rule() -> None:
+    fields = {rule.field for rule in CODEX_FIELDS}
+    for name in ("input[].role=developer", "input[].id", "include", "reasoning", "prompt_cache_key", "client_metadata",
+                 "tools[].type!=function", "parallel_tool_calls", "store", "previous_response_id"):  # fmt: skip
+        assert name in fields

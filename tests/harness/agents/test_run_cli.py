@@ -1,0 +1,95 @@
+"""``hitch run --harness ...`` end to end: real daemon, real gateway, fake engine process."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from harness.contracts.evidence import InferenceExecutionEvidenceV1
+from harness.daemon import DaemonClient
+from harness.paths import HitchRoot
+from tests.harness.daemon.conftest import FAST, as_json, hitch, stop_quietly
+from tests.harness.engine.inputs import ServiceInputs, checkpoint_cache, service_inputs
+from tests.harness.service.integration_support import LeakGuard, leak_guard_for
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(autouse=True)
+def leak_guard(tmp_path: Path) -> Iterator[LeakGuard]:
+    yield from leak_guard_for(tmp_path)
+
+
+@pytest.fixture
+def inputs(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceInputs]:
+    made = service_inputs(tmp_path / "root", checkpoint_cache(tmp_path_factory.getbasetemp()))
+    yield made
+    stop_quietly(made.root)
+
+
+def _leases(root: HitchRoot) -> list[object]:
+    return [lease for s in DaemonClient(root).services()["services"] for lease in s["leases"]]
+
+
+def test_model_call_run_writes_evidence_and_releases(inputs: ServiceInputs) -> None:
+    root = inputs.root
+    as_json(hitch(root, "daemon", "start", "--json", *FAST))
+    out = as_json(
+        hitch(
+            root,
+            "run",
+            "--harness",
+            "model-call",
+            "--model",
+            "local/tiny",
+            "--device",
+            "cpu",
+            "--engine",
+            "fake",
+            "--prompt",
+            "hello",
+            "--max-output-tokens",
+            "8",
+            "--run-id",
+            "mc-1",
+            "--json",
+        )
+    )
+    assert out["status"] in ("completed", "incomplete") and out["max_output_tokens"] == 8
+    ev = root.runs / "mc-1" / "inference"
+    for name in ("lock.json", "model.json", "runtime.json", "execution.json", "harness.json", "result.json"):
+        assert (ev / name).is_file(), name
+    execution = InferenceExecutionEvidenceV1.model_validate_json((ev / "execution.json").read_text())
+    assert execution.requests == 1 and execution.inference_id == out["inference_id"]
+    assert json.loads((ev / "harness.json").read_text())["key"]["harness"] == "model-call"
+    assert _leases(root) == []
+    # the same identity again, pinned: --device is refused, the pinned run works
+    pinned = hitch(root, "run", "--harness", "model-call", "--inference", out["inference_id"], "--device", "cpu",
+                   "--engine", "fake", "--prompt", "x", "--json")  # fmt: skip
+    assert pinned.returncode == 2 and json.loads(pinned.stdout)["error"]["code"] == "usage_error"
+    again = as_json(hitch(root, "run", "--harness", "model-call", "--inference", out["inference_id"], "--engine", "fake",
+                          "--prompt", "x", "--max-output-tokens", "4", "--json"))  # fmt: skip
+    assert again["inference_id"] == out["inference_id"]
+
+
+def test_over_budget_and_uncertified_codex_are_refused_and_release(inputs: ServiceInputs) -> None:
+    root = inputs.root
+    as_json(hitch(root, "daemon", "start", "--json", *FAST))
+    over = hitch(root, "run", "--harness", "model-call", "--model", "local/tiny", "--engine", "fake", "--prompt", "x",
+                 "--max-output-tokens", "999999", "--json")  # fmt: skip
+    assert json.loads(over.stdout)["error"]["code"] == "inference_parameter_conflict"
+    assert _leases(root) == []
+    codex = hitch(root, "run", "--harness", "codex", "--model", "local/tiny", "--engine", "fake", "--prompt", "x", "--json")
+    code = json.loads(codex.stdout)["error"]["code"]
+    assert code in ("inference_harness_unsupported", "harness_unavailable")
+    assert _leases(root) == []
+
+
+def test_offline_without_the_runtime_names_the_prepare_command(inputs: ServiceInputs) -> None:
+    proc = hitch(inputs.root, "run", "--harness", "model-call", "--model", "local/tiny", "--offline", "--prompt", "x", "--json")
+    err = json.loads(proc.stdout)["error"]
+    assert err["code"] == "inference_runtime_unavailable"  # a fresh root has no runtime installed
+    assert any(cmd.startswith("hitch local prepare local/tiny") for cmd in err["details"]["run_first"])

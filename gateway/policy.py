@@ -21,6 +21,7 @@ it only added fields they are spliced into the caller's bytes; only a replaced v
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -322,5 +323,12 @@ def _rewrite(raw: bytes, given: dict[str, Any], body: dict[str, Any]) -> bytes:
         or any(body.get(k, body) is not v for k, v in given.items())  # a given value was replaced
     ):
         return _ENCODE(body).encode()
-    added = list(body.items())[len(given) :]
-    return b"".join((end[:-1], *(b"," + _ENCODE(k).encode() + b":" + _ENCODE(v).encode() for k, v in added), b"}"))
+    added = tuple((k, type(v), v) for k, v in tuple(body.items())[len(given) :])
+    return end[:-1] + b"," + _additions(added)
+
+
+@functools.lru_cache(maxsize=256)
+def _additions(added: tuple[tuple[str, type, Any], ...]) -> bytes:
+    """``"k":v,...}`` for the lock's additions: a few lock-derived sets per lock, so cached. The key holds
+    each value's type, since 1 == 1.0 == True would otherwise share an entry and encode differently."""
+    return _ENCODE({k: v for k, _, v in added})[1:].encode()

@@ -55,6 +55,9 @@ class SseParser:
         self._buf = blocks.pop()
         out: list[tuple[bytes | None, bytes]] = []
         for block in blocks:
+            if block.startswith(b"data: ") and b"\n" not in block:  # the common one-line event
+                out.append((None, block[6:]))
+                continue
             event = _parse_block(block)
             if event is not None:
                 out.append(event)

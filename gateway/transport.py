@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
+from yarl import URL
 
 from gateway.bindings import Binding
 from gateway.capture import RequestCapture
@@ -129,13 +130,18 @@ def _timeout(request_timeout_ms: int) -> aiohttp.ClientTimeout:
     return aiohttp.ClientTimeout(total=request_timeout_ms / 1000, sock_connect=5.0)
 
 
+@functools.lru_cache(maxsize=256)
+def _url(origin: str, route: str) -> URL:
+    return URL(origin + route)  # parsed once per engine route, not per request
+
+
 async def open_upstream(
     session: aiohttp.ClientSession, binding: Binding, route: RouteName, body: bytes, headers: dict[str, str]
 ) -> aiohttp.ClientResponse:
     target = binding.target
     timeout = _timeout(target.lock.execution.request_timeout_ms)
     try:
-        return await session.post(target.origin + route, data=body, headers=headers, timeout=timeout)
+        return await session.post(_url(target.origin, route), data=body, headers=headers, timeout=timeout)
     except (aiohttp.ClientConnectionError, OSError, TimeoutError) as exc:
         code = await _failure_code(target.origin)
         raise HitchError(code, "the engine did not answer the request", {"service_id": target.service_id}) from exc

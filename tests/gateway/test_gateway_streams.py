@@ -210,12 +210,16 @@ def test_fairness_one_run_cannot_starve_another(engine: Engine, gateway: Gateway
 
 def test_context_exceeded_never_reaches_the_engine(engine: Engine, gateway: GatewayThread) -> None:
     rec = gateway.register("run-a", target_for(engine, make_lock(context=512, max_output=128)))
+    checker = gateway.call(lambda: gateway.gw.registry.get(rec.binding_id)).checker  # type: ignore[union-attr]
+    renders, skipped = checker.renders, checker.skipped
     long_text = "word " * 600
     body = {"model": "tiny-wire", "messages": [{"role": "user", "content": long_text}], "max_tokens": 8}
     r = httpx.post(rec.base_url + "/chat/completions", json=body, headers=_auth(rec), timeout=30)
     assert (r.status_code, r.json()["error"]["code"]) == (400, "inference_context_exceeded")
+    assert checker.renders == renders + 1  # the bound did not fit: rendered and counted exactly
     ok = httpx.post(rec.base_url + "/chat/completions", json=_chat_body(False), headers=_auth(rec), timeout=30)
     assert ok.status_code == 200
+    assert (checker.renders, checker.skipped) == (renders + 1, skipped + 1)  # proven to fit, never rendered
     assert len(engine.received()) == 1
 
 

@@ -131,3 +131,40 @@ def test_function_tools_pass_and_parallel_calls_follow_the_lock() -> None:
 def test_bodies_that_are_not_objects_are_refused() -> None:
     for raw in (b"", b"[]", b"not json", b'"x"'):
         assert _code(CHAT, raw) == "inference_protocol_unsupported"
+
+
+def _pairs_no_duplicates(raw: bytes) -> dict[str, Any]:
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [k for k, _ in pairs]
+        assert len(keys) == len(set(keys)), keys
+        return dict(pairs)
+
+    parsed: dict[str, Any] = json.loads(raw, object_pairs_hook=hook)
+    return parsed
+
+
+def test_additions_are_spliced_into_the_callers_bytes() -> None:
+    raw = b'{"model": "m",  "messages": [{"role": "user", "content": "h\\u00e9 \xc3\xa9"}], "max_tokens": 9}\n'
+    body = apply_policy(CHAT, raw, LOCK, "m").body
+    assert body.startswith(raw.rstrip()[:-1] + b",")  # the caller's bytes, untouched, then the lock's fields
+    parsed = _pairs_no_duplicates(body)
+    assert parsed["messages"][0]["content"] == "hé é" and parsed["max_tokens"] == 9 and parsed["top_k"] == -1
+
+
+def test_a_replaced_value_reserializes_without_duplicate_keys() -> None:
+    for route, raw in ((CHAT, _chat(top_k=0)), (RESP, _resp(max_output_tokens=5))):
+        body = apply_policy(route, raw, LOCK, "m").body  # type: ignore[arg-type]
+        parsed = _pairs_no_duplicates(body)
+        assert parsed.get("top_k", -1) == -1 and parsed.get("max_output_tokens", 7) == 7
+
+
+def test_a_body_the_lock_does_not_change_is_forwarded_as_is() -> None:
+    full = {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0, "seed": 0, "max_tokens": 5}
+    raw = _chat(**full)
+    assert apply_policy(CHAT, raw, LOCK, "m").body is raw
+
+
+def test_a_body_that_is_not_plain_utf8_is_reserialized() -> None:
+    raw = b"\xef\xbb\xbf" + _chat()
+    body = apply_policy(CHAT, raw, LOCK, "m").body
+    assert body.startswith(b"{") and _pairs_no_duplicates(body)["top_k"] == -1

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from certify.registry import check
@@ -43,6 +44,7 @@ CHECKS = [
     check("agents.model_call.text", description="one Responses request through the binding: text, status, usage"),
     check("agents.model_call.refusals", description="tools, images, action items and an over-budget request are refused"),
     check("agents.codex.turn", description="the pinned Codex completes one turn through the gateway (no protocol error)"),
+    check("agents.codex.history_replay", description="the engine accepts Codex's full-history continuation requests"),
     check("agents.codex.tool_loop", engines=("fake",), description="two tool round trips change a file; full history"),
     check("agents.codex.cancel", engines=("fake",), description="cancel mid-stream ends the run and frees the slot"),
     check("agents.codex.context_limit", engines=("fake",), description="a context refusal ends the run; one request"),
@@ -257,3 +259,51 @@ def test_codex_context_limit(
         passed = True
     finally:
         _profile(certify_env, codex, rig.lock, "agents.codex.context_limit", passed)
+
+
+def _sse_events(raw: bytes) -> list[tuple[str, dict[str, Any]]]:
+    events = []
+    for block in raw.decode("utf-8", "replace").split("\n\n"):
+        etype, data = "", ""
+        for line in block.splitlines():
+            if line.startswith("event: "):
+                etype = line[7:]
+            elif line.startswith("data: "):
+                data += line[6:]
+        if etype and data:
+            events.append((etype, json.loads(data)))
+    return events
+
+
+@pytest.mark.check("agents.codex.history_replay")
+def test_codex_history_replay(
+    certify_env: CertifyEnv, certify_record: Any, codex: CodexInstall, rig_factory: Any, tmp_path: Path
+) -> None:
+    """Codex's requests of a two-tool-call task (recorded through a private gateway to the scripted fake, as
+    the engine receives them: developer messages, item ids, function_call echoes with status,
+    function_call_output with ids, include, reasoning, prompt_cache_key) are sent to the session's engine
+    directly; each must stream to a terminal event with every output item done."""
+    rig: AgentRig = rig_factory(READ_THEN_CHANGE)
+    passed = False
+    try:
+        out = _codex_run(codex, rig.base_url, rig.served, rig.token, rig.lock, tmp_path, "Set count to 2.").run(600)
+        assert out.completed, out.errors
+        bodies = [body for body, _ in rig.captures()]
+        assert len(bodies) == 3
+        ends = []
+        for i, body in enumerate(bodies):
+            body = {**body, "model": certify_env.run.wire_model, "max_output_tokens": 18}
+            r = httpx.post(certify_env.engine_url + "/v1/responses", json=body, headers=certify_env.engine_headers(), timeout=600)
+            certify_record.evidence(f"replay-{i}.request.json", json.dumps(body).encode())
+            certify_record.evidence(f"replay-{i}.response.sse", r.content)
+            assert r.status_code == 200, r.text[:500]
+            events = _sse_events(r.content)
+            kinds = [etype for etype, _ in events]
+            assert kinds and kinds[-1] in ("response.completed", "response.incomplete"), kinds[-3:]
+            added = sum(1 for k in kinds if k == "response.output_item.added")
+            assert kinds.count("response.output_item.done") >= max(added, 1)  # no item left without its done event
+            ends.append(kinds[-1])
+        certify_record.detail("terminal_events", ends)
+        passed = True
+    finally:
+        _profile(certify_env, codex, _lock(certify_env), "agents.codex.history_replay", passed)

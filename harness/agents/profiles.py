@@ -176,7 +176,8 @@ class ProfileStore:
         atomic_write_json(self._path(profile.profile_id), profile.to_json_dict())
         return profile
 
-    def require_passing(self, key: HarnessKeyV1) -> HarnessCompatibilityProfileV1:
+    def require_passing(self, key: HarnessKeyV1, engine: str | None = None) -> HarnessCompatibilityProfileV1:
+        """The profile when every result passed and (given ``engine``) one of them ran on that engine."""
         profile = self.get(key)
         details = {"harness": key.harness, "artifact": key.artifact, "runtime_id": key.runtime_id, "model": key.model_profile}
         if profile is None or not profile.results:
@@ -185,6 +186,12 @@ class ProfileStore:
                 f"{key.artifact} has no certified compatibility profile for this runtime and model; "
                 "run `pytest certify -k agents` for it first",
                 details,
+            )
+        if engine is not None and not any(r.engine == engine for r in profile.results):
+            raise HitchError(
+                "inference_harness_unsupported",
+                f"{key.artifact} was never certified against the {engine} engine for this runtime and model",
+                {**details, "engine": engine},
             )
         failed = sorted({r.check_id for r in profile.results if r.outcome != "passed"})
         if failed:

@@ -82,6 +82,7 @@ def _run_harness(
     max_output_tokens: int | None,
     workdir: Path | None,
     agent_args: list[str],
+    engine: str,
 ) -> tuple[HarnessKeyV1, tuple[FieldRuleV1, ...], dict[str, Any], int, bool]:
     token = Path(run["token_file"]).read_text(encoding="utf-8").strip()
     if harness == "model-call":
@@ -102,7 +103,7 @@ def _run_harness(
         return key, MODEL_CALL_FIELDS, outcome, 1, True
     install = find_codex()
     key = codex_key(lock, install.artifact, install.version)
-    ProfileStore(hroot).require_passing(key)
+    profile = ProfileStore(hroot).require_passing(key, engine)
     ev_dir = run_inference_dir(hroot, run["run_id"])
     home = ev_dir / "codex-home"
     if home.exists():
@@ -121,6 +122,8 @@ def _run_harness(
         "final_message": result.final_message,
         "errors": result.errors,
         "commands": len(result.commands()),
+        "profile_id": profile.profile_id,
+        "profile_results": [r.to_json_dict() for r in profile.results],
     }
     return key, CODEX_FIELDS, outcome, sum(1 for e in result.events if e.get("type") == "turn.completed"), result.completed
 
@@ -163,7 +166,7 @@ def register(app: typer.Typer) -> None:
         try:
             lock = load_sealed_lock(hroot, run["inference_id"])
             key, fields, outcome, requests, complete = _run_harness(
-                harness, hroot, run, lock, prompt, max_output_tokens, workdir, list(agent_arg or [])
+                harness, hroot, run, lock, prompt, max_output_tokens, workdir, list(agent_arg or []), engine
             )
             facts = RunFacts(
                 run["run_id"], run["service_id"], int(run["epoch"]), run["binding_id"], run["base_url"], run["wire_model"],
@@ -175,7 +178,8 @@ def register(app: typer.Typer) -> None:
         finally:
             client.request("DELETE", f"/v1/runs/{run['run_id']}")
         if harness == "codex" and not complete:
-            raise HitchError("harness_run_failed", "Codex did not complete its turn", {"evidence": str(out), **outcome})
+            details = {"evidence": str(out), "returncode": outcome["returncode"], "errors": outcome["errors"][-3:]}
+            raise HitchError("harness_run_failed", "Codex did not complete its turn", details)
         payload = {"kind": "run", "run_id": run["run_id"], "inference_id": lock.inference_id, "evidence": str(out), **outcome}
         human = outcome.get("text") if harness == "model-call" else outcome.get("final_message")
         emit(as_json, payload, f"{human or ''}\n(run {run['run_id']}; evidence {out})")

@@ -56,3 +56,13 @@ def test_every_field_codex_sends_has_a_rule() -> None:
     for name in ("input[].role=developer", "input[].id", "include", "reasoning", "prompt_cache_key", "client_metadata",
                  "tools[].type!=function", "parallel_tool_calls", "store", "previous_response_id"):  # fmt: skip
         assert name in fields
+
+
+def test_results_on_another_engine_do_not_certify_this_one(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    key = codex_key(make_lock(), "npm:@openai/codex@0.171.0", "0.171.0")
+    store.record(key, CODEX_FIELDS, result("agents.codex.tool_loop", "fake", "cpu", True))
+    assert store.require_passing(key, "fake").key == key
+    with pytest.raises(HitchError) as err:
+        store.require_passing(key, "sglang")
+    assert err.value.code == "inference_harness_unsupported" and err.value.details["engine"] == "sglang"

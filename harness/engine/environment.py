@@ -4,6 +4,7 @@ The engine never inherits the caller's environment. Its variables are exactly:
 
 - ``PATH`` (a minimal system path), ``HOME`` (a private per-service directory), ``LANG``;
 - ``PYTHONUNBUFFERED=1`` so the engine log is written as it happens;
+- ``SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=0``: the supervisor's ``/health`` polls take no queue slot;
 - the runtime's own variables (``SGLANG_USE_CPU_ENGINE=1``, ``PYTHONNOUSERSITE``, the shim's ``PYTHONPATH``);
 - what the lock decides: ``OMP_NUM_THREADS`` = ``cpu_threads`` on CPU, ``CUDA_VISIBLE_DEVICES`` = the leased
   GPU UUID on CUDA, empty on CPU (a CPU service sees no GPU).
@@ -40,6 +41,11 @@ def engine_environment(
         "PYTHONUNBUFFERED": "1",
     }
     env.update(runtime_env)
+    # /health answers from the server process instead of queueing a 1-token generation (reference §1): the
+    # supervisor polls it every few seconds, and on a lock with max_running/max_queued 1 a generating probe
+    # took a queue slot from the run and made SGLang refuse a request with "the request queue is full".
+    # Generation itself is proven by readiness probes and by every request the gateway relays.
+    env["SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION"] = "0"
     platform = lock.execution.platform
     if isinstance(platform, CpuPlatformV1):
         env["SGLANG_USE_CPU_ENGINE"] = "1"

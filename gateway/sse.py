@@ -34,7 +34,7 @@ _TEXT_DELTAS = frozenset(
         "response.refusal.delta",
     }
 )
-_CHAT_MARKERS = (b"[DONE]", b'"error"', b'"usage"', b'"finish_reason":"', b'"finish_reason": "')
+_CHAT_MARKERS = (b'"finish_reason":"', b'"usage"', b"[DONE]", b'"error"', b'"finish_reason": "')
 _RESPONSES_MARKERS = (b"response.completed", b"response.incomplete", b"response.failed", b"event: error", b'"type":"error"')
 _TERMINAL = {"response.completed": "completed", "response.incomplete": "incomplete", "response.failed": "failed"}
 
@@ -141,24 +141,46 @@ class StreamObserver:
 
     def feed(self, chunk: bytes, now: float) -> None:
         if self.first_text_at is not None and self.engine_rid is not None and not self._parser.tail() and b"\r" not in chunk:
-            # Quiet phase: only events that can change the outcome are decoded; the rest is scanned in C.
+            # Quiet phase: only events that can change the outcome are decoded; the rest is scanned in C
+            # (one rfind and a few finds per read).
             data = self._tail + chunk if self._tail else chunk
-            cut = data.rfind(b"\n\n")
-            if cut < 0:
+            cut = data.rfind(b"\n\n") + 2
+            if cut < 2:
                 self._tail = data
                 return
-            self._tail = data[cut + 2 :]
-            complete = data[: cut + 2]
-            if not any(marker in complete for marker in self._markers):
+            first = cut
+            for marker in self._markers:  # bytes.find: a fast C scan (a regex alternation is ~5x slower)
+                at = data.find(marker, 0, first)
+                if at >= 0:
+                    first = at
+            if first == cut:
+                self._tail = data[cut:]
                 return
-            chunk = complete
-            tail, self._tail = self._tail, b""
-            self._dispatch(chunk, now)
-            self._parser.feed(tail)
+            self._tail = b""
+            # Events before the first marked one carry nothing the outcome needs: parse from that event on.
+            start = data.rfind(b"\n\n", 0, first)
+            self._dispatch(data[start + 2 if start >= 0 else 0 : cut], now)
+            self._parser.feed(data[cut:])
             return
         if self._tail:
             chunk, self._tail = self._tail + chunk, b""
-        self._dispatch(chunk, now)
+        if b"\r" in chunk:
+            self._dispatch(chunk, now)
+            return
+        # Event by event until the stream turns quiet, then the rest of this read takes the quiet path.
+        start = 0
+        while True:
+            cut = chunk.find(b"\n\n", start)
+            if cut < 0:
+                if start < len(chunk):
+                    self._dispatch(chunk[start:] if start else chunk, now)  # the parser keeps the partial event
+                return
+            self._dispatch(chunk[start : cut + 2], now)
+            start = cut + 2
+            if self.first_text_at is not None and self.engine_rid is not None and not self._parser.tail():
+                if start < len(chunk):
+                    self.feed(chunk[start:], now)
+                return
 
     def _dispatch(self, chunk: bytes, now: float) -> None:
         for name, data in self._parser.feed(chunk):

@@ -109,3 +109,39 @@ def test_unary_outcomes() -> None:
         "chat", 200, b'{"id":"r","choices":[{"finish_reason":"length"}],"usage":{"prompt_tokens":1,"completion_tokens":2}}'
     )
     assert (ok.status, ok.engine_rid) == ("incomplete", "r")
+
+
+def _long_stream(ending: bytes) -> bytes:
+    def text(i: int) -> bytes:
+        return b'data: {"id":"r1","choices":[{"index":0,"delta":{"content":"t%d"},"finish_reason":null}]}\n\n' % i
+
+    head = b'data: {"id":"r1","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}\n\n'
+    return head + b"".join(text(i) for i in range(30)) + ending
+
+
+def _finish(reason: str) -> bytes:
+    return b'data: {"id":"r1","choices":[{"index":0,"delta":{},"finish_reason":"%s"}]}\n\n' % reason.encode()
+
+
+_ENDINGS = {
+    "in-band error": (b'data: {"error":{"message":"boom"}}\n\ndata: [DONE]\n\n', "failed"),
+    "abort": (_finish("abort") + b"data: [DONE]\n\n", "failed"),
+    "length": (_finish("length") + b"data: [DONE]\n\n", "incomplete"),
+    "no [DONE]": (_finish("stop"), "failed"),
+}
+
+
+@given(st.sampled_from(sorted(_ENDINGS)), st.lists(st.integers(min_value=1, max_value=400), max_size=30))
+def test_the_quiet_phase_never_misses_the_ending(ending: str, cuts: list[int]) -> None:
+    """Text events after the first are only scanned; whatever the chunking, the ending is still seen."""
+    tail, status = _ENDINGS[ending]
+    raw = _long_stream(tail)
+    obs = StreamObserver("chat")
+    pos = 0
+    for n in cuts:
+        obs.feed(raw[pos : pos + n], 1.0)
+        pos += n
+    obs.feed(raw[pos:], 2.0)
+    out = obs.finish()
+    assert (out.status, out.engine_rid) == (status, "r1")
+    assert obs.first_text_at is not None

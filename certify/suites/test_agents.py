@@ -99,7 +99,10 @@ def _codex_run(
     work = where / "work"
     work.mkdir(parents=True, exist_ok=True)
     (work / "notes.txt").write_text("count=1\n", encoding="utf-8")
-    binding = CodexBinding(base_url, wire, lock.execution.context_tokens_per_request, stream_idle_timeout_ms=60_000)
+    # SGLang 0.5.23 holds back a message's events while tools are declared (it learns the item's phase
+    # at the end), so the stream is silent for the whole generation: the idle timeout is the request's.
+    timeout_ms = lock.execution.request_timeout_ms
+    binding = CodexBinding(base_url, wire, lock.execution.context_tokens_per_request, stream_idle_timeout_ms=timeout_ms)
     return CodexRun(codex, binding, token, home=where / "home", workdir=work, prompt=prompt, events_path=where / "events.jsonl")
 
 

@@ -51,7 +51,9 @@ class CodexBinding:
     base_url: str  # the gateway's OpenAI base for the run, ending in /v1
     wire_model: str
     context_window: int
-    stream_idle_timeout_ms: int = 120_000
+    # SGLang 0.5.23 sends no event of a text answer until it ends while tools are declared: use the
+    # lock's request timeout (the whole generation can be one silent gap).
+    stream_idle_timeout_ms: int = 600_000
 
 
 def _toml_value(value: Any) -> str:

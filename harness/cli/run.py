@@ -109,7 +109,12 @@ def _run_harness(
     if home.exists():
         shutil.rmtree(home)
     work = workdir or Path.cwd()
-    binding = CodexBinding(run["base_url"], run["wire_model"], lock.execution.context_tokens_per_request)
+    binding = CodexBinding(
+        run["base_url"],
+        run["wire_model"],
+        lock.execution.context_tokens_per_request,
+        stream_idle_timeout_ms=lock.execution.request_timeout_ms,
+    )
     codex = CodexRun(install, binding, token, home=home, workdir=work, prompt=prompt, agent_args=agent_args,
                      events_path=ev_dir / "codex-events.jsonl")  # fmt: skip
     result = codex.run()

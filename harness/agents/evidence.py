@@ -65,7 +65,13 @@ def write_run_evidence(
         service_id=facts.service_id,
         epoch=facts.epoch,
         hardware=HardwareFingerprintV1(device=device),
-        observed={"binding_id": facts.binding_id, "base_url": facts.base_url, "wire_model": facts.wire_model},
+        observed={
+            "binding_id": facts.binding_id,
+            "base_url": facts.base_url,
+            "wire_model": facts.wire_model,
+            # the gateway's per-request rows of this run (written by the daemon's gateway, batched)
+            "gateway_evidence": str(root.root / "inference" / "gateway" / "evidence" / f"{facts.binding_id}.requests.jsonl"),
+        },
         reused_service=facts.reused_service,
         cache_condition="warm" if facts.reused_service else "cold",
         requests=facts.requests,

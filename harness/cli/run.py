@@ -130,7 +130,9 @@ def _run_harness(
         "profile_id": profile.profile_id,
         "profile_results": [r.to_json_dict() for r in profile.results],
     }
-    return key, CODEX_FIELDS, outcome, sum(1 for e in result.events if e.get("type") == "turn.completed"), result.completed
+    # The lock disables parallel tool calls, so each command came from its own model response, plus the last one.
+    requests = len(result.commands()) + 1
+    return key, CODEX_FIELDS, outcome, requests, result.completed
 
 
 def register(app: typer.Typer) -> None:

@@ -11,6 +11,11 @@ Owns :func:`apply_policy`, which turns one caller body into the body sent to the
 - The output budget may only shrink: 1 <= N <= the lock's ``max_output_tokens``, default the lock's.
   Responses subtracts 2 from ``max_output_tokens`` (reference §6.2), so N + 2 is sent and the caller gets
   exactly N.
+- Parallel tool calls follow the lock. A caller's ``parallel_tool_calls: true`` on a lock without them is
+  narrowed to ``false`` (a permission may only shrink, like the budget; Codex 0.171 always sends ``true``);
+  the engine then emits at most one call per turn.
+- ``client_metadata`` (Responses; Codex's per-turn telemetry ids) is removed before forwarding: SGLang has no
+  such field and would ignore it; it never affects generation.
 - Parameters outside the allow-list, server-side state (``store: true``, ``previous_response_id``,
   ``background``), truncation, built-in tools, and image/audio/file input are refused with a code, never
   dropped.
@@ -51,7 +56,9 @@ _COMMON = frozenset(
     }
 )  # fmt: skip
 _CHAT_KEYS = _CHAT_FREE | _COMMON | {"max_tokens", "max_completion_tokens", "n", "store", "modalities"}
-_RESPONSES_KEYS = _RESPONSES_FREE | _COMMON | {"max_output_tokens", "store", "previous_response_id", "background", "truncation"}
+_RESPONSES_KEYS = _RESPONSES_FREE | _COMMON | {
+    "max_output_tokens", "store", "previous_response_id", "background", "truncation", "client_metadata",
+}  # fmt: skip
 _TEXT_PARTS = frozenset({"text", "input_text", "output_text"})
 _RESPONSES_BUDGET_HEADROOM = 2
 _ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
@@ -171,7 +178,8 @@ def _tools_policy(body: dict[str, Any], lock: InferenceLockV1, responses: bool) 
         body["parallel_tool_calls"] = lock.protocol.parallel_tool_calls
         changed = True
     elif parallel is True and not lock.protocol.parallel_tool_calls:
-        raise _conflict("the lock does not enable parallel tool calls", parameter="parallel_tool_calls")
+        body["parallel_tool_calls"] = False  # narrowed, never widened (see the module docstring)
+        changed = True
     if responses:
         chat_tools = [{"type": "function", "function": {k: v for k, v in t.items() if k != "type"}} for t in tools]
         return changed, chat_tools
@@ -261,6 +269,7 @@ def _responses(
 ) -> tuple[bool, int, list[dict[str, Any]], list[dict[str, Any]] | None]:
     cap = lock.generation.max_output_tokens
     changed = _apply_sampling(body, lock, with_seed=False)
+    body.pop("client_metadata", None)  # client telemetry ids; no engine field (see the module docstring)
     if body.get("previous_response_id") is not None:
         raise _conflict("previous_response_id is not supported; send the full history", parameter="previous_response_id")
     if body.get("background") not in (None, False):

@@ -125,7 +125,13 @@ def test_function_tools_pass_and_parallel_calls_follow_the_lock() -> None:
     p = apply_policy(RESP, _resp(tools=[tool]), LOCK, "m")
     assert json.loads(p.body)["parallel_tool_calls"] is False
     assert p.tools == [{"type": "function", "function": {"name": "ls", "parameters": {"type": "object", "properties": {}}}}]
-    assert _code(RESP, _resp(tools=[tool], parallel_tool_calls=True)) == "inference_parameter_conflict"
+    narrowed = apply_policy(RESP, _resp(tools=[tool], parallel_tool_calls=True), LOCK, "m")
+    assert json.loads(narrowed.body)["parallel_tool_calls"] is False  # a permission only shrinks
+
+
+def test_client_metadata_is_stripped_before_the_engine() -> None:
+    p = apply_policy(RESP, _resp(client_metadata={"turn_id": "t"}), LOCK, "m")
+    assert "client_metadata" not in json.loads(p.body)
 
 
 def test_bodies_that_are_not_objects_are_refused() -> None:

@@ -152,10 +152,11 @@ def _teardown(opts: CertifyOptions, session: dict[str, Any] | None, daemon_was_r
         return
     if session and session.get("service_id"):
         try:
-            DaemonClient(opts.root).stop_service(str(session["service_id"]), force=True)
+            # not forced: a lease someone else holds on the same service (hitch local serve) keeps it running
+            DaemonClient(opts.root).stop_service(str(session["service_id"]), force=False)
             lines.append(f"engine service {session['service_id']} stopped")
         except Exception as exc:
-            lines.append(f"could not stop service {session['service_id']}: {exc}")
+            lines.append(f"engine service {session['service_id']} left running: {exc}")
 
 
 def finish_session(

@@ -19,7 +19,15 @@ DECLARED = {
 
 
 def _platform(engine: str = "sglang", *, platform_ok: bool = True, runtime_ok: bool = True, error: str | None = None) -> Platform:
-    return Platform(engine, "cpu", platform_ok, () if platform_ok else ("CPU lacks AMX",), runtime_ok, () if runtime_ok else ("unpinned",), error)
+    return Platform(
+        engine,
+        "cpu",
+        platform_ok,
+        () if platform_ok else ("CPU lacks AMX",),
+        runtime_ok,
+        () if runtime_ok else ("unpinned",),
+        error,
+    )
 
 
 def _results(**statuses: str) -> dict[str, CheckResult]:

@@ -1,0 +1,531 @@
+"""Private engines for the destructive certification checks (faults, lifecycle), never the session's one.
+
+- :class:`PrivateDaemon`: its own HITCH_ROOT under pytest's tmp dir and its own daemon (short idle TTL, fast
+  monitor) serving the session's model (``fixture:tiny``) with the session's engine and runtime (an installed
+  python-env runtime is linked from the session's root, not reinstalled). Runs are made through the same
+  ``POST /v1/runs`` as the session's; a check may SIGKILL the engine or the daemon and restart it. One per
+  test process and engine (:func:`private_daemon`), shared by the faults and lifecycle modules so a real
+  engine is started as few times as possible; stopped at the end of the session, then every process still
+  naming the private root (and its descendants) is killed by PID.
+- :class:`PrivateStack`: one fake engine process plus one in-process gateway on its own loop thread, with a
+  lock and gateway config chosen by the check (short request timeout, small response cap).
+- Helpers: :func:`engine_running` (``/v1/loads``, the same on SGLang and the fake), :func:`evidence_rows`
+  (a gateway's per-request evidence file), :class:`RawStream` (an HTTP/1.1 stream on a plain socket, so a
+  check can close it mid-stream and see whether the chunked body ended cleanly), :func:`wait_until`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import httpx
+import psutil
+import pytest
+
+from certify.session import CertifyEnv, FakeControl, RunHandle
+from harness.contracts.lock import InferenceLockV1, compute_inference_id
+from harness.paths import HitchRoot, atomic_write_json, ensure_private_dir, write_secret
+
+__all__ = [
+    "PrivateDaemon",
+    "PrivateStack",
+    "RawStream",
+    "engine_running",
+    "evidence_rows",
+    "kill_pid",
+    "pid_alive",
+    "private_daemon_fixture",
+    "session_lock",
+    "wait_until",
+]
+
+T = TypeVar("T")
+REPO = Path(__file__).resolve().parents[2]
+PRIVATE_TTL_MS = 3000
+_REGISTRY: dict[str, PrivateDaemon] = {}
+_REGISTRY_LOCK = threading.Lock()
+
+
+# -- small helpers ------------------------------------------------------------------------------------
+
+
+def wait_until(probe: Callable[[], T | None], timeout_s: float, interval_s: float = 0.02, what: str = "condition") -> T:
+    """Poll ``probe`` until it returns something truthy; fail the check after ``timeout_s``."""
+    end = time.monotonic() + timeout_s
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {timeout_s:.1f}s waiting for {what}")
+        time.sleep(interval_s)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return False
+
+
+def kill_pid(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def engine_running(engine_url: str, headers: dict[str, str]) -> int:
+    """Requests running or waiting in the engine (``GET /v1/loads``; SGLang and the fake answer alike)."""
+    r = httpx.get(engine_url + "/v1/loads", headers=headers, timeout=10)
+    r.raise_for_status()
+    return sum(int(x.get("num_running_reqs", 0)) + int(x.get("num_waiting_reqs", 0)) for x in r.json()["loads"])
+
+
+def evidence_rows(gateway_state_dir: Path, binding_id: str, at_least: int = 1, timeout_s: float = 10.0) -> list[dict[str, Any]]:
+    """The evidence rows of a binding, once at least ``at_least`` are on disk (the gateway batches writes)."""
+    path = gateway_state_dir / "evidence" / f"{binding_id}.requests.jsonl"
+
+    def rows() -> list[dict[str, Any]] | None:
+        if not path.exists():
+            return None
+        found = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return found if len(found) >= at_least else None
+
+    return wait_until(rows, timeout_s, what=f"{at_least} evidence row(s) for {binding_id}")
+
+
+def session_lock(env: CertifyEnv) -> InferenceLockV1:
+    from harness.daemon.core import load_sealed_lock
+
+    return load_sealed_lock(env.root, env.run.inference_id)
+
+
+def chat_body(model: str, *, stream: bool, max_tokens: int | None = 8, content: str = "hello") -> dict[str, Any]:
+    body: dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": content}], "stream": stream}
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    return body
+
+
+class RawStream:
+    """One POST on a plain socket (HTTP/1.1, chunked answer), so a check controls when the client goes away."""
+
+    def __init__(self, base_url: str, token: str, route: str, body: dict[str, Any], timeout_s: float = 60.0) -> None:
+        parts = urlsplit(base_url)
+        data = json.dumps(body).encode()
+        self.sock = socket.create_connection((parts.hostname or "127.0.0.1", int(parts.port or 80)), timeout=timeout_s)
+        head = (
+            f"POST {parts.path}{route} HTTP/1.1\r\nHost: {parts.netloc}\r\nAuthorization: Bearer {token}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\nConnection: close\r\n\r\n"
+        )
+        self.sock.sendall(head.encode() + data)
+        self.raw = b""
+        self.eof = False
+
+    def read_events(self, n: int) -> bytes:
+        """Read until ``n`` SSE ``data:`` lines arrived (or the server closed)."""
+        while self.raw.count(b"data: ") < n and not self.eof:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                self.eof = True
+            self.raw += chunk
+        return self.raw
+
+    def read_all(self) -> bytes:
+        while not self.eof:
+            try:
+                chunk = self.sock.recv(65536)
+            except ConnectionResetError:
+                chunk = b""
+            if not chunk:
+                self.eof = True
+            self.raw += chunk
+        return self.raw
+
+    @property
+    def status(self) -> int:
+        line = self.raw.split(b"\r\n", 1)[0].split()
+        return int(line[1]) if len(line) > 1 else 0
+
+    @property
+    def clean_end(self) -> bool:
+        """Did the chunked body end with its terminator (a clean end, as opposed to a broken stream)?"""
+        return self.raw.endswith(b"\r\n0\r\n\r\n")
+
+    @property
+    def done_seen(self) -> bool:
+        return b"data: [DONE]" in self.raw or b"response.completed" in self.raw or b"response.incomplete" in self.raw
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+
+# -- the private daemon -------------------------------------------------------------------------------
+
+
+@dataclass
+class PrivateDaemon:
+    """A daemon of a private root serving the session's model; see the module docstring."""
+
+    root: HitchRoot
+    engine: str
+    body: dict[str, Any]
+    ttl_ms: int
+    fake: FakeControl | None
+    args: list[str]
+    runs: dict[str, RunHandle] = field(default_factory=dict)
+    pids_seen: set[int] = field(default_factory=set)
+    shared: dict[str, Any] = field(default_factory=dict)  # state handed between checks (e.g. a warm run)
+
+    @property
+    def gateway_dir(self) -> Path:
+        return self.root.root / "inference" / "gateway"
+
+    def client(self) -> Any:
+        from harness.daemon.client import DaemonClient
+
+        return DaemonClient(self.root, timeout_s=60.0)
+
+    def start(self) -> dict[str, Any]:
+        from harness.daemon.client import start_daemon
+
+        status = start_daemon(self.root, self.args, timeout_s=180.0)
+        self.pids_seen.add(int(status["pid"]))
+        return status
+
+    def daemon_pid(self) -> int:
+        return int(self.client().status()["pid"])
+
+    def create_run(self, run_id: str | None = None, extra_flags: tuple[str, ...] = (), **body: Any) -> RunHandle:
+        from certify.session import _create_run
+
+        payload = {**self.body, **body, "run_id": run_id or "priv-" + secrets.token_hex(5)}
+        if extra_flags:
+            payload["fake_flags"] = [*payload.get("fake_flags", []), *extra_flags]
+        run = _create_run(self.client(), payload)
+        self.runs[run.run_id] = run
+        pid = self.engine_pid(run.service_id)
+        if pid is not None:
+            self.pids_seen.add(pid)
+        return run
+
+    def delete_run(self, run: RunHandle) -> dict[str, Any]:
+        self.runs.pop(run.run_id, None)
+        out: dict[str, Any] = self.client().request("DELETE", f"/v1/runs/{run.run_id}")
+        return out
+
+    def stop_service(self, service_id: str) -> None:
+        for run in [r for r in self.runs.values() if r.service_id == service_id]:
+            with contextlib.suppress(Exception):
+                self.delete_run(run)
+        from harness.errors import HitchError
+
+        with contextlib.suppress(HitchError):
+            self.client().stop_service(service_id, force=True)
+
+    def record(self, service_id: str) -> Any:
+        from harness.service.state_store import ServiceStateStore
+
+        return ServiceStateStore(self.root, service_id).read()
+
+    def events(self, service_id: str) -> list[Any]:
+        from harness.service.state_store import ServiceStateStore
+
+        return list(ServiceStateStore(self.root, service_id).events())
+
+    def engine_pid(self, service_id: str) -> int | None:
+        record = self.record(service_id)
+        if record is None or record.process is None or record.process.pid is None:
+            return None
+        return int(record.process.pid)
+
+    def engine_endpoint(self, service_id: str) -> tuple[str, dict[str, str]]:
+        from certify.session import _engine_endpoint
+
+        url, key = _engine_endpoint(self.root, service_id)
+        return url, {"Authorization": f"Bearer {key}"}
+
+    def seal_variant(self, lock: InferenceLockV1, **sections: dict[str, Any]) -> InferenceLockV1:
+        """Store a variant of a sealed lock (other execution/resources values, its own id) in this root."""
+        data = lock.to_json_dict()
+        for name, update in sections.items():
+            data[name].update(update)
+        data.pop("inference_id", None)
+        data["inference_id"] = compute_inference_id(data)
+        variant = InferenceLockV1.model_validate(data)
+        folder = self.root.digest_dir(self.root.locks, variant.inference_id)
+        folder.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(folder / "lock.json", variant.to_json_dict())
+        return variant
+
+    def sealed_lock(self, inference_id: str) -> InferenceLockV1:
+        from harness.daemon.core import load_sealed_lock
+
+        return load_sealed_lock(self.root, inference_id)
+
+    def close(self) -> list[str]:
+        """Stop the daemon (drain, confirmed stops); kill by PID anything of ours still alive. Returns what was killed."""
+        from harness.daemon.client import reap_spawned, stop_daemon
+
+        with contextlib.suppress(Exception):
+            stop_daemon(self.root, timeout_s=60)
+        return _kill_leftovers(str(self.root.root), self.pids_seen, reap_spawned)
+
+
+def _kill_leftovers(needle: str, known: set[int], reap: Callable[[], None]) -> list[str]:
+    found: dict[int, psutil.Process] = {}
+    for proc in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error, TypeError):
+            if proc.pid != os.getpid() and any(needle in part for part in proc.info["cmdline"] or []):
+                found[proc.pid] = proc
+    for pid in known:
+        with contextlib.suppress(psutil.Error):
+            found.setdefault(pid, psutil.Process(pid))
+    for proc in list(found.values()):
+        with contextlib.suppress(psutil.Error):
+            for child in proc.children(recursive=True):
+                found.setdefault(child.pid, child)
+    killed = []
+    for proc in found.values():
+        with contextlib.suppress(psutil.Error):
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                killed.append(f"{proc.pid} {' '.join(proc.cmdline())[:120]}")
+                proc.send_signal(signal.SIGKILL)
+    reap()
+    return killed
+
+
+def _make_private_daemon(env: CertifyEnv, base: Path, ttl_ms: int) -> PrivateDaemon:
+    """A private root holding the session's model, runtime and sealed lock (so no ``prepare`` start is paid)."""
+    import shutil
+
+    from harness.runtimes import get_runtime
+    from harness.runtimes.install import runtime_dir
+    from harness.store import import_model, model_files_dir
+
+    root = HitchRoot(base / "root")
+    root.root.mkdir(parents=True, exist_ok=True)
+    imported = import_model(root, model_files_dir(env.root, env.model_id), "certify-private")
+    manifest = get_runtime(env.runtime_id)
+    shared_env = runtime_dir(env.root, manifest)
+    if shared_env.is_dir():  # an installed python-env runtime: link it instead of installing it again
+        mine = runtime_dir(root, manifest)
+        mine.parent.mkdir(parents=True, exist_ok=True)
+        if not mine.exists():
+            mine.symlink_to(shared_env, target_is_directory=True)
+    body: dict[str, Any] = {
+        "device": env.device,
+        "profile": env.options.profile,
+        "runtime": env.runtime_id,
+        "engine": env.engine,
+        "launcher": env.options.launcher or "process",
+    }
+    sealed = env.root.digest_dir(env.root.locks, env.run.inference_id)
+    if imported.manifest.model_id == env.model_id and (sealed / "lock.json").is_file():
+        # the session's lock was sealed by an engine that verified it: reuse it, the private root needs no prepare
+        target = root.digest_dir(root.locks, env.run.inference_id)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(sealed, target, dirs_exist_ok=True)
+        body["inference_id"] = env.run.inference_id
+    else:
+        body["model"] = "local/certify-private"
+    fake: FakeControl | None = None
+    if env.engine == "fake":
+        private = ensure_private_dir(root.root / "certify-private")
+        token_file = private / "fake-control.token"
+        write_secret(token_file, secrets.token_urlsafe(24))
+        port_file = private / "fake-control.port"
+        body["fake_flags"] = [
+            "--fake-control-port", "0", "--fake-control-port-file", str(port_file),
+            "--fake-control-token-file", str(token_file),
+        ]  # fmt: skip
+        fake = FakeControl(port_file, token_file.read_text().strip())
+    args = ["--idle-ttl-ms", str(ttl_ms), "--monitor-interval-s", "0.2", "--stop-timeout-s", "8"]
+    daemon = PrivateDaemon(root, env.engine, body, ttl_ms, fake, args)
+    daemon.start()
+    return daemon
+
+
+@pytest.fixture(scope="session", name="private_daemon")
+def private_daemon_fixture(certify_env: CertifyEnv, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateDaemon]:
+    """This process's private daemon for the session's engine, made once and shared by the faults and
+    lifecycle modules (each imports this fixture; the registry hands both the same daemon). Stopped at the
+    end of the session, then anything of the private root still alive is killed by PID."""
+    key = f"{certify_env.engine}:{certify_env.device}"
+    with _REGISTRY_LOCK:
+        daemon = _REGISTRY.get(key)
+        if daemon is None:
+            daemon = _make_private_daemon(certify_env, tmp_path_factory.mktemp("private-daemon"), PRIVATE_TTL_MS)
+            _REGISTRY[key] = daemon
+    try:
+        yield daemon
+    finally:
+        with _REGISTRY_LOCK:
+            _REGISTRY.pop(key, None)
+        daemon.close()
+
+
+# -- a private fake engine behind a private in-process gateway -----------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class _LoopThread:
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="certify-gateway", daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 30.0) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def call(self, fn: Callable[[], T]) -> T:
+        async def wrapped() -> T:
+            return fn()
+
+        return self.run(wrapped())
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
+
+
+@dataclass
+class PrivateStack:
+    """A fake engine process and a gateway (own loop thread) in front of it, with one registered run."""
+
+    proc: subprocess.Popen[bytes]
+    engine_url: str
+    engine_key: str
+    control: FakeControl
+    loop: _LoopThread
+    gateway: Any  # gateway.server.Gateway
+    state_dir: Path
+    base_url: str = ""
+    token: str = ""
+    binding_id: str = ""
+    wire_model: str = "certify-private"
+
+    @classmethod
+    def start(
+        cls, env: CertifyEnv, workdir: Path, lock: InferenceLockV1, *flags: str, max_response_bytes: int = 256 << 20
+    ) -> PrivateStack:
+        from gateway.bindings import UpstreamTarget
+        from gateway.server import Gateway, GatewayConfig
+        from harness.store import model_files_dir
+
+        workdir.mkdir(parents=True, exist_ok=True)
+        model_dir = model_files_dir(env.root, lock.model_id)
+        port, key = _free_port(), "ek-" + secrets.token_urlsafe(24)
+        private = ensure_private_dir(workdir / "private")
+        write_secret(private / "control.token", secrets.token_urlsafe(16))
+        control = FakeControl(private / "control.port", (private / "control.token").read_text().strip())
+        argv = [
+            sys.executable, "-m", "fixtures.fake_sglang", "--model-path", str(model_dir), "--port", str(port),
+            "--served-model-name", "certify-private", "--api-key", key, "--fake-control-port", "0",
+            "--fake-control-port-file", str(control.port_file), "--fake-control-token-file", str(private / "control.token"),
+            "--max-running-requests", str(lock.execution.max_running_requests), *flags,
+        ]  # fmt: skip
+        log = workdir / "engine.log"
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+            )
+        loop = _LoopThread()
+        stack: PrivateStack | None = None
+        try:
+
+            def ready() -> bool:
+                if proc.poll() is not None:
+                    raise AssertionError(f"private fake engine exited: {log.read_text(errors='replace')[-800:]}")
+                return "ready to roll" in log.read_text(errors="replace") and control.port_file.exists()
+
+            wait_until(ready, 60.0, what="the private fake engine")
+            state_dir = workdir / "gateway"
+
+            async def make() -> Any:
+                gw = Gateway(GatewayConfig(state_dir=state_dir, metrics_port=None, max_response_bytes=max_response_bytes))
+                await gw.start()
+                return gw
+
+            gw = loop.run(make())
+            stack = cls(proc, f"http://127.0.0.1:{port}", key, control, loop, gw, state_dir)
+            target = UpstreamTarget(
+                base_url=stack.engine_url,
+                engine_key=key,
+                service_id="svc-certify-private",
+                inference_id=lock.inference_id,
+                epoch=1,
+                lock=lock,
+                wire_model=stack.wire_model,
+                tokenizer_dir=model_dir,
+            )
+            record = loop.call(lambda: gw.register("certify-private-run", target))
+            stack.base_url, stack.binding_id = record.base_url, record.binding_id
+            stack.token = Path(record.token_ref).read_text().strip()
+            return stack
+        except BaseException:
+            if stack is not None:
+                stack.close()
+            else:
+                loop.close()
+                proc.kill()
+                proc.wait(10)
+            raise
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    def engine_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.engine_key}"}
+
+    def queue_counts(self) -> tuple[int, int, int, int]:
+        """(acquired, released, repeat_releases, in_use) summed over the gateway's admission queues."""
+
+        def counts() -> tuple[int, int, int, int]:
+            qs = list(self.gateway.queues.values())
+            return (
+                sum(q.acquired for q in qs),
+                sum(q.released for q in qs),
+                sum(q.repeat_releases for q in qs),
+                sum(q.in_use for q in qs),
+            )
+
+        return self.loop.call(counts)
+
+    def rows(self, at_least: int = 1) -> list[dict[str, Any]]:
+        self.loop.call(self.gateway.evidence.flush)
+        self.gateway.writer.flush()
+        return evidence_rows(self.state_dir, self.binding_id, at_least)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.loop.run(self.gateway.stop())
+        self.loop.close()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)

@@ -1,0 +1,257 @@
+"""lifecycle: one engine is shared, a cancelled request frees its slot, an idle service stops on time, and a
+daemon that died is cleaned up after by the next one (spec §8.2, §9.1, §9.3).
+
+- reuse and cancel run on the session's shared service (new runs on it, deleted afterwards);
+- idle stop and recovery need a daemon with a short idle TTL that may be SIGKILLed: the private daemon of
+  :mod:`certify.suites._support_engines` (its own HITCH_ROOT, the session's engine). On a real engine the
+  recovery check reuses the engine the faults suite left running, and the idle-stop check reuses the one
+  the recovery check started, so the real engine starts as few times as possible.
+
+Timings go into the entry as metrics: ``warm_acquire_ms``, ``cancel_slot_free_ms``, ``idle_stop_s``,
+``idle_stop_after_ttl_s``, ``recovery_restart_s``, and all of them together as ``_lifecycle`` for the
+report page.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from certify.registry import check
+from certify.session import CertifyEnv, RunHandle
+from certify.suites._support_engines import (
+    PrivateDaemon,
+    RawStream,
+    chat_body,
+    engine_running,
+    evidence_rows,
+    kill_pid,
+    pid_alive,
+    private_daemon_fixture,  # noqa: F401 (the fixture ``private_daemon``)
+    wait_until,
+)
+
+CANCEL_BOUND_S = 5.0
+IDLE_GRACE_S = 10.0
+
+CHECKS = [
+    check("lifecycle.reuse.same_service", description="two runs of the same lock share one service and one epoch"),
+    check("lifecycle.reuse.no_second_engine", description="a second run starts no engine: same engine process, one service"),
+    check("lifecycle.cancel.slot_freed", description="a cancelled stream frees its engine slot within 5 s"),
+    check("lifecycle.idle.stop_after_ttl", description="an idle service is stopped within TTL + 10 s, its engine gone"),
+    check("lifecycle.recovery.leftover_stopped", description="after a daemon SIGKILL the next daemon stops the leftover engine"),
+    check("lifecycle.recovery.new_epoch", description="after recovery a new run gets a new epoch with new keys"),
+]
+
+_TIMINGS: dict[str, float] = {}
+
+
+def _record(certify_record: Any, name: str, value: float) -> None:
+    _TIMINGS[name] = value
+    certify_record.metric(name, value)
+    certify_record.metric("_lifecycle", dict(_TIMINGS))
+
+
+def _serves(run: RunHandle) -> int:
+    r = httpx.post(
+        run.base_url + "/chat/completions", json=chat_body(run.wire_model, stream=False), headers=run.headers(), timeout=60
+    )
+    return r.status_code
+
+
+def _service_pid(env: CertifyEnv) -> int | None:
+    svc = env.service()
+    return None if svc is None or svc.get("pid") is None else int(svc["pid"])
+
+
+# -- reuse -----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def reuse(certify_env: CertifyEnv) -> dict[str, Any]:
+    env = certify_env
+    pid_before = _service_pid(env)
+    t0 = time.perf_counter()
+    a = env.new_run()
+    t1 = time.perf_counter()
+    b = env.new_run()
+    t2 = time.perf_counter()
+    try:
+        svc = env.service()
+        same_inference = [s for s in env.daemon.services().get("services", []) if s.get("inference_id") == env.run.inference_id]
+        out = {
+            "runs": [(r.service_id, r.epoch) for r in (a, b)],
+            "session": (env.run.service_id, env.run.epoch),
+            "owners": sorted((svc or {}).get("owners", [])),
+            "pid_before": pid_before,
+            "pid_after": _service_pid(env),
+            "services": len(same_inference),
+            "served": [_serves(a), _serves(b)],
+            "run_ids": [a.run_id, b.run_id],
+            "warm_acquire_ms": round(min(t1 - t0, t2 - t1) * 1000, 2),
+        }
+    finally:
+        env.delete_run(a)
+        env.delete_run(b)
+    return out
+
+
+@pytest.mark.check("lifecycle.reuse.same_service")
+def test_reuse_same_service(reuse: dict[str, Any], certify_record: Any) -> None:
+    _record(certify_record, "warm_acquire_ms", reuse["warm_acquire_ms"])
+    certify_record.detail("runs", reuse["runs"])
+    assert reuse["runs"] == [reuse["session"], reuse["session"]]
+    assert set(reuse["run_ids"]) <= set(reuse["owners"])
+    assert reuse["served"] == [200, 200]
+
+
+@pytest.mark.check("lifecycle.reuse.no_second_engine")
+def test_reuse_no_second_engine(reuse: dict[str, Any], certify_record: Any) -> None:
+    certify_record.detail("engine_pid", reuse["pid_after"])
+    assert reuse["pid_before"] is not None and reuse["pid_before"] == reuse["pid_after"]
+    assert reuse["services"] == 1
+
+
+# -- cancel ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.check("lifecycle.cancel.slot_freed")
+def test_cancel_frees_slot(certify_env: CertifyEnv, certify_record: Any) -> None:
+    env = certify_env
+    run = env.new_run()
+    try:
+        if env.fake is not None:  # the fake answers at once: hold its stream open with a stall
+            env.fake.reset()
+            env.fake.faults("stall_mid_stream:t=30,after=2")
+        for _ in range(3):
+            body = chat_body(run.wire_model, stream=True, max_tokens=None, content="Tell a long story.")
+            stream = RawStream(run.base_url, run.token, "/chat/completions", body)
+            try:
+                stream.read_events(2)
+                held = stream.status == 200 and not stream.done_seen and engine_running(env.engine_url, env.engine_headers()) >= 1
+            finally:
+                stream.close()
+            if held:
+                break
+        else:
+            raise AssertionError("could not hold a stream in flight to cancel")
+        t_close = time.monotonic()
+        wait_until(
+            lambda: engine_running(env.engine_url, env.engine_headers()) == 0, CANCEL_BOUND_S, interval_s=0.005, what="slot freed"
+        )
+        freed_ms = round((time.monotonic() - t_close) * 1000, 1)
+        _record(certify_record, "cancel_slot_free_ms", freed_ms)
+        rows = evidence_rows(env.root.root / "inference" / "gateway", run.binding_id)
+        certify_record.detail("evidence_status", rows[-1]["status"])
+        assert rows[-1]["status"] == "cancelled"
+        assert freed_ms <= CANCEL_BOUND_S * 1000
+    finally:
+        if env.fake is not None:
+            env.fake.reset()
+        env.delete_run(run)
+
+
+# -- recovery (private daemon) ---------------------------------------------------------------------------
+
+
+def _warm_run(daemon: PrivateDaemon) -> RunHandle:
+    """The run another check left leased on the private daemon (its engine already started), or a new one."""
+    warm = daemon.runs.get(str(daemon.shared.get("warm_run_id")))
+    if warm is not None:
+        record = daemon.record(warm.service_id)
+        if record is not None and record.state == "ready" and record.epoch == warm.epoch:
+            return warm
+    run = daemon.create_run()
+    daemon.shared["warm_run_id"] = run.run_id
+    return run
+
+
+@pytest.fixture(scope="module")
+def recovery(private_daemon: PrivateDaemon) -> dict[str, Any]:
+    from harness.daemon.client import reap_spawned
+
+    daemon = private_daemon
+    run = _warm_run(daemon)
+    engine_pid = daemon.engine_pid(run.service_id)
+    assert engine_pid is not None
+    _, old_key = daemon.engine_endpoint(run.service_id)
+    old_pid = daemon.daemon_pid()
+    kill_pid(old_pid)
+
+    def daemon_gone() -> bool:
+        reap_spawned()  # the daemon is our child (spawned by start_daemon): collect it, no zombie
+        return not pid_alive(old_pid)
+
+    wait_until(daemon_gone, 15.0, what="the daemon gone")
+    engine_survived = pid_alive(engine_pid)
+    daemon.runs.clear()  # the killed daemon's runs died with it
+    daemon.shared.pop("warm_run_id", None)
+    t0 = time.monotonic()
+    status = daemon.start()
+    restart_s = time.monotonic() - t0
+    outcomes = [o for o in status.get("recovery", []) if o.get("service_id") == run.service_id]
+    engine_gone = not pid_alive(engine_pid) or bool(wait_until(lambda: not pid_alive(engine_pid), 15.0, what="leftover gone"))
+    record = daemon.record(run.service_id)
+    again = daemon.create_run()
+    daemon.shared["warm_run_id"] = again.run_id  # the idle-stop check measures this one
+    return {
+        "run": run,
+        "engine_survived_daemon": engine_survived,
+        "outcomes": outcomes,
+        "engine_gone": engine_gone,
+        "record_state": record.state if record is not None else None,
+        "restart_s": round(restart_s, 2),
+        "key_rotated": daemon.engine_endpoint(again.service_id)[1] != old_key,
+        "again": again,
+        "again_status": _serves(again),
+    }
+
+
+@pytest.mark.check("lifecycle.recovery.leftover_stopped")
+def test_recovery_leftover_stopped(recovery: dict[str, Any], certify_record: Any) -> None:
+    _record(certify_record, "recovery_restart_s", recovery["restart_s"])
+    certify_record.detail("outcomes", recovery["outcomes"])
+    assert recovery["engine_survived_daemon"], "the engine should outlive its daemon (else nothing was recovered)"
+    assert [o["action"] for o in recovery["outcomes"]] == ["stopped"]
+    assert recovery["engine_gone"] and recovery["record_state"] == "stopped"
+
+
+@pytest.mark.check("lifecycle.recovery.new_epoch")
+def test_recovery_new_epoch(recovery: dict[str, Any], certify_record: Any) -> None:
+    run, again = recovery["run"], recovery["again"]
+    keys_removed = recovery["outcomes"][0].get("details", {}).get("keys_removed", []) if recovery["outcomes"] else []
+    certify_record.detail("keys_removed", keys_removed)
+    assert again.service_id == run.service_id and again.epoch > run.epoch
+    assert recovery["key_rotated"] and keys_removed
+    assert recovery["again_status"] == 200
+
+
+# -- idle stop (private daemon) --------------------------------------------------------------------------
+
+
+@pytest.mark.check("lifecycle.idle.stop_after_ttl")
+def test_idle_stop_after_ttl(private_daemon: PrivateDaemon, certify_record: Any) -> None:
+    daemon = private_daemon
+    run = _warm_run(daemon)
+    pid = daemon.engine_pid(run.service_id)
+    assert pid is not None
+    ttl_s = daemon.ttl_ms / 1000
+    daemon.delete_run(run)
+    daemon.shared.pop("warm_run_id", None)
+    t0 = time.monotonic()
+
+    def stopped() -> bool:
+        record = daemon.record(run.service_id)
+        return record is not None and record.state == "stopped" and not pid_alive(pid)
+
+    wait_until(stopped, ttl_s + IDLE_GRACE_S, interval_s=0.05, what="the idle service stopped")
+    idle_stop_s = time.monotonic() - t0
+    _record(certify_record, "idle_stop_s", round(idle_stop_s, 2))
+    _record(certify_record, "idle_stop_after_ttl_s", round(idle_stop_s - ttl_s, 2))
+    certify_record.detail("idle_ttl_s", ttl_s)
+    assert idle_stop_s >= ttl_s * 0.9, "stopped before its TTL ran out"
+    assert idle_stop_s <= ttl_s + IDLE_GRACE_S
+    assert [e.event for e in daemon.events(run.service_id) if e.epoch == run.epoch][-1] == "inference.stopped"

@@ -60,9 +60,15 @@ class GatewayMetrics:
     def observe_request(self, route: str, status: str, e2e_s: float | None, ttft_s: float | None) -> None:
         self.requests[(route, status)] += 1
         if e2e_s is not None:
-            self.e2e.setdefault(route, Histogram()).observe(e2e_s)
+            hist = self.e2e.get(route)
+            if hist is None:
+                hist = self.e2e[route] = Histogram()
+            hist.observe(e2e_s)
         if ttft_s is not None:
-            self.ttft.setdefault(route, Histogram()).observe(ttft_s)
+            hist = self.ttft.get(route)
+            if hist is None:
+                hist = self.ttft[route] = Histogram()
+            hist.observe(ttft_s)
 
     def render(self) -> str:
         out: list[str] = []

@@ -35,13 +35,23 @@ class WriteItem:
     on_error: Callable[[OSError], None] | None = None
 
 
+_KNOWN_DIRS: set[Path] = set()  # directories this process made or saw (no stat per write)
+
+
 def write_private(item: WriteItem) -> None:
     """Write or append ``item.data`` to a 0600 file (parents 0700)."""
-    if not item.path.parent.is_dir():
-        ensure_private_dir(item.path.parent)
+    parent = item.path.parent
+    if parent not in _KNOWN_DIRS:
+        if not parent.is_dir():
+            ensure_private_dir(parent)
+        _KNOWN_DIRS.add(parent)
     data = item.data if isinstance(item.data, bytes) else item.data()
     flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if item.append else os.O_TRUNC)
-    fd = os.open(item.path, flags, 0o600)
+    try:
+        fd = os.open(item.path, flags, 0o600)
+    except FileNotFoundError:  # the directory went away since it was seen: make it again
+        ensure_private_dir(parent)
+        fd = os.open(item.path, flags, 0o600)
     try:
         view = memoryview(data)
         while view:

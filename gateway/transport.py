@@ -190,11 +190,17 @@ async def relay_unary(upstream: aiohttp.ClientResponse, ex: Exchange, max_bytes:
     return web.Response(body=data, status=upstream.status, headers=_client_headers(upstream, ex.request_id))
 
 
+class _StreamResponse(web.StreamResponse):
+    """Headers leave with the first relayed bytes (one write, one client wake-up), as ``web.Response`` does."""
+
+    _send_headers_immediately = False
+
+
 async def relay_stream(request: web.BaseRequest, upstream: aiohttp.ClientResponse, ex: Exchange) -> web.StreamResponse:
     api: Literal["chat", "responses"] = "chat" if ex.route == "/v1/chat/completions" else "responses"
     observer = StreamObserver(api)
     capture = ex.capture
-    resp = web.StreamResponse(status=upstream.status, headers=_client_headers(upstream, ex.request_id))
+    resp = _StreamResponse(status=upstream.status, headers=_client_headers(upstream, ex.request_id))
     ex.http_status = upstream.status
     ex.status = "cancelled"  # until the stream ends one way or the other
     clean = False

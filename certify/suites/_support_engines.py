@@ -46,11 +46,13 @@ __all__ = [
     "PrivateStack",
     "RawStream",
     "engine_running",
+    "hold_stream",
     "evidence_rows",
     "kill_pid",
     "pid_alive",
     "private_daemon_fixture",
     "session_lock",
+    "slot_freed_ms",
     "wait_until",
 ]
 
@@ -93,6 +95,22 @@ def engine_running(engine_url: str, headers: dict[str, str]) -> int:
     r = httpx.get(engine_url + "/v1/loads", headers=headers, timeout=10)
     r.raise_for_status()
     return sum(int(x.get("num_running_reqs", 0)) + int(x.get("num_waiting_reqs", 0)) for x in r.json()["loads"])
+
+
+def slot_freed_ms(engine_url: str, headers: dict[str, str], model: str, t_close: float, max_running: int) -> float:
+    """Milliseconds from ``t_close`` until the engine has a free slot again.
+
+    With one running slot (the baseline lock) a one-token request sent straight to the engine is the proof:
+    it can only be answered once the cancelled request has left the engine (a request that kept running
+    would hold the slot for its whole remaining budget). With more slots, ``/v1/loads`` must drop to 0
+    (SGLang's load snapshot can lag; the fake's is exact)."""
+    if max_running == 1:
+        body = chat_body(model, stream=False, max_tokens=1)
+        r = httpx.post(engine_url + "/v1/chat/completions", json=body, headers=headers, timeout=120)
+        assert r.status_code == 200, r.text[:300]
+    else:
+        wait_until(lambda: engine_running(engine_url, headers) == 0, 60.0, interval_s=0.005, what="the engine slot freed")
+    return (time.monotonic() - t_close) * 1000
 
 
 def evidence_rows(gateway_state_dir: Path, binding_id: str, at_least: int = 1, timeout_s: float = 10.0) -> list[dict[str, Any]]:
@@ -173,6 +191,19 @@ class RawStream:
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.sock.close()
+
+
+def hold_stream(run: RunHandle, events: int = 2, tries: int = 3) -> RawStream:
+    """A chat stream through ``run`` that is still generating after ``events`` events (the lock's whole
+    output budget; on the fake engine the caller sets a stall first). Fails the check if every try ended."""
+    for _ in range(tries):
+        body = chat_body(run.wire_model, stream=True, max_tokens=None, content="Tell a long story.")
+        stream = RawStream(run.base_url, run.token, "/chat/completions", body)
+        stream.read_events(events)
+        if stream.status == 200 and not stream.done_seen and not stream.eof:
+            return stream
+        stream.close()
+    raise AssertionError("could not hold a stream in flight (every answer ended at once)")
 
 
 # -- the private daemon -------------------------------------------------------------------------------

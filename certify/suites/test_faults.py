@@ -42,10 +42,12 @@ from certify.suites._support_engines import (
     chat_body,
     engine_running,
     evidence_rows,
+    hold_stream,
     kill_pid,
     pid_alive,
     private_daemon_fixture,  # noqa: F401 (the fixture ``private_daemon``)
     session_lock,
+    slot_freed_ms,
     wait_until,
 )
 from fixtures.fake_sglang.faults import FAULT_NAMES
@@ -527,18 +529,7 @@ def _in_flight_stream(daemon: PrivateDaemon, run: RunHandle) -> RawStream:
     """A stream that is still generating (a real engine: the lock's whole budget; the fake: stalled)."""
     if daemon.fake is not None:
         daemon.fake.faults("stall_mid_stream:t=60,after=2")
-    for _ in range(3):
-        stream = RawStream(
-            run.base_url,
-            run.token,
-            "/chat/completions",
-            chat_body(run.wire_model, stream=True, max_tokens=None, content="Tell a long story."),
-        )
-        stream.read_events(2)
-        if stream.status == 200 and not stream.done_seen and not stream.eof:
-            return stream
-        stream.close()
-    raise AssertionError("could not hold a stream in flight (every answer ended at once)")
+    return hold_stream(run)
 
 
 @pytest.fixture(scope="module")
@@ -606,34 +597,25 @@ def test_client_disconnect(certify_env: CertifyEnv, certify_record: Any) -> None
     env = certify_env
     run = env.new_run()
     try:
-        if env.fake is not None:
+        if env.fake is not None:  # the fake answers at once: hold its stream open with a stall
             env.fake.reset()
             env.fake.faults("stall_mid_stream:t=30,after=2")
-        for _ in range(3):
-            stream = RawStream(
-                run.base_url,
-                run.token,
-                "/chat/completions",
-                chat_body(run.wire_model, stream=True, max_tokens=None, content="Tell a long story."),
-            )
-            try:
-                stream.read_events(2)
-                busy = engine_running(env.engine_url, env.engine_headers())
-                if stream.status == 200 and not stream.done_seen and busy >= 1:
-                    break
-            finally:
-                stream.close()
-        else:
-            raise AssertionError("could not hold a stream in flight to disconnect from")
+        stream = hold_stream(run)
+        busy = engine_running(env.engine_url, env.engine_headers())
+        stream.close()
         t_close = time.monotonic()
-        wait_until(lambda: engine_running(env.engine_url, env.engine_headers()) == 0, 5.0, what="the engine request aborted")
-        certify_record.metric("disconnect_slot_free_ms", round((time.monotonic() - t_close) * 1000, 1))
-        rows = evidence_rows(_gateway_dir(env), run.binding_id)
-        assert rows[-1]["status"] == "cancelled" and rows[-1]["error_code"] is None
         if env.fake is not None:
             env.fake.faults()
+        max_running = session_lock(env).execution.max_running_requests
+        freed_ms = slot_freed_ms(env.engine_url, env.engine_headers(), run.wire_model, t_close, max_running)
+        certify_record.metric("disconnect_slot_free_ms", round(freed_ms, 1))
+        certify_record.detail("engine_load_before_close", busy)
+        rows = evidence_rows(_gateway_dir(env), run.binding_id)
+        assert rows[-1]["status"] == "cancelled" and rows[-1]["error_code"] is None
+        assert freed_ms <= 5000, f"the engine slot was freed {freed_ms:.0f} ms after the client went away"
+        if env.fake is not None:
             assert env.fake.state()["num_aborted_requests"] >= 1
-        assert _serves(run.base_url, run.headers(), run.wire_model) == 200  # the permit is free again
+        assert _serves(run.base_url, run.headers(), run.wire_model) == 200  # the gateway permit is free again
     finally:
         if env.fake is not None:
             env.fake.reset()

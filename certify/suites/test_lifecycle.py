@@ -24,13 +24,14 @@ from certify.registry import check
 from certify.session import CertifyEnv, RunHandle
 from certify.suites._support_engines import (
     PrivateDaemon,
-    RawStream,
     chat_body,
-    engine_running,
     evidence_rows,
+    hold_stream,
     kill_pid,
     pid_alive,
     private_daemon_fixture,  # noqa: F401 (the fixture ``private_daemon``)
+    session_lock,
+    slot_freed_ms,
     wait_until,
 )
 
@@ -126,23 +127,13 @@ def test_cancel_frees_slot(certify_env: CertifyEnv, certify_record: Any) -> None
         if env.fake is not None:  # the fake answers at once: hold its stream open with a stall
             env.fake.reset()
             env.fake.faults("stall_mid_stream:t=30,after=2")
-        for _ in range(3):
-            body = chat_body(run.wire_model, stream=True, max_tokens=None, content="Tell a long story.")
-            stream = RawStream(run.base_url, run.token, "/chat/completions", body)
-            try:
-                stream.read_events(2)
-                held = stream.status == 200 and not stream.done_seen and engine_running(env.engine_url, env.engine_headers()) >= 1
-            finally:
-                stream.close()
-            if held:
-                break
-        else:
-            raise AssertionError("could not hold a stream in flight to cancel")
+        stream = hold_stream(run)
+        stream.close()
         t_close = time.monotonic()
-        wait_until(
-            lambda: engine_running(env.engine_url, env.engine_headers()) == 0, CANCEL_BOUND_S, interval_s=0.005, what="slot freed"
-        )
-        freed_ms = round((time.monotonic() - t_close) * 1000, 1)
+        if env.fake is not None:
+            env.fake.faults()
+        max_running = session_lock(env).execution.max_running_requests
+        freed_ms = round(slot_freed_ms(env.engine_url, env.engine_headers(), run.wire_model, t_close, max_running), 1)
         _record(certify_record, "cancel_slot_free_ms", freed_ms)
         rows = evidence_rows(env.root.root / "inference" / "gateway", run.binding_id)
         certify_record.detail("evidence_status", rows[-1]["status"])

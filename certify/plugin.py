@@ -12,6 +12,7 @@ The plugin is inert for test runs that collect no certification check (the proje
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import time
@@ -51,6 +52,9 @@ def pytest_configure(config: pytest.Config) -> None:
     for suite in SUITES:
         config.addinivalue_line("markers", f"{suite}: certification suite {suite}")
     config.addinivalue_line("markers", "check(id): the stable id of the certification check a test implements")
+    config.addinivalue_line(
+        "markers", "exclusive_engine: changes or measures the shared engine (faults, request log, perf); runs alone"
+    )
     is_worker = hasattr(config, "workerinput")
     key = os.environ.get(SESSION_ENV, "")
     if not is_worker and _targets_certify(config):  # the controller fixes what its xdist workers must share
@@ -181,6 +185,42 @@ def certify_env(request: pytest.FixtureRequest) -> Iterator[Any]:
         yield env
     finally:
         env.close()
+
+
+@contextlib.contextmanager
+def engine_turn(config: pytest.Config, *, exclusive: bool) -> Iterator[None]:
+    """Under xdist, hold the session engine shared (``flock`` LOCK_SH) or alone (LOCK_EX); a no-op otherwise.
+
+    Every certify test holds it shared while it runs (autouse fixture below); a test marked
+    ``exclusive_engine``, or a fixture that measures or changes the shared engine, holds it alone: a fault set
+    on the shared fake engine, its request log, or a latency measurement is never disturbed by another
+    worker's check.
+    """
+    if not hasattr(config, "workerinput"):
+        yield
+        return
+    import fcntl
+
+    from certify.session import session_key_dir
+
+    state = config.stash[_STATE]
+    path = session_key_dir(resolved_options(config), state.session_key) / "engine-turn.lock"
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@pytest.fixture(autouse=True)
+def _shared_engine_turn(request: pytest.FixtureRequest) -> Iterator[None]:
+    item = request.node
+    if not isinstance(item, pytest.Item) or not _is_certify_item(item):
+        yield
+        return
+    with engine_turn(request.config, exclusive=item.get_closest_marker("exclusive_engine") is not None):
+        yield
 
 
 @dataclass

@@ -190,6 +190,7 @@ def _row(rows: list[dict[str, Any]]) -> dict[str, Any]:
 # -- stream faults on the shared fake engine -------------------------------------------------------------
 
 
+@pytest.mark.exclusive_engine
 @pytest.mark.check(MODE_CHECKS["split_utf8"])
 def test_split_utf8(certify_env: CertifyEnv, certify_record: Any) -> None:
     with _shared_fault(certify_env, "split_utf8") as run:
@@ -202,6 +203,7 @@ def test_split_utf8(certify_env: CertifyEnv, certify_record: Any) -> None:
         assert row["status"] in ("completed", "incomplete") and row["error_code"] is None and row["ttft_ms"] is not None
 
 
+@pytest.mark.exclusive_engine
 @pytest.mark.check(MODE_CHECKS["coalesce_events"])
 def test_coalesce_events(certify_env: CertifyEnv, certify_record: Any) -> None:
     with _shared_fault(certify_env, "coalesce_events:n=4") as run:
@@ -217,6 +219,7 @@ def test_coalesce_events(certify_env: CertifyEnv, certify_record: Any) -> None:
         assert row["engine_rid"] == last["response"]["id"]
 
 
+@pytest.mark.exclusive_engine
 @pytest.mark.check(MODE_CHECKS["partial_event_close"])
 def test_partial_event_close(certify_env: CertifyEnv, certify_record: Any) -> None:
     with _shared_fault(certify_env, "partial_event_close") as run:
@@ -230,6 +233,7 @@ def test_partial_event_close(certify_env: CertifyEnv, certify_record: Any) -> No
         assert _serves(run.base_url, run.headers(), run.wire_model) == 200
 
 
+@pytest.mark.exclusive_engine
 @pytest.mark.check("faults.inband_error.{api}")
 @pytest.mark.parametrize("api", ["chat", "responses"])
 def test_inband_error(certify_env: CertifyEnv, certify_record: Any, api: str) -> None:
@@ -246,6 +250,7 @@ def test_inband_error(certify_env: CertifyEnv, certify_record: Any, api: str) ->
         assert len(_inference_requests(certify_env)) == 1, "a POST is never retried"
 
 
+@pytest.mark.exclusive_engine
 @pytest.mark.check(MODE_CHECKS["connection_reset"])
 def test_connection_reset(certify_env: CertifyEnv, certify_record: Any) -> None:
     with _shared_fault(certify_env, "connection_reset:after=2") as run:
@@ -592,6 +597,7 @@ def test_engine_killed_new_epoch(killed: KillOutcome, certify_record: Any) -> No
 # -- client disconnect on the shared engine, both engines ------------------------------------------------
 
 
+@pytest.mark.exclusive_engine
 @pytest.mark.check("faults.client_disconnect.upstream_aborted")
 def test_client_disconnect(certify_env: CertifyEnv, certify_record: Any) -> None:
     env = certify_env

@@ -119,6 +119,7 @@ def test_reuse_no_second_engine(reuse: dict[str, Any], certify_record: Any) -> N
 # -- cancel ----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.exclusive_engine
 @pytest.mark.check("lifecycle.cancel.slot_freed")
 def test_cancel_frees_slot(certify_env: CertifyEnv, certify_record: Any) -> None:
     env = certify_env

@@ -329,7 +329,7 @@ def measure(env: CertifyEnv) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def overhead(certify_env: CertifyEnv) -> dict[str, Any]:
+def overhead(certify_env: CertifyEnv, request: pytest.FixtureRequest) -> dict[str, Any]:
     """The session's measurement: made once (file lock in the report dir), shared by xdist workers."""
     from filelock import FileLock
 
@@ -342,7 +342,10 @@ def overhead(certify_env: CertifyEnv) -> dict[str, Any]:
             cached: dict[str, Any] = json.loads(out.read_text())
             if cached.get("session") == session:
                 return cached
-        report = measure(certify_env) | {"session": session}
+        from certify.plugin import engine_turn
+
+        with engine_turn(request.config, exclusive=True):  # no other worker's check runs while we measure
+            report = measure(certify_env) | {"session": session}
         from harness.paths import atomic_write_json
 
         atomic_write_json(out, report)
@@ -358,6 +361,7 @@ def _record_common(rec: Any, overhead: dict[str, Any]) -> None:
     rec.metric("_overhead", {k: v for k, v in overhead.items() if k != "session"})
 
 
+@pytest.mark.exclusive_engine
 @pytest.mark.check("perf.overhead.e2e_bound")
 def test_added_latency_within_bound(overhead: dict[str, Any], certify_record: Any) -> None:
     res = overhead["results"]
@@ -375,6 +379,7 @@ def test_added_latency_within_bound(overhead: dict[str, Any], certify_record: An
     assert not over, "gateway overhead above the §15.4 bound: " + "; ".join(over)
 
 
+@pytest.mark.exclusive_engine
 @pytest.mark.check("perf.overhead.ttft_bound")
 def test_added_ttft_within_bound(overhead: dict[str, Any], certify_record: Any) -> None:
     stream = overhead["results"]["stream"]
@@ -397,6 +402,7 @@ def test_added_ttft_within_bound(overhead: dict[str, Any], certify_record: Any) 
     assert not over, "TTFT overhead above the bound: " + "; ".join(over)
 
 
+@pytest.mark.exclusive_engine
 @pytest.mark.check("perf.throughput.concurrent")
 def test_throughput_at_concurrency(overhead: dict[str, Any], certify_record: Any) -> None:
     res = overhead["results"]
@@ -411,6 +417,7 @@ def test_throughput_at_concurrency(overhead: dict[str, Any], certify_record: Any
     assert all(res[k][a]["rps_c32"] > 0 for k in KINDS for a in ("direct", "gateway"))
 
 
+@pytest.mark.exclusive_engine
 @pytest.mark.check("perf.overhead.same_work")
 def test_arms_did_the_same_work(overhead: dict[str, Any], certify_record: Any) -> None:
     unary = overhead["results"]["unary"]

@@ -524,6 +524,7 @@ def _stream_then_close(env: CertifyEnv, prompt: str) -> tuple[bool, int, int]:
     return mid_way, busy, len(seen)
 
 
+@pytest.mark.exclusive_engine
 @pytest.mark.check("protocol.cancel.stream")
 def test_cancel_stream(certify_env: CertifyEnv, certify_record: Any) -> None:
     run = certify_env.run

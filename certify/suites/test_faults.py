@@ -387,6 +387,29 @@ def _failed_event(
     return wait_until(found, timeout_s, what="inference.failed")
 
 
+def _service_failure_code(daemon: PrivateDaemon, inference_id: str, timeout_s: float) -> str | None:
+    """The failure code the supervisor recorded for any service of ``inference_id`` (None if none failed)."""
+    from harness.service.state_store import ServiceStateStore
+
+    def found() -> str | None:
+        if not daemon.root.services.is_dir():
+            return None
+        for path in sorted(daemon.root.services.iterdir()):
+            record = ServiceStateStore(daemon.root, path.name).read()
+            if record is None or record.inference_id != inference_id:
+                continue
+            for event in daemon.events(path.name):
+                code = event.details.get("code") if event.event == "inference.failed" else None
+                if code:
+                    return str(code)
+        return None
+
+    try:
+        return wait_until(found, timeout_s, what="inference.failed")
+    except AssertionError:
+        return None
+
+
 def _revoked(run: RunHandle, timeout_s: float = 10.0) -> dict[str, Any]:
     """The run's next request, once the binding is revoked: 403 inference_binding_revoked."""
 
@@ -681,8 +704,9 @@ def test_oom_container_limit(private_daemon: PrivateDaemon, certify_record: Any)
         run = pdaemon.create_run(
             inference_id=small.inference_id, engine="fake", launcher="oci", image=image, fake_flags=list(flags)
         )
-    except HitchError as err:  # killed while starting
-        code = err.code
+    except HitchError as err:  # killed while starting, or between ready and the run's registration
+        certify_record.detail("create_error", err.code)
+        code = _service_failure_code(pdaemon, small.inference_id, 60.0) or err.code
     else:
         code = str(_failed_event(pdaemon, run.service_id, run.epoch, 60.0).get("code"))
         pdaemon.runs.pop(run.run_id, None)

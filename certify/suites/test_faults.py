@@ -706,6 +706,8 @@ def test_oom_container_limit(private_daemon: PrivateDaemon, certify_record: Any)
         )
     except HitchError as err:  # killed while starting, or between ready and the run's registration
         certify_record.detail("create_error", err.code)
+        if err.code == "inference_capacity_exceeded":  # the private daemon's other services hold the cores
+            pytest.skip(f"no free capacity for the container next to the private daemon's services: {err.message}")
         code = _service_failure_code(pdaemon, small.inference_id, 60.0) or err.code
     else:
         code = str(_failed_event(pdaemon, run.service_id, run.epoch, 60.0).get("code"))

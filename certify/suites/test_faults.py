@@ -695,6 +695,12 @@ def test_oom_container_limit(private_daemon: PrivateDaemon, certify_record: Any)
     image = next((ln.split("=", 1)[1] for ln in out.stdout.splitlines() if ln.startswith("IMAGE_ID=")), None)
     if out.returncode != 0 or image is None:
         pytest.skip(f"the fake engine image could not be built: {out.stderr[-300:]}")
+    # the warm service (kept for the lifecycle suite, which makes a new one when it is gone) holds the cores a
+    # container service needs on a small machine: release and stop it first
+    warm = pdaemon.runs.get(str(pdaemon.shared.pop("warm_run_id", None)))
+    if warm is not None:
+        pdaemon.delete_run(warm)
+        pdaemon.stop_service(warm.service_id)
     base = pdaemon.create_run()
     lock = pdaemon.sealed_lock(base.inference_id)
     pdaemon.delete_run(base)

@@ -24,6 +24,11 @@ if [[ $(installed_version) == "$VERSION" ]] && [[ -n $(binary) ]]; then
   exit 0
 fi
 
+if ! command -v npm >/dev/null 2>&1 && [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+  echo "install_codex: npm is missing; installing Debian's nodejs and npm"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null \
+    || { apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null; }
+fi
 if ! command -v npm >/dev/null 2>&1; then
   echo "install_codex: npm is missing (install nodejs/npm)" >&2
   exit 1

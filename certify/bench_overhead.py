@@ -26,7 +26,6 @@ import json
 import os
 import platform
 import secrets
-import signal
 import statistics
 import subprocess
 import sys
@@ -42,6 +41,7 @@ import aiohttp
 import psutil
 import uvloop
 
+from certify.processes import stop_process
 from gateway.policy import apply_policy
 from harness.contracts.lock import InferenceLockV1
 
@@ -88,16 +88,6 @@ def _wait_file(path: Path, proc: subprocess.Popen[bytes], timeout: float = 240.0
             return data
         time.sleep(0.05)
     raise RuntimeError(f"timed out waiting for {path}")
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
 
 
 def _bench_lock(permits: int, model_dir: Path, work: Path) -> InferenceLockV1:
@@ -244,7 +234,7 @@ def _stack(args: argparse.Namespace, work: Path) -> Iterator[tuple[list[Arm], di
         yield arms, {"engine_pid": engine.pid, "ctl": ctl, "gateway_metrics": ready["metrics_url"]}
     finally:
         for p in reversed(procs):
-            _stop(p)
+            stop_process(p, 10)
 
 
 def _tiny_model(work: Path) -> Path:

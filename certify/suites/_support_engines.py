@@ -37,6 +37,7 @@ import httpx
 import psutil
 import pytest
 
+from certify.processes import stop_process
 from certify.session import CertifyEnv, FakeControl, RunHandle
 from harness.contracts.lock import InferenceLockV1, compute_inference_id
 from harness.paths import HitchRoot, atomic_write_json, ensure_private_dir, write_secret
@@ -553,10 +554,4 @@ class PrivateStack:
         with contextlib.suppress(Exception):
             self.loop.run(self.gateway.stop())
         self.loop.close()
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
+        stop_process(self.proc)

@@ -16,7 +16,6 @@ import contextlib
 import json
 import os
 import secrets
-import signal
 import socket
 import subprocess
 import sys
@@ -29,7 +28,8 @@ from typing import Any
 
 import httpx
 
-from certify.session import CertifyEnv, RunHandle
+from certify.processes import stop_process
+from certify.session import CertifyEnv, FakeControl, RunHandle
 
 __all__ = [
     "REPO",
@@ -210,14 +210,10 @@ class ScriptedGateway:
     control_token: str = field(repr=False)
 
     def ctl(self, method: str, path: str) -> Any:
-        port = self.control_port_file.read_text().strip()
-        headers = {"Authorization": f"Bearer {self.control_token}"}
-        r = httpx.request(method, f"http://127.0.0.1:{port}{path}", headers=headers, timeout=10)
-        r.raise_for_status()
-        return r.json()
+        return FakeControl(self.control_port_file, self.control_token).ctl(method, path)
 
     def state(self) -> dict[str, Any]:
-        return dict(self.ctl("GET", "/state"))
+        return FakeControl(self.control_port_file, self.control_token).state()
 
 
 def _start_scripted_engine(
@@ -246,19 +242,9 @@ def _start_scripted_engine(
         30.0,
     )
     if not ready or proc.poll() is not None:
-        _stop(proc)
+        stop_process(proc)
         raise AssertionError(f"scripted fake engine did not start: {log.read_text(errors='replace')[-2000:]}")
     return proc, port, key, port_file, ctl_token
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
 
 
 @contextlib.contextmanager
@@ -331,4 +317,4 @@ def scripted_gateway(env: CertifyEnv, turns: list[dict[str, Any]], workdir: Path
         yield ScriptedGateway(run, proc, port_file, ctl_token)
     finally:
         close()
-        _stop(proc)
+        stop_process(proc)

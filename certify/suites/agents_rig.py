@@ -14,7 +14,6 @@ import contextlib
 import json
 import os
 import secrets
-import signal
 import socket
 import subprocess
 import sys
@@ -24,8 +23,8 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
-import httpx
-
+from certify.processes import stop_process
+from certify.session import FakeControl
 from gateway.bindings import UpstreamTarget
 from gateway.server import Gateway, GatewayConfig
 from harness.contracts.lock import InferenceLockV1
@@ -131,15 +130,10 @@ class AgentRig:
         raise RuntimeError("fake engine not ready")
 
     def ctl(self, method: str, path: str, **kw: Any) -> Any:
-        port = self._ctl_port_file.read_text().strip()
-        r = httpx.request(
-            method, f"http://127.0.0.1:{port}{path}", headers={"Authorization": f"Bearer {self._ctl_token}"}, timeout=10, **kw
-        )
-        r.raise_for_status()
-        return r.json()
+        return FakeControl(self._ctl_port_file, self._ctl_token).ctl(method, path, **kw)
 
     def engine_requests(self) -> list[dict[str, Any]]:
-        return [r for r in self.ctl("GET", "/requests")["requests"] if not r["path"].startswith("/health")]
+        return FakeControl(self._ctl_port_file, self._ctl_token).received()
 
     def captures(self) -> list[tuple[dict[str, Any], bytes]]:
         """(request body sent upstream, response bytes) of every forwarded request of one agent run, in turn order."""
@@ -174,10 +168,4 @@ class AgentRig:
         self._thread.join(10)
         with contextlib.suppress(Exception):
             self._loop.close()
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
+        stop_process(self.proc)

@@ -85,6 +85,9 @@ class Gateway:
         self.writer = BackgroundWriter()
         self.evidence = EvidenceLog(config.evidence_dir, self.writer)
         self.queues: dict[tuple[str, int], FairQueue] = {}
+        # exchanges begun whose evidence row is not yet handed to the writer (a client can read a reply's
+        # last byte before its handler records it; readers of evidence wait for this to reach 0)
+        self.unrecorded = 0
         self.metrics.queue_gauges = self._queue_rows
         self._session: aiohttp.ClientSession | None = None
         self._runner: web.ServerRunner | None = None
@@ -158,6 +161,14 @@ class Gateway:
         self.evidence.flush()
         await asyncio.to_thread(self.writer.flush)
 
+    async def settle_evidence(self, timeout_s: float = 30.0) -> None:
+        """Every exchange begun so far is on disk: wait for handlers still recording, then flush."""
+        deadline = time.monotonic() + timeout_s
+        while self.unrecorded and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+        self.evidence.flush()
+        await asyncio.to_thread(self.writer.flush)
+
     # -- the request pipeline --
 
     def _queue_for(self, target: UpstreamTarget) -> FairQueue:
@@ -186,6 +197,7 @@ class Gateway:
             self.metrics.refusals[exc.code] += 1
             return hitch_error_reply(exc)
         ex = Exchange(os.urandom(12).hex(), binding, route.name, t0)
+        self.unrecorded += 1
         forwarded = False
         try:
             if route.name == "/v1/models":
@@ -237,7 +249,10 @@ class Gateway:
         finally:
             if ex.ended_at is None:
                 ex.ended_at = time.perf_counter()
-            self._record(ex)
+            try:
+                self._record(ex)
+            finally:
+                self.unrecorded -= 1
 
     def _models(self, ex: Exchange) -> web.Response:
         rec, lock = ex.binding.record, ex.binding.target.lock

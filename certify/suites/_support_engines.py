@@ -546,8 +546,7 @@ class PrivateStack:
         return self.loop.call(counts)
 
     def rows(self, at_least: int = 1) -> list[dict[str, Any]]:
-        self.loop.call(self.gateway.evidence.flush)
-        self.gateway.writer.flush()
+        self.loop.run(self.gateway.settle_evidence(20.0))
         return evidence_rows(self.state_dir, self.binding_id, at_least)
 
     def close(self) -> None:

@@ -137,8 +137,7 @@ class AgentRig:
 
     def captures(self) -> list[tuple[dict[str, Any], bytes]]:
         """(request body sent upstream, response bytes) of every forwarded request of one agent run, in turn order."""
-        self._call_sync(self.gw.evidence.flush)
-        self.gw.writer.flush()
+        self._run(self.gw.settle_evidence(20.0))
         folder = self.workdir / "gateway" / "capture" / self.record.binding_id
         out: list[tuple[int, dict[str, Any], bytes]] = []
         for meta_path in folder.glob("*.meta.json"):
@@ -153,8 +152,7 @@ class AgentRig:
         return [(body, resp) for _, body, resp in out]
 
     def evidence_rows(self) -> list[dict[str, Any]]:
-        self._call_sync(self.gw.evidence.flush)
-        self.gw.writer.flush()
+        self._run(self.gw.settle_evidence(20.0))
         path = self.gw.evidence.path_for(self.record.binding_id)
         if not path.exists():
             return []

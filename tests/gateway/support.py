@@ -197,8 +197,7 @@ def evidence_rows(gt: GatewayThread, binding_id: str) -> list[dict[str, Any]]:
     from harness.contracts.events import RequestEvidenceV1
 
     gw = gt.gw
-    gt.call(gw.evidence.flush)
-    gw.writer.flush()
+    gt.run(gw.settle_evidence(20.0))  # a client may hold a reply's last byte before the handler records it
     path = gw.evidence.path_for(binding_id)
     if not path.exists():
         return []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import json
 import socket
@@ -237,3 +238,25 @@ def test_engine_receives_lock_values_and_compensated_budget(engine: Engine, gate
     [row] = evidence_rows(gateway, rec.binding_id)
     assert (row["output_tokens"], row["max_output_tokens"], row["input_tokens"]) == (5, 5, body["usage"]["input_tokens"])
     assert row["engine_rid"] == body["id"] and row["queue_ms"] is not None and row["e2e_ms"] >= row["queue_ms"]
+
+
+def test_settled_evidence_includes_an_exchange_still_being_recorded(engine: Engine, gateway: GatewayThread) -> None:
+    """A client can read a stream's last byte before the handler records it; readers of evidence wait for it."""
+    rec = gateway.register("run-settle", target_for(engine, make_lock()))
+    with httpx.stream("POST", rec.base_url + "/chat/completions", json=_chat_body(True), headers=_auth(rec), timeout=30) as r:
+        assert r.status_code == 200 and b"".join(r.iter_raw()).endswith(b"data: [DONE]\n\n")
+    gw = gateway.gw
+    recorded: list[bool] = []
+
+    def finish_late() -> None:  # stands in for a handler that records after its client is done
+        gw.unrecorded -= 1
+        recorded.append(True)
+
+    def begin() -> None:
+        gw.unrecorded += 1
+        asyncio.get_running_loop().call_later(0.3, finish_late)
+
+    gateway.call(begin)
+    rows = evidence_rows(gateway, rec.binding_id)
+    assert recorded == [True]
+    assert len(rows) == 1 and rows[0]["status"] in ("completed", "incomplete") and gateway.call(lambda: gw.unrecorded) == 0

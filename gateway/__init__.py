@@ -1,7 +1,8 @@
 """LocalModelGateway: the run-scoped, fail-closed, streaming door to a local engine (spec §10.2).
 
 Modules: ``bindings`` (runs, tokens, upstream targets), ``routes`` (allow-list), ``auth`` (token and engine
-headers), ``policy`` (lock parameters and budgets), ``context_check`` (tokenizer + chat template),
+headers), ``policy`` (lock parameters and budgets), ``sglang_view`` (the messages and tools SGLang hands the
+chat template), ``context_check`` (tokenizer + chat template), ``template_bound`` (proven prompt sizes),
 ``admission`` (fair queue), ``transport`` (the engine hop), ``sse`` (incremental parser), ``capture``,
 ``evidence``, ``metrics``, ``writer``, ``server`` (the app), ``standalone`` (run one from a spec file),
 ``reference_proxy`` (the bare floor used by ``bench``).

@@ -26,6 +26,7 @@ from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
+from gateway.sglang_view import HF_EXTENSIONS, content_format, hf_tojson, supports_inline_system, template_view
 from gateway.template_bound import TemplateBound
 from harness.errors import HitchError
 
@@ -68,13 +69,18 @@ class ContextChecker:
     """The tokenizer + chat template of one checkpoint directory (build with :meth:`for_dir`)."""
 
     def __init__(self, tokenizer: Tokenizer, template: str, specials: dict[str, str], byte_bounded: bool) -> None:
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        # the environment transformers' apply_chat_template renders in (SGLang's jinja path uses it)
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=HF_EXTENSIONS)
+        env.filters["tojson"] = hf_tojson
         env.globals["raise_exception"] = _raise_exception
         env.globals["strftime_now"] = _strftime_now
         self._template = env.from_string(template)
         self._tokenizer = tokenizer
         self._specials = specials
         self._byte_bounded = byte_bounded
+        self._format = content_format(template)
+        hf_globals = {"raise_exception": _raise_exception, "strftime_now": _strftime_now}
+        self._inline_system = supports_inline_system(template, hf_globals)
         self._bound = TemplateBound(template, {"raise_exception": _raise_exception}, specials) if byte_bounded else None
         self.renders = 0  # exact renders (the tests watch this)
         self.skipped = 0  # requests answered by the proven bound alone
@@ -103,10 +109,21 @@ class ContextChecker:
         specials = {k: _token_text(cfg.get(k)) for k in ("bos_token", "eos_token", "unk_token", "pad_token")}
         return cls(tokenizer, template, specials, _byte_bounded(tok_json))
 
-    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
+    def view(self, messages: list[dict[str, Any]], responses: bool = False) -> list[dict[str, Any]]:
+        """The messages this template renders for a request's (SGLang-normalized) messages."""
+        return template_view(messages, self._format, responses and not self._inline_system)
+
+    def render(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        template_kwargs: dict[str, Any] | None = None,
+    ) -> str:
         self.renders += 1
         try:
-            return self._template.render(messages=messages, tools=tools or None, add_generation_prompt=True, **self._specials)
+            return self._template.render(
+                messages=messages, tools=tools or None, add_generation_prompt=True, **self._specials, **(template_kwargs or {})
+            )
         except TemplateError as exc:
             raise HitchError(
                 "inference_protocol_unsupported", f"the model's chat template refused the input: {exc.message}", {}
@@ -116,18 +133,26 @@ class ContextChecker:
         return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
 
     def check(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, budget: int, context: int
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        budget: int,
+        context: int,
+        responses: bool = False,
+        template_kwargs: dict[str, Any] | None = None,
     ) -> ContextVerdict:
         """Raise ``inference_context_exceeded`` unless prompt + budget fits ``context`` (SGLang's rule:
-        the prompt must be shorter than the context and prompt + max_new_tokens must not exceed it)."""
+        the prompt must be shorter than the context and prompt + max_new_tokens must not exceed it).
+        ``messages``/``tools`` are SGLang's view of the request (:mod:`gateway.sglang_view`)."""
+        messages = self.view(messages, responses)
         if self._bound is not None:
-            shape = self._bound.shape(messages, tools)
+            shape = self._bound.shape(messages, tools, template_kwargs)
             if shape is not None:
                 bound = shape.size(messages) + 1
                 if bound < context and bound + budget <= context:
                     self.skipped += 1
                     return ContextVerdict(None, bound)
-        text = self.render(messages, tools)
+        text = self.render(messages, tools, template_kwargs)
         if self._byte_bounded:
             bound = len(text.encode("utf-8")) + 1
             if bound < context and bound + budget <= context:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.routes import RouteName
+from gateway.sglang_view import chat_messages, responses_messages, template_tools
 from harness.contracts.lock import InferenceLockV1
 from harness.errors import HitchError
 
@@ -71,8 +72,10 @@ class PreparedRequest:
     body: bytes
     stream: bool
     max_output_tokens: int
-    messages: list[dict[str, Any]]
+    messages: list[dict[str, Any]]  # as SGLang hands them to the chat template (see gateway.sglang_view)
     tools: list[dict[str, Any]] | None
+    responses: bool = False  # SGLang folds system messages on Responses for templates without inline system
+    template_kwargs: dict[str, Any] | None = None  # extra template variables SGLang passes (reasoning_effort)
 
 
 def _conflict(message: str, **details: Any) -> HitchError:
@@ -180,10 +183,7 @@ def _tools_policy(body: dict[str, Any], lock: InferenceLockV1, responses: bool) 
     elif parallel is True and not lock.protocol.parallel_tool_calls:
         body["parallel_tool_calls"] = False  # narrowed, never widened (see the module docstring)
         changed = True
-    if responses:
-        chat_tools = [{"type": "function", "function": {k: v for k, v in t.items() if k != "type"}} for t in tools]
-        return changed, chat_tools
-    return changed, tools
+    return changed, template_tools(tools, body.get("tool_choice", "auto"), responses=responses)
 
 
 def _chat(body: dict[str, Any], lock: InferenceLockV1) -> tuple[bool, int, list[dict[str, Any]], list[dict[str, Any]] | None]:
@@ -208,28 +208,22 @@ def _chat(body: dict[str, Any], lock: InferenceLockV1) -> tuple[bool, int, list[
     raw = body.get("messages")
     if not isinstance(raw, list) or not raw:
         raise _conflict("messages must be a non-empty list", parameter="messages")
-    messages: list[dict[str, Any]] = []
     for i, msg in enumerate(raw):
         if not isinstance(msg, dict):
             raise _conflict(f"messages[{i}] must be an object", parameter="messages")
-        flat = dict(msg)
-        flat["content"] = _text_of(msg.get("content"), f"messages[{i}]")
-        messages.append(flat)
+        _text_of(msg.get("content"), f"messages[{i}]")
     tools_changed, tools = _tools_policy(body, lock, responses=False)
-    return changed or tools_changed, budget, messages, tools
+    return changed or tools_changed, budget, chat_messages(raw), tools
 
 
-def _responses_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = []
+def _check_responses_input(body: dict[str, Any]) -> None:
+    """Refuse what the gateway does not forward; the template view itself is :func:`responses_messages`."""
     instructions = body.get("instructions")
-    if instructions is not None:
-        if not isinstance(instructions, str):
-            raise _conflict("instructions must be a string", parameter="instructions")
-        messages.append({"role": "system", "content": instructions})
+    if instructions is not None and not isinstance(instructions, str):
+        raise _conflict("instructions must be a string", parameter="instructions")
     inp = body.get("input")
     if isinstance(inp, str):
-        messages.append({"role": "user", "content": inp})
-        return messages
+        return
     if not isinstance(inp, list) or not inp:
         raise _conflict("input must be a string or a non-empty list", parameter="input")
     for i, item in enumerate(inp):
@@ -238,30 +232,17 @@ def _responses_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
         kind = item.get("type", "message")
         where = f"input[{i}]"
         if kind == "message":
-            messages.append({"role": str(item.get("role", "user")), "content": _text_of(item.get("content"), where)})
-        elif kind == "function_call":
-            call = {
-                "id": item.get("call_id"),
-                "type": "function",
-                "function": {"name": item.get("name"), "arguments": item.get("arguments")},
-            }
-            messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+            _text_of(item.get("content"), where)
         elif kind == "function_call_output":
             output = item.get("output")
-            messages.append(
-                {
-                    "role": "tool",
-                    "content": output if isinstance(output, str) else _text_of(output, where),
-                    "tool_call_id": item.get("call_id"),
-                }
-            )
-        elif kind == "reasoning":
+            if not isinstance(output, str):
+                _text_of(output, where)
+        elif kind in ("function_call", "reasoning"):
             continue
         elif kind in ("input_image", "input_file", "input_audio", "image_generation_call"):
             raise HitchError("inference_modality_unsupported", f"{where}: {kind} is not text", {"part_type": kind})
         else:
             raise _conflict(f"{where}: item type {kind!r} is not supported", parameter="input")
-    return messages
 
 
 def _responses(
@@ -285,7 +266,8 @@ def _responses(
     given = body.get("max_output_tokens")
     budget = cap if given is None else _budget("max_output_tokens", given, cap)
     body["max_output_tokens"] = budget + _RESPONSES_BUDGET_HEADROOM
-    messages = _responses_messages(body)
+    _check_responses_input(body)
+    messages = responses_messages(body)
     _, tools = _tools_policy(body, lock, responses=True)
     del changed  # the budget is always rewritten (N + 2), so the body always changes
     return True, budget, messages, tools
@@ -312,12 +294,17 @@ def apply_policy(route: RouteName, raw: bytes, lock: InferenceLockV1, wire_model
     if stream and not lock.protocol.streaming:
         raise _conflict("the lock does not enable streaming", parameter="stream")
     given = dict(body)
-    if route == "/v1/chat/completions":
-        changed, budget, messages, tools = _chat(body, lock)
-    else:
+    responses = route != "/v1/chat/completions"
+    if responses:
         changed, budget, messages, tools = _responses(body, lock)
+        reasoning = body.get("reasoning")
+        effort = reasoning.get("effort") if isinstance(reasoning, dict) else None
+    else:
+        changed, budget, messages, tools = _chat(body, lock)
+        effort = body.get("reasoning_effort")
     out = _rewrite(raw, given, body) if changed else raw
-    return PreparedRequest(out, stream, budget, messages, tools)
+    kwargs = None if effort is None else {"reasoning_effort": effort}
+    return PreparedRequest(out, stream, budget, messages, tools, responses, kwargs)
 
 
 def _rewrite(raw: bytes, given: dict[str, Any], body: dict[str, Any]) -> bytes:

@@ -209,7 +209,10 @@ class Gateway:
             ex.stream, ex.max_output_tokens = prepared.stream, prepared.max_output_tokens
             checker = binding.checker
             context = target.lock.execution.context_tokens_per_request
-            args = (prepared.messages, prepared.tools, prepared.max_output_tokens, context)
+            args = (
+                prepared.messages, prepared.tools, prepared.max_output_tokens, context, prepared.responses,
+                prepared.template_kwargs,
+            )  # fmt: skip
             if len(raw) > _OFFLOAD_BODY_BYTES:
                 await asyncio.to_thread(checker.check, *args)
             else:

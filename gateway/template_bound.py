@@ -41,6 +41,8 @@ from jinja2 import nodes
 from jinja2.runtime import Macro, Undefined
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from gateway.sglang_view import HF_EXTENSIONS, hf_tojson
+
 __all__ = ["Shape", "TemplateBound"]
 
 _TYPE_TESTS = frozenset(
@@ -86,10 +88,11 @@ class _ProbeEnv(ImmutableSandboxedEnvironment):
     intercepted_unops = frozenset({"+", "-"})
 
     def __init__(self, marker: str) -> None:
-        super().__init__(trim_blocks=True, lstrip_blocks=True)
+        super().__init__(trim_blocks=True, lstrip_blocks=True, extensions=HF_EXTENSIONS)
         self.marker = marker
         self.refused = False
         filters = cast("dict[str, Callable[..., Any]]", self.filters)
+        filters["tojson"] = hf_tojson
         tests = cast("dict[str, Callable[..., Any]]", self.tests)
         for name, fn in list(filters.items()):
             filters[name] = self._guard(name, fn, filter_=True)
@@ -220,9 +223,11 @@ class TemplateBound:
         self.probes = 0
         self.proofs = 0
 
-    def skeleton(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> Any:
+    def skeleton(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, kwargs: dict[str, Any] | None = None
+    ) -> Any:
         """The cache key of a request: everything but the texts (None when the request has no usable key)."""
-        parts: list[Any] = [repr(tools) if tools else None]
+        parts: list[Any] = [repr(tools) if tools else None, repr(sorted(kwargs.items())) if kwargs else None]
         for msg in messages:
             content = msg.get("content")
             if not isinstance(content, str):
@@ -235,11 +240,13 @@ class TemplateBound:
         key = tuple(parts)
         return key
 
-    def shape(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> Shape | None:
+    def shape(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, kwargs: dict[str, Any] | None = None
+    ) -> Shape | None:
         """The proven shape of this request's skeleton, probing once per skeleton; None if not provable."""
         if not self.enabled:
             return None
-        key = self.skeleton(messages, tools)
+        key = self.skeleton(messages, tools, kwargs)
         if key is None:
             return None
         try:
@@ -248,7 +255,7 @@ class TemplateBound:
             pass
         if len(repr(key)) > _MAX_KEY_CHARS or self._marker in repr(key):
             return None
-        shape = self._probe(messages, tools)
+        shape = self._probe(messages, tools, kwargs)
         with self._lock:
             if len(self._shapes) >= _MAX_SHAPES:
                 self._shapes.pop(next(iter(self._shapes)))
@@ -257,14 +264,18 @@ class TemplateBound:
                 self.enabled = False
         return shape
 
-    def _probe(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> Shape | None:
+    def _probe(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, kwargs: dict[str, Any] | None
+    ) -> Shape | None:
         sentinels = [f"{_HEAD}{self._marker}{i:06d}{_TAIL}" if msg["content"] else "" for i, msg in enumerate(messages)]
         probe = [{**msg, "content": s} for msg, s in zip(messages, sentinels, strict=True)]
         with self._lock:
             self.probes += 1
             self._env.refused = False
             try:
-                out = self._template.render(messages=probe, tools=tools or None, add_generation_prompt=True, **self._specials)
+                out = self._template.render(
+                    messages=probe, tools=tools or None, add_generation_prompt=True, **self._specials, **(kwargs or {})
+                )
             except Exception:  # refused, or the template raised: the exact render decides
                 return None
             if self._env.refused:

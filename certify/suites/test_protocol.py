@@ -6,7 +6,8 @@ evidence row says what the client saw); the output budget honoured exactly (``ma
 ``max_tokens``: never more, ``incomplete`` / ``length`` when it is hit) and a budget above the lock's
 refused with ``inference_parameter_conflict`` before the engine; tool calls (a scripted fake engine returns
 one; against any engine a ``tools`` request and a ``function_call_output`` continuation are accepted and
-well-formed); empty output; a stream closed mid-way leaves no running request behind; ``GET /v1/models``
+well-formed); the gateway's context count equal to real SGLang's prompt tokens (agent-shaped requests);
+empty output; a stream closed mid-way leaves no running request behind; ``GET /v1/models``
 lists only the wire model.
 
 Real SGLang here runs a tiny random-weights model: its text is garbage and it may stop early, so the checks
@@ -26,6 +27,7 @@ import pytest
 
 from certify.registry import check
 from certify.session import CertifyEnv
+from certify.suites._prompt_cases import CASES, prompt_counts
 from certify.suites._support_protocol import (
     SseEvent,
     chat_usage_problems,
@@ -60,6 +62,11 @@ CHECKS = [
     check("protocol.tools.accepted", description="tools and a function_call_output continuation are accepted and well-formed"),
     check("protocol.cancel.stream", description="a stream closed mid-way leaves no running request; the next request succeeds"),
     check("protocol.models.wire_only", description="GET /v1/models lists only the run's wire model"),
+    check(
+        "protocol.context.exact",
+        engines=("sglang",),
+        description="the gateway's context count equals the engine's prompt tokens for agent-shaped requests",
+    ),
 ]
 
 PROMPT = "Say hello."
@@ -572,3 +579,23 @@ def test_models_wire_only(certify_env: CertifyEnv, certify_record: Any) -> None:
     assert r2.status_code == 404 and r2.json()["error"]["code"] == "inference_route_unavailable", r2.text[:300]
     certify_record.detail("wire_model", run.wire_model)
     certify_record.detail("card", card)
+
+
+@pytest.mark.check("protocol.context.exact")
+def test_context_count_is_the_engines(certify_env: CertifyEnv, certify_record: Any) -> None:
+    """Developer messages, multi-part contents, history tool calls, tool schemas with HTML-special text,
+    reasoning items, ``tool_choice: none``: for each, the prompt tokens the gateway counts (and refuses on)
+    are the prompt tokens the engine reports for the body the gateway forwards."""
+    from harness.daemon.core import load_sealed_lock
+    from harness.store import model_files_dir
+
+    env = certify_env
+    lock = load_sealed_lock(env.root, env.run.inference_id)
+    model_dir = model_files_dir(env.root, lock.model_id)
+    counts = {
+        case: prompt_counts(env.engine_url, env.engine_headers(), env.run.wire_model, model_dir, lock, case)
+        for case in sorted(CASES)
+    }
+    certify_record.detail("prompt_tokens", {case: {"gateway": ours, "engine": theirs} for case, (ours, theirs) in counts.items()})
+    wrong = {case: pair for case, pair in counts.items() if pair[0] != pair[1]}
+    assert not wrong, f"(gateway, engine) prompt tokens differ: {wrong}"

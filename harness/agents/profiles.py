@@ -49,7 +49,7 @@ CODEX_FIELDS: tuple[FieldRuleV1, ...] = (
         "input[].role=developer",
         "2 developer messages",
         "forward",
-        "counted as given by the gateway; SGLang collapses developer to system with a tier label",
+        "counted as SGLang renders it: a system message labelled 'Developer instructions:' (gateway.sglang_view)",
     ),
     _rule("input[].id", "msg_/fc_/fco_ ids on every item", "forward", "ids are not interpreted; SGLang accepts them"),
     _rule(

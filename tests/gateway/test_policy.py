@@ -124,7 +124,9 @@ def test_function_tools_pass_and_parallel_calls_follow_the_lock() -> None:
     tool = {"type": "function", "name": "ls", "parameters": {"type": "object", "properties": {}}}
     p = apply_policy(RESP, _resp(tools=[tool]), LOCK, "m")
     assert json.loads(p.body)["parallel_tool_calls"] is False
-    assert p.tools == [{"type": "function", "function": {"name": "ls", "parameters": {"type": "object", "properties": {}}}}]
+    # the template sees SGLang's Tool.model_dump() of the Responses tool (description null, strict false)
+    function = {"name": "ls", "description": None, "parameters": {"type": "object", "properties": {}}, "strict": False}
+    assert p.tools == [{"type": "function", "function": function, "defer_loading": None}]
     narrowed = apply_policy(RESP, _resp(tools=[tool], parallel_tool_calls=True), LOCK, "m")
     assert json.loads(narrowed.body)["parallel_tool_calls"] is False  # a permission only shrinks
 

@@ -23,10 +23,12 @@ from gateway.policy import apply_policy
 from gateway.routes import RouteName
 from harness.contracts.lock import InferenceLockV1
 
-__all__ = ["CASES", "CHAT", "RESPONSES", "prompt_counts"]
+__all__ = ["CASES", "CHAT", "RESPONSES", "SAMPLING_KEYS", "gateway_prompt_tokens", "prompt_counts"]
 
 CHAT: RouteName = "/v1/chat/completions"
 RESPONSES: RouteName = "/v1/responses"
+# the lock decides these; a body recorded under another lock drops them before it is counted again
+SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "seed", "frequency_penalty", "presence_penalty")
 
 _DESCRIPTION = "Runs <cmd> & returns its output; don't use 'rm'. Résumé → ok."
 _PARAMS = {"type": "object", "properties": {"cmd": {"type": "string", "description": "the <command>"}}, "required": ["cmd"]}
@@ -94,19 +96,26 @@ CASES: dict[str, tuple[RouteName, dict[str, Any]]] = {
 }
 
 
+def gateway_prompt_tokens(
+    route: RouteName, body: dict[str, Any], lock: InferenceLockV1, model: str, model_dir: Path
+) -> tuple[bytes, int]:
+    """(the body the gateway forwards, the exact prompt tokens its context check counts) for ``body``."""
+    prepared = apply_policy(route, json.dumps(body).encode(), lock, model)
+    checker = ContextChecker.for_dir(model_dir)
+    view = checker.view(prepared.messages, prepared.responses)
+    return prepared.body, checker.count(checker.render(view, prepared.tools, prepared.template_kwargs))
+
+
 def prompt_counts(
     engine_url: str, headers: dict[str, str], model: str, model_dir: Path, lock: InferenceLockV1, case: str
 ) -> tuple[int, int]:
     """(the gateway's exact prompt tokens, the engine's reported prompt tokens) for one case."""
     route, body = CASES[case]
     budget = {"max_tokens": 1} if route == CHAT else {"max_output_tokens": 1}
-    prepared = apply_policy(route, json.dumps({"model": model, **body, **budget}).encode(), lock, model)
-    checker = ContextChecker.for_dir(model_dir)
-    view = checker.view(prepared.messages, prepared.responses)
-    ours = checker.count(checker.render(view, prepared.tools, prepared.template_kwargs))
+    forwarded, ours = gateway_prompt_tokens(route, {"model": model, **body, **budget}, lock, model, model_dir)
     r = httpx.post(
         engine_url + route,
-        content=prepared.body,
+        content=forwarded,
         headers={**headers, "Content-Type": "application/json"},
         timeout=600,
     )

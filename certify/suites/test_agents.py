@@ -29,6 +29,7 @@ import pytest
 
 from certify.registry import check
 from certify.session import CertifyEnv
+from certify.suites._prompt_cases import RESPONSES, SAMPLING_KEYS, gateway_prompt_tokens
 from certify.suites.agents_rig import AgentRig, rig_lock
 from harness.agents.codex_home import CodexBinding
 from harness.agents.codex_install import CodexInstall, find_codex
@@ -297,7 +298,8 @@ def test_codex_history_replay(
     """Codex's requests of a two-tool-call task (recorded through a private gateway to the scripted fake, as
     the engine receives them: developer messages, item ids, function_call echoes with status,
     function_call_output with ids, include, reasoning, prompt_cache_key) are sent to the session's engine
-    directly; each must stream to a terminal event with every output item done."""
+    directly; each must stream to a terminal event with every output item done. On real SGLang the prompt
+    tokens the gateway counts for each request must equal those the engine reports."""
     rig: AgentRig = rig_factory(READ_THEN_CHANGE)
     passed = False
     try:
@@ -306,6 +308,8 @@ def test_codex_history_replay(
         bodies = [body for body, _ in rig.captures()]
         assert len(bodies) == 3
         ends = []
+        lock = _lock(certify_env)
+        counted: list[tuple[int, int]] = []  # (gateway, engine) prompt tokens of each Codex request, real SGLang only
         for i, body in enumerate(bodies):
             body = {**body, "model": certify_env.run.wire_model, "max_output_tokens": 18}
             r = httpx.post(certify_env.engine_url + "/v1/responses", json=body, headers=certify_env.engine_headers(), timeout=600)
@@ -318,7 +322,15 @@ def test_codex_history_replay(
             added = sum(1 for k in kinds if k == "response.output_item.added")
             assert kinds.count("response.output_item.done") >= max(added, 1)  # no item left without its done event
             ends.append(kinds[-1])
+            if certify_env.engine == "sglang":  # the fake's prompt is not SGLang's; the count is compared on real SGLang
+                unlocked = {k: v for k, v in body.items() if k not in SAMPLING_KEYS}
+                model_dir = model_files_dir(certify_env.root, lock.model_id)
+                _, ours = gateway_prompt_tokens(RESPONSES, unlocked, lock, certify_env.run.wire_model, model_dir)
+                counted.append((ours, int(events[-1][1]["response"]["usage"]["input_tokens"])))
         certify_record.detail("terminal_events", ends)
+        if counted:
+            certify_record.detail("prompt_tokens_gateway_engine", counted)
+            assert all(ours == theirs for ours, theirs in counted), f"(gateway, engine) prompt tokens differ: {counted}"
         passed = True
     finally:
         _profile(certify_env, codex, _lock(certify_env), "agents.codex.history_replay", passed)

@@ -358,13 +358,14 @@ class ServiceManager:
         self._spawn(self._confirm_stop(svc, force))
 
     async def _confirm_stop(self, svc: _Service, force: bool) -> None:
+        stop_details: dict[str, Any] | None = None
         try:
             assert svc.service is not None
             if svc.state == "failed":
                 # The failed service stops itself; only its on_released confirms the engine is gone.
                 await self._wait_released(svc)
             else:
-                await svc.service.stop(force)
+                stop_details = await svc.service.stop(force)
         except Exception as exc:
             svc.stop_error = _as_hitch_error(exc, "the service stop")
             self._emit(
@@ -375,7 +376,7 @@ class ServiceManager:
             )
         else:
             await self._release_resources(svc)
-            self._emit(svc, "inference.stopped", MANAGER_OWNER, {})
+            self._emit(svc, "inference.stopped", MANAGER_OWNER, stop_details or {})
         finally:
             if self._stopping.get(svc.key.isolation_key) is svc:
                 del self._stopping[svc.key.isolation_key]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from harness.contracts.events import LifecycleEventV1
 from harness.contracts.lock import InferenceLockV1
@@ -38,9 +38,10 @@ class StartedService(Protocol):
         """The epoch the service really runs as (the supervisor's, persisted in ``state.json``)."""
         ...
 
-    async def stop(self, force: bool = False) -> None:
-        """Drain (or, with ``force``, end at once) and return only once the stop is confirmed;
-        raise :class:`HitchError` when it cannot be confirmed. Not called after a reported failure."""
+    async def stop(self, force: bool = False) -> dict[str, Any] | None:
+        """Drain (or, with ``force``, end at once) and return only once the stop is confirmed, with details
+        of the exit for the manager's ``inference.stopped`` event (or None); raise :class:`HitchError` when
+        it cannot be confirmed. Not called after a reported failure."""
         ...
 
 

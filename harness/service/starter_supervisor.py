@@ -24,7 +24,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from harness.contracts.lock import InferenceLockV1
 from harness.engine import EngineProgram, ReadinessReport
@@ -95,16 +95,17 @@ class SupervisedService:
     def readiness(self) -> ReadinessReport:
         return self.endpoint.readiness
 
-    async def stop(self, force: bool = False) -> None:
+    async def stop(self, force: bool = False) -> dict[str, Any] | None:
         if force:
             self.supervisor.stop_timeout_s = min(self.supervisor.stop_timeout_s, self.force_stop_timeout_s)
-        await self.supervisor.stop()
+        exit_info = await self.supervisor.stop()
         if self.supervisor.state != "stopped" and self.supervisor.last_exit is None:
             raise HitchError(
                 "inference_recovery_ambiguous",
                 "the engine stop was not confirmed",
                 {"service_id": self.supervisor.service_id, "epoch": self.supervisor.epoch},
             )
+        return {"exit_code": exit_info.exit_code, "reason": exit_info.reason} if exit_info else None
 
 
 class SupervisorStarter:
@@ -159,6 +160,7 @@ class SupervisorStarter:
             image=choice.image,
             monitor_interval_s=self.monitor_interval_s,
             stop_timeout_s=self.stop_timeout_s,
+            stop_events=False,  # the manager records draining/stopped itself (with leases and exit details)
         )
         self.supervisors[req.service_id] = sup
         end = time.monotonic() + deadline
@@ -201,5 +203,8 @@ class SupervisorStarter:
 
 
 async def stop_all(starter: SupervisorStarter) -> None:
-    """Stop every supervisor this starter created (daemon shutdown after the manager closed)."""
+    """Stop every supervisor this starter created (daemon shutdown after the manager closed). One still live
+    here was not stopped through the manager, so it records its own draining/stopped events."""
+    for sup in starter.supervisors.values():
+        sup.stop_events = True
     await asyncio.gather(*(sup.stop() for sup in starter.supervisors.values()), return_exceptions=True)

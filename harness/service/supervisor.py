@@ -108,9 +108,11 @@ class ServiceSupervisor:
         stop_timeout_s: float = 30.0,
         health_timeout_s: float = 20.0,
         health_failures: int = 3,
+        stop_events: bool = True,
     ) -> None:
         self.root = root
         self.service_id = service_id
+        self.stop_events = stop_events  # False under the manager, which logs draining/stopped itself
         self.lock = lock
         self.model_dir = model_dir
         self.program = program
@@ -202,6 +204,10 @@ class ServiceSupervisor:
                 details=details,
             )
         )
+
+    def _stop_event(self, name: LifecycleEventName, **details: Any) -> None:
+        if self.stop_events:
+            self._event(name, **details)
 
     def _log_header(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -335,7 +341,7 @@ class ServiceSupervisor:
         async with self._lock:
             if self._state == "ready":
                 self._write("draining")
-                self._event("inference.draining")
+                self._stop_event("inference.draining")
 
     async def stop(self) -> ExitInfo | None:
         """Stop the engine (draining first) and return once it is confirmed gone; no-op when not live."""
@@ -347,7 +353,7 @@ class ServiceSupervisor:
                 return self.last_exit
             if self._state == "ready":
                 self._write("draining")
-                self._event("inference.draining")
+                self._stop_event("inference.draining")
             await self._cancel_monitor()
             engine = self._engine
             try:
@@ -358,7 +364,7 @@ class ServiceSupervisor:
             self.last_exit = exit_info
             self._write("stopped")
             details = {"exit_code": exit_info.exit_code, "reason": exit_info.reason} if exit_info else {}
-            self._event("inference.stopped", **details)
+            self._stop_event("inference.stopped", **details)
             released = True
         if released:
             await self._run_callbacks(self._release_cbs)

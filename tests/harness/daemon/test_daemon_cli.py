@@ -81,6 +81,11 @@ def test_prepare_with_fake_engine_seals_the_lock_and_stops_the_service(inputs: S
     expected += ["inference.released", "inference.draining", "inference.stopped"]
     positions = [names.index(n) for n in expected]
     assert positions == sorted(positions), names
+    # one draining and one stopped per epoch: the manager records them, with the supervisor's exit details
+    assert names.count("inference.draining") == 1 and names.count("inference.stopped") == 1, names
+    (stopped,) = [e for e in events if e.event == "inference.stopped"]
+    assert stopped.owner_id == "hitch-manager", stopped
+    assert "exit_code" in stopped.details and "reason" in stopped.details, stopped.details
     assert all(e.service_id == out["service_id"] and e.inference_id == iid and e.owner_id and e.timestamp > 0 for e in events)
     record = ServiceStateStore(inputs.root, out["service_id"]).read()
     assert record is not None and record.state == "stopped" and record.process is not None and record.process.pid

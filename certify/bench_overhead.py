@@ -42,6 +42,7 @@ import psutil
 import uvloop
 
 from certify.processes import stop_process
+from certify.session import FakeControl
 from gateway.policy import apply_policy
 from harness.contracts.lock import InferenceLockV1
 
@@ -132,8 +133,7 @@ def _stack(args: argparse.Namespace, work: Path) -> Iterator[tuple[list[Arm], di
         common = ["--model-path", str(model_dir), "--port", str(port), "--served-model-name", MODEL, "--api-key", key]
         if args.engine == "fake":
             cmd = [sys.executable, "-m", "fixtures.fake_sglang", *common, "--max-running-requests", str(permits),
-                   "--fake-control-port", "0", "--fake-control-port-file", str(work / "ctl.port"),
-                   "--fake-control-token-file", str(ctl_file), "--fake-stop-after", "0"]  # fmt: skip
+                   *FakeControl.launch_flags(work / "ctl.port", ctl_file), "--fake-stop-after", "0"]  # fmt: skip
             engine_env = env
         else:
             from fixtures.fake_sglang.parity_engines import sglang_command

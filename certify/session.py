@@ -54,6 +54,14 @@ class FakeControl:
     port_file: Path
     token: str = field(repr=False)
 
+    @staticmethod
+    def launch_flags(port_file: Path, token_file: Path) -> list[str]:
+        """The fake engine's flags that open this control API (ephemeral port written to ``port_file``)."""
+        return [
+            "--fake-control-port", "0", "--fake-control-port-file", str(port_file),
+            "--fake-control-token-file", str(token_file),
+        ]  # fmt: skip
+
     def ctl(self, method: str, path: str, **kw: Any) -> Any:
         port = self.port_file.read_text().strip()
         r = httpx.request(
@@ -213,10 +221,7 @@ def open_session(opts: CertifyOptions, session_key: str, worker: str) -> Certify
                 if not token_file.exists():
                     write_secret(token_file, secrets.token_urlsafe(24))
         port_file = shared / "fake-control.port"
-        body["fake_flags"] = [
-            "--fake-control-port", "0", "--fake-control-port-file", str(port_file),
-            "--fake-control-token-file", str(token_file),
-        ]  # fmt: skip
+        body["fake_flags"] = FakeControl.launch_flags(port_file, token_file)
         fake = FakeControl(port_file, token_file.read_text(encoding="utf-8").strip())
     daemon = ensure_daemon(opts.root)
     run = _create_run(daemon, {**body, "run_id": f"certify-{session_key[:8]}-{worker}"})

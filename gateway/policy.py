@@ -140,26 +140,23 @@ def _apply_sampling(body: dict[str, Any], lock: InferenceLockV1, with_seed: bool
     return changed
 
 
-def _text_of(content: Any, where: str) -> str:
-    """The text of a message content; any non-text part is a modality refusal."""
+def _check_text(content: Any, where: str) -> None:
+    """A message content must be text: a string, or a list of strings and text parts (any other part is a
+    modality refusal). The template view keeps the content as given (see gateway.sglang_view)."""
     if content is None or isinstance(content, str):
-        return content or ""
+        return
     if isinstance(content, list):
-        out: list[str] = []
         for part in content:
             if isinstance(part, str):
-                out.append(part)
                 continue
             kind = part.get("type") if isinstance(part, dict) else None
             if kind not in _TEXT_PARTS:
                 raise HitchError(
                     "inference_modality_unsupported", f"{where}: content part {kind!r} is not text", {"part_type": kind}
                 )
-            text = part.get("text")
-            if not isinstance(text, str):
+            if not isinstance(part.get("text"), str):
                 raise _conflict(f"{where}: a text part needs a string 'text'")
-            out.append(text)
-        return "".join(out)
+        return
     raise _conflict(f"{where}: content must be a string or a list of text parts")
 
 
@@ -211,7 +208,7 @@ def _chat(body: dict[str, Any], lock: InferenceLockV1) -> tuple[bool, int, list[
     for i, msg in enumerate(raw):
         if not isinstance(msg, dict):
             raise _conflict(f"messages[{i}] must be an object", parameter="messages")
-        _text_of(msg.get("content"), f"messages[{i}]")
+        _check_text(msg.get("content"), f"messages[{i}]")
     tools_changed, tools = _tools_policy(body, lock, responses=False)
     return changed or tools_changed, budget, chat_messages(raw), tools
 
@@ -232,11 +229,11 @@ def _check_responses_input(body: dict[str, Any]) -> None:
         kind = item.get("type", "message")
         where = f"input[{i}]"
         if kind == "message":
-            _text_of(item.get("content"), where)
+            _check_text(item.get("content"), where)
         elif kind == "function_call_output":
             output = item.get("output")
             if not isinstance(output, str):
-                _text_of(output, where)
+                _check_text(output, where)
         elif kind in ("function_call", "reasoning"):
             continue
         elif kind in ("input_image", "input_file", "input_audio", "image_generation_call"):

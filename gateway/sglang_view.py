@@ -62,13 +62,6 @@ def _conflict(message: str, **details: Any) -> HitchError:
 # ---------------------------------------------------------------- request side
 
 
-def _text_part(part: Any) -> Any:
-    """``_normalize_response_content_part_for_chat``: input_text/output_text parts become chat text parts."""
-    if isinstance(part, dict) and part.get("type") in ("input_text", "output_text"):
-        return {"type": "text", "text": part.get("text", "")}
-    return part
-
-
 def _label_developer(content: Any) -> Any:
     """``label_developer_content``: the label goes before the first text part (or as a part of its own)."""
     if isinstance(content, str):
@@ -144,9 +137,6 @@ def _responses_item(item: dict[str, Any]) -> dict[str, Any] | None:
     message = dict(item)
     if message.get("role") == "developer":
         message = {**message, "role": "system", "content": _label_developer(message.get("content"))}
-    content = message.get("content")
-    if isinstance(content, list):
-        message["content"] = [_text_part(p) for p in content]
     return {k: v for k, v in message.items() if v is not None and k not in ("id", "status", "type")}
 
 

@@ -46,6 +46,7 @@ __all__ = [
     "PrivateDaemon",
     "PrivateStack",
     "RawStream",
+    "close_held_stream",
     "engine_running",
     "hold_stream",
     "evidence_rows",
@@ -112,6 +113,23 @@ def slot_freed_ms(engine_url: str, headers: dict[str, str], model: str, t_close:
     else:
         wait_until(lambda: engine_running(engine_url, headers) == 0, 60.0, interval_s=0.005, what="the engine slot freed")
     return (time.monotonic() - t_close) * 1000
+
+
+def close_held_stream(env: CertifyEnv, run: RunHandle) -> tuple[int, float]:
+    """Hold a stream of ``run`` in flight (on the fake engine a mid-stream stall keeps it open), close it as a
+    client that goes away would, and return (engine requests running just before the close, ms until the
+    engine had a free slot again)."""
+    if env.fake is not None:
+        env.fake.reset()
+        env.fake.faults("stall_mid_stream:t=30,after=2")
+    stream = hold_stream(run)
+    busy = engine_running(env.engine_url, env.engine_headers())
+    stream.close()
+    t_close = time.monotonic()
+    if env.fake is not None:
+        env.fake.faults()
+    max_running = session_lock(env).execution.max_running_requests
+    return busy, slot_freed_ms(env.engine_url, env.engine_headers(), run.wire_model, t_close, max_running)
 
 
 def evidence_rows(gateway_state_dir: Path, binding_id: str, at_least: int = 1, timeout_s: float = 10.0) -> list[dict[str, Any]]:
@@ -382,10 +400,7 @@ def _make_private_daemon(env: CertifyEnv, base: Path, ttl_ms: int) -> PrivateDae
         token_file = private / "fake-control.token"
         write_secret(token_file, secrets.token_urlsafe(24))
         port_file = private / "fake-control.port"
-        body["fake_flags"] = [
-            "--fake-control-port", "0", "--fake-control-port-file", str(port_file),
-            "--fake-control-token-file", str(token_file),
-        ]  # fmt: skip
+        body["fake_flags"] = FakeControl.launch_flags(port_file, token_file)
         fake = FakeControl(port_file, token_file.read_text().strip())
     args = ["--idle-ttl-ms", str(ttl_ms), "--monitor-interval-s", "0.2", "--stop-timeout-s", "8"]
     daemon = PrivateDaemon(root, env.engine, body, ttl_ms, fake, args)
@@ -474,8 +489,8 @@ class PrivateStack:
         control = FakeControl(private / "control.port", (private / "control.token").read_text().strip())
         argv = [
             sys.executable, "-m", "fixtures.fake_sglang", "--model-path", str(model_dir), "--port", str(port),
-            "--served-model-name", "certify-private", "--api-key", key, "--fake-control-port", "0",
-            "--fake-control-port-file", str(control.port_file), "--fake-control-token-file", str(private / "control.token"),
+            "--served-model-name", "certify-private", "--api-key", key,
+            *FakeControl.launch_flags(control.port_file, private / "control.token"),
             "--max-running-requests", str(lock.execution.max_running_requests), *flags,
         ]  # fmt: skip
         log = workdir / "engine.log"

@@ -233,7 +233,7 @@ def _start_scripted_engine(
     argv = [
         sys.executable, "-m", "fixtures.fake_sglang", "--model-path", str(model_dir), "--port", str(port),
         "--served-model-name", served, "--api-key", key, "--fake-script", str(script),
-        "--fake-control-port", "0", "--fake-control-port-file", str(port_file), "--fake-control-token-file", str(token_file),
+        *FakeControl.launch_flags(port_file, token_file),
     ]  # fmt: skip
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})

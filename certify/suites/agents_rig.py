@@ -74,8 +74,8 @@ class AgentRig:
         self._log = workdir / "engine.log"
         argv = [
             sys.executable, "-m", "fixtures.fake_sglang", "--model-path", str(model_dir), "--port", str(self.port),
-            "--served-model-name", self.served, "--api-key", self.key, "--fake-control-port", "0",
-            "--fake-control-port-file", str(self._ctl_port_file), "--fake-control-token-file", str(token_file),
+            "--served-model-name", self.served, "--api-key", self.key,
+            *FakeControl.launch_flags(self._ctl_port_file, token_file),
             "--context-length", str(lock.execution.context_tokens_per_request), "--fake-script", str(script_file), *extra,
         ]  # fmt: skip
         with self._log.open("wb") as out:

@@ -309,6 +309,7 @@ def test_codex_history_replay(
         assert len(bodies) == 3
         ends = []
         lock = _lock(certify_env)
+        model_dir = model_files_dir(certify_env.root, lock.model_id)
         counted: list[tuple[int, int]] = []  # (gateway, engine) prompt tokens of each Codex request, real SGLang only
         for i, body in enumerate(bodies):
             body = {**body, "model": certify_env.run.wire_model, "max_output_tokens": 18}
@@ -324,7 +325,6 @@ def test_codex_history_replay(
             ends.append(kinds[-1])
             if certify_env.engine == "sglang":  # the fake's prompt is not SGLang's; the count is compared on real SGLang
                 unlocked = {k: v for k, v in body.items() if k not in SAMPLING_KEYS}
-                model_dir = model_files_dir(certify_env.root, lock.model_id)
                 _, ours = gateway_prompt_tokens(RESPONSES, unlocked, lock, certify_env.run.wire_model, model_dir)
                 counted.append((ours, int(events[-1][1]["response"]["usage"]["input_tokens"])))
         certify_record.detail("terminal_events", ends)

@@ -40,6 +40,7 @@ from certify.suites._support_engines import (
     PrivateStack,
     RawStream,
     chat_body,
+    close_held_stream,
     engine_running,
     evidence_rows,
     hold_stream,
@@ -47,7 +48,6 @@ from certify.suites._support_engines import (
     pid_alive,
     private_daemon_fixture,  # noqa: F401 (the fixture ``private_daemon``)
     session_lock,
-    slot_freed_ms,
     wait_until,
 )
 from fixtures.fake_sglang.faults import FAULT_NAMES
@@ -187,6 +187,15 @@ def _row(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return rows[0]
 
 
+def _chat_stream(run: RunHandle) -> tuple[int, bytes, bool]:
+    return _stream(run.base_url, "/chat/completions", chat_body(run.wire_model, stream=True), run.headers())
+
+
+def _shared_row(env: CertifyEnv, run: RunHandle) -> dict[str, Any]:
+    """The one evidence row of ``run`` on the session's gateway."""
+    return _row(evidence_rows(_gateway_dir(env), run.binding_id))
+
+
 # -- stream faults on the shared fake engine -------------------------------------------------------------
 
 
@@ -194,11 +203,11 @@ def _row(rows: list[dict[str, Any]]) -> dict[str, Any]:
 @pytest.mark.check(MODE_CHECKS["split_utf8"])
 def test_split_utf8(certify_env: CertifyEnv, certify_record: Any) -> None:
     with _shared_fault(certify_env, "split_utf8") as run:
-        status, raw, broken = _stream(run.base_url, "/chat/completions", chat_body(run.wire_model, stream=True), run.headers())
+        status, raw, broken = _chat_stream(run)
         assert (status, broken) == (200, False)
         text = raw.decode("utf-8")  # strict: whole characters only
         assert "é漢🙂" in text and raw.endswith(b"data: [DONE]\n\n")
-        row = _row(evidence_rows(_gateway_dir(certify_env), run.binding_id))
+        row = _shared_row(certify_env, run)
         certify_record.detail("evidence", {k: row[k] for k in ("status", "error_code", "output_tokens")})
         assert row["status"] in ("completed", "incomplete") and row["error_code"] is None and row["ttft_ms"] is not None
 
@@ -213,7 +222,7 @@ def test_coalesce_events(certify_env: CertifyEnv, certify_record: Any) -> None:
         events = [e for e in raw.split(b"\n\n") if e.strip()]
         last = json.loads(events[-1].split(b"data: ", 1)[1])
         usage = last["response"]["usage"]
-        row = _row(evidence_rows(_gateway_dir(certify_env), run.binding_id))
+        row = _shared_row(certify_env, run)
         certify_record.detail("events", len(events))
         assert row["status"] in ("completed", "incomplete") and row["output_tokens"] == usage["output_tokens"]
         assert row["engine_rid"] == last["response"]["id"]
@@ -223,9 +232,9 @@ def test_coalesce_events(certify_env: CertifyEnv, certify_record: Any) -> None:
 @pytest.mark.check(MODE_CHECKS["partial_event_close"])
 def test_partial_event_close(certify_env: CertifyEnv, certify_record: Any) -> None:
     with _shared_fault(certify_env, "partial_event_close") as run:
-        status, _, broken = _stream(run.base_url, "/chat/completions", chat_body(run.wire_model, stream=True), run.headers())
+        status, _, broken = _chat_stream(run)
         assert (status, broken) == (200, True), "the client must see a broken stream, never a clean end"
-        row = _row(evidence_rows(_gateway_dir(certify_env), run.binding_id))
+        row = _shared_row(certify_env, run)
         certify_record.detail("evidence", {k: row[k] for k in ("status", "error_code", "http_status")})
         assert (row["status"], row["error_code"]) == ("failed", "inference_upstream_failed")
         assert certify_env.fake is not None
@@ -245,7 +254,7 @@ def test_inband_error(certify_env: CertifyEnv, certify_record: Any, api: str) ->
         status, raw, _ = _stream(run.base_url, route, body, run.headers())
         assert status == 200
         assert b'"error"' in raw or b"response.failed" in raw, "the in-band error must reach the client"
-        row = _row(evidence_rows(_gateway_dir(certify_env), run.binding_id))
+        row = _shared_row(certify_env, run)
         assert (row["status"], row["error_code"]) == ("failed", "inference_upstream_failed")
         assert len(_inference_requests(certify_env)) == 1, "a POST is never retried"
 
@@ -254,9 +263,9 @@ def test_inband_error(certify_env: CertifyEnv, certify_record: Any, api: str) ->
 @pytest.mark.check(MODE_CHECKS["connection_reset"])
 def test_connection_reset(certify_env: CertifyEnv, certify_record: Any) -> None:
     with _shared_fault(certify_env, "connection_reset:after=2") as run:
-        status, _, broken = _stream(run.base_url, "/chat/completions", chat_body(run.wire_model, stream=True), run.headers())
+        status, _, broken = _chat_stream(run)
         assert (status, broken) == (200, True)
-        row = _row(evidence_rows(_gateway_dir(certify_env), run.binding_id))
+        row = _shared_row(certify_env, run)
         assert (row["status"], row["error_code"]) == ("failed", "inference_upstream_failed")
         wait_until(lambda: engine_running(certify_env.engine_url, certify_env.engine_headers()) == 0, 5.0, what="slot freed")
         assert certify_env.fake is not None
@@ -288,6 +297,21 @@ def _stack_clean(stack: PrivateStack, acquired: int) -> None:
     wait_until(lambda: engine_running(stack.engine_url, stack.engine_headers()) == 0, 5.0, what="engine slot freed")
 
 
+def _failed_then_recovers(stack: PrivateStack) -> None:
+    """The one exchange is recorded as an upstream failure, nothing is left held, and with the fault cleared
+    the same stack serves again."""
+    row = _row(stack.rows())
+    assert (row["status"], row["error_code"]) == ("failed", "inference_upstream_failed")
+    _stack_clean(stack, 1)
+    stack.control.faults()
+    assert _serves(stack.base_url, stack.headers(), stack.wire_model) == 200
+
+
+def _unary_chat(stack: PrivateStack) -> httpx.Response:
+    body = chat_body(stack.wire_model, stream=False)
+    return httpx.post(stack.base_url + "/chat/completions", json=body, headers=stack.headers(), timeout=60)
+
+
 @pytest.mark.check(MODE_CHECKS["stall_mid_stream"])
 def test_stall_mid_stream(private_stack: PrivateStack, certify_record: Any) -> None:
     private_stack.control.faults("stall_mid_stream:t=30,after=2")
@@ -297,28 +321,15 @@ def test_stall_mid_stream(private_stack: PrivateStack, certify_record: Any) -> N
     )
     certify_record.metric("stall_timeout_s", round(time.monotonic() - t0, 2))
     assert (status, broken) == (200, True)
-    row = _row(private_stack.rows())
-    assert (row["status"], row["error_code"]) == ("failed", "inference_upstream_failed")
-    _stack_clean(private_stack, 1)
-    private_stack.control.faults()
-    assert _serves(private_stack.base_url, private_stack.headers(), private_stack.wire_model) == 200
+    _failed_then_recovers(private_stack)
 
 
 @pytest.mark.check(MODE_CHECKS["slow_headers"])
 def test_slow_headers(private_stack: PrivateStack, certify_record: Any) -> None:
     private_stack.control.faults("slow_headers:t=30")
-    r = httpx.post(
-        private_stack.base_url + "/chat/completions",
-        json=chat_body(private_stack.wire_model, stream=False),
-        headers=private_stack.headers(),
-        timeout=60,
-    )
+    r = _unary_chat(private_stack)
     assert (r.status_code, r.json()["error"]["code"]) == (502, "inference_upstream_failed")
-    row = _row(private_stack.rows())
-    assert (row["status"], row["error_code"]) == ("failed", "inference_upstream_failed")
-    _stack_clean(private_stack, 1)
-    private_stack.control.faults()
-    assert _serves(private_stack.base_url, private_stack.headers(), private_stack.wire_model) == 200
+    _failed_then_recovers(private_stack)
 
 
 @pytest.mark.check(MODE_CHECKS["ignore_aborts"])
@@ -344,18 +355,9 @@ def test_ignore_aborts(private_stack: PrivateStack, certify_record: Any) -> None
 @pytest.mark.check(MODE_CHECKS["oversized_response"])
 def test_oversized_response(private_stack: PrivateStack, certify_record: Any) -> None:
     private_stack.control.faults("oversized_response:mb=2")
-    r = httpx.post(
-        private_stack.base_url + "/chat/completions",
-        json=chat_body(private_stack.wire_model, stream=False),
-        headers=private_stack.headers(),
-        timeout=60,
-    )
+    r = _unary_chat(private_stack)
     assert (r.status_code, r.json()["error"]["code"]) == (502, "inference_upstream_failed")
-    row = _row(private_stack.rows())
-    assert (row["status"], row["error_code"]) == ("failed", "inference_upstream_failed")
-    _stack_clean(private_stack, 1)
-    private_stack.control.faults()
-    assert _serves(private_stack.base_url, private_stack.headers(), private_stack.wire_model) == 200
+    _failed_then_recovers(private_stack)
 
 
 # -- faults that kill or refuse an engine: a private daemon ----------------------------------------------
@@ -626,17 +628,7 @@ def test_client_disconnect(certify_env: CertifyEnv, certify_record: Any) -> None
     env = certify_env
     run = env.new_run()
     try:
-        if env.fake is not None:  # the fake answers at once: hold its stream open with a stall
-            env.fake.reset()
-            env.fake.faults("stall_mid_stream:t=30,after=2")
-        stream = hold_stream(run)
-        busy = engine_running(env.engine_url, env.engine_headers())
-        stream.close()
-        t_close = time.monotonic()
-        if env.fake is not None:
-            env.fake.faults()
-        max_running = session_lock(env).execution.max_running_requests
-        freed_ms = slot_freed_ms(env.engine_url, env.engine_headers(), run.wire_model, t_close, max_running)
+        busy, freed_ms = close_held_stream(env, run)
         certify_record.metric("disconnect_slot_free_ms", round(freed_ms, 1))
         certify_record.detail("engine_load_before_close", busy)
         rows = evidence_rows(_gateway_dir(env), run.binding_id)

@@ -25,13 +25,11 @@ from certify.session import CertifyEnv, RunHandle
 from certify.suites._support_engines import (
     PrivateDaemon,
     chat_body,
+    close_held_stream,
     evidence_rows,
-    hold_stream,
     kill_pid,
     pid_alive,
     private_daemon_fixture,  # noqa: F401 (the fixture ``private_daemon``)
-    session_lock,
-    slot_freed_ms,
     wait_until,
 )
 
@@ -125,16 +123,8 @@ def test_cancel_frees_slot(certify_env: CertifyEnv, certify_record: Any) -> None
     env = certify_env
     run = env.new_run()
     try:
-        if env.fake is not None:  # the fake answers at once: hold its stream open with a stall
-            env.fake.reset()
-            env.fake.faults("stall_mid_stream:t=30,after=2")
-        stream = hold_stream(run)
-        stream.close()
-        t_close = time.monotonic()
-        if env.fake is not None:
-            env.fake.faults()
-        max_running = session_lock(env).execution.max_running_requests
-        freed_ms = round(slot_freed_ms(env.engine_url, env.engine_headers(), run.wire_model, t_close, max_running), 1)
+        _, freed = close_held_stream(env, run)
+        freed_ms = round(freed, 1)
         _record(certify_record, "cancel_slot_free_ms", freed_ms)
         rows = evidence_rows(env.root.root / "inference" / "gateway", run.binding_id)
         certify_record.detail("evidence_status", rows[-1]["status"])

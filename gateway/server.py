@@ -245,7 +245,8 @@ class Gateway:
             self.metrics.refusals[exc.code] += 1
             return hitch_error_reply(exc, ex.request_id)
         except (asyncio.CancelledError, ConnectionResetError):
-            ex.status = "cancelled"
+            if not ex.settled:
+                ex.status = "cancelled"
             if not ex.http_status:
                 ex.http_status = _CLIENT_CLOSED
             raise

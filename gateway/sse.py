@@ -268,12 +268,19 @@ class StreamObserver:
         """The stream's outcome once the upstream body ended (cleanly or not)."""
         if self._parser.tail().strip() or self._tail.strip():
             return Outcome("failed", self.engine_rid, self.usage, "inference_upstream_failed", "partial event at close")
-        if self.status == "failed":
-            return Outcome("failed", self.engine_rid, self.usage, "inference_upstream_failed", self.error)
-        if not self.done:
+        if not self.done and self.status != "failed":
             return Outcome(
                 "failed", self.engine_rid, self.usage, "inference_upstream_failed", "stream ended without its final event"
             )
+        return self.terminal_outcome()
+
+    def terminal_outcome(self) -> Outcome:
+        """The outcome the stream's events stated, whatever came after them.
+
+        Used as is when the client went away after the terminal event (``[DONE]``, ``response.completed``…) had
+        been relayed: the exchange ended as the engine said, it was not cancelled."""
+        if self.status == "failed":
+            return Outcome("failed", self.engine_rid, self.usage, "inference_upstream_failed", self.error)
         status: Literal["completed", "incomplete"] = "incomplete" if self.status == "incomplete" else "completed"
         return Outcome(status, self.engine_rid, self.usage, None)
 

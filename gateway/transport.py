@@ -66,8 +66,10 @@ class Exchange:
     usage: Usage | None = None
     capture: RequestCapture | None = None
     detail: str | None = field(default=None, repr=False)
+    settled: bool = False  # the engine's answer reached its end (or its terminal event reached the client)
 
     def apply(self, outcome: Outcome) -> None:
+        self.settled = True
         self.status = outcome.status
         self.engine_rid = outcome.engine_rid
         self.usage = outcome.usage
@@ -202,24 +204,34 @@ async def relay_stream(request: web.BaseRequest, upstream: aiohttp.ClientRespons
     capture = ex.capture
     resp = _StreamResponse(status=upstream.status, headers=_client_headers(upstream, ex.request_id))
     ex.http_status = upstream.status
-    ex.status = "cancelled"  # until the stream ends one way or the other
     clean = False
     content = upstream.content
     clock = time.perf_counter
     try:
         await resp.prepare(request)
-        while True:
-            try:
-                chunk = await content.readany()
-            except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, TimeoutError):
-                break  # the engine's body ended early
-            if not chunk:
-                clean = True
-                break
-            await resp.write(chunk)  # ConnectionResetError here: the client went away
-            observer.feed(chunk, clock())
-            if capture is not None:
-                capture.response(chunk)
+        try:
+            while True:
+                try:
+                    chunk = await content.readany()
+                except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, TimeoutError):
+                    break  # the engine's body ended early
+                if not chunk:
+                    clean = True
+                    break
+                await resp.write(chunk)  # ConnectionResetError here: the client went away
+                observer.feed(chunk, clock())  # fed only once written: what the observer saw was relayed
+                if capture is not None:
+                    capture.response(chunk)
+        except (asyncio.CancelledError, ConnectionResetError):
+            # The client went away. A client commonly closes as soon as it has read the terminal event, often
+            # before the engine's body (or our chunked terminator) ended: that exchange completed, it was
+            # not cancelled. Before the terminal event was relayed, it was cancelled (the caller records it).
+            if observer.done:
+                ex.apply(observer.terminal_outcome())
+                ex.ended_at = clock()
+            else:
+                ex.engine_rid, ex.usage = observer.engine_rid, observer.usage
+            raise
         outcome = observer.finish()
         truncated = not clean or outcome.detail in _TRUNCATED
         if truncated:

@@ -17,6 +17,7 @@ from typing import Any
 from certify.evaluate import CheckResult, Evaluation, Platform, evaluate
 from certify.options import REPO, CertifyOptions
 from certify.registry import all_checks
+from harness.contracts.certification import CertificationCheckV1, CertificationResultV1, EvidenceFileV1
 from harness.paths import atomic_write_json
 
 __all__ = ["SUITE_VERSION", "finish_session", "hardware_fingerprint", "project_commit"]
@@ -93,27 +94,40 @@ def build_predicate(
     hardware: dict[str, Any],
     metrics: dict[str, Any],
     evidence: dict[str, str],
-) -> dict[str, Any]:
+) -> CertificationResultV1:
     s = session or {}
-    return {
-        "level": evaluation.level,
-        "reasons": evaluation.reasons,
-        "suite_version": SUITE_VERSION,
-        "project_commit": project_commit(),
-        "device": opts.device,
-        "engine": str(s.get("engine") or opts.engine),
-        "launcher": str(s.get("launcher") or opts.launcher),
-        "runtime_id": str(s.get("runtime_id") or opts.runtime or ""),
-        "runtime_name": _runtime_name(str(s.get("runtime_id") or opts.runtime or "")),
-        "model_id": str(s.get("model_id") or ""),
-        "inference_id": str(s.get("inference_id") or ""),
-        "profile": opts.profile,
-        "hardware": hardware,
-        "checks": evaluation.checks,
-        "metrics": {k: v for k, v in metrics.items() if not k.startswith("_")},
-        "evidence": evidence,
-        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
+    runtime_id = str(s.get("runtime_id") or opts.runtime or "") or None
+    launcher = s.get("launcher") or opts.launcher
+    return CertificationResultV1(
+        level=evaluation.level,
+        reasons=evaluation.reasons,
+        suite_version=SUITE_VERSION,
+        project_commit=project_commit(),
+        device=opts.device,  # resolved to cpu|cuda before any session
+        engine=str(s.get("engine") or opts.engine),
+        launcher=str(launcher) if launcher else None,
+        runtime_id=runtime_id if runtime_id and runtime_id.startswith("sha256:") else None,
+        runtime_name=_runtime_name(runtime_id or "") or None,
+        model_id=s.get("model_id") or None,
+        inference_id=s.get("inference_id") or None,
+        profile=opts.profile,
+        hardware=hardware,
+        checks=[CertificationCheckV1.model_validate(row) for row in evaluation.checks],
+        metrics={k: v for k, v in metrics.items() if not k.startswith("_")},
+        evidence=evidence,
+        finished_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    )
+
+
+def _keep_evidence(opts: CertifyOptions, files: dict[str, dict[str, Any]], lines: list[str]) -> dict[str, str]:
+    """The predicate's evidence map; writes the index beside the blobs the checks stored."""
+    from catalog.evidence import EVIDENCE_DIR, write_index
+
+    entries = [EvidenceFileV1.model_validate(f) for f in files.values()]
+    if entries:
+        index = write_index(opts.report_dir / EVIDENCE_DIR, entries)
+        lines.append(f"evidence: {len(entries)} file(s), index {index}")
+    return {e.name: e.digest for e in entries}
 
 
 def _sign(opts: CertifyOptions, predicate: dict[str, Any], lines: list[str]) -> Path | None:
@@ -163,9 +177,10 @@ def finish_session(
     opts: CertifyOptions,
     results: dict[str, CheckResult],
     metrics: dict[str, Any],
-    evidence: dict[str, str],
+    evidence: dict[str, dict[str, Any]],
     daemon_was_running: bool,
-) -> list[str]:
+) -> tuple[Evaluation, list[str]]:
+    """Evaluate, write the outputs; returns the evaluation (its level decides the exit status) and summary lines."""
     lines: list[str] = [f"engine choice: {opts.engine} via {opts.launcher} ({opts.choice_reason})"]
     session_file = opts.report_dir / "session.json"
     session: dict[str, Any] | None = json.loads(session_file.read_text()) if session_file.exists() else None
@@ -173,8 +188,9 @@ def finish_session(
     hardware, _, doctor = hardware_fingerprint(opts.device)
     platform = _platform(session, opts, doctor, error)
     evaluation = evaluate(all_checks(), results, platform)
-    predicate = build_predicate(opts, session, evaluation, hardware, metrics, evidence)
     opts.report_dir.mkdir(parents=True, exist_ok=True)
+    kept = _keep_evidence(opts, evidence, lines)
+    predicate = build_predicate(opts, session, evaluation, hardware, metrics, kept).to_json_dict()
     full = {**predicate, "session": session, "overhead": metrics.get("_overhead"), "lifecycle": metrics.get("_lifecycle")}
     atomic_write_json(opts.report_dir / "results.json", full)
     lines.append(f"level: {evaluation.level}")
@@ -185,4 +201,4 @@ def finish_session(
         _pages(opts, full, lines)
     finally:
         _teardown(opts, session, daemon_was_running, lines)
-    return lines
+    return evaluation, lines

@@ -38,7 +38,7 @@ class CertifyState:
     daemon_was_running: bool = True
     results: dict[str, CheckResult] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)
-    evidence: dict[str, str] = field(default_factory=dict)
+    evidence: dict[str, dict[str, Any]] = field(default_factory=dict)  # <check>/<name> -> EvidenceFileV1 fields
     active: bool = False
     resolved: CertifyOptions | None = None
     summary: list[str] = field(default_factory=list)
@@ -156,7 +156,7 @@ def record_report(state: CertifyState, report: pytest.TestReport) -> None:
         elif key == "certify_metric":
             state.metrics.update(cast("dict[str, Any]", value))
         elif key == "certify_evidence":
-            state.evidence.update(cast("dict[str, str]", value))
+            state.evidence.update(cast("dict[str, dict[str, Any]]", value))
     if status != "passed":
         details["reason"] = _reason(report)
     result = CheckResult(str(cid), status, float(report.duration), details)  # type: ignore[arg-type]
@@ -234,10 +234,15 @@ class Recorder:
         self.item.user_properties.append(("certify_detail", {key: value}))
 
     def evidence(self, name: str, data: bytes) -> str:
-        from harness.ids import digest_bytes
+        """Keep ``data`` in the run's evidence store and name it ``<check id>/<name>`` in the entry."""
+        from catalog.evidence import EVIDENCE_DIR, store_blob
 
-        digest = digest_bytes(data)
-        self.item.user_properties.append(("certify_evidence", {name: digest}))
+        cid = check_id_of(self.item)
+        if cid is None:
+            raise RuntimeError(f"{self.item.nodeid}: evidence recorded outside a certification check")
+        digest = store_blob(resolved_options(self.item.config).report_dir / EVIDENCE_DIR, data)
+        entry = {"name": f"{cid}/{name}", "check": cid, "digest": digest, "size": len(data)}
+        self.item.user_properties.append(("certify_evidence", {entry["name"]: entry}))
         return digest
 
 
@@ -255,8 +260,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     started = time.monotonic()
     opts = resolved_options(session.config)
     try:
-        state.summary = finish_session(opts, state.results, state.metrics, state.evidence, state.daemon_was_running)
-        if "level: failed" in state.summary and session.exitstatus == pytest.ExitCode.OK:
+        evaluation, state.summary = finish_session(opts, state.results, state.metrics, state.evidence, state.daemon_was_running)
+        if evaluation.level == "failed" and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a failed level never exits 0
     except Exception as exc:  # the run's outputs are part of its verdict: a failure here fails the session
         import traceback

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 __all__ = ["SUITES", "Check", "all_checks", "applicable"]
 
-SUITES = ("hardware", "protocol", "faults", "security", "lifecycle", "perf", "agents")
+SUITES = ("hardware", "protocol", "correctness", "faults", "security", "lifecycle", "perf", "agents")
 
 
 @dataclass(frozen=True)

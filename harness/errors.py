@@ -104,6 +104,7 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     "inference_run_sealed": _e("routing", False, 403, "the run is sealed; register a new run"),
     "catalog_signature_invalid": _e("integrity", False, 400, "the entry does not verify against catalog/keys"),
     "catalog_entry_invalid": _e("input", False, 400, "fix the predicate/statement/subjects; nothing was signed"),
+    "catalog_evidence_invalid": _e("integrity", False, 400, "an evidence file the entry names is missing or altered"),
     "catalog_key_invalid": _e("input", False, 400, "use an unencrypted Ed25519 PEM key, 0600 (see `hitch catalog keygen`)"),
     "report_input_invalid": _e("input", False, 400, "check the entries, results or load paths given to `hitch report build`"),
     # harness — infrastructure

@@ -1,4 +1,4 @@
-"""The per-run page: checks, evidence digests, hardware fingerprint, gateway-overhead plots, lifecycle timings.
+"""The per-run page: checks, evidence (linked and previewed), hardware fingerprint, gateway-overhead plots, lifecycle timings.
 
 Input is one run's ``results.json``: a DESIGN §6 predicate plus, optionally, ``overhead`` (the JSON that
 ``python -m certify.bench_overhead --out`` writes: ``results.{unary,stream}.{gateway,reference,direct}``)
@@ -23,12 +23,14 @@ from reports.svg import bar_chart, line_chart
 
 __all__ = ["SUITES", "build_run_page", "overhead_bound_ms"]
 
-SUITES = ("hardware", "protocol", "faults", "security", "lifecycle", "perf", "agents")
+SUITES = ("hardware", "protocol", "correctness", "faults", "security", "lifecycle", "perf", "agents")
 STATUSES = ("passed", "failed", "skipped", "not_run")
 PERCENTILES = ("p50", "p95", "p99")
 # spec §15.4: added p50/p95 must stay within max(20 ms, 5 % of the direct latency).
 BOUND_FLOOR_MS, BOUND_FRACTION = 20.0, 0.05
 # DESIGN §6 lifecycle lines: a cancelled request frees its slot within 5 s; idle stop within TTL + 10 s.
+EVIDENCE_DIR = "evidence"  # the run's evidence store beside the page (catalog.evidence)
+EVIDENCE_PREVIEW_BYTES = 2048
 LIFECYCLE_BOUNDS = {"cancel_slot_free_ms": (5000.0, "ms"), "idle_stop_after_ttl_s": (10.0, "s")}
 
 
@@ -213,6 +215,25 @@ def _lifecycle(results: Mapping[str, Any]) -> tuple[list[tuple[str, Any]], list[
     return timings, charts, bounds
 
 
+def _evidence(evidence: Mapping[str, Any], out_dir: Path) -> list[dict[str, Any]]:
+    """Each evidence file: its name and digest, a link to the kept bytes and, for text, the start of it inline."""
+    rows: list[dict[str, Any]] = []
+    for name, digest in sorted((str(k), str(v)) for k, v in evidence.items()):
+        blob = f"{EVIDENCE_DIR}/sha256-{digest.removeprefix('sha256:')}"
+        path = out_dir / blob
+        row: dict[str, Any] = {"name": name, "digest": digest, "href": None, "size": None, "preview": None, "truncated": False}
+        if path.is_file():
+            data = path.read_bytes()
+            row.update(href=blob, size=len(data))
+            try:
+                text = data[:EVIDENCE_PREVIEW_BYTES].decode("utf-8")
+            except UnicodeDecodeError:
+                text = None  # binary, or a character cut at the preview's end: the link has it whole
+            row.update(preview=text, truncated=len(data) > EVIDENCE_PREVIEW_BYTES)
+        rows.append(row)
+    return rows
+
+
 def build_run_page(results: dict[str, Any], out_dir: Path, *, name: str = "run.html") -> Path:
     """Write the per-run page for ``results`` to ``out_dir/name``; returns its path."""
     if not isinstance(results, Mapping):
@@ -221,6 +242,7 @@ def build_run_page(results: dict[str, Any], out_dir: Path, *, name: str = "run.h
     evidence = results.get("evidence", {})
     if not isinstance(evidence, Mapping):
         raise _invalid("results.evidence must be an object of name -> digest")
+    evidence_rows = _evidence(evidence, Path(out_dir))
     hardware = results.get("hardware", {})
     overhead_charts, overhead_rows, overhead_facts = _overhead(results)
     timings, lifecycle_charts, bounds = _lifecycle(results)
@@ -238,7 +260,7 @@ def build_run_page(results: dict[str, Any], out_dir: Path, *, name: str = "run.h
         checks=checks,
         summary=summary,
         blocking=blocking,
-        evidence=sorted((str(k), str(v)) for k, v in evidence.items()),
+        evidence=evidence_rows,
         hardware=flatten(hardware) if hardware else [],
         metrics=flatten(results.get("metrics")) if results.get("metrics") else [],
         overhead_charts=overhead_charts,

@@ -13,6 +13,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from pydantic import ValidationError
+
+from harness.contracts.certification import CertificationResultV1
 from harness.errors import HitchError
 
 __all__ = [
@@ -27,7 +30,7 @@ __all__ = [
 ]
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
-PREDICATE_TYPE = "https://hitch.dev/certification/v1"
+PREDICATE_TYPE = "https://hitch.dev/certification/v2"  # v2: the predicate is CertificationResultV1 (schema 2)
 LEVELS = ("certified", "provisional", "contract", "failed")
 
 # predicate field -> subject name, for the three identities DESIGN §6 names as subjects
@@ -36,19 +39,6 @@ SUBJECT_NAMES = {"runtime_id": "runtime", "model_id": "model", "inference_id": "
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _SUBJECT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}$")
 _STATEMENT_KEYS = {"_type", "subject", "predicateType", "predicate"}
-_PREDICATE_STRINGS = (
-    "suite_version",
-    "project_commit",
-    "device",
-    "engine",
-    "runtime_id",
-    "runtime_name",
-    "model_id",
-    "inference_id",
-    "profile",
-    "finished_at",
-)
-_PREDICATE_OBJECTS = ("hardware", "metrics", "evidence")
 
 
 class _Defect(Exception):
@@ -64,23 +54,16 @@ def _hex_of(value: object, where: str) -> str:
     return hex_part
 
 
-def _check_predicate(predicate: object) -> None:
-    if not isinstance(predicate, dict):
-        raise _Defect("predicate must be a JSON object")
-    if predicate.get("level") not in LEVELS:
-        raise _Defect(f"predicate.level must be one of {', '.join(LEVELS)}")
-    for key in _PREDICATE_STRINGS:
-        if key in predicate and not isinstance(predicate[key], str):
-            raise _Defect(f"predicate.{key} must be a string")
-    for key in _PREDICATE_OBJECTS:
-        if key in predicate and not isinstance(predicate[key], dict):
-            raise _Defect(f"predicate.{key} must be an object")
-    reasons = predicate.get("reasons", [])
-    if not isinstance(reasons, list) or not all(isinstance(r, str) for r in reasons):
-        raise _Defect("predicate.reasons must be a list of strings")
-    checks = predicate.get("checks", [])
-    if not isinstance(checks, list) or not all(isinstance(c, dict) and isinstance(c.get("id"), str) for c in checks):
-        raise _Defect("predicate.checks must be a list of objects with a string id")
+def _check_predicate(predicate: object) -> dict[str, Any]:
+    """The predicate is a :class:`CertificationResultV1` exactly (the one typed shape; unknown fields refused);
+    returns it as the record serialises it."""
+    try:
+        return CertificationResultV1.model_validate(predicate).to_json_dict()
+    except ValidationError as exc:
+        first = exc.errors(include_url=False, include_input=False)[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(root)"
+        count = exc.error_count()
+        raise _Defect(f"predicate is not a CertificationResultV1: {where}: {first['msg']} ({count} problem(s))") from None
 
 
 def _check_subjects(subjects: object) -> None:
@@ -108,7 +91,8 @@ def _check_consistency(subjects: list[dict[str, Any]], predicate: dict[str, Any]
     """A standard subject and the predicate field it stands for must name the same digest."""
     by_name = {s["name"]: s["digest"]["sha256"] for s in subjects}
     for field, name in SUBJECT_NAMES.items():
-        if name in by_name and field in predicate and predicate[field].removeprefix("sha256:") != by_name[name]:
+        value = predicate.get(field)
+        if name in by_name and (not isinstance(value, str) or value.removeprefix("sha256:") != by_name[name]):
             raise _Defect(f"subject {name} does not match predicate.{field}")
 
 
@@ -163,5 +147,9 @@ def build_statement(predicate: dict[str, Any], subjects: dict[str, str]) -> dict
         subject = [{"name": name, "digest": {"sha256": _hex_of(subjects[name], f"subject {name}")}} for name in sorted(subjects)]
     except _Defect as exc:
         raise HitchError("catalog_entry_invalid", str(exc), {"reason": str(exc)}) from None
-    statement = {"_type": STATEMENT_TYPE, "subject": subject, "predicateType": PREDICATE_TYPE, "predicate": predicate}
+    try:
+        record = _check_predicate(predicate)  # what is signed is the record's own serialisation, defaults included
+    except _Defect as exc:
+        raise HitchError("catalog_entry_invalid", f"malformed statement: {exc}", {"reason": str(exc)}) from None
+    statement = {"_type": STATEMENT_TYPE, "subject": subject, "predicateType": PREDICATE_TYPE, "predicate": record}
     return check_statement(statement, "catalog_entry_invalid")

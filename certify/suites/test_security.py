@@ -396,26 +396,34 @@ def _is_log(path: Path) -> bool:
 
 def _files(env: CertifyEnv) -> list[Path]:
     """Every regular file under the root, except the installed runtime environments (GBs of wheels and
-    interpreters, written at install time before any key or token of this session existed)."""
+    interpreters, written at install time before any key or token of this session existed), and every
+    evidence file kept so far in the run's evidence store (it is published with the entry)."""
     root = env.root.root
     skip = env.root.runtime_envs
     out: list[Path] = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        here = Path(dirpath)
-        dirnames[:] = [d for d in dirnames if here / d != skip]
-        out.extend(here / f for f in filenames if not (here / f).is_symlink() and (here / f).is_file())
+    for top in (root, env.options.report_dir / "evidence"):
+        for dirpath, dirnames, filenames in os.walk(top):
+            here = Path(dirpath)
+            dirnames[:] = [d for d in dirnames if here / d != skip]
+            out.extend(here / f for f in filenames if not (here / f).is_symlink() and (here / f).is_file())
     return sorted(out)
+
+
+def _rel(env: CertifyEnv, path: Path) -> Path:
+    for top in (env.root.root, env.options.report_dir):
+        if path.is_relative_to(top):
+            return path.relative_to(top)
+    return path
 
 
 def _scan(env: CertifyEnv, logs_only: bool) -> tuple[list[str], int, list[str]]:
     """(hits "file: secret names", files scanned, files skipped as too large)."""
-    root = env.root.root
     needles = {name: value.encode() for name, value in _secrets(env).items()}
     hits: list[str] = []
     skipped: list[str] = []
     scanned = private_hits = 0
     for path in _files(env):
-        rel = path.relative_to(root)
+        rel = _rel(env, path)
         log = _is_log(path)
         if logs_only != log:  # the two checks split the files: logs, and everything else
             continue
@@ -452,7 +460,7 @@ def test_secrets_in_logs(certify_env: CertifyEnv, certify_record: Any) -> None:
     daemon_log = root / "inference" / "daemon" / "daemon.log"
     assert daemon_log.exists(), "no daemon log under the root"
     hits, scanned, _ = _scan(certify_env, logs_only=True)
-    logs = [str(p.relative_to(root)) for p in _files(certify_env) if _is_log(p)]
+    logs = [str(_rel(certify_env, p)) for p in _files(certify_env) if _is_log(p)]
     certify_record.detail("logs", logs[:50])
     certify_record.detail("logs_scanned", scanned)
     assert not hits, f"secrets found in logs: {hits[:10]}"

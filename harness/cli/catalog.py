@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
+from catalog.evidence import verify_evidence
 from catalog.signing import (
     STATEMENT_TYPE,
     build_statement,
@@ -133,25 +134,36 @@ def sign(
 def verify(
     entry: Annotated[Path, typer.Argument(help="a .dsse.json entry")],
     keys: KeysOpt = None,
+    evidence: Annotated[
+        Path | None,
+        typer.Option("--evidence", help="also re-hash every evidence file the entry names (report dir or its evidence/)"),
+    ] = None,
     as_json: JsonOpt = False,
     root: RootOpt = None,
 ) -> None:
-    """Verify an entry offline against trusted public keys; exit 3 (catalog_signature_invalid) if it does not."""
+    """Verify an entry offline against trusted public keys; exit 3 (catalog_signature_invalid) if it does not.
+
+    With ``--evidence DIR`` every evidence file the signed predicate names must be in DIR with the signed
+    digest (``catalog_evidence_invalid`` names each missing or altered one)."""
     verified = verify_envelope(load_entry(entry), _keys(keys))
     predicate = verified.predicate
+    checked = None if evidence is None else verify_evidence(predicate.get("evidence") or {}, evidence)
     payload = {
         "entry": str(entry),
         "verified": True,
         "keyid": verified.keyid,
         "level": predicate["level"],
         "subjects": verified.subjects,
+        "evidence_verified": checked,
         "predicate": predicate,
     }
     human = (
         f"verified: {entry} (keyid {verified.keyid})\n"
-        f"level {predicate['level']}: {predicate.get('runtime_name') or predicate.get('runtime_id', '-')} x "
-        f"{predicate.get('model_id', '-')} x {predicate.get('device', '-')} x {predicate.get('profile', '-')}"
+        f"level {predicate['level']}: {predicate.get('runtime_name') or predicate.get('runtime_id') or '-'} x "
+        f"{predicate.get('model_id') or '-'} x {predicate.get('device', '-')} x {predicate.get('profile', '-')}"
     )
+    if checked is not None:
+        human += f"\nevidence: {checked} file(s) re-hashed, all match"
     emit(as_json, payload, human)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from harness.contracts.base import Record, Sha256, parse_record
 from harness.contracts.binding import ModelEndpointBindingV1
-from harness.contracts.certification import CertificationCheckV1, CertificationResultV1
+from harness.contracts.certification import CertificationCheckV1, CertificationResultV1, EvidenceIndexV1
 from harness.contracts.events import LifecycleEventV1, RequestEvidenceV1
 from harness.contracts.evidence import HardwareFingerprintV1, InferenceExecutionEvidenceV1
 from harness.contracts.harness_profile import HarnessCompatibilityProfileV1
@@ -21,6 +21,7 @@ __all__ = [
     "SCHEMA_RECORDS",
     "CertificationCheckV1",
     "CertificationResultV1",
+    "EvidenceIndexV1",
     "HardwareFingerprintV1",
     "HarnessCompatibilityProfileV1",
     "InferenceExecutionEvidenceV1",
@@ -48,5 +49,6 @@ SCHEMA_RECORDS: tuple[type[Record], ...] = (
     LifecycleEventV1,
     RequestEvidenceV1,
     CertificationResultV1,
+    EvidenceIndexV1,
     HarnessCompatibilityProfileV1,
 )

@@ -17,9 +17,11 @@ from typing import Any
 import psutil
 import pytest
 
+from catalog.evidence import blob_path, read_index, verify_evidence
 from catalog.signing import load_entry, verify_envelope
 from certify.options import REPORT_ENV, SESSION_ENV
 from harness.daemon.client import daemon_running
+from harness.errors import HitchError
 from harness.paths import HitchRoot
 
 REPO = Path(__file__).resolve().parents[2]
@@ -70,6 +72,16 @@ def test_full_fake_session_under_xdist_is_contract_signed_and_cleaned_up(tmp_pat
     verified = verify_envelope(load_entry(entries[0]), _dev_keys(root))
     assert verified.predicate["level"] == "contract" and verified.predicate["engine"] == "fake"
     assert verified.predicate["checks"] == results["checks"]
+    # every evidence file the entry names is kept beside it, and re-hashes to the signed digest
+    evidence = verified.predicate["evidence"]
+    assert "hardware.doctor.fingerprint/doctor.json" in evidence
+    assert verify_evidence(evidence, out) == len(evidence)
+    assert {f.name for f in read_index(out).files} == set(evidence)
+    blob = blob_path(out / "evidence", evidence["hardware.doctor.fingerprint/doctor.json"])
+    blob.write_bytes(blob.read_bytes()[:-1] + bytes([blob.read_bytes()[-1] ^ 1]))
+    with pytest.raises(HitchError) as exc:
+        verify_evidence(evidence, out)
+    assert exc.value.code == "catalog_evidence_invalid"
     assert list(out.glob("*.html")), "no HTML page written"
     assert "level: contract" in proc.stdout
     assert daemon_running(root) is None and _engines_of(root) == []

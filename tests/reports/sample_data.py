@@ -54,9 +54,14 @@ def predicate(**overrides: Any) -> dict[str, Any]:
             "cancel_slot_free_ms": 120.0,
             "idle_stop_after_ttl_s": 3.5,
         },
-        "evidence": {"engine.log": digest("engine.log"), "requests.jsonl": digest("requests")},
+        "evidence": {
+            "hardware.server_info.device/engine.log": digest("engine.log"),
+            "protocol.chat.stream/requests.jsonl": digest("requests"),
+        },
     }
-    return {**base, **overrides}
+    from harness.contracts.certification import CertificationResultV1
+
+    return CertificationResultV1.model_validate({**base, **overrides}).to_json_dict()  # as the plugin writes it
 
 
 def overhead() -> dict[str, Any]:

@@ -77,3 +77,19 @@ def test_malformed_results_are_an_input_error_and_write_nothing(tmp_path: Path, 
         build_run_page(results, tmp_path)
     assert err.value.code == "report_input_invalid"
     assert not (tmp_path / "run.html").exists()
+
+
+def test_evidence_is_linked_and_text_shown_inline(tmp_path: Path) -> None:
+    from catalog.evidence import store_blob
+
+    log = ("engine started <ok> & ready\n" * 200).encode()
+    results = sd.results()
+    digest = store_blob(tmp_path / "evidence", log)
+    missing = sd.digest("x")
+    results["evidence"] = {"hardware.server_info.device/engine.log": digest, "protocol.chat.stream/requests.jsonl": missing}
+    html = build_run_page(results, tmp_path).read_text()
+    href = f"evidence/sha256-{digest.removeprefix('sha256:')}"
+    assert f'<a href="{href}">hardware.server_info.device/engine.log</a>' in html
+    assert (tmp_path / href).read_bytes() == log
+    assert "engine started &lt;ok&gt; &amp; ready" in html and "(truncated; the link has the whole file)" in html
+    assert 'protocol.chat.stream/requests.jsonl <span class="muted">(not kept here)</span>' in html

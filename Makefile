@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 export HITCH_ROOT ?= $(HOME)/.local/share/hitch
 CPU_RUNTIME := sglang-0.5.23-cpu-generic
 
-.PHONY: certify test setup venv runtime docker browser codex lint typecheck schemas unit
+.PHONY: certify test check setup venv runtime docker browser codex lint typecheck schemas unit fast
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,17 +40,26 @@ setup: venv runtime docker browser codex
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 
 typecheck: venv
 	$(VENV)/bin/mypy
 
 schemas: venv
-	$(PY) -m harness.contracts.schemas
+	$(PY) -m harness.schema_export
 
 unit: venv
-	$(VENV)/bin/pytest -n auto --dist loadgroup tests
+	$(VENV)/bin/pytest -n auto --dist loadgroup --durations=20 tests
+
+# Hermetic tests only: no engine, Docker, browser or runtime needed (no setup beyond the venv).
+FAST := not integration and not slow and not needs_docker and not needs_sglang and not needs_chromium
+fast: venv
+	$(VENV)/bin/pytest -n auto -q -p no:cacheprovider -m "$(FAST)" tests
 
 test: setup lint typecheck unit
+
+# The quick loop while developing (about 2 minutes on 2 cores): lint, import layers, types, hermetic tests.
+check: lint typecheck fast
 
 # The main job: certification on the best engine this machine can run (see certify/options.py); the
 # terminal summary says the level, why, and where the signed entry and the HTML pages are.

@@ -160,7 +160,7 @@ def _ensure_runtime(opts: CertifyOptions) -> str:
 
     rt = get_runtime(opts.runtime) if opts.runtime else None
     if rt is None:
-        from harness.cli.local import default_runtime
+        from harness.runtimes import default_runtime
 
         rt = default_runtime(opts.device)
     if opts.engine == "sglang" and opts.launcher == "process" and rt.package.kind == "python-env":

@@ -10,11 +10,10 @@ import typer
 
 from harness.cli.doctor_cmd import doctor
 from harness.cli.output import JsonOpt, RootOpt, cli_command, emit, root_from
-from harness.contracts.runtime import InferenceRuntimeManifestV1
 from harness.devices import probe_cpu
 from harness.errors import HitchError
 from harness.lock import Device, ProfileShort, build_lock, validate_lock
-from harness.runtimes import get_runtime, load_catalog
+from harness.runtimes import default_runtime, get_runtime
 from harness.store import resolve_model
 
 app = typer.Typer(no_args_is_help=True, help="locks, doctor and local services")
@@ -22,18 +21,6 @@ app.command("doctor", help="read-only: what this machine can certify, and why no
 
 DeviceOpt = Annotated[str, typer.Option("--device", help="cpu | cuda (metal parses but is refused in P0)")]
 ProfileOpt = Annotated[str, typer.Option("--profile", help="baseline | throughput")]
-
-
-def default_runtime(device: str) -> InferenceRuntimeManifestV1:
-    """A pinned, certifiable runtime for the device if the catalog has one, else the best pinned one."""
-    candidates = [r for r in load_catalog() if r.backend == device]
-    for wanted in ((True, True), (False, True)):
-        for runtime in candidates:
-            if (runtime.certifiable, runtime.pinned) == wanted:
-                return runtime
-    if candidates:
-        return candidates[0]
-    raise HitchError("inference_runtime_not_found", f"the runtime catalog has no {device} runtime", {"device": device})
 
 
 @app.command("lock", help="print the draft InferenceLockV1 and its inference_id (nothing starts)")

@@ -55,7 +55,7 @@ def _ensure_runtime(
 
 def service_runtime(device: str, profile: str, engine: str, launcher: str, runtime: str | None) -> InferenceRuntimeManifestV1:
     """Check the service choices a command was given and resolve its runtime (default: the device's best)."""
-    from harness.cli.local import default_runtime
+    from harness.runtimes import default_runtime
 
     if device not in ("cpu", "cuda"):
         raise HitchError("inference_device_unsupported", f"device {device!r} is not served in P0", {"choices": ["cpu", "cuda"]})

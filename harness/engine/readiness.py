@@ -29,9 +29,9 @@ from typing import Any
 import httpx
 
 from harness.engine.keys import EngineKeys
+from harness.engine.launch_spec import LaunchedEngine
 from harness.engine.verify import verify_server_info
 from harness.errors import HitchError
-from harness.launch.base import LaunchedEngine
 
 __all__ = ["PROBE_OUTPUT_TOKENS", "RESPONSES_BUDGET_OFFSET", "ListenerCheck", "ReadinessReport", "wait_ready"]
 

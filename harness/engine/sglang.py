@@ -17,8 +17,8 @@ from harness.contracts.lock import InferenceLockV1
 from harness.engine.argv import EngineProgram, engine_flags, wire_model_name
 from harness.engine.environment import engine_environment
 from harness.engine.keys import EngineKeys, KeyFiles, issue_keys
+from harness.engine.launch_spec import OWNER_LABEL_PREFIX, LaunchSpec
 from harness.engine.verify import expected_server_info
-from harness.launch.base import OWNER_LABEL_PREFIX, LaunchSpec
 from harness.paths import HitchRoot
 
 __all__ = ["CONTAINER_SECRETS_DIR", "ENGINE_LOG", "EngineLaunch", "owner_labels", "prepare_launch"]

@@ -29,8 +29,8 @@ import docker
 import docker.errors
 
 from harness.contracts.service import ProcessIdentityV1
+from harness.engine.launch_spec import ExitInfo, LaunchSpec
 from harness.errors import HitchError
-from harness.launch.base import ExitInfo, LaunchSpec
 from harness.launch.docker_errors import docker_client, translate_docker_errors
 from harness.launch.oci_config import (
     LABEL_EPOCH,
@@ -96,7 +96,7 @@ class OciLauncher:
 
 
 class OciEngine:
-    """A started engine container (the :class:`~harness.launch.base.LaunchedEngine` of ``oci``)."""
+    """A started engine container (the :class:`~harness.engine.launch_spec.LaunchedEngine` of ``oci``)."""
 
     def __init__(
         self, client: docker.DockerClient, identity: ProcessIdentityV1, *, network_id: str, base_url: str, log_path: Path

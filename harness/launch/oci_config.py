@@ -18,9 +18,9 @@ from typing import Any
 
 from docker.types import DeviceRequest, LogConfig, Mount
 
+from harness.engine.launch_spec import OWNER_LABEL_PREFIX, LaunchSpec
 from harness.errors import HitchError
 from harness.ids import sha256_hex
-from harness.launch.base import OWNER_LABEL_PREFIX, LaunchSpec
 
 __all__ = [
     "LABEL_EPOCH",

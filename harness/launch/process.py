@@ -29,8 +29,8 @@ from typing import Literal
 import psutil
 
 from harness.contracts.service import ProcessIdentityV1
+from harness.engine.launch_spec import ExitInfo, LaunchSpec
 from harness.errors import HitchError
-from harness.launch.base import ExitInfo, LaunchSpec
 
 __all__ = ["ProcessEngine", "ProcessLauncher", "is_our_process", "live_group_members", "secret_values"]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from harness.runtimes.catalog import (
     default_catalog_path,
+    default_runtime,
     get_runtime,
     load_catalog,
     require_certifiable_pin,
@@ -25,6 +26,7 @@ __all__ = [
     "InstallResult",
     "InstalledRuntime",
     "default_catalog_path",
+    "default_runtime",
     "get_runtime",
     "install_runtime",
     "installed_runtime",

@@ -25,6 +25,7 @@ from harness.ids import digest_json, is_sha256_id, sha256_hex
 __all__ = [
     "check_lock_text",
     "default_catalog_path",
+    "default_runtime",
     "get_runtime",
     "load_catalog",
     "require_certifiable_pin",
@@ -85,10 +86,10 @@ class _Catalog(_Strict):
 
 
 def default_catalog_path() -> Path:
-    """``catalog/runtimes.toml`` beside the ``catalog`` package (works installed or from a checkout)."""
-    import catalog
+    """``catalog/runtimes.toml``: data of the ``catalog`` folder beside ``harness`` (a checkout or site-packages).
 
-    return Path(catalog.__file__).resolve().parent / "runtimes.toml"
+    Read as a file, never imported: the runtime core depends on no code above it (DESIGN §2)."""
+    return Path(__file__).resolve().parents[2] / "catalog" / "runtimes.toml"
 
 
 def runtime_source_dir(name: str, catalog_path: Path | None = None) -> Path:
@@ -233,3 +234,15 @@ def require_certifiable_pin(manifest: InferenceRuntimeManifestV1) -> InferenceRu
             {"runtime": manifest.name, "runtime_id": manifest.runtime_id},
         )
     return manifest
+
+
+def default_runtime(device: str, catalog_path: Path | None = None) -> InferenceRuntimeManifestV1:
+    """A pinned, certifiable runtime for the device if the catalog has one, else the best pinned one."""
+    candidates = [r for r in load_catalog(catalog_path) if r.backend == device]
+    for wanted in ((True, True), (False, True)):
+        for runtime in candidates:
+            if (runtime.certifiable, runtime.pinned) == wanted:
+                return runtime
+    if candidates:
+        return candidates[0]
+    raise HitchError("inference_runtime_not_found", f"the runtime catalog has no {device} runtime", {"device": device})

@@ -28,8 +28,8 @@ from typing import Any, Literal
 
 from harness.contracts.lock import InferenceLockV1
 from harness.engine import EngineProgram, ReadinessReport
+from harness.engine.launch_spec import Launcher
 from harness.errors import HitchError
-from harness.launch.base import Launcher
 from harness.launch.oci import OciLauncher
 from harness.launch.process import ProcessLauncher
 from harness.paths import HitchRoot

@@ -46,9 +46,9 @@ from harness.contracts.events import LifecycleEventName, LifecycleEventV1
 from harness.contracts.lock import InferenceLockV1
 from harness.contracts.service import DeviceAllocationV1, InferenceServiceRecordV1, ServiceState
 from harness.engine import EngineKeys, EngineLaunch, EngineProgram, KeyFiles, ReadinessReport, prepare_launch, wait_ready
+from harness.engine.launch_spec import ExitInfo, LaunchedEngine, Launcher
 from harness.engine.readiness import ListenerCheck
 from harness.errors import HitchError
-from harness.launch.base import ExitInfo, LaunchedEngine, Launcher
 from harness.paths import HitchRoot, atomic_write_json
 from harness.service.isolation import isolation_key as isolation_key_for
 from harness.service.ports import listener_state, process_tree

@@ -26,8 +26,8 @@ from catalog.signing import (
 )
 from harness.cli.app import app
 from harness.contracts.certification import CertificationResultV1, EvidenceFileV1
-from harness.contracts.schemas import SCHEMA_DIR
 from harness.errors import HitchError
+from harness.schema_export import SCHEMA_DIR
 from tests.catalog.support import make_predicate
 
 

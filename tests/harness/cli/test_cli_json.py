@@ -13,7 +13,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from harness.contracts.schemas import SCHEMA_DIR
+from harness.schema_export import SCHEMA_DIR
 
 HITCH = [sys.executable, "-c", "from harness.cli.app import main; main()"]
 

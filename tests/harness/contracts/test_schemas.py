@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from harness.contracts import SCHEMA_RECORDS, InferenceRuntimeManifestV1
-from harness.contracts.schemas import SCHEMA_DIR, generated_schemas
+from harness.schema_export import SCHEMA_DIR, generated_schemas
 
 
 def test_committed_schemas_match_the_records() -> None:

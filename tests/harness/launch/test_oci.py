@@ -25,8 +25,8 @@ import pytest
 
 from fixtures.checkpoint.builder import tiny_checkpoint_cached
 from harness.contracts.lock import ResourceVectorV1
+from harness.engine.launch_spec import LaunchSpec
 from harness.errors import HitchError
-from harness.launch.base import LaunchSpec
 from harness.launch.oci import OciEngine, OciLauncher, list_owned_containers, remove_owned
 from harness.launch.oci_config import LABEL_EPOCH, LABEL_ROOT, LABEL_SERVICE, root_label
 from tests.harness.docker_support import docker_client_or_skip, fake_image_id, require_or_skip

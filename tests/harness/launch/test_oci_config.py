@@ -9,8 +9,8 @@ import pytest
 from docker.types import DeviceRequest
 
 from harness.contracts.lock import ResourceVectorV1
+from harness.engine.launch_spec import LaunchSpec
 from harness.errors import HitchError
-from harness.launch.base import LaunchSpec
 from harness.launch.oci import OciLauncher
 from harness.launch.oci_config import (
     LABEL_EPOCH,

@@ -14,7 +14,7 @@ import pytest
 
 from harness.contracts.lock import ResourceVectorV1
 from harness.contracts.service import ProcessIdentityV1
-from harness.launch.base import LaunchSpec
+from harness.engine.launch_spec import LaunchSpec
 from harness.launch.process import ProcessEngine, ProcessLauncher, is_our_process, live_group_members, secret_values
 
 pytestmark = pytest.mark.integration

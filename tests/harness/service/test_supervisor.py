@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from harness.engine import EngineProgram
+from harness.engine.launch_spec import ExitInfo, LaunchSpec
 from harness.errors import HitchError
-from harness.launch.base import ExitInfo, LaunchSpec
 from harness.launch.process import ProcessEngine, ProcessLauncher, live_group_members
 from harness.service import ServiceStateStore, ServiceSupervisor
 from tests.harness.engine.inputs import ServiceInputs, checkpoint_cache, service_inputs

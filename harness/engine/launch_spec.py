@@ -1,4 +1,4 @@
-"""The contract every launcher fulfils, so the supervisor never knows which one it drives.
+"""The contract between the engine adapter and every launcher, so the supervisor never knows which one it drives.
 
 A launcher turns a :class:`LaunchSpec` (what the engine adapter compiled from a lock) into a
 running :class:`LaunchedEngine`. Identity is recorded so recovery can prove ownership later

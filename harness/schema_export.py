@@ -1,4 +1,6 @@
-"""JSON Schemas of every record, generated into ``docs/schemas/`` (``python -m harness.contracts.schemas``).
+"""JSON Schemas of every record, generated into ``docs/schemas/`` (``python -m harness.schema_export``, ``make schemas``).
+
+A tool above the records (it also exports records owned by ``harness.devices``), not part of ``harness.contracts``.
 
 A test compares the committed files with freshly generated ones, so a record change
 without regenerated schemas fails CI.
@@ -16,7 +18,7 @@ from harness.contracts.base import Record
 
 __all__ = ["SCHEMA_DIR", "extra_records", "generated_schemas", "write_schemas"]
 
-SCHEMA_DIR = Path(__file__).resolve().parents[2] / "docs" / "schemas"
+SCHEMA_DIR = Path(__file__).resolve().parents[1] / "docs" / "schemas"
 
 
 def extra_records() -> tuple[type[Record], ...]:

@@ -43,8 +43,10 @@ import uvloop
 
 from certify.processes import stop_process
 from certify.session import FakeControl
+from certify.stats import percentile
 from gateway.policy import apply_policy
 from harness.contracts.lock import InferenceLockV1
+from harness.net import free_port
 
 __all__ = ["main"]
 
@@ -60,23 +62,6 @@ class Arm:
     token: str
     body: dict[str, bytes]  # "stream" / "unary" -> request bytes
     pid: int | None
-
-
-def _percentile(values: list[float], q: float) -> float:
-    s = sorted(values)
-    if not s:
-        return float("nan")
-    k = (len(s) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _wait_file(path: Path, proc: subprocess.Popen[bytes], timeout: float = 240.0) -> dict[str, Any]:
@@ -124,7 +109,7 @@ def _stack(args: argparse.Namespace, work: Path) -> Iterator[tuple[list[Arm], di
         key_file.parent.mkdir(mode=0o700, exist_ok=True)
         key_file.write_text(key)
         key_file.chmod(0o600)
-        port = _free_port()
+        port = free_port()
         ctl_token = secrets.token_urlsafe(16)
         ctl_file = work / "private" / "ctl.token"
         ctl_file.write_text(ctl_token)
@@ -372,7 +357,7 @@ def _summarize(rounds: list[dict[str, Any]], rss_per_stream: float | None) -> di
         for arm in ("gateway", "reference"):
             added = {
                 f"p{int(q * 100)}": med(
-                    (_percentile(rd[kind][arm]["c1"]["lat"], q) - _percentile(rd[kind]["direct"]["c1"]["lat"], q)) * 1000
+                    (percentile(rd[kind][arm]["c1"]["lat"], q) - percentile(rd[kind]["direct"]["c1"]["lat"], q)) * 1000
                     for rd in rounds
                 )
                 for q in (0.5, 0.95, 0.99)
@@ -381,7 +366,7 @@ def _summarize(rounds: list[dict[str, Any]], rss_per_stream: float | None) -> di
             if kind == "stream":
                 entry["ttft_added_ms"] = {
                     f"p{int(q * 100)}": med(
-                        (_percentile(rd[kind][arm]["c1"]["ttft"], q) - _percentile(rd[kind]["direct"]["c1"]["ttft"], q)) * 1000
+                        (percentile(rd[kind][arm]["c1"]["ttft"], q) - percentile(rd[kind]["direct"]["c1"]["ttft"], q)) * 1000
                         for rd in rounds
                     )
                     for q in (0.5, 0.95, 0.99)
@@ -395,7 +380,7 @@ def _summarize(rounds: list[dict[str, Any]], rss_per_stream: float | None) -> di
             section[arm] = entry
         g, ref = section["gateway"], section["reference"]
         section["direct"] = {
-            "p50_ms": med(_percentile(rd[kind]["direct"]["c1"]["lat"], 0.5) * 1000 for rd in rounds),
+            "p50_ms": med(percentile(rd[kind]["direct"]["c1"]["lat"], 0.5) * 1000 for rd in rounds),
             "rps_c32": med(rd[kind]["direct"]["c32"]["rps"] for rd in rounds),
         }
         section["gateway_vs_reference"] = {

@@ -22,7 +22,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["RATIO_KEYS", "build_summary", "percentile", "render_table", "target_figures"]
+from certify.stats import finite_or_none, percentile
+
+__all__ = ["RATIO_KEYS", "build_summary", "render_table", "target_figures"]
 
 RATIO_KEYS = {
     "rps": "rps",
@@ -35,17 +37,8 @@ RATIO_KEYS = {
 }
 
 
-def percentile(values: list[float], q: float) -> float | None:
-    """Linear-interpolated percentile; None for no values."""
-    s = sorted(values)
-    if not s:
-        return None
-    k = (len(s) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
-
-
 def _r(x: float | None) -> float | None:
+    x = finite_or_none(x)
     return None if x is None else round(x, 3)
 
 

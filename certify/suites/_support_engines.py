@@ -40,6 +40,7 @@ import pytest
 from certify.processes import stop_process
 from certify.session import CertifyEnv, FakeControl, RunHandle
 from harness.contracts.lock import InferenceLockV1, compute_inference_id
+from harness.net import free_port
 from harness.paths import HitchRoot, atomic_write_json, ensure_private_dir, write_secret
 
 __all__ = [
@@ -430,12 +431,6 @@ def private_daemon_fixture(certify_env: CertifyEnv, tmp_path_factory: pytest.Tem
 # -- a private fake engine behind a private in-process gateway -----------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class _LoopThread:
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
@@ -483,7 +478,7 @@ class PrivateStack:
 
         workdir.mkdir(parents=True, exist_ok=True)
         model_dir = model_files_dir(env.root, lock.model_id)
-        port, key = _free_port(), "ek-" + secrets.token_urlsafe(24)
+        port, key = free_port(), "ek-" + secrets.token_urlsafe(24)
         private = ensure_private_dir(workdir / "private")
         write_secret(private / "control.token", secrets.token_urlsafe(16))
         control = FakeControl(private / "control.port", (private / "control.token").read_text().strip())

@@ -16,7 +16,6 @@ import contextlib
 import json
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import threading
@@ -30,6 +29,7 @@ import httpx
 
 from certify.processes import stop_process
 from certify.session import CertifyEnv, FakeControl, RunHandle
+from harness.net import free_port
 
 __all__ = [
     "REPO",
@@ -194,12 +194,6 @@ def evidence_row(env: CertifyEnv, run: RunHandle, request_id: str, timeout_s: fl
 # -- a private scripted fake engine behind its own gateway ---------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass
 class ScriptedGateway:
     """A fake engine started with ``--fake-script`` and a gateway (own loop thread) bound to it."""
@@ -219,7 +213,7 @@ class ScriptedGateway:
 def _start_scripted_engine(
     model_dir: Path, workdir: Path, script: Path, served: str
 ) -> tuple[subprocess.Popen[bytes], int, str, Path, str]:
-    port = _free_port()
+    port = free_port()
     key = secrets.token_urlsafe(24)
     ctl_token = secrets.token_urlsafe(16)
     token_file = workdir / "ctl.token"

@@ -14,7 +14,6 @@ import contextlib
 import json
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import threading
@@ -30,18 +29,13 @@ from gateway.server import Gateway, GatewayConfig
 from harness.contracts.lock import InferenceLockV1
 from harness.contracts.model import LocalModelManifestV1
 from harness.lock import build_lock
+from harness.net import free_port
 from harness.runtimes import get_runtime
 
 __all__ = ["AgentRig", "rig_lock"]
 
 _REPO = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def rig_lock(model: LocalModelManifestV1, context: int) -> InferenceLockV1:
@@ -64,7 +58,7 @@ class AgentRig:
         self.served = "rig-wire"
         script_file = workdir / "script.jsonl"
         script_file.write_text("".join(json.dumps(turn) + "\n" for turn in script), encoding="utf-8")
-        self.port = _free_port()
+        self.port = free_port()
         self.key = "ek-" + secrets.token_urlsafe(24)
         self._ctl_token = secrets.token_urlsafe(16)
         token_file = workdir / "ctl-token"

@@ -46,6 +46,7 @@ import pytest
 from certify.options import SESSION_ENV
 from certify.registry import check
 from certify.session import CertifyEnv
+from certify.stats import percentile
 
 CHECKS = [
     check("perf.overhead.e2e_bound", description="added end-to-end latency p50/p95 <= max(20 ms, 5% of direct), c=1"),
@@ -89,15 +90,6 @@ class Sample:
     e2e: float
     ttft: float | None
     completion_tokens: int | None
-
-
-def percentile(values: list[float], q: float) -> float:
-    s = sorted(values)
-    if not s:
-        return float("nan")
-    k = (len(s) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
 def bound_ms(direct_ms: float) -> float:

@@ -2,7 +2,7 @@
 (``state_store.py``). The manager, leases and recovery build on these."""
 
 from harness.service.state_store import EVENTS_FILE, STATE_FILE, ServiceStateStore
-from harness.service.supervisor import FailureCallback, ReleaseCallback, ServiceEndpoint, ServiceSupervisor, free_port
+from harness.service.supervisor import FailureCallback, ReleaseCallback, ServiceEndpoint, ServiceSupervisor
 
 __all__ = [
     "EVENTS_FILE",
@@ -12,5 +12,4 @@ __all__ = [
     "ServiceEndpoint",
     "ServiceStateStore",
     "ServiceSupervisor",
-    "free_port",
 ]

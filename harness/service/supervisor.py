@@ -33,7 +33,6 @@ import contextlib
 import inspect
 import logging
 import os
-import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -49,6 +48,7 @@ from harness.engine import EngineKeys, EngineLaunch, EngineProgram, KeyFiles, Re
 from harness.engine.launch_spec import ExitInfo, LaunchedEngine, Launcher
 from harness.engine.readiness import ListenerCheck
 from harness.errors import HitchError
+from harness.net import free_port
 from harness.paths import HitchRoot, atomic_write_json
 from harness.service.isolation import isolation_key as isolation_key_for
 from harness.service.ports import listener_state, process_tree
@@ -62,13 +62,6 @@ ReleaseCallback = Callable[[], Awaitable[None] | None]
 _log = logging.getLogger(__name__)
 _LIVE: tuple[ServiceState, ...] = ("starting", "ready", "draining")
 _TERMINAL: tuple[ServiceState, ...] = ("absent", "stopped", "failed")
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port the OS just reported free (the readiness check proves who answers on it later)."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,6 @@ import contextlib
 import os
 import secrets
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -25,16 +24,11 @@ from gateway.bindings import UpstreamTarget
 from gateway.server import Gateway, GatewayConfig
 from harness.contracts.lock import InferenceLockV1
 from harness.lock import build_lock
+from harness.net import free_port
 from tests.harness.lock_inputs import model_manifest, runtime_manifest
 
 REPO = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def make_lock(*, max_running: int = 1, context: int = 4096, max_output: int | None = None, top_k: int = 0) -> InferenceLockV1:

@@ -21,9 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from certify.options import CertifyOptions
+from fixtures.fake_sglang.client import FakeControl
 from harness.daemon.client import DaemonClient, ensure_daemon
 from harness.paths import HitchRoot, atomic_write_json, ensure_private_dir, write_secret
 
@@ -45,43 +44,6 @@ class RunHandle:
 
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"}
-
-
-@dataclass(frozen=True)
-class FakeControl:
-    """The fake engine's control API (faults, request log, state); ``None`` on a real engine."""
-
-    port_file: Path
-    token: str = field(repr=False)
-
-    @staticmethod
-    def launch_flags(port_file: Path, token_file: Path) -> list[str]:
-        """The fake engine's flags that open this control API (ephemeral port written to ``port_file``)."""
-        return [
-            "--fake-control-port", "0", "--fake-control-port-file", str(port_file),
-            "--fake-control-token-file", str(token_file),
-        ]  # fmt: skip
-
-    def ctl(self, method: str, path: str, **kw: Any) -> Any:
-        port = self.port_file.read_text().strip()
-        r = httpx.request(
-            method, f"http://127.0.0.1:{port}{path}", headers={"Authorization": f"Bearer {self.token}"}, timeout=10, **kw
-        )
-        r.raise_for_status()
-        return r.json()
-
-    def faults(self, *add: str) -> None:
-        self.ctl("POST", "/faults", json={"clear": True, "add": list(add)})
-
-    def reset(self) -> None:
-        self.faults()
-        self.ctl("DELETE", "/requests")
-
-    def received(self) -> list[dict[str, Any]]:
-        return [r for r in self.ctl("GET", "/requests")["requests"] if not r["path"].startswith("/health")]
-
-    def state(self) -> dict[str, Any]:
-        return dict(self.ctl("GET", "/state"))
 
 
 @dataclass

@@ -16,18 +16,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
 import secrets
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -37,10 +34,10 @@ import httpx
 import psutil
 import pytest
 
-from certify.processes import stop_process
-from certify.session import CertifyEnv, FakeControl, RunHandle
+from certify.session import CertifyEnv, RunHandle
+from fixtures.fake_sglang.client import FakeControl, FakeEngineProcess, start_fake_engine
+from gateway.testing import GatewayThread
 from harness.contracts.lock import InferenceLockV1, compute_inference_id
-from harness.net import free_port
 from harness.paths import HitchRoot, atomic_write_json, ensure_private_dir, write_secret
 
 __all__ = [
@@ -428,93 +425,49 @@ def private_daemon_fixture(certify_env: CertifyEnv, tmp_path_factory: pytest.Tem
         daemon.close()
 
 
-# -- a private fake engine behind a private in-process gateway -----------------------------------------
-
-
-class _LoopThread:
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="certify-gateway", daemon=True)
-        self.thread.start()
-
-    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 30.0) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def call(self, fn: Callable[[], T]) -> T:
-        async def wrapped() -> T:
-            return fn()
-
-        return self.run(wrapped())
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-        self.loop.close()
-
-
 @dataclass
 class PrivateStack:
     """A fake engine process and a gateway (own loop thread) in front of it, with one registered run."""
 
-    proc: subprocess.Popen[bytes]
-    engine_url: str
-    engine_key: str
-    control: FakeControl
-    loop: _LoopThread
-    gateway: Any  # gateway.server.Gateway
+    engine: FakeEngineProcess
+    gateway: GatewayThread
     state_dir: Path
     base_url: str = ""
     token: str = ""
     binding_id: str = ""
     wire_model: str = "certify-private"
 
+    @property
+    def control(self) -> FakeControl:
+        return self.engine.control
+
+    @property
+    def engine_url(self) -> str:
+        return self.engine.base
+
     @classmethod
     def start(
         cls, env: CertifyEnv, workdir: Path, lock: InferenceLockV1, *flags: str, max_response_bytes: int = 256 << 20
     ) -> PrivateStack:
         from gateway.bindings import UpstreamTarget
-        from gateway.server import Gateway, GatewayConfig
+        from gateway.server import GatewayConfig
         from harness.store import model_files_dir
 
-        workdir.mkdir(parents=True, exist_ok=True)
         model_dir = model_files_dir(env.root, lock.model_id)
-        port, key = free_port(), "ek-" + secrets.token_urlsafe(24)
-        private = ensure_private_dir(workdir / "private")
-        write_secret(private / "control.token", secrets.token_urlsafe(16))
-        control = FakeControl(private / "control.port", (private / "control.token").read_text().strip())
-        argv = [
-            sys.executable, "-m", "fixtures.fake_sglang", "--model-path", str(model_dir), "--port", str(port),
-            "--served-model-name", "certify-private", "--api-key", key,
-            *FakeControl.launch_flags(control.port_file, private / "control.token"),
-            "--max-running-requests", str(lock.execution.max_running_requests), *flags,
-        ]  # fmt: skip
-        log = workdir / "engine.log"
-        with log.open("wb") as out:
-            proc = subprocess.Popen(
-                argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}
-            )
-        loop = _LoopThread()
-        stack: PrivateStack | None = None
+        engine = start_fake_engine(
+            model_dir, workdir, *flags, served=cls.wire_model, max_running=lock.execution.max_running_requests
+        )
         try:
-
-            def ready() -> bool:
-                if proc.poll() is not None:
-                    raise AssertionError(f"private fake engine exited: {log.read_text(errors='replace')[-800:]}")
-                return "ready to roll" in log.read_text(errors="replace") and control.port_file.exists()
-
-            wait_until(ready, 60.0, what="the private fake engine")
             state_dir = workdir / "gateway"
-
-            async def make() -> Any:
-                gw = Gateway(GatewayConfig(state_dir=state_dir, metrics_port=None, max_response_bytes=max_response_bytes))
-                await gw.start()
-                return gw
-
-            gw = loop.run(make())
-            stack = cls(proc, f"http://127.0.0.1:{port}", key, control, loop, gw, state_dir)
+            gateway = GatewayThread(GatewayConfig(state_dir=state_dir, metrics_port=None, max_response_bytes=max_response_bytes))
+        except BaseException:
+            engine.stop()
+            raise
+        stack = cls(engine, gateway, state_dir)
+        try:
             target = UpstreamTarget(
-                base_url=stack.engine_url,
-                engine_key=key,
+                base_url=engine.base,
+                engine_key=engine.key,
                 service_id="svc-certify-private",
                 inference_id=lock.inference_id,
                 epoch=1,
@@ -522,30 +475,24 @@ class PrivateStack:
                 wire_model=stack.wire_model,
                 tokenizer_dir=model_dir,
             )
-            record = loop.call(lambda: gw.register("certify-private-run", target))
-            stack.base_url, stack.binding_id = record.base_url, record.binding_id
-            stack.token = Path(record.token_ref).read_text().strip()
+            record = gateway.register("certify-private-run", target)
+            stack.base_url, stack.binding_id, stack.token = record.base_url, record.binding_id, gateway.token_of(record)
             return stack
         except BaseException:
-            if stack is not None:
-                stack.close()
-            else:
-                loop.close()
-                proc.kill()
-                proc.wait(10)
+            stack.close()
             raise
 
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"}
 
     def engine_headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.engine_key}"}
+        return self.engine.headers()
 
     def queue_counts(self) -> tuple[int, int, int, int]:
         """(acquired, released, repeat_releases, in_use) summed over the gateway's admission queues."""
 
         def counts() -> tuple[int, int, int, int]:
-            qs = list(self.gateway.queues.values())
+            qs = list(self.gateway.gw.queues.values())
             return (
                 sum(q.acquired for q in qs),
                 sum(q.released for q in qs),
@@ -553,14 +500,12 @@ class PrivateStack:
                 sum(q.in_use for q in qs),
             )
 
-        return self.loop.call(counts)
+        return self.gateway.call(counts)
 
     def rows(self, at_least: int = 1) -> list[dict[str, Any]]:
-        self.loop.run(self.gateway.settle_evidence(20.0))
+        self.gateway.settle_evidence()
         return evidence_rows(self.state_dir, self.binding_id, at_least)
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.loop.run(self.gateway.stop())
-        self.loop.close()
-        stop_process(self.proc)
+        self.gateway.close()
+        self.engine.stop()

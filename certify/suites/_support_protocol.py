@@ -11,25 +11,18 @@ output) — the shared engine is never given a script.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
-import os
-import secrets
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from certify.processes import stop_process
-from certify.session import CertifyEnv, FakeControl, RunHandle
-from harness.net import free_port
+from certify.session import CertifyEnv, RunHandle
+from fixtures.fake_sglang.client import FakeEngineProcess, start_fake_engine
 
 __all__ = [
     "REPO",
@@ -199,46 +192,13 @@ class ScriptedGateway:
     """A fake engine started with ``--fake-script`` and a gateway (own loop thread) bound to it."""
 
     run: RunHandle
-    proc: subprocess.Popen[bytes]
-    control_port_file: Path
-    control_token: str = field(repr=False)
+    engine: FakeEngineProcess
 
     def ctl(self, method: str, path: str) -> Any:
-        return FakeControl(self.control_port_file, self.control_token).ctl(method, path)
+        return self.engine.ctl(method, path)
 
     def state(self) -> dict[str, Any]:
-        return FakeControl(self.control_port_file, self.control_token).state()
-
-
-def _start_scripted_engine(
-    model_dir: Path, workdir: Path, script: Path, served: str
-) -> tuple[subprocess.Popen[bytes], int, str, Path, str]:
-    port = free_port()
-    key = secrets.token_urlsafe(24)
-    ctl_token = secrets.token_urlsafe(16)
-    token_file = workdir / "ctl.token"
-    token_file.write_text(ctl_token)
-    token_file.chmod(0o600)
-    port_file = workdir / "ctl.port"
-    key_file = workdir / "engine.key"
-    key_file.write_text(key)
-    key_file.chmod(0o600)
-    log = workdir / "engine.log"
-    argv = [
-        sys.executable, "-m", "fixtures.fake_sglang", "--model-path", str(model_dir), "--port", str(port),
-        "--served-model-name", served, "--api-key", key, "--fake-script", str(script),
-        *FakeControl.launch_flags(port_file, token_file),
-    ]  # fmt: skip
-    with log.open("wb") as out:
-        proc = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    ready = wait_for(
-        lambda: proc.poll() is not None or ("ready to roll" in log.read_text(errors="replace") and port_file.exists()),
-        30.0,
-    )
-    if not ready or proc.poll() is not None:
-        stop_process(proc)
-        raise AssertionError(f"scripted fake engine did not start: {log.read_text(errors='replace')[-2000:]}")
-    return proc, port, key, port_file, ctl_token
+        return self.engine.state()
 
 
 @contextlib.contextmanager
@@ -248,10 +208,9 @@ def scripted_gateway(env: CertifyEnv, turns: list[dict[str, Any]], workdir: Path
     ``turns`` are the fake's script lines (``{"text": ...}`` or ``{"tool_calls": [...]}``), consumed one per
     inference request. Everything lives under ``workdir`` (never under the session's HITCH_ROOT).
     """
-    import uvloop
-
     from gateway.bindings import UpstreamTarget
-    from gateway.server import Gateway, GatewayConfig
+    from gateway.server import GatewayConfig
+    from gateway.testing import GatewayThread
     from harness.daemon.core import load_sealed_lock
     from harness.store import model_files_dir
 
@@ -261,34 +220,13 @@ def scripted_gateway(env: CertifyEnv, turns: list[dict[str, Any]], workdir: Path
     lock = load_sealed_lock(env.root, env.run.inference_id)
     model_dir = model_files_dir(env.root, env.model_id)
     served = env.run.wire_model
-    proc, port, key, port_file, ctl_token = _start_scripted_engine(model_dir, workdir, script, served)
-    loop = uvloop.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, name="scripted-gateway", daemon=True)
-    thread.start()
-
-    def on_loop(fn: Callable[[], Any]) -> Any:
-        async def wrapped() -> Any:
-            result = fn()
-            if asyncio.iscoroutine(result):
-                return await result
-            return result
-
-        return asyncio.run_coroutine_threadsafe(wrapped(), loop).result(30)
-
-    gw: Gateway = on_loop(lambda: Gateway(GatewayConfig(state_dir=workdir / "gateway", metrics_port=None)))
-
-    def close() -> None:
-        with contextlib.suppress(Exception):
-            on_loop(gw.stop)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
-
+    engine = start_fake_engine(model_dir, workdir, "--fake-script", str(script), served=served)
+    gateway: GatewayThread | None = None
     try:
-        on_loop(gw.start)
+        gateway = GatewayThread(GatewayConfig(state_dir=workdir / "gateway", metrics_port=None))
         target = UpstreamTarget(
-            base_url=f"http://127.0.0.1:{port}",
-            engine_key=key,
+            base_url=engine.base,
+            engine_key=engine.key,
             service_id="svc-certify-scripted",
             inference_id=lock.inference_id,
             epoch=1,
@@ -296,8 +234,7 @@ def scripted_gateway(env: CertifyEnv, turns: list[dict[str, Any]], workdir: Path
             wire_model=served,
             tokenizer_dir=model_dir,
         )
-        record = on_loop(lambda: gw.register("certify-scripted", target))
-        token = Path(record.token_ref).read_text(encoding="utf-8").strip()
+        record = gateway.register("certify-scripted", target)
         run = RunHandle(
             run_id=record.run_id,
             binding_id=record.binding_id,
@@ -306,9 +243,10 @@ def scripted_gateway(env: CertifyEnv, turns: list[dict[str, Any]], workdir: Path
             epoch=record.epoch,
             base_url=record.base_url,
             wire_model=record.wire_model,
-            token=token,
+            token=gateway.token_of(record),
         )
-        yield ScriptedGateway(run, proc, port_file, ctl_token)
+        yield ScriptedGateway(run, engine)
     finally:
-        close()
-        stop_process(proc)
+        if gateway is not None:
+            gateway.close()
+        engine.stop()

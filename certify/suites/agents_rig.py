@@ -1,41 +1,28 @@
 """A private fake engine (scripted turns) behind a private in-process gateway, for the agents suite's
 tool-loop checks and tests/harness/agents (the session's shared engine cannot load a script).
 
-Owns :class:`AgentRig`: starts ``python -m fixtures.fake_sglang --fake-script FILE`` on a free loopback port
-with a control port, a :class:`gateway.server.Gateway` with ``capture="full"`` on its own event loop thread,
+Owns :class:`AgentRig`: starts the fake engine with ``--fake-script FILE`` (the kit's launcher), a gateway with
+``capture="full"`` on its own event loop thread (the kit's rig),
 registers one run with a lock built for the tiny checkpoint at the given context, and exposes the run's
 base URL, token and the captured request bodies (what the engine received, in order).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
-import os
-import secrets
-import subprocess
-import sys
-import threading
-import time
-from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from certify.processes import stop_process
-from certify.session import FakeControl
+from fixtures.fake_sglang.client import start_fake_engine
 from gateway.bindings import UpstreamTarget
-from gateway.server import Gateway, GatewayConfig
+from gateway.server import GatewayConfig
+from gateway.testing import GatewayThread
 from harness.contracts.lock import InferenceLockV1
 from harness.contracts.model import LocalModelManifestV1
 from harness.lock import build_lock
-from harness.net import free_port
 from harness.runtimes import get_runtime
 
 __all__ = ["AgentRig", "rig_lock"]
-
-_REPO = Path(__file__).resolve().parents[2]
-T = TypeVar("T")
 
 
 def rig_lock(model: LocalModelManifestV1, context: int) -> InferenceLockV1:
@@ -58,34 +45,16 @@ class AgentRig:
         self.served = "rig-wire"
         script_file = workdir / "script.jsonl"
         script_file.write_text("".join(json.dumps(turn) + "\n" for turn in script), encoding="utf-8")
-        self.port = free_port()
-        self.key = "ek-" + secrets.token_urlsafe(24)
-        self._ctl_token = secrets.token_urlsafe(16)
-        token_file = workdir / "ctl-token"
-        token_file.write_text(self._ctl_token)
-        token_file.chmod(0o600)
-        self._ctl_port_file = workdir / "ctl-port"
-        self._log = workdir / "engine.log"
-        argv = [
-            sys.executable, "-m", "fixtures.fake_sglang", "--model-path", str(model_dir), "--port", str(self.port),
-            "--served-model-name", self.served, "--api-key", self.key,
-            *FakeControl.launch_flags(self._ctl_port_file, token_file),
-            "--context-length", str(lock.execution.context_tokens_per_request), "--fake-script", str(script_file), *extra,
-        ]  # fmt: skip
-        with self._log.open("wb") as out:
-            self.proc = subprocess.Popen(
-                argv, cwd=_REPO, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}
-            )
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="agents-rig-gateway", daemon=True)
-        self._thread.start()
+        context = lock.execution.context_tokens_per_request
+        self.engine = start_fake_engine(
+            model_dir, workdir, "--fake-script", str(script_file), *extra, served=self.served, context=context
+        )
+        self._gateway: GatewayThread | None = None
         try:
-            self._wait_ready()
-            self.gw: Gateway = self._run(self._make(GatewayConfig(state_dir=workdir / "gateway", capture="full")))
-            self._run(self.gw.start())
+            self._gateway = GatewayThread(GatewayConfig(state_dir=workdir / "gateway", capture="full"))
             target = UpstreamTarget(
-                base_url=f"http://127.0.0.1:{self.port}",
-                engine_key=self.key,
+                base_url=self.engine.base,
+                engine_key=self.engine.key,
                 service_id="svc-agents-rig",
                 inference_id=lock.inference_id,
                 epoch=1,
@@ -93,45 +62,27 @@ class AgentRig:
                 wire_model=self.served,
                 tokenizer_dir=model_dir,
             )
-            self.record = self._call_sync(lambda: self.gw.register("run-agents-rig", target))
+            self.record = self._gateway.register("run-agents-rig", target)
         except BaseException:
             self.close()
             raise
-        self.token = Path(self.record.token_ref).read_text(encoding="utf-8").strip()
+        self.token = self._gateway.token_of(self.record)
         self.base_url = self.record.base_url
 
-    @staticmethod
-    async def _make(config: GatewayConfig) -> Gateway:
-        return Gateway(config)
-
-    def _run(self, coro: Coroutine[Any, Any, T], timeout: float = 30.0) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
-
-    def _call_sync(self, fn: Any) -> Any:
-        async def wrapped() -> Any:
-            return fn()
-
-        return self._run(wrapped())
-
-    def _wait_ready(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"fake engine exited: {self._log.read_text(errors='replace')[-2000:]}")
-            if "ready to roll" in self._log.read_text(errors="replace") and self._ctl_port_file.exists():
-                return
-            time.sleep(0.05)
-        raise RuntimeError("fake engine not ready")
+    @property
+    def gateway(self) -> GatewayThread:
+        assert self._gateway is not None
+        return self._gateway
 
     def ctl(self, method: str, path: str, **kw: Any) -> Any:
-        return FakeControl(self._ctl_port_file, self._ctl_token).ctl(method, path, **kw)
+        return self.engine.ctl(method, path, **kw)
 
     def engine_requests(self) -> list[dict[str, Any]]:
-        return FakeControl(self._ctl_port_file, self._ctl_token).received()
+        return self.engine.received()
 
     def captures(self) -> list[tuple[dict[str, Any], bytes]]:
         """(request body sent upstream, response bytes) of every forwarded request of one agent run, in turn order."""
-        self._run(self.gw.settle_evidence(20.0))
+        self.gateway.settle_evidence()
         folder = self.workdir / "gateway" / "capture" / self.record.binding_id
         out: list[tuple[int, dict[str, Any], bytes]] = []
         for meta_path in folder.glob("*.meta.json"):
@@ -146,18 +97,13 @@ class AgentRig:
         return [(body, resp) for _, body, resp in out]
 
     def evidence_rows(self) -> list[dict[str, Any]]:
-        self._run(self.gw.settle_evidence(20.0))
-        path = self.gw.evidence.path_for(self.record.binding_id)
+        self.gateway.settle_evidence()
+        path = self.gateway.gw.evidence.path_for(self.record.binding_id)
         if not path.exists():
             return []
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
-            if hasattr(self, "gw"):
-                self._run(self.gw.stop())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-        with contextlib.suppress(Exception):
-            self._loop.close()
-        stop_process(self.proc)
+        if self._gateway is not None:
+            self._gateway.close()
+        self.engine.stop()

@@ -1,34 +1,20 @@
-"""Test support for the gateway: a fake engine process, a gateway on its own loop thread, locks, scans."""
+"""Test support for the gateway: the kit's fake engine and gateway rig, locks, evidence rows, secret scans."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import os
-import secrets
-import signal
 import stat
-import subprocess
-import sys
-import threading
-import time
-from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-import httpx
-import uvloop
-
+from fixtures.fake_sglang.client import FakeEngineProcess, start_fake_engine
 from gateway.bindings import UpstreamTarget
-from gateway.server import Gateway, GatewayConfig
+from gateway.testing import GatewayThread
 from harness.contracts.lock import InferenceLockV1
 from harness.lock import build_lock
-from harness.net import free_port
 from tests.harness.lock_inputs import model_manifest, runtime_manifest
 
 REPO = Path(__file__).resolve().parents[2]
-T = TypeVar("T")
+__all__ = ["Engine", "GatewayThread", "evidence_rows", "make_lock", "secret_hits", "start_engine", "target_for", "token_of"]
 
 
 def make_lock(*, max_running: int = 1, context: int = 4096, max_output: int | None = None, top_k: int = 0) -> InferenceLockV1:
@@ -40,132 +26,13 @@ def make_lock(*, max_running: int = 1, context: int = 4096, max_output: int | No
     return lock.model_copy(update={"execution": ex, "generation": gen})
 
 
-@dataclass
-class Engine:
-    proc: subprocess.Popen[bytes]
-    port: int
-    key: str
-    control_token: str
-    control_port_file: Path
-    log: Path
-    model_dir: Path
-    served: str
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def ctl(self, method: str, path: str, **kw: Any) -> Any:
-        port = self.control_port_file.read_text().strip()
-        r = httpx.request(
-            method, f"http://127.0.0.1:{port}{path}", headers={"Authorization": f"Bearer {self.control_token}"}, timeout=10, **kw
-        )
-        r.raise_for_status()
-        return r.json()
-
-    def received(self) -> list[dict[str, Any]]:
-        """Every request the engine's SGLang surface received (health polls excluded)."""
-        return [r for r in self.ctl("GET", "/requests")["requests"] if not r["path"].startswith("/health")]
-
-    def state(self) -> dict[str, Any]:
-        return dict(self.ctl("GET", "/state"))
-
-    def faults(self, *add: str) -> None:
-        self.ctl("POST", "/faults", json={"clear": True, "add": list(add)})
-
-    def reset(self) -> None:
-        self.faults()
-        self.ctl("DELETE", "/requests")
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def wait_ready(self, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"fake engine exited early: {self.log.read_text(errors='replace')}")
-            if "ready to roll" in self.log.read_text(errors="replace") and self.control_port_file.exists():
-                return
-            time.sleep(0.02)
-        raise AssertionError("fake engine not ready")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
+Engine = FakeEngineProcess  # the fake engine process these tests drive (fixtures.fake_sglang.client)
 
 
 def start_engine(
     model_dir: Path, workdir: Path, *extra: str, served: str = "tiny-wire", max_running: int | None = None
 ) -> Engine:
-    workdir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    key = "ek-" + secrets.token_urlsafe(24)
-    ctl_token = secrets.token_urlsafe(16)
-    ctl_token_file = workdir / f"ctl-token-{port}"
-    ctl_token_file.write_text(ctl_token)
-    ctl_token_file.chmod(0o600)
-    port_file = workdir / f"ctl-port-{port}"
-    key_file = workdir / f"engine-key-{port}"
-    key_file.write_text(key)
-    key_file.chmod(0o600)
-    log = workdir / f"engine-{port}.log"
-    argv = [
-        sys.executable, "-m", "fixtures.fake_sglang", "--model-path", str(model_dir), "--port", str(port),
-        "--served-model-name", served, "--api-key", key, "--fake-control-port", "0",
-        "--fake-control-port-file", str(port_file), "--fake-control-token-file", str(ctl_token_file),
-    ]  # fmt: skip
-    if max_running is not None:
-        argv += ["--max-running-requests", str(max_running)]
-    argv += list(extra)
-    with log.open("wb") as out:
-        proc = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    engine = Engine(proc, port, key, ctl_token, port_file, log, model_dir, served)
-    try:
-        engine.wait_ready()
-    except BaseException:
-        engine.stop()
-        raise
-    return engine
-
-
-class GatewayThread:
-    """A real gateway listening on loopback, run on its own uvloop in a background thread."""
-
-    def __init__(self, config: GatewayConfig) -> None:
-        self._loop = uvloop.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="gateway-loop", daemon=True)
-        self._thread.start()
-        self.gw = self.run(self._make(config))
-        self.run(self.gw.start())
-
-    @staticmethod
-    async def _make(config: GatewayConfig) -> Gateway:
-        return Gateway(config)
-
-    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 30.0) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
-
-    def call(self, fn: Callable[[], T]) -> T:
-        async def wrapped() -> T:
-            return fn()
-
-        return self.run(wrapped())
-
-    def register(self, run_id: str, target: UpstreamTarget, **kw: Any) -> Any:
-        return self.call(lambda: self.gw.register(run_id, target, **kw))
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.run(self.gw.stop())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-        self._loop.close()
+    return start_fake_engine(model_dir, workdir, *extra, served=served, max_running=max_running)
 
 
 def target_for(engine: Engine, lock: InferenceLockV1, *, service_id: str = "svc-test", epoch: int = 1) -> UpstreamTarget:
@@ -182,7 +49,7 @@ def target_for(engine: Engine, lock: InferenceLockV1, *, service_id: str = "svc-
 
 
 def token_of(record: Any) -> str:
-    return Path(record.token_ref).read_text()
+    return Path(record.token_ref).read_text(encoding="utf-8").strip()
 
 
 def evidence_rows(gt: GatewayThread, binding_id: str) -> list[dict[str, Any]]:
@@ -190,9 +57,8 @@ def evidence_rows(gt: GatewayThread, binding_id: str) -> list[dict[str, Any]]:
 
     from harness.contracts.events import RequestEvidenceV1
 
-    gw = gt.gw
-    gt.run(gw.settle_evidence(20.0))  # a client may hold a reply's last byte before the handler records it
-    path = gw.evidence.path_for(binding_id)
+    gt.settle_evidence()  # a client may hold a reply's last byte before the handler records it
+    path = gt.gw.evidence.path_for(binding_id)
     if not path.exists():
         return []
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -22,7 +22,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-__all__ = ["Outcome", "SseParser", "StreamObserver", "Usage", "usage_from", "unary_outcome"]
+__all__ = ["Outcome", "SseEvent", "SseParser", "StreamObserver", "Usage", "parse_events", "usage_from", "unary_outcome"]
 
 Api = Literal["chat", "responses"]
 _TEXT_DELTAS = frozenset(
@@ -66,6 +66,26 @@ class SseParser:
     def tail(self) -> bytes:
         """What is left after the last complete event (a partial event when not blank)."""
         return self._buf
+
+
+@dataclass(frozen=True)
+class SseEvent:
+    """One complete event of a whole stream body, for readers that have all of it (checks, tests, parity)."""
+
+    event: str | None
+    data: str
+
+    def json(self) -> Any:
+        return json.loads(self.data)
+
+
+def parse_events(raw: bytes) -> list[SseEvent]:
+    """Every complete event of a whole SSE body, through the one :class:`SseParser` (an unterminated tail is
+    not an event: a reader that cares about it asks the parser's ``tail``)."""
+    return [
+        SseEvent(None if name is None else name.decode("utf-8", "replace"), data.decode("utf-8", "replace"))
+        for name, data in SseParser().feed(raw)
+    ]
 
 
 def _parse_block(block: bytes) -> tuple[bytes | None, bytes] | None:

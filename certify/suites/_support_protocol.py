@@ -1,7 +1,7 @@
 """Helpers for the protocol and security suites: gateway calls, SSE parsing, usage rules, engine load.
 
 Owns what both suites repeat: a request through a run's gateway URL (:func:`gw_post`, :func:`gw_stream`),
-the SSE event parser (:func:`parse_sse`), the usage consistency rules for Responses and chat
+the usage consistency rules for Responses and chat
 (:func:`responses_usage_problems`, :func:`chat_usage_problems`), how many requests the engine is running
 (:func:`engine_running`: the fake's control API, or real SGLang's ``/v1/loads`` / ``/metrics``), the gateway
 evidence row of one request (:func:`evidence_row`), and a private scripted fake engine behind its own
@@ -27,13 +27,11 @@ from fixtures.fake_sglang.client import FakeEngineProcess, start_fake_engine
 __all__ = [
     "REPO",
     "ScriptedGateway",
-    "SseEvent",
     "chat_usage_problems",
     "engine_running",
     "evidence_row",
     "gw_post",
     "gw_stream",
-    "parse_sse",
     "responses_usage_problems",
     "scripted_gateway",
     "wait_for",
@@ -41,32 +39,6 @@ __all__ = [
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT = httpx.Timeout(300.0, connect=10.0)
-
-
-@dataclass(frozen=True)
-class SseEvent:
-    event: str | None
-    data: str
-
-    def json(self) -> Any:
-        return json.loads(self.data)
-
-
-def parse_sse(raw: bytes) -> list[SseEvent]:
-    """Every complete SSE event in ``raw`` (blank-line separated; ``data:`` lines joined)."""
-    events: list[SseEvent] = []
-    text = raw.decode("utf-8").replace("\r\n", "\n")
-    for block in text.split("\n\n"):
-        name: str | None = None
-        data: list[str] = []
-        for line in block.split("\n"):
-            if line.startswith("event:"):
-                name = line[6:].strip()
-            elif line.startswith("data:"):
-                data.append(line[5:].lstrip(" "))
-        if data:
-            events.append(SseEvent(name, "\n".join(data)))
-    return events
 
 
 def _headers(run: RunHandle | None, token: str | None, extra: dict[str, str] | None) -> dict[str, str]:

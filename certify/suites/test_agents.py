@@ -31,6 +31,7 @@ from certify.registry import check
 from certify.session import CertifyEnv
 from certify.suites._prompt_cases import RESPONSES, SAMPLING_KEYS, gateway_prompt_tokens
 from certify.suites.agents_rig import AgentRig, rig_lock
+from gateway.sse import parse_events
 from harness.agents.codex_home import CodexBinding
 from harness.agents.codex_install import CodexInstall, find_codex
 from harness.agents.codex_runner import CodexRun
@@ -277,20 +278,6 @@ def test_codex_context_limit(
         _profile(certify_env, codex, rig.lock, "agents.codex.context_limit", passed)
 
 
-def _sse_events(raw: bytes) -> list[tuple[str, dict[str, Any]]]:
-    events = []
-    for block in raw.decode("utf-8", "replace").split("\n\n"):
-        etype, data = "", ""
-        for line in block.splitlines():
-            if line.startswith("event: "):
-                etype = line[7:]
-            elif line.startswith("data: "):
-                data += line[6:]
-        if etype and data:
-            events.append((etype, json.loads(data)))
-    return events
-
-
 @pytest.mark.check("agents.codex.history_replay")
 def test_codex_history_replay(
     certify_env: CertifyEnv, certify_record: Any, codex: CodexInstall, rig_factory: Any, tmp_path: Path
@@ -317,8 +304,8 @@ def test_codex_history_replay(
             certify_record.evidence(f"replay-{i}.request.json", json.dumps(body).encode())
             certify_record.evidence(f"replay-{i}.response.sse", r.content)
             assert r.status_code == 200, r.text[:500]
-            events = _sse_events(r.content)
-            kinds = [etype for etype, _ in events]
+            events = [e for e in parse_events(r.content) if e.event]  # typed Responses events
+            kinds = [e.event for e in events]
             assert kinds and kinds[-1] in ("response.completed", "response.incomplete"), kinds[-3:]
             added = sum(1 for k in kinds if k == "response.output_item.added")
             assert kinds.count("response.output_item.done") >= max(added, 1)  # no item left without its done event
@@ -326,7 +313,7 @@ def test_codex_history_replay(
             if certify_env.engine == "sglang":  # the fake's prompt is not SGLang's; the count is compared on real SGLang
                 unlocked = {k: v for k, v in body.items() if k not in SAMPLING_KEYS}
                 _, ours = gateway_prompt_tokens(RESPONSES, unlocked, lock, certify_env.run.wire_model, model_dir)
-                counted.append((ours, int(events[-1][1]["response"]["usage"]["input_tokens"])))
+                counted.append((ours, int(events[-1].json()["response"]["usage"]["input_tokens"])))
         certify_record.detail("terminal_events", ends)
         if counted:
             certify_record.detail("prompt_tokens_gateway_engine", counted)

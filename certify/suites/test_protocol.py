@@ -29,17 +29,16 @@ from certify.registry import check
 from certify.session import CertifyEnv
 from certify.suites._prompt_cases import CASES, prompt_counts
 from certify.suites._support_protocol import (
-    SseEvent,
     chat_usage_problems,
     engine_running,
     evidence_row,
     gw_post,
     gw_stream,
-    parse_sse,
     responses_usage_problems,
     scripted_gateway,
     wait_for,
 )
+from gateway.sse import SseEvent, parse_events
 
 CHECKS = [
     check("protocol.responses.nonstream", description="POST /v1/responses (non-stream) answers a well-formed response"),
@@ -154,7 +153,7 @@ def _responses_stream(events: list[SseEvent], budget: int | None = None) -> dict
 
 def _chat_stream(raw: bytes, budget: int | None = None) -> tuple[str, str, dict[str, Any]]:
     """Check a chat SSE stream (with include_usage); (content, finish_reason, usage)."""
-    events = parse_sse(raw)
+    events = parse_events(raw)
     assert events and events[-1].data == "[DONE]", "the stream does not end with [DONE]"
     chunks = [e.json() for e in events[:-1]]
     for c in chunks:
@@ -196,7 +195,7 @@ def test_responses_stream(certify_env: CertifyEnv, certify_record: Any) -> None:
     r, raw = gw_stream(run, "/responses", {"model": run.wire_model, "input": PROMPT, "max_output_tokens": SMALL, "stream": True})
     assert r.status_code == 200, raw[:500]
     assert r.headers.get("content-type", "").startswith("text/event-stream")
-    events = parse_sse(raw)
+    events = parse_events(raw)
     final = _responses_stream(events, SMALL)
     certify_record.detail("events", len(events))
     certify_record.detail("terminal", events[-1].event)
@@ -308,7 +307,7 @@ def test_budget_responses(certify_env: CertifyEnv, certify_record: Any) -> None:
             assert resp["status"] == "incomplete" and resp["usage"]["output_tokens"] == budget, resp["usage"]
     r, raw = gw_stream(run, "/responses", {"model": run.wire_model, "input": PROMPT, "max_output_tokens": 3, "stream": True})
     assert r.status_code == 200
-    events = parse_sse(raw)
+    events = parse_events(raw)
     final = _responses_stream(events, 3)
     got["stream-3"] = [events[-1].event, final["usage"]["output_tokens"]]
     if certify_env.engine == "fake":
@@ -386,7 +385,7 @@ def test_empty_output(certify_env: CertifyEnv, certify_record: Any, tmp_path: Pa
         _check_response(resp)
         assert resp["status"] == "completed" and _output_text(resp) == "", resp
         _, raw = gw_stream(run, "/responses", {"model": run.wire_model, "input": PROMPT, "stream": True})
-        final = _responses_stream(parse_sse(raw))
+        final = _responses_stream(parse_events(raw))
         assert final["status"] == "completed" and _output_text(final) == ""
         body = {"model": run.wire_model, "messages": [{"role": "user", "content": PROMPT}]}
         chat = _ok(gw_post(run, "/chat/completions", body))
@@ -440,9 +439,9 @@ def test_tool_call_scripted(certify_env: CertifyEnv, certify_record: Any, tmp_pa
         _check_response(answer)
         assert _output_text(answer) == "It is sunny.", answer["output"]
         _, raw = gw_stream(run, "/responses", {**req, "stream": True})
-        final = _responses_stream(parse_sse(raw))
+        final = _responses_stream(parse_events(raw))
         assert [i["type"] for i in final["output"]].count("function_call") == 1, final["output"]
-        kinds = {e.event for e in parse_sse(raw)}
+        kinds = {e.event for e in parse_events(raw)}
         assert "response.function_call_arguments.done" in kinds or "response.output_item.done" in kinds, kinds
         chat_req = {"model": run.wire_model, "messages": [{"role": "user", "content": "Weather?"}], "tools": [_chat_tool()]}
         chat = _ok(gw_post(run, "/chat/completions", chat_req))

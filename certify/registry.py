@@ -1,19 +1,27 @@
 """Check declarations: every certification check has a stable id, a suite, and where it applies.
 
-A suite module (``certify/suites/test_<suite>.py``) declares its checks in a module-level ``CHECKS`` list
-of :class:`Check` and marks each test with ``@pytest.mark.check("<id>")`` (``{param}`` placeholders are
-filled from the test's parametrization). The evaluator reads the declarations, not what happened to run:
+A suite module (``certify/suites/test_<suite>.py``) declares each check on the test that implements it:
+``@check("<id>", required=..., engines=..., devices=..., description=...)`` registers the :class:`Check` and
+marks the test with ``pytest.mark.check("<id>")`` (``{param}`` placeholders are filled from the test's
+parametrization; ``params=`` names their values). The evaluator reads the declarations, not what happened to run:
 a required check that is declared for this engine and device but has no passing result is a failure.
 """
 
 from __future__ import annotations
 
 import importlib
+import itertools
 import pkgutil
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import pytest
 
 __all__ = ["SUITES", "Check", "all_checks", "applicable"]
 
+F = TypeVar("F", bound=Callable[..., Any])
+_DECLARED = "__certify_checks__"
 SUITES = ("hardware", "protocol", "correctness", "faults", "security", "lifecycle", "perf", "agents")
 
 
@@ -45,8 +53,36 @@ def check(
     engines: tuple[str, ...] = ("sglang", "fake"),
     devices: tuple[str, ...] = ("cpu", "cuda"),
     description: str = "",
-) -> Check:
-    return Check(check_id, required, frozenset(engines), frozenset(devices), description)
+    params: Mapping[str, Sequence[str]] | None = None,
+) -> Callable[[F], F]:
+    """Declare the certification check a test implements and mark the test with its id, in one place.
+
+    ``check_id`` may hold ``{param}`` placeholders for a parametrized test; ``params`` then lists the values
+    that make up the declared ids (``faults.inband_error.{api}`` with ``params={"api": ("chat", "responses")}``
+    declares both ids). The plugin fills the placeholders of each collected item from its parametrization.
+    """
+    keys = sorted(params or {})
+    combos = itertools.product(*((params or {})[k] for k in keys))
+    values = [dict(zip(keys, combo, strict=True)) for combo in combos]
+    specs = [
+        Check(check_id.format(**v), required, frozenset(engines), frozenset(devices), description.format(**v)) for v in values
+    ]
+
+    def declare(fn: F) -> F:
+        declared: list[Check] = [*getattr(fn, _DECLARED, ()), *specs]
+        setattr(fn, _DECLARED, declared)
+        marked: F = pytest.mark.check(check_id)(fn)
+        return marked
+
+    return declare
+
+
+def declared_in(module: object) -> list[Check]:
+    """The checks the tests of one suite module declare (through :func:`check`)."""
+    out: list[Check] = []
+    for value in vars(module).values():
+        out.extend(getattr(value, _DECLARED, ()))
+    return out
 
 
 def all_checks() -> dict[str, Check]:
@@ -58,9 +94,9 @@ def all_checks() -> dict[str, Check]:
         if not info.name.startswith("test_"):
             continue
         module = importlib.import_module(f"certify.suites.{info.name}")
-        for item in getattr(module, "CHECKS", []):
-            if not isinstance(item, Check):
-                raise TypeError(f"certify.suites.{info.name}.CHECKS holds {item!r}, not a Check")
+        if hasattr(module, "CHECKS"):
+            raise TypeError(f"certify.suites.{info.name}: declare checks with @check on the test, not in CHECKS")
+        for item in declared_in(module):
             if item.id in out:
                 raise ValueError(f"check id {item.id!r} is declared twice")
             out[item.id] = item

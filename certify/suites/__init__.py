@@ -1,1 +1,2 @@
-"""The certification suites: one ``test_<suite>.py`` per suite, each with its ``CHECKS`` declarations."""
+"""The certification suites: one ``test_<suite>.py`` per suite; each check is declared on its test with
+``certify.registry.check``."""

@@ -42,16 +42,6 @@ from harness.daemon.core import load_sealed_lock
 from harness.errors import HitchError
 from harness.store import model_files_dir, read_manifest
 
-CHECKS = [
-    check("agents.model_call.text", description="one Responses request through the binding: text, status, usage"),
-    check("agents.model_call.refusals", description="tools, images, action items and an over-budget request are refused"),
-    check("agents.codex.turn", description="the pinned Codex completes one turn through the gateway (no protocol error)"),
-    check("agents.codex.history_replay", description="the engine accepts Codex's full-history continuation requests"),
-    check("agents.codex.tool_loop", engines=("fake",), description="two tool round trips change a file; full history"),
-    check("agents.codex.cancel", engines=("fake",), description="cancel mid-stream ends the run and frees the slot"),
-    check("agents.codex.context_limit", engines=("fake",), description="a context refusal ends the run; one request"),
-]
-
 _INCOMPLETE = "Incomplete response returned, reason: max_output_tokens"
 READ_THEN_CHANGE = [
     {"tool_calls": [{"name": "exec_command", "arguments": {"cmd": "cat notes.txt"}}]},
@@ -122,7 +112,7 @@ def _evidence_rows(env: CertifyEnv, binding_id: str, *, at_least: int, timeout_s
         time.sleep(0.05)
 
 
-@pytest.mark.check("agents.model_call.text")
+@check("agents.model_call.text", description="one Responses request through the binding: text, status, usage")
 def test_model_call_text(certify_env: CertifyEnv, certify_record: Any) -> None:
     # a run of its own: its evidence file counts the physical requests (the engine is shared under xdist)
     run, lock = certify_env.new_run(), _lock(certify_env)
@@ -138,7 +128,7 @@ def test_model_call_text(certify_env: CertifyEnv, certify_record: Any) -> None:
     certify_env.delete_run(run)
 
 
-@pytest.mark.check("agents.model_call.refusals")
+@check("agents.model_call.refusals", description="tools, images, action items and an over-budget request are refused")
 def test_model_call_refusals(certify_env: CertifyEnv, certify_record: Any) -> None:
     run, lock = certify_env.new_run(), _lock(certify_env)
     cap = lock.generation.max_output_tokens
@@ -160,7 +150,7 @@ def test_model_call_refusals(certify_env: CertifyEnv, certify_record: Any) -> No
 # -- Codex --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.check("agents.codex.turn")
+@check("agents.codex.turn", description="the pinned Codex completes one turn through the gateway (no protocol error)")
 def test_codex_turn(certify_env: CertifyEnv, certify_record: Any, codex: CodexInstall, tmp_path: Path) -> None:
     run, lock = certify_env.run, _lock(certify_env)
     passed = False
@@ -192,7 +182,7 @@ def _call_ids(sse: bytes) -> list[str]:
     return ids
 
 
-@pytest.mark.check("agents.codex.tool_loop")
+@check("agents.codex.tool_loop", engines=("fake",), description="two tool round trips change a file; full history")
 def test_codex_tool_loop(
     certify_env: CertifyEnv, certify_record: Any, codex: CodexInstall, rig_factory: Any, tmp_path: Path
 ) -> None:
@@ -233,7 +223,7 @@ def _until(pred: Any, timeout_s: float = 60.0) -> bool:
     return False
 
 
-@pytest.mark.check("agents.codex.cancel")
+@check("agents.codex.cancel", engines=("fake",), description="cancel mid-stream ends the run and frees the slot")
 def test_codex_cancel(
     certify_env: CertifyEnv, certify_record: Any, codex: CodexInstall, rig_factory: Any, tmp_path: Path
 ) -> None:
@@ -258,7 +248,7 @@ def test_codex_cancel(
         _profile(certify_env, codex, rig.lock, "agents.codex.cancel", passed)
 
 
-@pytest.mark.check("agents.codex.context_limit")
+@check("agents.codex.context_limit", engines=("fake",), description="a context refusal ends the run; one request")
 def test_codex_context_limit(
     certify_env: CertifyEnv, certify_record: Any, codex: CodexInstall, rig_factory: Any, tmp_path: Path
 ) -> None:
@@ -278,7 +268,7 @@ def test_codex_context_limit(
         _profile(certify_env, codex, rig.lock, "agents.codex.context_limit", passed)
 
 
-@pytest.mark.check("agents.codex.history_replay")
+@check("agents.codex.history_replay", description="the engine accepts Codex's full-history continuation requests")
 def test_codex_history_replay(
     certify_env: CertifyEnv, certify_record: Any, codex: CodexInstall, rig_factory: Any, tmp_path: Path
 ) -> None:

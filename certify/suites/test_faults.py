@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ import httpx
 import psutil
 import pytest
 
-from certify.registry import check
+from certify.registry import check, declared_in
 from certify.session import CertifyEnv, RunHandle
 from certify.suites._support_engines import (
     PrivateDaemon,
@@ -71,72 +72,6 @@ MODE_CHECKS = {
     "startup_hang": "faults.startup_hang.start_timeout",
     "memory_growth": "faults.memory_growth.unconfirmed_oom",
 }
-
-CHECKS = [
-    check(MODE_CHECKS["split_utf8"], engines=FAKE, description="split multibyte characters reach the client whole, evidence ok"),
-    check(MODE_CHECKS["coalesce_events"], engines=FAKE, description="several SSE events in one write are parsed and counted"),
-    check(
-        MODE_CHECKS["partial_event_close"],
-        engines=FAKE,
-        description="half an event then close: broken client stream, evidence failed",
-    ),
-    *(
-        check(
-            f"faults.inband_error.{api}",
-            engines=FAKE,
-            description=f"{api}: HTTP 200 then an in-band error: evidence failed, not retried",
-        )
-        for api in ("chat", "responses")
-    ),
-    check(MODE_CHECKS["connection_reset"], engines=FAKE, description="TCP reset mid-stream: broken client stream, slot freed"),
-    check(
-        MODE_CHECKS["stall_mid_stream"], engines=FAKE, description="a stalled stream hits the request timeout; upstream aborted"
-    ),
-    check(MODE_CHECKS["slow_headers"], engines=FAKE, description="no status line before the request timeout: 502, slot freed"),
-    check(
-        MODE_CHECKS["ignore_aborts"],
-        engines=FAKE,
-        description="an engine that ignores aborts: the gateway permit is still released once",
-    ),
-    check(MODE_CHECKS["oversized_response"], engines=FAKE, description="an answer over the response cap: 502, evidence failed"),
-    check(
-        MODE_CHECKS["crash_mid_stream"],
-        engines=FAKE,
-        description="engine exits mid-stream: process_exited, service failed, binding revoked",
-    ),
-    check(
-        MODE_CHECKS["exit_after_requests"],
-        engines=FAKE,
-        description="engine exits after answering: exit code recorded, binding revoked",
-    ),
-    check(
-        MODE_CHECKS["exit_after_seconds"],
-        engines=FAKE,
-        description="engine dies while idle: the monitor fails the service, binding revoked",
-    ),
-    check(MODE_CHECKS["wrong_model"], engines=FAKE, description="an engine serving another model is refused before any prompt"),
-    check(MODE_CHECKS["startup_hang"], engines=FAKE, description="never ready: inference_start_timeout and the process is gone"),
-    check(
-        MODE_CHECKS["memory_growth"],
-        engines=FAKE,
-        description="a memory hog killed by SIGKILL is process_exited (OOM unconfirmed)",
-    ),
-    check(
-        "faults.engine_killed.in_flight",
-        description="SIGKILL mid-stream: broken client stream, evidence inference_process_exited",
-    ),
-    check("faults.engine_killed.service_failed", description="after SIGKILL the service is failed and the binding revoked"),
-    check("faults.engine_killed.new_epoch", description="after SIGKILL a new run gets a new epoch and is served"),
-    check(
-        "faults.client_disconnect.upstream_aborted", description="client gone mid-stream: engine request aborted, permit freed"
-    ),
-    check(
-        "faults.oom.container_limit",
-        required=False,
-        description="a container over its memory limit is OOM-killed and reported as inference_oom (needs Docker)",
-    ),
-    check("faults.modes.all_covered", description="every fault mode of the fake engine has a check here"),
-]
 
 
 # -- shared helpers -------------------------------------------------------------------------------------
@@ -200,7 +135,7 @@ def _shared_row(env: CertifyEnv, run: RunHandle) -> dict[str, Any]:
 
 
 @pytest.mark.exclusive_engine
-@pytest.mark.check(MODE_CHECKS["split_utf8"])
+@check(MODE_CHECKS["split_utf8"], engines=FAKE, description="split multibyte characters reach the client whole, evidence ok")
 def test_split_utf8(certify_env: CertifyEnv, certify_record: Any) -> None:
     with _shared_fault(certify_env, "split_utf8") as run:
         status, raw, broken = _chat_stream(run)
@@ -213,7 +148,7 @@ def test_split_utf8(certify_env: CertifyEnv, certify_record: Any) -> None:
 
 
 @pytest.mark.exclusive_engine
-@pytest.mark.check(MODE_CHECKS["coalesce_events"])
+@check(MODE_CHECKS["coalesce_events"], engines=FAKE, description="several SSE events in one write are parsed and counted")
 def test_coalesce_events(certify_env: CertifyEnv, certify_record: Any) -> None:
     with _shared_fault(certify_env, "coalesce_events:n=4") as run:
         body = {"model": run.wire_model, "input": "hello", "max_output_tokens": 6, "stream": True}
@@ -229,7 +164,11 @@ def test_coalesce_events(certify_env: CertifyEnv, certify_record: Any) -> None:
 
 
 @pytest.mark.exclusive_engine
-@pytest.mark.check(MODE_CHECKS["partial_event_close"])
+@check(
+    MODE_CHECKS["partial_event_close"],
+    engines=FAKE,
+    description="half an event then close: broken client stream, evidence failed",
+)
 def test_partial_event_close(certify_env: CertifyEnv, certify_record: Any) -> None:
     with _shared_fault(certify_env, "partial_event_close") as run:
         status, _, broken = _chat_stream(run)
@@ -243,7 +182,12 @@ def test_partial_event_close(certify_env: CertifyEnv, certify_record: Any) -> No
 
 
 @pytest.mark.exclusive_engine
-@pytest.mark.check("faults.inband_error.{api}")
+@check(
+    "faults.inband_error.{api}",
+    params={"api": ("chat", "responses")},
+    engines=FAKE,
+    description="{api}: HTTP 200 then an in-band error: evidence failed, not retried",
+)
 @pytest.mark.parametrize("api", ["chat", "responses"])
 def test_inband_error(certify_env: CertifyEnv, certify_record: Any, api: str) -> None:
     with _shared_fault(certify_env, "inband_error:after=2") as run:
@@ -260,7 +204,7 @@ def test_inband_error(certify_env: CertifyEnv, certify_record: Any, api: str) ->
 
 
 @pytest.mark.exclusive_engine
-@pytest.mark.check(MODE_CHECKS["connection_reset"])
+@check(MODE_CHECKS["connection_reset"], engines=FAKE, description="TCP reset mid-stream: broken client stream, slot freed")
 def test_connection_reset(certify_env: CertifyEnv, certify_record: Any) -> None:
     with _shared_fault(certify_env, "connection_reset:after=2") as run:
         status, _, broken = _chat_stream(run)
@@ -312,7 +256,7 @@ def _unary_chat(stack: PrivateStack) -> httpx.Response:
     return httpx.post(stack.base_url + "/chat/completions", json=body, headers=stack.headers(), timeout=60)
 
 
-@pytest.mark.check(MODE_CHECKS["stall_mid_stream"])
+@check(MODE_CHECKS["stall_mid_stream"], engines=FAKE, description="a stalled stream hits the request timeout; upstream aborted")
 def test_stall_mid_stream(private_stack: PrivateStack, certify_record: Any) -> None:
     private_stack.control.faults("stall_mid_stream:t=30,after=2")
     t0 = time.monotonic()
@@ -324,7 +268,7 @@ def test_stall_mid_stream(private_stack: PrivateStack, certify_record: Any) -> N
     _failed_then_recovers(private_stack)
 
 
-@pytest.mark.check(MODE_CHECKS["slow_headers"])
+@check(MODE_CHECKS["slow_headers"], engines=FAKE, description="no status line before the request timeout: 502, slot freed")
 def test_slow_headers(private_stack: PrivateStack, certify_record: Any) -> None:
     private_stack.control.faults("slow_headers:t=30")
     r = _unary_chat(private_stack)
@@ -332,7 +276,11 @@ def test_slow_headers(private_stack: PrivateStack, certify_record: Any) -> None:
     _failed_then_recovers(private_stack)
 
 
-@pytest.mark.check(MODE_CHECKS["ignore_aborts"])
+@check(
+    MODE_CHECKS["ignore_aborts"],
+    engines=FAKE,
+    description="an engine that ignores aborts: the gateway permit is still released once",
+)
 def test_ignore_aborts(private_stack: PrivateStack, certify_record: Any) -> None:
     private_stack.control.faults("ignore_aborts", "stall_mid_stream:t=30,after=2")
     stream = RawStream(
@@ -352,7 +300,7 @@ def test_ignore_aborts(private_stack: PrivateStack, certify_record: Any) -> None
     assert state["leaked_slots"] == 1 and engine_running(private_stack.engine_url, private_stack.engine_headers()) == 1
 
 
-@pytest.mark.check(MODE_CHECKS["oversized_response"])
+@check(MODE_CHECKS["oversized_response"], engines=FAKE, description="an answer over the response cap: 502, evidence failed")
 def test_oversized_response(private_stack: PrivateStack, certify_record: Any) -> None:
     private_stack.control.faults("oversized_response:mb=2")
     r = _unary_chat(private_stack)
@@ -437,7 +385,11 @@ def _assert_crashed(
     return details
 
 
-@pytest.mark.check(MODE_CHECKS["crash_mid_stream"])
+@check(
+    MODE_CHECKS["crash_mid_stream"],
+    engines=FAKE,
+    description="engine exits mid-stream: process_exited, service failed, binding revoked",
+)
 def test_crash_mid_stream(fake_pdaemon: PrivateDaemon, certify_record: Any) -> None:
     daemon = fake_pdaemon
     run = daemon.create_run()
@@ -454,7 +406,11 @@ def test_crash_mid_stream(fake_pdaemon: PrivateDaemon, certify_record: Any) -> N
     assert again.epoch > run.epoch and _serves(again.base_url, again.headers(), again.wire_model) == 200
 
 
-@pytest.mark.check(MODE_CHECKS["exit_after_requests"])
+@check(
+    MODE_CHECKS["exit_after_requests"],
+    engines=FAKE,
+    description="engine exits after answering: exit code recorded, binding revoked",
+)
 def test_exit_after_requests(fake_pdaemon: PrivateDaemon, certify_record: Any) -> None:
     daemon = fake_pdaemon
     run = daemon.create_run()
@@ -468,7 +424,11 @@ def test_exit_after_requests(fake_pdaemon: PrivateDaemon, certify_record: Any) -
     assert details.get("exit_code") == 3
 
 
-@pytest.mark.check(MODE_CHECKS["exit_after_seconds"])
+@check(
+    MODE_CHECKS["exit_after_seconds"],
+    engines=FAKE,
+    description="engine dies while idle: the monitor fails the service, binding revoked",
+)
 def test_exit_after_seconds(fake_pdaemon: PrivateDaemon, certify_record: Any) -> None:
     daemon = fake_pdaemon
     run = daemon.create_run()
@@ -481,7 +441,7 @@ def test_exit_after_seconds(fake_pdaemon: PrivateDaemon, certify_record: Any) ->
     assert details.get("exit_code") == 4
 
 
-@pytest.mark.check(MODE_CHECKS["wrong_model"])
+@check(MODE_CHECKS["wrong_model"], engines=FAKE, description="an engine serving another model is refused before any prompt")
 def test_wrong_model(fake_pdaemon: PrivateDaemon, certify_record: Any) -> None:
     daemon = fake_pdaemon
     first = daemon.create_run()  # the lock is sealed; then no service of it may be live
@@ -499,7 +459,7 @@ def test_wrong_model(fake_pdaemon: PrivateDaemon, certify_record: Any) -> None:
     assert [e for e in daemon.events(first.service_id) if e.event == "inference.ready" and e.epoch == record.epoch] == []
 
 
-@pytest.mark.check(MODE_CHECKS["startup_hang"])
+@check(MODE_CHECKS["startup_hang"], engines=FAKE, description="never ready: inference_start_timeout and the process is gone")
 def test_startup_hang(fake_pdaemon: PrivateDaemon, certify_record: Any) -> None:
     daemon = fake_pdaemon
     base = daemon.create_run()
@@ -520,7 +480,9 @@ def test_startup_hang(fake_pdaemon: PrivateDaemon, certify_record: Any) -> None:
     assert pid is None or not pid_alive(pid) or wait_until(lambda: not pid_alive(pid), 20.0, what="the hung engine gone")
 
 
-@pytest.mark.check(MODE_CHECKS["memory_growth"])
+@check(
+    MODE_CHECKS["memory_growth"], engines=FAKE, description="a memory hog killed by SIGKILL is process_exited (OOM unconfirmed)"
+)
 def test_memory_growth(fake_pdaemon: PrivateDaemon, certify_record: Any) -> None:
     daemon = fake_pdaemon
     run = daemon.create_run()
@@ -596,14 +558,16 @@ def killed(private_daemon: PrivateDaemon) -> KillOutcome:
     )  # fmt: skip
 
 
-@pytest.mark.check("faults.engine_killed.in_flight")
+@check(
+    "faults.engine_killed.in_flight", description="SIGKILL mid-stream: broken client stream, evidence inference_process_exited"
+)
 def test_engine_killed_in_flight(killed: KillOutcome, certify_record: Any) -> None:
     certify_record.detail("evidence", {k: killed.row[k] for k in ("status", "error_code", "http_status")})
     assert killed.status == 200 and not killed.clean_end, "the client must see a broken stream"
     assert (killed.row["status"], killed.row["error_code"]) == ("failed", "inference_process_exited")
 
 
-@pytest.mark.check("faults.engine_killed.service_failed")
+@check("faults.engine_killed.service_failed", description="after SIGKILL the service is failed and the binding revoked")
 def test_engine_killed_service_failed(killed: KillOutcome, certify_record: Any) -> None:
     certify_record.metric("kill_to_failed_ms", round(killed.detect_ms, 1))
     certify_record.detail("failed_event", killed.failed)
@@ -612,7 +576,7 @@ def test_engine_killed_service_failed(killed: KillOutcome, certify_record: Any) 
     assert killed.revoked == {"status": 403, "code": "inference_binding_revoked"}
 
 
-@pytest.mark.check("faults.engine_killed.new_epoch")
+@check("faults.engine_killed.new_epoch", description="after SIGKILL a new run gets a new epoch and is served")
 def test_engine_killed_new_epoch(killed: KillOutcome, certify_record: Any) -> None:
     certify_record.metric("reacquire_after_kill_s", round(killed.reacquire_s, 2))
     assert killed.again.service_id == killed.run.service_id and killed.again.epoch > killed.run.epoch
@@ -623,7 +587,7 @@ def test_engine_killed_new_epoch(killed: KillOutcome, certify_record: Any) -> No
 
 
 @pytest.mark.exclusive_engine
-@pytest.mark.check("faults.client_disconnect.upstream_aborted")
+@check("faults.client_disconnect.upstream_aborted", description="client gone mid-stream: engine request aborted, permit freed")
 def test_client_disconnect(certify_env: CertifyEnv, certify_record: Any) -> None:
     env = certify_env
     run = env.new_run()
@@ -664,7 +628,11 @@ def _docker_unreachable() -> str | None:
     return None
 
 
-@pytest.mark.check("faults.oom.container_limit")
+@check(
+    "faults.oom.container_limit",
+    required=False,
+    description="a container over its memory limit is OOM-killed and reported as inference_oom (needs Docker)",
+)
 def test_oom_container_limit(private_daemon: PrivateDaemon, certify_record: Any) -> None:
     import subprocess
     import sys
@@ -717,9 +685,9 @@ def test_oom_container_limit(private_daemon: PrivateDaemon, certify_record: Any)
 # -- coverage of the fault catalogue ---------------------------------------------------------------------
 
 
-@pytest.mark.check("faults.modes.all_covered")
+@check("faults.modes.all_covered", description="every fault mode of the fake engine has a check here")
 def test_all_fault_modes_covered(certify_record: Any) -> None:
-    declared = {c.id for c in CHECKS}
+    declared = {c.id for c in declared_in(sys.modules[__name__])}
     certify_record.detail("modes", sorted(FAULT_NAMES))
     assert set(MODE_CHECKS) == set(FAULT_NAMES), sorted(set(FAULT_NAMES) ^ set(MODE_CHECKS))
     assert all(cid in declared for cid in MODE_CHECKS.values())

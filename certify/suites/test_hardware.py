@@ -11,18 +11,9 @@ import json
 from typing import Any
 
 import httpx
-import pytest
 
 from certify.registry import check
 from certify.session import CertifyEnv
-
-CHECKS = [
-    check("hardware.server_info.device", description="the engine's own /server_info names the requested device"),
-    check("hardware.service.allocation", description="the service record's device allocation matches the request"),
-    check("hardware.cpu.no_gpu_visible", devices=("cpu",), description="a CPU engine sees no CUDA device"),
-    check("hardware.cuda.gpu_recorded", devices=("cuda",), description="GPU UUID in the lease matches NVML"),
-    check("hardware.doctor.fingerprint", description="doctor facts recorded as evidence"),
-]
 
 
 def _server_info(env: CertifyEnv) -> dict[str, Any]:
@@ -41,14 +32,14 @@ def _service_record(env: CertifyEnv) -> dict[str, Any]:
     return record.model_dump(mode="json")
 
 
-@pytest.mark.check("hardware.server_info.device")
+@check("hardware.server_info.device", description="the engine's own /server_info names the requested device")
 def test_server_info_device(certify_env: CertifyEnv, certify_record: Any) -> None:
     info = _server_info(certify_env)
     certify_record.detail("server_info.device", info.get("device"))
     assert info.get("device") == certify_env.device
 
 
-@pytest.mark.check("hardware.service.allocation")
+@check("hardware.service.allocation", description="the service record's device allocation matches the request")
 def test_service_allocation(certify_env: CertifyEnv, certify_record: Any) -> None:
     record = _service_record(certify_env)
     allocation = record["allocation"]
@@ -60,7 +51,7 @@ def test_service_allocation(certify_env: CertifyEnv, certify_record: Any) -> Non
         assert isinstance(allocation["gpu_uuid"], str) and allocation["gpu_uuid"].startswith("GPU-")
 
 
-@pytest.mark.check("hardware.cpu.no_gpu_visible")
+@check("hardware.cpu.no_gpu_visible", devices=("cpu",), description="a CPU engine sees no CUDA device")
 def test_cpu_engine_sees_no_gpu(certify_env: CertifyEnv, certify_record: Any) -> None:
     record = _service_record(certify_env)
     process = record.get("process") or {}
@@ -80,7 +71,7 @@ def test_cpu_engine_sees_no_gpu(certify_env: CertifyEnv, certify_record: Any) ->
     assert visible is not None and visible.strip() in ("", "-1"), f"CUDA_VISIBLE_DEVICES={visible!r} for a CPU engine"
 
 
-@pytest.mark.check("hardware.cuda.gpu_recorded")
+@check("hardware.cuda.gpu_recorded", devices=("cuda",), description="GPU UUID in the lease matches NVML")
 def test_cuda_gpu_recorded(certify_env: CertifyEnv, certify_record: Any) -> None:
     from harness.devices import run_doctor
 
@@ -93,7 +84,7 @@ def test_cuda_gpu_recorded(certify_env: CertifyEnv, certify_record: Any) -> None
     assert uuid in gpus
 
 
-@pytest.mark.check("hardware.doctor.fingerprint")
+@check("hardware.doctor.fingerprint", description="doctor facts recorded as evidence")
 def test_doctor_fingerprint(certify_env: CertifyEnv, certify_record: Any) -> None:
     from harness.devices import run_doctor
 

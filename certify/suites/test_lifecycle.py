@@ -36,14 +36,6 @@ from certify.suites._support_engines import (
 CANCEL_BOUND_S = 5.0
 IDLE_GRACE_S = 10.0
 
-CHECKS = [
-    check("lifecycle.reuse.same_service", description="two runs of the same lock share one service and one epoch"),
-    check("lifecycle.reuse.no_second_engine", description="a second run starts no engine: same engine process, one service"),
-    check("lifecycle.cancel.slot_freed", description="a cancelled stream frees its engine slot within 5 s"),
-    check("lifecycle.idle.stop_after_ttl", description="an idle service is stopped within TTL + 10 s, its engine gone"),
-    check("lifecycle.recovery.leftover_stopped", description="after a daemon SIGKILL the next daemon stops the leftover engine"),
-    check("lifecycle.recovery.new_epoch", description="after recovery a new run gets a new epoch with new keys"),
-]
 
 _TIMINGS: dict[str, float] = {}
 
@@ -98,7 +90,7 @@ def reuse(certify_env: CertifyEnv) -> dict[str, Any]:
     return out
 
 
-@pytest.mark.check("lifecycle.reuse.same_service")
+@check("lifecycle.reuse.same_service", description="two runs of the same lock share one service and one epoch")
 def test_reuse_same_service(reuse: dict[str, Any], certify_record: Any) -> None:
     _record(certify_record, "warm_acquire_ms", reuse["warm_acquire_ms"])
     certify_record.detail("runs", reuse["runs"])
@@ -107,7 +99,7 @@ def test_reuse_same_service(reuse: dict[str, Any], certify_record: Any) -> None:
     assert reuse["served"] == [200, 200]
 
 
-@pytest.mark.check("lifecycle.reuse.no_second_engine")
+@check("lifecycle.reuse.no_second_engine", description="a second run starts no engine: same engine process, one service")
 def test_reuse_no_second_engine(reuse: dict[str, Any], certify_record: Any) -> None:
     certify_record.detail("engine_pid", reuse["pid_after"])
     assert reuse["pid_before"] is not None and reuse["pid_before"] == reuse["pid_after"]
@@ -118,7 +110,7 @@ def test_reuse_no_second_engine(reuse: dict[str, Any], certify_record: Any) -> N
 
 
 @pytest.mark.exclusive_engine
-@pytest.mark.check("lifecycle.cancel.slot_freed")
+@check("lifecycle.cancel.slot_freed", description="a cancelled stream frees its engine slot within 5 s")
 def test_cancel_frees_slot(certify_env: CertifyEnv, certify_record: Any) -> None:
     env = certify_env
     run = env.new_run()
@@ -192,7 +184,7 @@ def recovery(private_daemon: PrivateDaemon) -> dict[str, Any]:
     }
 
 
-@pytest.mark.check("lifecycle.recovery.leftover_stopped")
+@check("lifecycle.recovery.leftover_stopped", description="after a daemon SIGKILL the next daemon stops the leftover engine")
 def test_recovery_leftover_stopped(recovery: dict[str, Any], certify_record: Any) -> None:
     _record(certify_record, "recovery_restart_s", recovery["restart_s"])
     certify_record.detail("outcomes", recovery["outcomes"])
@@ -201,7 +193,7 @@ def test_recovery_leftover_stopped(recovery: dict[str, Any], certify_record: Any
     assert recovery["engine_gone"] and recovery["record_state"] == "stopped"
 
 
-@pytest.mark.check("lifecycle.recovery.new_epoch")
+@check("lifecycle.recovery.new_epoch", description="after recovery a new run gets a new epoch with new keys")
 def test_recovery_new_epoch(recovery: dict[str, Any], certify_record: Any) -> None:
     run, again = recovery["run"], recovery["again"]
     keys_removed = recovery["outcomes"][0].get("details", {}).get("keys_removed", []) if recovery["outcomes"] else []
@@ -214,7 +206,7 @@ def test_recovery_new_epoch(recovery: dict[str, Any], certify_record: Any) -> No
 # -- idle stop (private daemon) --------------------------------------------------------------------------
 
 
-@pytest.mark.check("lifecycle.idle.stop_after_ttl")
+@check("lifecycle.idle.stop_after_ttl", description="an idle service is stopped within TTL + 10 s, its engine gone")
 def test_idle_stop_after_ttl(private_daemon: PrivateDaemon, certify_record: Any) -> None:
     daemon = private_daemon
     run = _warm_run(daemon)

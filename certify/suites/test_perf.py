@@ -48,13 +48,6 @@ from certify.registry import check
 from certify.session import CertifyEnv
 from certify.stats import percentile
 
-CHECKS = [
-    check("perf.overhead.e2e_bound", description="added end-to-end latency p50/p95 <= max(20 ms, 5% of direct), c=1"),
-    check("perf.overhead.ttft_bound", description="added time to first token p50/p95 <= max(20 ms, 5% of direct TTFT)"),
-    check("perf.throughput.concurrent", description="at concurrency C every gateway request is served; ratio recorded"),
-    check("perf.overhead.same_work", description="both arms generated the same number of tokens per request"),
-]
-
 FLOOR_MS = 20.0
 FRACTION = 0.05
 KINDS = ("unary", "stream")
@@ -354,7 +347,7 @@ def _record_common(rec: Any, overhead: dict[str, Any]) -> None:
 
 
 @pytest.mark.exclusive_engine
-@pytest.mark.check("perf.overhead.e2e_bound")
+@check("perf.overhead.e2e_bound", description="added end-to-end latency p50/p95 <= max(20 ms, 5% of direct), c=1")
 def test_added_latency_within_bound(overhead: dict[str, Any], certify_record: Any) -> None:
     res = overhead["results"]
     certify_record.metric("gateway_added_latency_ms", _worse(res, "added_latency_ms", ("p50", "p95", "p99")))
@@ -372,7 +365,7 @@ def test_added_latency_within_bound(overhead: dict[str, Any], certify_record: An
 
 
 @pytest.mark.exclusive_engine
-@pytest.mark.check("perf.overhead.ttft_bound")
+@check("perf.overhead.ttft_bound", description="added time to first token p50/p95 <= max(20 ms, 5% of direct TTFT)")
 def test_added_ttft_within_bound(overhead: dict[str, Any], certify_record: Any) -> None:
     stream = overhead["results"]["stream"]
     gw, direct = stream["gateway"], stream["direct"]
@@ -395,7 +388,7 @@ def test_added_ttft_within_bound(overhead: dict[str, Any], certify_record: Any) 
 
 
 @pytest.mark.exclusive_engine
-@pytest.mark.check("perf.throughput.concurrent")
+@check("perf.throughput.concurrent", description="at concurrency C every gateway request is served; ratio recorded")
 def test_throughput_at_concurrency(overhead: dict[str, Any], certify_record: Any) -> None:
     res = overhead["results"]
     ratio = min(float(res[k]["gateway"]["throughput_ratio_vs_direct_c32"]) for k in KINDS)
@@ -410,7 +403,7 @@ def test_throughput_at_concurrency(overhead: dict[str, Any], certify_record: Any
 
 
 @pytest.mark.exclusive_engine
-@pytest.mark.check("perf.overhead.same_work")
+@check("perf.overhead.same_work", description="both arms generated the same number of tokens per request")
 def test_arms_did_the_same_work(overhead: dict[str, Any], certify_record: Any) -> None:
     unary = overhead["results"]["unary"]
     direct, gw = unary["direct"], unary["gateway"]

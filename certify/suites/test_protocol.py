@@ -40,34 +40,6 @@ from certify.suites._support_protocol import (
 )
 from gateway.sse import SseEvent, parse_events
 
-CHECKS = [
-    check("protocol.responses.nonstream", description="POST /v1/responses (non-stream) answers a well-formed response"),
-    check("protocol.responses.stream", description="POST /v1/responses (stream) sends typed events ending in a terminal event"),
-    check("protocol.chat.nonstream", description="POST /v1/chat/completions (non-stream) answers a well-formed completion"),
-    check("protocol.chat.stream", description="POST /v1/chat/completions (stream) sends chunks, usage and [DONE]"),
-    check("protocol.sdk.openai", description="the official openai SDK works unchanged (Responses and chat, stream and not)"),
-    check(
-        "protocol.usage.evidence", description="the gateway's evidence row records the usage the client saw, reasoning not added"
-    ),
-    check("protocol.budget.responses", description="max_output_tokens is honoured exactly; hitting it is status incomplete"),
-    check("protocol.budget.chat", description="max_tokens / max_completion_tokens honoured exactly; hitting it is finish length"),
-    check(
-        "protocol.budget.above_lock", description="a budget above the lock's is 400 inference_parameter_conflict, never forwarded"
-    ),
-    check("protocol.output.empty", engines=("fake",), description="an empty model answer is a well-formed completed response"),
-    check(
-        "protocol.tools.scripted", engines=("fake",), description="a scripted tool call comes back as function_call / tool_calls"
-    ),
-    check("protocol.tools.accepted", description="tools and a function_call_output continuation are accepted and well-formed"),
-    check("protocol.cancel.stream", description="a stream closed mid-way leaves no running request; the next request succeeds"),
-    check("protocol.models.wire_only", description="GET /v1/models lists only the run's wire model"),
-    check(
-        "protocol.context.exact",
-        engines=("sglang",),
-        description="the gateway's context count equals the engine's prompt tokens for agent-shaped requests",
-    ),
-]
-
 PROMPT = "Say hello."
 SMALL = 8  # an output budget small enough for every engine here
 
@@ -178,7 +150,7 @@ def _chat_stream(raw: bytes, budget: int | None = None) -> tuple[str, str, dict[
 # -- Responses and chat, stream and non-stream ---------------------------------------------------------------
 
 
-@pytest.mark.check("protocol.responses.nonstream")
+@check("protocol.responses.nonstream", description="POST /v1/responses (non-stream) answers a well-formed response")
 def test_responses_nonstream(certify_env: CertifyEnv, certify_record: Any) -> None:
     run = certify_env.run
     r = gw_post(run, "/responses", {"model": run.wire_model, "input": PROMPT, "max_output_tokens": SMALL})
@@ -189,7 +161,7 @@ def test_responses_nonstream(certify_env: CertifyEnv, certify_record: Any) -> No
     certify_record.detail("usage", resp["usage"])
 
 
-@pytest.mark.check("protocol.responses.stream")
+@check("protocol.responses.stream", description="POST /v1/responses (stream) sends typed events ending in a terminal event")
 def test_responses_stream(certify_env: CertifyEnv, certify_record: Any) -> None:
     run = certify_env.run
     r, raw = gw_stream(run, "/responses", {"model": run.wire_model, "input": PROMPT, "max_output_tokens": SMALL, "stream": True})
@@ -202,7 +174,7 @@ def test_responses_stream(certify_env: CertifyEnv, certify_record: Any) -> None:
     certify_record.detail("usage", final["usage"])
 
 
-@pytest.mark.check("protocol.chat.nonstream")
+@check("protocol.chat.nonstream", description="POST /v1/chat/completions (non-stream) answers a well-formed completion")
 def test_chat_nonstream(certify_env: CertifyEnv, certify_record: Any) -> None:
     run = certify_env.run
     body = {"model": run.wire_model, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": SMALL}
@@ -213,7 +185,7 @@ def test_chat_nonstream(certify_env: CertifyEnv, certify_record: Any) -> None:
     certify_record.detail("usage", resp["usage"])
 
 
-@pytest.mark.check("protocol.chat.stream")
+@check("protocol.chat.stream", description="POST /v1/chat/completions (stream) sends chunks, usage and [DONE]")
 def test_chat_stream(certify_env: CertifyEnv, certify_record: Any) -> None:
     run = certify_env.run
     body = {
@@ -231,7 +203,7 @@ def test_chat_stream(certify_env: CertifyEnv, certify_record: Any) -> None:
     certify_record.detail("usage", usage)
 
 
-@pytest.mark.check("protocol.sdk.openai")
+@check("protocol.sdk.openai", description="the official openai SDK works unchanged (Responses and chat, stream and not)")
 def test_openai_sdk(certify_env: CertifyEnv, certify_record: Any) -> None:
     import openai
 
@@ -270,7 +242,7 @@ def test_openai_sdk(certify_env: CertifyEnv, certify_record: Any) -> None:
 # -- usage and budgets ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.check("protocol.usage.evidence")
+@check("protocol.usage.evidence", description="the gateway's evidence row records the usage the client saw, reasoning not added")
 def test_usage_matches_evidence(certify_env: CertifyEnv, certify_record: Any) -> None:
     run = certify_env.run
     seen: dict[str, Any] = {}
@@ -295,7 +267,7 @@ def test_usage_matches_evidence(certify_env: CertifyEnv, certify_record: Any) ->
     certify_record.detail("compared", seen)
 
 
-@pytest.mark.check("protocol.budget.responses")
+@check("protocol.budget.responses", description="max_output_tokens is honoured exactly; hitting it is status incomplete")
 def test_budget_responses(certify_env: CertifyEnv, certify_record: Any) -> None:
     run = certify_env.run
     got: dict[str, Any] = {}
@@ -315,7 +287,7 @@ def test_budget_responses(certify_env: CertifyEnv, certify_record: Any) -> None:
     certify_record.detail("budget -> [status, output_tokens, echoed max_output_tokens]", got)
 
 
-@pytest.mark.check("protocol.budget.chat")
+@check("protocol.budget.chat", description="max_tokens / max_completion_tokens honoured exactly; hitting it is finish length")
 def test_budget_chat(certify_env: CertifyEnv, certify_record: Any) -> None:
     run = certify_env.run
     base = {"model": run.wire_model, "messages": [{"role": "user", "content": PROMPT}]}
@@ -334,7 +306,7 @@ def test_budget_chat(certify_env: CertifyEnv, certify_record: Any) -> None:
     certify_record.detail("budget -> [finish_reason, completion_tokens]", got)
 
 
-@pytest.mark.check("protocol.budget.above_lock")
+@check("protocol.budget.above_lock", description="a budget above the lock's is 400 inference_parameter_conflict, never forwarded")
 def test_budget_above_lock(certify_env: CertifyEnv, certify_record: Any) -> None:
     run = certify_env.run
     cap = _cap(certify_env)
@@ -377,7 +349,7 @@ def test_budget_above_lock(certify_env: CertifyEnv, certify_record: Any) -> None
 # -- empty output and tool calls -----------------------------------------------------------------------------
 
 
-@pytest.mark.check("protocol.output.empty")
+@check("protocol.output.empty", engines=("fake",), description="an empty model answer is a well-formed completed response")
 def test_empty_output(certify_env: CertifyEnv, certify_record: Any, tmp_path: Path) -> None:
     with scripted_gateway(certify_env, [{"text": ""}] * 4, tmp_path) as sg:
         run = sg.run
@@ -413,7 +385,7 @@ def _chat_tool() -> dict[str, Any]:
     return {"type": "function", "function": {k: v for k, v in tool.items() if k != "type"}}
 
 
-@pytest.mark.check("protocol.tools.scripted")
+@check("protocol.tools.scripted", engines=("fake",), description="a scripted tool call comes back as function_call / tool_calls")
 def test_tool_call_scripted(certify_env: CertifyEnv, certify_record: Any, tmp_path: Path) -> None:
     call: dict[str, Any] = {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}
     turns = [call, {"text": "It is sunny."}, call, call]
@@ -455,7 +427,7 @@ def test_tool_call_scripted(certify_env: CertifyEnv, certify_record: Any, tmp_pa
     certify_record.detail("chat_finish_reason", choice["finish_reason"])
 
 
-@pytest.mark.check("protocol.tools.accepted")
+@check("protocol.tools.accepted", description="tools and a function_call_output continuation are accepted and well-formed")
 def test_tools_accepted(certify_env: CertifyEnv, certify_record: Any) -> None:
     run = certify_env.run
     req = {"model": run.wire_model, "input": "Weather in Paris?", "tools": [_weather_tool()], "max_output_tokens": SMALL}
@@ -531,7 +503,7 @@ def _stream_then_close(env: CertifyEnv, prompt: str) -> tuple[bool, int, int]:
 
 
 @pytest.mark.exclusive_engine
-@pytest.mark.check("protocol.cancel.stream")
+@check("protocol.cancel.stream", description="a stream closed mid-way leaves no running request; the next request succeeds")
 def test_cancel_stream(certify_env: CertifyEnv, certify_record: Any) -> None:
     run = certify_env.run
     fake = certify_env.fake
@@ -562,7 +534,7 @@ def test_cancel_stream(certify_env: CertifyEnv, certify_record: Any) -> None:
     _check_response(resp, SMALL)
 
 
-@pytest.mark.check("protocol.models.wire_only")
+@check("protocol.models.wire_only", description="GET /v1/models lists only the run's wire model")
 def test_models_wire_only(certify_env: CertifyEnv, certify_record: Any) -> None:
     run = certify_env.run
     r = httpx.get(run.base_url + "/models", headers=run.headers(), timeout=30)
@@ -580,7 +552,11 @@ def test_models_wire_only(certify_env: CertifyEnv, certify_record: Any) -> None:
     certify_record.detail("card", card)
 
 
-@pytest.mark.check("protocol.context.exact")
+@check(
+    "protocol.context.exact",
+    engines=("sglang",),
+    description="the gateway's context count equals the engine's prompt tokens for agent-shaped requests",
+)
 def test_context_count_is_the_engines(certify_env: CertifyEnv, certify_record: Any) -> None:
     """Developer messages, multi-part contents, history tool calls, tool schemas with HTML-special text,
     reasoning items, ``tool_choice: none``: for each, the prompt tokens the gateway counts (and refuses on)

@@ -21,28 +21,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
-import pytest
 
 from certify.registry import check
 from certify.session import CertifyEnv, RunHandle
 from certify.suites._support_protocol import gw_post
-
-CHECKS = [
-    check("security.allowlist.engine_routes", description="every SGLang route and admin route answers 404 with our code"),
-    check("security.allowlist.path_tricks", description="methods, queries, escapes, dot segments on allowed routes → 404"),
-    check("security.auth.missing_token", description="no or malformed credentials → 401 inference_token_invalid"),
-    check("security.auth.wrong_token", description="an unknown token → 401 inference_token_invalid"),
-    check("security.auth.cross_run", description="run A's token is refused on run B's binding and vice versa"),
-    check("security.auth.deleted_run", description="a deleted run's token is refused with a stable code; others still work"),
-    check(
-        "security.headers.stripped", engines=("fake",), description="caller credentials and proxy headers never reach the engine"
-    ),
-    check("security.headers.engine_key", description="the engine demands its key, and the gateway injects it"),
-    check(
-        "security.secrets.files", description="no engine key or run token in non-log files under HITCH_ROOT but 0600 private ones"
-    ),
-    check("security.secrets.logs", description="no engine key or run token in the daemon, engine or gateway logs"),
-]
 
 ROUTE_CODE = "inference_route_unavailable"
 TOKEN_CODE = "inference_token_invalid"
@@ -136,7 +118,7 @@ def _chat_body(run: RunHandle) -> dict[str, Any]:
 # -- the allow-list ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.check("security.allowlist.engine_routes")
+@check("security.allowlist.engine_routes", description="every SGLang route and admin route answers 404 with our code")
 def test_engine_routes_404(certify_env: CertifyEnv, certify_record: Any) -> None:
     run = certify_env.run
     marker = _marker()
@@ -165,7 +147,7 @@ def test_engine_routes_404(certify_env: CertifyEnv, certify_record: Any) -> None
         assert not reached, f"refused routes reached the engine: {reached[:10]}"
 
 
-@pytest.mark.check("security.allowlist.path_tricks")
+@check("security.allowlist.path_tricks", description="methods, queries, escapes, dot segments on allowed routes → 404")
 def test_path_tricks_404(certify_env: CertifyEnv, certify_record: Any) -> None:
     run = certify_env.run
     marker = _marker()
@@ -209,7 +191,7 @@ def test_path_tricks_404(certify_env: CertifyEnv, certify_record: Any) -> None:
 # -- tokens --------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.check("security.auth.missing_token")
+@check("security.auth.missing_token", description="no or malformed credentials → 401 inference_token_invalid")
 def test_missing_token(certify_env: CertifyEnv, certify_record: Any) -> None:
     run = certify_env.run
     url = run.base_url + "/chat/completions"
@@ -237,7 +219,7 @@ def test_missing_token(certify_env: CertifyEnv, certify_record: Any) -> None:
     assert not wrong, wrong
 
 
-@pytest.mark.check("security.auth.wrong_token")
+@check("security.auth.wrong_token", description="an unknown token → 401 inference_token_invalid")
 def test_wrong_token(certify_env: CertifyEnv, certify_record: Any) -> None:
     run = certify_env.run
     forged = [
@@ -268,7 +250,7 @@ def test_wrong_token(certify_env: CertifyEnv, certify_record: Any) -> None:
     assert ok.status_code == 200, ok.text[:300]
 
 
-@pytest.mark.check("security.auth.cross_run")
+@check("security.auth.cross_run", description="run A's token is refused on run B's binding and vice versa")
 def test_cross_run(certify_env: CertifyEnv, certify_record: Any) -> None:
     a = certify_env.run
     b = certify_env.new_run()
@@ -297,7 +279,7 @@ def test_cross_run(certify_env: CertifyEnv, certify_record: Any) -> None:
         certify_env.delete_run(b)
 
 
-@pytest.mark.check("security.auth.deleted_run")
+@check("security.auth.deleted_run", description="a deleted run's token is refused with a stable code; others still work")
 def test_deleted_run(certify_env: CertifyEnv, certify_record: Any) -> None:
     b = certify_env.new_run()
     r = gw_post(b, "/chat/completions", _chat_body(b))
@@ -322,7 +304,7 @@ def test_deleted_run(certify_env: CertifyEnv, certify_record: Any) -> None:
 # -- headers -------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.check("security.headers.stripped")
+@check("security.headers.stripped", engines=("fake",), description="caller credentials and proxy headers never reach the engine")
 def test_headers_stripped(certify_env: CertifyEnv, certify_record: Any) -> None:
     run = certify_env.run
     marker = _marker()
@@ -359,7 +341,7 @@ def test_headers_stripped(certify_env: CertifyEnv, certify_record: Any) -> None:
     assert "203.0.113.7" not in values and "caller-" not in values, "a caller proxy/credential value reached the engine"
 
 
-@pytest.mark.check("security.headers.engine_key")
+@check("security.headers.engine_key", description="the engine demands its key, and the gateway injects it")
 def test_engine_key_injected(certify_env: CertifyEnv, certify_record: Any) -> None:
     run = certify_env.run
     body = _chat_body(run)
@@ -445,7 +427,7 @@ def _scan(env: CertifyEnv, logs_only: bool) -> tuple[list[str], int, list[str]]:
     return hits, scanned, skipped
 
 
-@pytest.mark.check("security.secrets.files")
+@check("security.secrets.files", description="no engine key or run token in non-log files under HITCH_ROOT but 0600 private ones")
 def test_secrets_in_files(certify_env: CertifyEnv, certify_record: Any) -> None:
     hits, scanned, skipped = _scan(certify_env, logs_only=False)
     certify_record.detail("files_scanned", scanned)
@@ -454,7 +436,7 @@ def test_secrets_in_files(certify_env: CertifyEnv, certify_record: Any) -> None:
     assert not hits, f"secrets found outside the 0600 private files: {hits[:10]}"
 
 
-@pytest.mark.check("security.secrets.logs")
+@check("security.secrets.logs", description="no engine key or run token in the daemon, engine or gateway logs")
 def test_secrets_in_logs(certify_env: CertifyEnv, certify_record: Any) -> None:
     root = certify_env.root.root
     daemon_log = root / "inference" / "daemon" / "daemon.log"

@@ -5,15 +5,16 @@ from __future__ import annotations
 import pytest
 
 from certify.evaluate import CheckResult, Platform, evaluate
-from certify.registry import Check, all_checks, check
+from certify.registry import Check, all_checks
 
+FAKE, CUDA = frozenset({"fake"}), frozenset({"cuda"})
 DECLARED = {
     c.id: c
     for c in [
-        check("protocol.chat.basic"),
-        check("faults.fake.crash", engines=("fake",)),
-        check("hardware.cuda.gpu", devices=("cuda",)),
-        check("perf.optional", required=False),
+        Check("protocol.chat.basic"),
+        Check("faults.fake.crash", engines=FAKE),
+        Check("hardware.cuda.gpu", devices=CUDA),
+        Check("perf.optional", required=False),
     ]
 }
 

@@ -1,0 +1,42 @@
+"""@check declares a certification check and marks its test in one place."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from certify.registry import Check, all_checks, check, declared_in
+
+
+def test_check_declares_and_marks_the_test() -> None:
+    @check("protocol.example.one", required=False, engines=("fake",), description="an example")
+    def test_one() -> None: ...
+
+    module = types.SimpleNamespace(test_one=test_one)
+    assert declared_in(module) == [
+        Check("protocol.example.one", False, frozenset({"fake"}), frozenset({"cpu", "cuda"}), "an example")
+    ]
+    [mark] = [m for m in getattr(test_one, "pytestmark", []) if m.name == "check"]
+    assert mark.args == ("protocol.example.one",)
+
+
+def test_a_parametrized_check_declares_every_id_its_params_make() -> None:
+    @check("faults.example.{api}.{mode}", params={"api": ("chat", "responses"), "mode": ("a",)}, description="{api}/{mode}")
+    def test_two() -> None: ...
+
+    specs = declared_in(types.SimpleNamespace(test_two=test_two))
+    assert [(s.id, s.description) for s in specs] == [
+        ("faults.example.chat.a", "chat/a"),
+        ("faults.example.responses.a", "responses/a"),
+    ]
+
+
+def test_ids_must_start_with_a_suite() -> None:
+    with pytest.raises(ValueError):
+        check("nosuite.thing")
+
+
+def test_the_suites_declare_each_id_once() -> None:
+    checks = all_checks()
+    assert len(checks) >= 60 and all("." in cid for cid in checks)

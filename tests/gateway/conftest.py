@@ -8,14 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.checkpoint import tiny_checkpoint_cached
 from gateway.server import GatewayConfig
 from tests.gateway.support import Engine, GatewayThread, start_engine
-
-
-@pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tiny_checkpoint_cached(tmp_path_factory.getbasetemp().parent / "gateway-ckpt")
 
 
 @pytest.fixture(scope="module")

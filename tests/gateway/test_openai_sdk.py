@@ -6,7 +6,6 @@ HITCH_ROOT (skipped otherwise, a failure under HITCH_REQUIRE_SGLANG=1).
 
 from __future__ import annotations
 
-import os
 import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,9 +14,9 @@ from pathlib import Path
 import pytest
 from openai import OpenAI
 
-from fixtures.fake_sglang.parity_engines import launch_engine, sglang_command
+from fixtures.fake_sglang.parity_engines import launch_engine
 from gateway.bindings import UpstreamTarget
-from harness.errors import HitchError
+from tests.components import sglang_engine_command
 from tests.gateway.support import Engine, GatewayThread, evidence_rows, make_lock, target_for, token_of
 
 pytestmark = pytest.mark.integration
@@ -68,15 +67,7 @@ def test_openai_sdk_against_the_fake_engine(engine: Engine, gateway: GatewayThre
 
 @pytest.fixture(scope="module")
 def real_sglang(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Upstream]:
-    try:
-        command = sglang_command()
-        reason = "the generic-CPU SGLang runtime is not installed under HITCH_ROOT"
-    except HitchError as exc:
-        command, reason = None, f"the SGLang runtime is unusable: {exc.code}"
-    if command is None:
-        if os.environ.get("HITCH_REQUIRE_SGLANG") == "1":
-            pytest.fail(f"HITCH_REQUIRE_SGLANG=1 but {reason}", pytrace=False)
-        pytest.skip(reason)
+    command = sglang_engine_command()
     key = "sk-" + secrets.token_urlsafe(16)
     running = launch_engine(command, tiny_model, tmp_path_factory.mktemp("sglang"), key, "adm-" + key, ready_timeout_s=240.0)
     try:

@@ -3,11 +3,11 @@ HITCH_REQUIRE_DOCKER=1) and the fake-engine image built once by its idempotent s
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import docker
 import pytest
@@ -15,14 +15,13 @@ from filelock import FileLock
 
 from harness.errors import HitchError
 from harness.launch.docker_errors import docker_client
+from tests.components import missing
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def require_or_skip(reason: str) -> None:
-    if os.environ.get("HITCH_REQUIRE_DOCKER") == "1":
-        pytest.fail(f"HITCH_REQUIRE_DOCKER=1 but {reason}", pytrace=False)
-    pytest.skip(reason)
+def require_or_skip(reason: str) -> NoReturn:
+    missing("docker", reason)
 
 
 def docker_client_or_skip() -> docker.DockerClient:

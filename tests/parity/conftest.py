@@ -11,13 +11,11 @@ not installed its tests skip, unless ``HITCH_REQUIRE_SGLANG=1`` (CI), which turn
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from fixtures.checkpoint import tiny_checkpoint_cached
 from fixtures.fake_sglang.parity_engines import (
     CPU_GENERIC_RUNTIME,
     EngineCommand,
@@ -28,6 +26,7 @@ from fixtures.fake_sglang.parity_engines import (
 )
 from harness.errors import HitchError
 from harness.paths import HitchRoot
+from tests.components import missing
 from tests.parity.probes import ProbeCache
 
 API_KEY = "sk-parity-api"
@@ -47,8 +46,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def parity_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tiny_checkpoint_cached(tmp_path_factory.getbasetemp().parent / "parity-ckpt")
+def parity_checkpoint(tiny_model: Path) -> Path:
+    return tiny_model
 
 
 def _require_sglang() -> EngineCommand:
@@ -61,9 +60,7 @@ def _require_sglang() -> EngineCommand:
         command, reason = None, f"runtime {CPU_GENERIC_RUNTIME} is unusable: {exc.code}: {exc.message}"
     if command is not None:
         return command
-    if os.environ.get("HITCH_REQUIRE_SGLANG") == "1":
-        pytest.fail(f"HITCH_REQUIRE_SGLANG=1 but {reason}", pytrace=False)
-    pytest.skip(reason)
+    missing("sglang", reason)
 
 
 def _serve(command: EngineCommand, checkpoint: Path, logs: Path, timeout: float) -> Iterator[RunningEngine]:

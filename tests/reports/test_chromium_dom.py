@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.components import missing
 from tests.reports import sample_data as sd
 
 pytestmark = pytest.mark.needs_chromium
@@ -25,9 +26,7 @@ def chromium_or_skip() -> str:
         exe = shutil.which(name)
         if exe:
             return exe
-    if os.environ.get("HITCH_REQUIRE_CHROMIUM"):
-        pytest.fail("HITCH_REQUIRE_CHROMIUM is set but no chromium is on PATH (apt-get install -y chromium)")
-    pytest.skip("chromium not installed (apt-get install -y chromium); set HITCH_REQUIRE_CHROMIUM=1 to fail instead")
+    missing("chromium", "no chromium on PATH (apt-get install -y chromium)")
 
 
 def dump_dom(exe: str, page: Path, profile: Path) -> str:

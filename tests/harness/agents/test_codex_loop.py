@@ -5,7 +5,6 @@ Needs the pinned Codex (``make codex``): skipped without it unless ``HITCH_REQUI
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,11 +12,11 @@ from typing import Any
 import pytest
 
 from certify.suites.agents_rig import AgentRig
-from fixtures.checkpoint import tiny_checkpoint_cached
 from harness.agents.codex_home import CodexBinding
 from harness.agents.codex_install import CodexInstall, find_codex
 from harness.agents.codex_runner import CodexRun
 from harness.errors import HitchError
+from tests.components import missing
 from tests.gateway.support import make_lock
 
 pytestmark = pytest.mark.integration
@@ -28,14 +27,12 @@ def codex() -> CodexInstall:
     try:
         return find_codex()
     except HitchError as exc:
-        if os.environ.get("HITCH_REQUIRE_CODEX"):
-            raise
-        pytest.skip(f"Codex not installed: {exc.message}")
+        missing("codex", f"Codex not installed: {exc.message}")
 
 
 @pytest.fixture
-def rig(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentRig]:
-    model = tiny_checkpoint_cached(tmp_path_factory.getbasetemp().parent / "agents-ckpt")
+def rig(tmp_path: Path, tiny_model: Path) -> Iterator[AgentRig]:
+    model = tiny_model
     script: list[dict[str, Any]] = [
         {"tool_calls": [{"name": "exec_command", "arguments": {"cmd": "cat notes.txt"}}]},
         {"tool_calls": [{"name": "exec_command", "arguments": {"cmd": "sed -i s/count=1/count=2/ notes.txt"}}]},

@@ -23,7 +23,6 @@ import docker.errors
 import httpx
 import pytest
 
-from fixtures.checkpoint.builder import tiny_checkpoint_cached
 from harness.contracts.lock import ResourceVectorV1
 from harness.engine.launch_spec import LaunchSpec
 from harness.errors import HitchError
@@ -52,8 +51,8 @@ def image_id(client: docker.DockerClient, tmp_path_factory: pytest.TempPathFacto
 
 
 @pytest.fixture(scope="session")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tiny_checkpoint_cached(tmp_path_factory.mktemp("ckpt"))
+def checkpoint(tiny_model: Path) -> Path:
+    return tiny_model
 
 
 @pytest.fixture

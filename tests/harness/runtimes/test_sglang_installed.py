@@ -7,27 +7,20 @@ Install it with ``hitch runtime install sglang-0.5.23-cpu-generic``.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 
 import pytest
 
-from harness.paths import HitchRoot
-from harness.runtimes import SERVER_MODULE, get_runtime, installed_runtime
+from harness.runtimes import SERVER_MODULE, get_runtime
+from tests.components import installed_sglang
 from tests.harness.runtimes.conftest import GENERIC
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_sglang]
 
 
 def test_installed_runtime_imports_the_sglang_server_with_the_shim() -> None:
-    root = HitchRoot.at()
+    runtime = installed_sglang()
     manifest = get_runtime(GENERIC)
-    runtime = installed_runtime(root, manifest)
-    if runtime is None:
-        message = f"{GENERIC} is not installed under {root.root}"
-        if os.environ.get("HITCH_REQUIRE_SGLANG") == "1":
-            pytest.fail(message + " and HITCH_REQUIRE_SGLANG=1")
-        pytest.skip(message)
     code = (
         f"import json, sgl_kernel, sglang, torch, {SERVER_MODULE}\n"
         "print(json.dumps([sglang.__version__, torch.__version__, sgl_kernel.SHIM, sgl_kernel.__file__]))"

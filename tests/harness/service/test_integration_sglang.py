@@ -9,7 +9,6 @@ SGLang (~2 GB, both cores).
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,13 +16,12 @@ from typing import Any
 import httpx
 import pytest
 
-from harness.errors import HitchError
 from harness.launch.process import live_group_members
 from harness.paths import HitchRoot
-from harness.runtimes import get_runtime, installed_runtime
 from harness.service.starter_supervisor import EngineChoice, SupervisedService
 from harness.service.state_store import ServiceStateStore
-from tests.harness.engine.inputs import GENERIC_RUNTIME, checkpoint_cache, service_inputs
+from tests.components import installed_sglang
+from tests.harness.engine.inputs import checkpoint_cache, service_inputs
 from tests.harness.service.integration_support import LeakGuard, engine_pid, fake_manager, leak_guard_for, running
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_sglang, pytest.mark.slow, pytest.mark.xdist_group("sglang")]
@@ -36,15 +34,7 @@ def leak_guard(tmp_path: Path) -> Iterator[LeakGuard]:
 
 def _runtime_root() -> HitchRoot:
     root = HitchRoot.at()
-    try:
-        found = installed_runtime(root, get_runtime(GENERIC_RUNTIME))
-        reason = f"{GENERIC_RUNTIME} is not installed under {root.root}"
-    except HitchError as exc:
-        found, reason = None, f"{GENERIC_RUNTIME} is unusable: {exc.code}"
-    if found is None:
-        if os.environ.get("HITCH_REQUIRE_SGLANG") == "1":
-            pytest.fail(f"HITCH_REQUIRE_SGLANG=1 but {reason}", pytrace=False)
-        pytest.skip(reason)
+    installed_sglang(root)
     return root
 
 

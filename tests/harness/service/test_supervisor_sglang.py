@@ -7,7 +7,6 @@ All tests here share ``xdist_group("sglang")`` so one worker runs them (real SGL
 from __future__ import annotations
 
 import asyncio
-import os
 from pathlib import Path
 
 import httpx
@@ -15,12 +14,10 @@ import psutil
 import pytest
 
 from harness.engine import EngineProgram
-from harness.errors import HitchError
 from harness.launch.process import ProcessEngine, ProcessLauncher, live_group_members
-from harness.paths import HitchRoot
-from harness.runtimes import get_runtime, installed_runtime
 from harness.service import ServiceSupervisor
-from tests.harness.engine.inputs import GENERIC_RUNTIME, checkpoint_cache, service_inputs
+from tests.components import installed_sglang
+from tests.harness.engine.inputs import checkpoint_cache, service_inputs
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_sglang, pytest.mark.slow, pytest.mark.xdist_group("sglang")]
 
@@ -35,17 +32,7 @@ def _running(pid: int) -> bool:
 
 
 def _real_program() -> EngineProgram:
-    root = HitchRoot.at()
-    try:
-        runtime = installed_runtime(root, get_runtime(GENERIC_RUNTIME))
-        reason = f"{GENERIC_RUNTIME} is not installed under {root.root}"
-    except HitchError as exc:
-        runtime, reason = None, f"{GENERIC_RUNTIME} is unusable: {exc.code}"
-    if runtime is None:
-        if os.environ.get("HITCH_REQUIRE_SGLANG") == "1":
-            pytest.fail(f"HITCH_REQUIRE_SGLANG=1 but {reason}", pytrace=False)
-        pytest.skip(reason)
-    return EngineProgram.from_runtime(runtime)
+    return EngineProgram.from_runtime(installed_sglang())
 
 
 def test_real_sglang_start_ready_stop(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:

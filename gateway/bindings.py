@@ -93,6 +93,7 @@ class Binding:
     # this run's capture mode and folder (None: the gateway's own); set at registration, never changed
     capture: CaptureMode | None = None
     capture_dir: Path | None = None
+    capture_limit_bytes: int | None = None
 
     @property
     def binding_id(self) -> str:
@@ -129,6 +130,7 @@ class BindingRegistry:
         queue_timeout_ms: int | None = None,
         capture: CaptureMode | None = None,
         capture_dir: Path | None = None,
+        capture_limit_bytes: int | None = None,
     ) -> ModelEndpointBindingV1:
         """Bind ``run_id`` to ``target``; returns the record (the token is in the file it names)."""
         if not run_id or len(run_id) > 200:
@@ -161,7 +163,9 @@ class BindingRegistry:
         )
         timeout = queue_timeout_ms if queue_timeout_ms is not None else target.lock.execution.queue_timeout_ms
         checker = ContextChecker.for_dir(target.tokenizer_dir)
-        self._by_id[binding_id] = Binding(record, token.encode(), target, timeout, checker, capture, capture_dir)
+        self._by_id[binding_id] = Binding(
+            record, token.encode(), target, timeout, checker, capture, capture_dir, capture_limit_bytes
+        )
         self._active_run[run_id] = binding_id
         return record
 

@@ -108,10 +108,18 @@ class Gateway:
         queue_timeout_ms: int | None = None,
         capture: CaptureMode | None = None,
         capture_dir: Path | None = None,
+        capture_limit_bytes: int | None = None,
     ) -> ModelEndpointBindingV1:
-        """Bind a run; ``capture``/``capture_dir`` override the gateway's capture for this run only."""
+        """Bind a run; the ``capture*`` arguments override the gateway's capture for this run only."""
         timeout = queue_timeout_ms if queue_timeout_ms is not None else self.config.queue_timeout_ms
-        return self.registry.register(run_id, target, queue_timeout_ms=timeout, capture=capture, capture_dir=capture_dir)
+        return self.registry.register(
+            run_id,
+            target,
+            queue_timeout_ms=timeout,
+            capture=capture,
+            capture_dir=capture_dir,
+            capture_limit_bytes=capture_limit_bytes,
+        )
 
     def abort(self, binding_id: str) -> int:
         """Revoke the binding and cancel its requests in flight (a cancelled run); returns how many."""
@@ -255,7 +263,8 @@ class Gateway:
                 self.metrics.queue.observe(t_admit - t0)
                 mode = binding.capture if binding.capture is not None else self.config.capture
                 if mode != "off":
-                    ex.capture = RequestCapture(mode, self.config.capture_limit_bytes)
+                    limit = binding.capture_limit_bytes or self.config.capture_limit_bytes
+                    ex.capture = RequestCapture(mode, limit)
                     ex.capture.request(prepared.body)
                 assert self._session is not None
                 headers = engine_headers(request.headers, target.engine_key, json_body=True)

@@ -229,6 +229,9 @@ def register(app: typer.Typer) -> None:
         capture: Annotated[
             str, typer.Option("--capture", help="off | metadata | full (payloads 0600 under the run)")
         ] = "metadata",
+        capture_max_bytes: Annotated[
+            int | None, typer.Option("--capture-max-bytes", help="capture: bytes kept per request body/response (16 MiB)")
+        ] = None,
         fake_fault: Annotated[
             list[str] | None, typer.Option("--fake-fault", hidden=True, help="--engine fake only: a fake engine --fault")
         ] = None,
@@ -257,6 +260,8 @@ def register(app: typer.Typer) -> None:
                 return
         body = _run_body(hroot, root, model, inference, device, profile, engine, launcher, runtime, offline)
         body.update(run_id=run_id or "run-" + secrets.token_hex(8), harness=harness, capture=capture)
+        if capture_max_bytes is not None:
+            body["capture_max_bytes"] = capture_max_bytes
         if fake_fault:
             body["fake_flags"] = [arg for fault in fake_fault for arg in ("--fault", fault)]
         if harness == "codex":

@@ -74,7 +74,10 @@ class _Run:
 
 
 _CAPTURE_MODES = ("off", "metadata", "full")
-_REQUEST_FIELDS = ("model", "inference_id", "device", "profile", "runtime", "engine", "launcher", "fake_flags", "image")
+_REQUEST_FIELDS = (
+    "model", "inference_id", "device", "profile", "runtime", "engine", "launcher", "fake_flags", "image", "capture_max_bytes",
+)  # fmt: skip
+_CAPTURE_MAX = 1 << 30  # per request and direction: what one run may put on disk is bounded
 
 
 class RunService:
@@ -160,6 +163,9 @@ class RunService:
             raise HitchError("usage_error", "harness is a string", {})
         if capture not in _CAPTURE_MODES:
             raise HitchError("usage_error", "capture is off|metadata|full", {"capture": capture})
+        limit = body.get("capture_max_bytes")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= _CAPTURE_MAX):
+            raise HitchError("usage_error", f"capture_max_bytes is 1..{_CAPTURE_MAX}", {"capture_max_bytes": limit})
         existing = self.store.read(run_id)
         if run_id in self.runs or (existing is not None and not existing.terminal):
             raise HitchError("run_in_progress", f"run {run_id!r} is live", {"run_id": run_id})
@@ -169,13 +175,15 @@ class RunService:
         self.store.admit(run_id, harness, request, capture)
         run = self.runs[run_id] = _Run(run_id)
         try:
-            return await self._bind(run, body, choice, capture)
+            return await self._bind(run, body, choice, capture, limit)
         except BaseException as exc:
             err = exc if isinstance(exc, HitchError) else HitchError("internal_error", f"the run failed: {type(exc).__name__}")
             await self.finish(run_id, "cancelled" if err.code == "run_cancelled" else "failed", err)
             raise
 
-    async def _bind(self, run: _Run, body: dict[str, Any], choice: EngineChoice, capture: str) -> dict[str, Any]:
+    async def _bind(
+        self, run: _Run, body: dict[str, Any], choice: EngineChoice, capture: str, capture_limit: int | None
+    ) -> dict[str, Any]:
         run_id = run.run_id
         self.store.advance(run_id, "preparing")
         lock = run.lock = await self._lock_for(body, choice)
@@ -215,7 +223,13 @@ class RunService:
         run.engine.errors.extend(f"start {e}" for e in errors)
         self.gateway.registry.set_service_epoch(endpoint.service_id, endpoint.epoch)
         capture_dir = self.store.dir(run_id) / "inference" / "capture"
-        record = self.gateway.register(run_id, target, capture=capture, capture_dir=capture_dir)  # type: ignore[arg-type]
+        record = self.gateway.register(
+            run_id,
+            target,
+            capture=capture,  # type: ignore[arg-type]  # checked against _CAPTURE_MODES
+            capture_dir=capture_dir,
+            capture_limit_bytes=capture_limit,
+        )
         run.binding_id = record.binding_id
         await asyncio.to_thread(write_start_facts, self.core.root, run_id, record, run.engine)
         self.store.advance(

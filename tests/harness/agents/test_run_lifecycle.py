@@ -16,7 +16,6 @@ import signal
 import stat
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,28 +28,16 @@ from harness.contracts.evidence import InferenceExecutionEvidenceV1
 from harness.contracts.run import RunRecordV1
 from harness.daemon import DaemonClient, DaemonPaths
 from harness.paths import HitchRoot
-from tests.harness.daemon.conftest import FAST, HITCH, as_json, hitch, stop_quietly
-from tests.harness.engine.inputs import ServiceInputs, checkpoint_cache, service_inputs
-from tests.harness.service.integration_support import LeakGuard, leak_guard_for
+from tests.harness.daemon.conftest import FAST, HITCH, as_json, hitch, inputs, leak_guard
+from tests.harness.engine.inputs import ServiceInputs
 
 pytestmark = pytest.mark.integration
+__all__ = ["inputs", "leak_guard"]  # the daemon tests' fixtures: a root holding local/tiny, the leak guard
 
 _WAIT_S = 120.0
 _MARK = "hold-this-request"
 # the engine holds the request carrying the mark (its readiness probes pass); the test ends it
 _HOLD = ("--fake-fault", f"slow_headers:t=600,match={_MARK}")
-
-
-@pytest.fixture(autouse=True)
-def leak_guard(tmp_path: Path) -> Iterator[LeakGuard]:
-    yield from leak_guard_for(tmp_path)
-
-
-@pytest.fixture
-def inputs(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceInputs]:
-    made = service_inputs(tmp_path / "root", checkpoint_cache(tmp_path_factory.getbasetemp()))
-    yield made
-    stop_quietly(made.root)
 
 
 def _run_args(run_id: str, *extra: str, prompt: str = "hello", budget: str = "8") -> list[str]:

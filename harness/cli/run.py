@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import secrets
 import shutil
+import signal
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -266,9 +267,17 @@ def register(app: typer.Typer) -> None:
             body["fake_flags"] = [arg for fault in fake_fault for arg in ("--fault", fault)]
         if harness == "codex":
             find_codex()  # before any service starts: a missing harness fails fast
-        client: DaemonClient = ensure_daemon(hroot)
-        run = client.request("POST", "/v1/runs", body, timeout_s=900.0)
+        client: DaemonClient = ensure_daemon(hroot)  # before blocking: a daemon spawned here must not inherit the mask
+        # Ctrl-C while the run is being created is taken right after, inside _execute, so the run it
+        # created is ended (cancelled), never left running
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            run = client.request("POST", "/v1/runs", body, timeout_s=900.0)
+        except BaseException:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+            raise
         if run.get("existing"):
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
             _emit_record(as_json, hroot, run["record"])
             return
         _execute(hroot, client, run, harness, prompt, max_output_tokens, workdir, list(agent_arg or []), engine, as_json)
@@ -294,6 +303,7 @@ def _execute(
     status = "failed"
     error: HitchError | None = HitchError("internal_error", "the run ended before its harness did")
     try:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         lock = load_sealed_lock(hroot, run["inference_id"])
         key, fields, outcome, complete = _run_harness(
             harness, hroot, run, lock, prompt, max_output_tokens, workdir, agent_args, engine

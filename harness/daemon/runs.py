@@ -17,6 +17,7 @@ or draining engine.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import secrets
@@ -48,6 +49,7 @@ from harness.devices import probe_cpu
 from harness.devices.fingerprint import hardware_fingerprint
 from harness.errors import ERROR_TABLE, HitchError
 from harness.lock import build_lock
+from harness.paths import ensure_private_dir
 from harness.runtimes import get_runtime
 from harness.service.starter_supervisor import EngineChoice, SupervisedService
 from harness.store import model_files_dir, resolve_model
@@ -223,6 +225,9 @@ class RunService:
         run.engine.errors.extend(f"start {e}" for e in errors)
         self.gateway.registry.set_service_epoch(endpoint.service_id, endpoint.epoch)
         capture_dir = self.store.dir(run_id) / "inference" / "capture"
+        if capture != "off":
+            with contextlib.suppress(OSError):  # a folder that cannot be made fails each capture write: evidence incomplete
+                ensure_private_dir(capture_dir)
         record = self.gateway.register(
             run_id,
             target,

@@ -161,6 +161,7 @@ def test_completed_run_evidence_is_derived_from_the_attempt_rows_and_resubmissio
     assert metrics.start_file and metrics.end_file and metrics.start_at is not None and metrics.end_at is not None
     assert "sglang:" in (ev / metrics.end_file).read_text()
     # --capture full: the payloads, 0600, under the run
+    assert stat.S_IMODE((ev / "capture").stat().st_mode) == 0o700
     captured = sorted((ev / "capture" / execution.binding.binding_id).iterdir())
     assert {p.name.split(".", 1)[1] for p in captured} == {"meta.json", "request.json", "response.bin"}
     assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in captured)
@@ -295,3 +296,15 @@ def test_ctrl_c_while_the_run_is_being_prepared_still_ends_it_cancelled(inputs: 
     assert _error_of(proc)["code"] == "run_cancelled"
     _assert_ended(root, "sigint-early", "cancelled", "run_cancelled")
     assert _leases(root) == [] and DaemonClient(root).request("GET", "/v1/runs")["runs"] == []
+
+
+def test_a_daemon_stopped_mid_run_ends_it_interrupted_with_its_evidence(inputs: ServiceInputs, tmp_path: Path) -> None:
+    root = inputs.root
+    as_json(hitch(root, "daemon", "start", "--json", *FAST))
+    proc, _, _ = _start_held_run(root, "stopped-1", tmp_path)
+    as_json(hitch(root, "daemon", "stop", "--json"))
+    assert _error_of(proc)["code"] == "run_interrupted"
+    _assert_ended(root, "stopped-1", "interrupted", "run_interrupted")
+    execution = _execution(root, "stopped-1")
+    assert execution.status == "interrupted" and execution.complete  # the daemon ended it and recorded everything
+    assert [r.status for r in _rows(root, "stopped-1")] == ["cancelled"]

@@ -287,6 +287,9 @@ class RunService:
         released = await self.core.release(run.lease_id) if run.lease_id is not None else False
         if binding is not None and run.lock is not None:
             record = await self._write_evidence(run, record, binding)
+        if run.binding_id is not None:  # its counts are in the evidence now; a long-lived daemon keeps none
+            self.gateway.begun.pop(run.binding_id, None)
+            self.gateway.in_flight.pop(run.binding_id, None)
         return {"run_id": run_id, "released": released, "record": record.to_json_dict()}
 
     async def _write_evidence(self, run: _Run, record: RunRecordV1, binding: ModelEndpointBindingV1) -> RunRecordV1:

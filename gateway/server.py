@@ -29,7 +29,7 @@ from aiohttp.web_protocol import RequestHandler
 from gateway.admission import FairQueue
 from gateway.auth import bearer_token, engine_headers
 from gateway.bindings import BindingRegistry, UpstreamTarget
-from gateway.capture import CaptureLedger, CaptureMode, RequestCapture
+from gateway.capture import CaptureLedger, CaptureMode, RequestCapture, RunCapture
 from gateway.evidence import EvidenceLog
 from gateway.metrics import GatewayMetrics, build_metrics_app
 from gateway.policy import apply_policy
@@ -106,20 +106,11 @@ class Gateway:
         target: UpstreamTarget,
         *,
         queue_timeout_ms: int | None = None,
-        capture: CaptureMode | None = None,
-        capture_dir: Path | None = None,
-        capture_limit_bytes: int | None = None,
+        capture: RunCapture | None = None,
     ) -> ModelEndpointBindingV1:
-        """Bind a run; the ``capture*`` arguments override the gateway's capture for this run only."""
+        """Bind a run; ``capture`` replaces the gateway's capture for this run only."""
         timeout = queue_timeout_ms if queue_timeout_ms is not None else self.config.queue_timeout_ms
-        return self.registry.register(
-            run_id,
-            target,
-            queue_timeout_ms=timeout,
-            capture=capture,
-            capture_dir=capture_dir,
-            capture_limit_bytes=capture_limit_bytes,
-        )
+        return self.registry.register(run_id, target, queue_timeout_ms=timeout, capture=capture)
 
     def abort(self, binding_id: str) -> int:
         """Revoke the binding and cancel its requests in flight (a cancelled run); returns how many."""
@@ -261,9 +252,10 @@ class Gateway:
                 t_admit = time.perf_counter()
                 ex.queue_ms = (t_admit - t0) * 1000
                 self.metrics.queue.observe(t_admit - t0)
-                mode = binding.capture if binding.capture is not None else self.config.capture
+                own = binding.capture
+                mode = own.mode if own is not None else self.config.capture
                 if mode != "off":
-                    limit = binding.capture_limit_bytes or self.config.capture_limit_bytes
+                    limit = (own.limit_bytes if own is not None else None) or self.config.capture_limit_bytes
                     ex.capture = RequestCapture(mode, limit)
                     ex.capture.request(prepared.body)
                 assert self._session is not None
@@ -327,7 +319,8 @@ class Gateway:
                 "status": ex.status,
                 "http_status": ex.http_status,
             }
-            folder = ex.binding.capture_dir or self.config.capture_dir
+            own = ex.binding.capture
+            folder = own.directory if own is not None else self.config.capture_dir
             ex.capture.publish(self.writer, self.ledger, folder, bid, meta)
 
 

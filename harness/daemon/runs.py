@@ -1,12 +1,17 @@
-"""Runs served through the daemon's gateway: ``POST /v1/runs`` and ``DELETE /v1/runs/{run_id}`` (issue 5 item 10).
+"""Runs served through the daemon's gateway (issue 5 item 10) and their durable lifecycle (issue 17, seed 002).
 
 :class:`RunService` owns the daemon's one :class:`~gateway.server.Gateway` (loopback, a free port chosen by
-the kernel, its state in the root's private ``inference/gateway/`` directory, 0700) and the table of runs.
-Creating a run acquires the service with the run as lease owner, then registers the run on the gateway
-with an upstream taken only from the manager's service record: the engine's loopback URL, epoch and wire
-model from the ready endpoint, the engine key read from the service's 0600 key file. The answer names the
-run's 0600 token *file*, never the token. Deleting a run revokes its binding and releases its lease; both
-are idempotent.
+the kernel, its state in the root's private ``inference/gateway/`` directory, 0700) and the live runs.
+``POST /v1/runs`` admits a run (``runs/<id>/run.json``: ``admitted``), prepares its lock and acquires the
+service with the run as lease owner (``preparing``), reads the engine's ``/server_info`` (keys removed) and
+``/metrics``, and registers the run on the gateway with its own capture (``running``); the upstream comes
+only from the manager's service record, the engine key from the service's 0600 key file, and the answer
+names the run's 0600 token *file*, never the token. A run id that already ended answers its record
+(``existing``) instead of running again. ``POST /v1/runs/{id}/finish`` (the CLI, with the harness's status
+and code), ``/cancel`` (``hitch run cancel``) and ``DELETE`` (``hitch local serve``) end a run: terminal
+record first, then the engine's ``/metrics``, the binding revoked (requests in flight cancelled unless it
+completed), the lease released and the execution evidence written (:mod:`harness.daemon.run_evidence`).
+At start, runs a dead daemon left live end ``interrupted``; at stop, live runs end ``interrupted`` too.
 
 When the manager takes a service out of use (``inference.failed`` after the supervisor's ``on_failure``,
 ``inference.draining`` on a stop or the idle TTL, ``inference.stopped``), :meth:`RunService.on_event`
@@ -29,6 +34,7 @@ from typing import Any
 from aiohttp import web
 
 from gateway.bindings import UpstreamTarget
+from gateway.capture import RunCapture
 from gateway.server import Gateway, GatewayConfig
 from harness.contracts.binding import ModelEndpointBindingV1
 from harness.contracts.events import LifecycleEventV1
@@ -228,13 +234,8 @@ class RunService:
         if capture != "off":
             with contextlib.suppress(OSError):  # a folder that cannot be made fails each capture write: evidence incomplete
                 ensure_private_dir(capture_dir)
-        record = self.gateway.register(
-            run_id,
-            target,
-            capture=capture,  # type: ignore[arg-type]  # checked against _CAPTURE_MODES
-            capture_dir=capture_dir,
-            capture_limit_bytes=capture_limit,
-        )
+        own = RunCapture(capture, capture_dir, capture_limit)  # type: ignore[arg-type]  # checked against _CAPTURE_MODES
+        record = self.gateway.register(run_id, target, capture=own)
         run.binding_id = record.binding_id
         await asyncio.to_thread(write_start_facts, self.core.root, run_id, record, run.engine)
         self.store.advance(

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from gateway.capture import RunCapture
 from gateway.context_check import ContextChecker
 from harness.contracts.binding import ModelEndpointBindingV1
 from harness.contracts.lock import InferenceLockV1
@@ -89,6 +90,7 @@ class Binding:
     target: UpstreamTarget
     queue_timeout_ms: int
     checker: ContextChecker
+    capture: RunCapture | None = None  # this run's own capture (None: the gateway's); never changed
 
     @property
     def binding_id(self) -> str:
@@ -117,7 +119,14 @@ class BindingRegistry:
         """The gateway's public origin, known once its port is bound."""
         self._origin = origin.rstrip("/")
 
-    def register(self, run_id: str, target: UpstreamTarget, *, queue_timeout_ms: int | None = None) -> ModelEndpointBindingV1:
+    def register(
+        self,
+        run_id: str,
+        target: UpstreamTarget,
+        *,
+        queue_timeout_ms: int | None = None,
+        capture: RunCapture | None = None,
+    ) -> ModelEndpointBindingV1:
         """Bind ``run_id`` to ``target``; returns the record (the token is in the file it names)."""
         if not run_id or len(run_id) > 200:
             raise HitchError("usage_error", "a run id is 1..200 characters", {})
@@ -149,7 +158,7 @@ class BindingRegistry:
         )
         timeout = queue_timeout_ms if queue_timeout_ms is not None else target.lock.execution.queue_timeout_ms
         checker = ContextChecker.for_dir(target.tokenizer_dir)
-        self._by_id[binding_id] = Binding(record, token.encode(), target, timeout, checker)
+        self._by_id[binding_id] = Binding(record, token.encode(), target, timeout, checker, capture)
         self._active_run[run_id] = binding_id
         return record
 

@@ -12,16 +12,26 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from gateway.writer import BackgroundWriter, WriteItem
 
-__all__ = ["CaptureLedger", "CaptureMode", "RequestCapture"]
+__all__ = ["CaptureLedger", "CaptureMode", "RequestCapture", "RunCapture"]
 
 CaptureMode = Literal["off", "metadata", "full"]
 CaptureState = Literal["complete", "partial", "failed"]
 _RANK = {"complete": 0, "partial": 1, "failed": 2}
+
+
+@dataclass(frozen=True)
+class RunCapture:
+    """One run's own capture (``hitch run --capture``): its mode, its folder (under the run) and its bound."""
+
+    mode: CaptureMode
+    directory: Path
+    limit_bytes: int | None = None  # None: the gateway's
 
 
 class CaptureLedger:

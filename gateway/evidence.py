@@ -47,6 +47,7 @@ class EvidenceLog:
         self._flush_after = flush_after_s
         self._scheduled: asyncio.TimerHandle | None = None
         self.rows = 0
+        self.failed: set[str] = set()  # bindings with a row write that failed (their ledger is not complete)
 
     def path_for(self, binding_id: str) -> Path:
         return self.directory / f"{binding_id}.requests.jsonl"
@@ -73,6 +74,16 @@ class EvidenceLog:
             self._scheduled = None
         pending, self._pending = self._pending, {}
         for binding_id, rows in pending.items():
-            item = WriteItem(self.path_for(binding_id), functools.partial(_encode_rows, rows))
+            item = WriteItem(
+                self.path_for(binding_id),
+                functools.partial(_encode_rows, rows),
+                on_error=functools.partial(self._failed, binding_id),
+            )
             if not self._writer.submit(item):
-                write_private(item)
+                try:
+                    write_private(item)
+                except OSError:
+                    self.failed.add(binding_id)
+
+    def _failed(self, binding_id: str, _: OSError) -> None:
+        self.failed.add(binding_id)

@@ -29,7 +29,7 @@ from aiohttp.web_protocol import RequestHandler
 from gateway.admission import FairQueue
 from gateway.auth import bearer_token, engine_headers
 from gateway.bindings import BindingRegistry, UpstreamTarget
-from gateway.capture import CaptureLedger, CaptureMode, RequestCapture
+from gateway.capture import CaptureLedger, CaptureMode, RequestCapture, RunCapture
 from gateway.evidence import EvidenceLog
 from gateway.metrics import GatewayMetrics, build_metrics_app
 from gateway.policy import apply_policy
@@ -88,6 +88,9 @@ class Gateway:
         # exchanges begun whose evidence row is not yet handed to the writer (a client can read a reply's
         # last byte before its handler records it; readers of evidence wait for this to reach 0)
         self.unrecorded = 0
+        # per binding: exchanges begun (each one must end as exactly one evidence row) and handlers in flight
+        self.begun: dict[str, int] = {}
+        self.in_flight: dict[str, set[asyncio.Task[Any]]] = {}
         self.metrics.queue_gauges = self._queue_rows
         self._session: aiohttp.ClientSession | None = None
         self._runner: web.ServerRunner | None = None
@@ -97,9 +100,25 @@ class Gateway:
 
     # -- management (called by the manager / daemon on the gateway's loop) --
 
-    def register(self, run_id: str, target: UpstreamTarget, *, queue_timeout_ms: int | None = None) -> ModelEndpointBindingV1:
+    def register(
+        self,
+        run_id: str,
+        target: UpstreamTarget,
+        *,
+        queue_timeout_ms: int | None = None,
+        capture: RunCapture | None = None,
+    ) -> ModelEndpointBindingV1:
+        """Bind a run; ``capture`` replaces the gateway's capture for this run only."""
         timeout = queue_timeout_ms if queue_timeout_ms is not None else self.config.queue_timeout_ms
-        return self.registry.register(run_id, target, queue_timeout_ms=timeout)
+        return self.registry.register(run_id, target, queue_timeout_ms=timeout, capture=capture)
+
+    def abort(self, binding_id: str) -> int:
+        """Revoke the binding and cancel its requests in flight (a cancelled run); returns how many."""
+        self.registry.revoke(binding_id)
+        tasks = list(self.in_flight.get(binding_id, ()))
+        for task in tasks:
+            task.cancel()
+        return len(tasks)
 
     def revoke(self, binding_id: str) -> ModelEndpointBindingV1:
         return self.registry.revoke(binding_id)
@@ -161,10 +180,15 @@ class Gateway:
         self.evidence.flush()
         await asyncio.to_thread(self.writer.flush)
 
-    async def settle_evidence(self, timeout_s: float = 30.0) -> None:
-        """Every exchange begun so far is on disk: wait for handlers still recording, then flush."""
+    async def settle_evidence(self, timeout_s: float = 30.0, binding_id: str | None = None) -> None:
+        """Every exchange begun so far (of one binding, when given) is on disk: wait for handlers still
+        recording, then flush."""
         deadline = time.monotonic() + timeout_s
-        while self.unrecorded and time.monotonic() < deadline:
+
+        def busy() -> bool:
+            return bool(self.in_flight.get(binding_id)) if binding_id is not None else bool(self.unrecorded)
+
+        while busy() and time.monotonic() < deadline:
             await asyncio.sleep(0.005)
         self.evidence.flush()
         await asyncio.to_thread(self.writer.flush)
@@ -198,6 +222,11 @@ class Gateway:
             return hitch_error_reply(exc)
         ex = Exchange(os.urandom(12).hex(), binding, route.name, t0)
         self.unrecorded += 1
+        bid = binding.binding_id
+        self.begun[bid] = self.begun.get(bid, 0) + 1
+        task = asyncio.current_task()
+        if task is not None:
+            self.in_flight.setdefault(bid, set()).add(task)
         forwarded = False
         try:
             if route.name == "/v1/models":
@@ -223,8 +252,11 @@ class Gateway:
                 t_admit = time.perf_counter()
                 ex.queue_ms = (t_admit - t0) * 1000
                 self.metrics.queue.observe(t_admit - t0)
-                if self.config.capture != "off":
-                    ex.capture = RequestCapture(self.config.capture, self.config.capture_limit_bytes)
+                own = binding.capture
+                mode = own.mode if own is not None else self.config.capture
+                if mode != "off":
+                    limit = (own.limit_bytes if own is not None else None) or self.config.capture_limit_bytes
+                    ex.capture = RequestCapture(mode, limit)
                     ex.capture.request(prepared.body)
                 assert self._session is not None
                 headers = engine_headers(request.headers, target.engine_key, json_body=True)
@@ -257,6 +289,8 @@ class Gateway:
                 self._record(ex)
             finally:
                 self.unrecorded -= 1
+                if task is not None:
+                    self.in_flight.get(bid, set()).discard(task)
 
     def _models(self, ex: Exchange) -> web.Response:
         rec, lock = ex.binding.record, ex.binding.target.lock
@@ -285,7 +319,9 @@ class Gateway:
                 "status": ex.status,
                 "http_status": ex.http_status,
             }
-            ex.capture.publish(self.writer, self.ledger, self.config.capture_dir, bid, meta)
+            own = ex.binding.capture
+            folder = own.directory if own is not None else self.config.capture_dir
+            ex.capture.publish(self.writer, self.ledger, folder, bid, meta)
 
 
 def _bound_port(runner: web.BaseRunner) -> int:

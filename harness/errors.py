@@ -88,6 +88,11 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     # spec §12.2 — lifecycle
     "inference_recovery_ambiguous": _e("lifecycle", False, 409, "inspect the leftover by hand; nothing was killed"),
     "inference_in_use": _e("lifecycle", False, 409, "wait for the leases to end or pass --force"),
+    # harness — runs (seed 002: every terminal status but completed carries a code)
+    "run_cancelled": _e("lifecycle", False, 409, "the run was cancelled (hitch run cancel, Ctrl-C); submit a new run id"),
+    "run_interrupted": _e("lifecycle", True, 409, "the daemon ended while the run was live; submit a new run id"),
+    "run_not_found": _e("input", False, 404, "see runs/ under the root for the known run ids"),
+    "run_in_progress": _e("lifecycle", True, 409, "the run id is live; wait for it or `hitch run cancel ID`"),
     # harness — input
     "usage_error": _e("input", False, 400, "see --help"),
     "harness_unavailable": _e("capability", False, 503, "install the pinned harness with `make codex`"),

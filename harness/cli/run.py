@@ -1,18 +1,23 @@
-"""``hitch run --harness model-call|codex --model local/ALIAS ...``: one harness run on a local model (spec §10.4).
+"""``hitch run --harness model-call|codex --model local/ALIAS ...``, ``hitch run cancel ID``, ``hitch run show ID``.
 
-The run, step by step: check the choices (``--inference sha256:...`` pins a prepared identity, then
-``--device`` and ``--profile`` are refused; ``--offline`` never installs and fails with the commands to run
-first), start the root's daemon if needed, create the run through it (the service is acquired with the
-run as lease owner and the run is registered on the daemon's gateway), check the harness's compatibility
-profile for the lock (Codex: a certified profile must exist; ``inference_harness_unsupported`` otherwise),
-run the harness with the run token in its private environment, write the evidence under
-``runs/<run-id>/inference/`` and delete the run (binding revoked, lease released) whatever happened.
+The run, step by step (spec §10.4, seed 002): check the choices (``--inference sha256:...`` pins a prepared
+identity, then ``--device`` and ``--profile`` are refused; ``--offline`` never installs and fails with the
+commands to run first); a ``--run-id`` that already finished answers its record and nothing runs again;
+start the root's daemon if needed and create the run through it (``runs/<id>/run.json`` goes
+``admitted → preparing → running``; the service is acquired with the run as lease owner and the run is
+registered on the daemon's gateway with its ``--capture`` mode); check the harness's compatibility profile
+for the lock (Codex: a certified profile must exist; ``inference_harness_unsupported`` otherwise); run the
+harness with the run token in its private environment; then, however it ended (an error, Ctrl-C), write
+the harness's evidence and tell the daemon the terminal status and code — it revokes the binding, releases
+the lease and writes the execution evidence. When the daemon died meanwhile, its next start ends the run
+``interrupted``.
 """
 
 from __future__ import annotations
 
 import secrets
 import shutil
+import signal
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -21,7 +26,7 @@ import typer
 from harness.agents.codex_home import CodexBinding
 from harness.agents.codex_install import find_codex
 from harness.agents.codex_runner import CodexRun
-from harness.agents.evidence import RunFacts, run_inference_dir, write_run_evidence
+from harness.agents.evidence import run_inference_dir, write_harness_evidence
 from harness.agents.model_call import TOKEN_ENV, build_request, call_model, parse_input
 from harness.agents.profiles import CODEX_FIELDS, MODEL_CALL_FIELDS, ProfileStore, codex_key, model_call_key
 from harness.cli.output import JsonOpt, RootOpt, cli_command, emit, root_from
@@ -29,14 +34,15 @@ from harness.contracts.harness_profile import FieldRuleV1, HarnessKeyV1
 from harness.contracts.lock import InferenceLockV1
 from harness.daemon import DaemonClient, ensure_daemon
 from harness.daemon.core import load_sealed_lock
-from harness.errors import HitchError
+from harness.daemon.run_store import RunStore
+from harness.errors import ERROR_TABLE, HitchError
 from harness.paths import HitchRoot
 from harness.runtimes import get_runtime
-from harness.store import read_manifest
 
 __all__ = ["register"]
 
 _HARNESSES = ("model-call", "codex")
+_CAPTURE = ("off", "metadata", "full")
 
 
 def _run_body(
@@ -83,7 +89,7 @@ def _run_harness(
     workdir: Path | None,
     agent_args: list[str],
     engine: str,
-) -> tuple[HarnessKeyV1, tuple[FieldRuleV1, ...], dict[str, Any], int, bool]:
+) -> tuple[HarnessKeyV1, tuple[FieldRuleV1, ...], dict[str, Any], bool]:
     token = Path(run["token_file"]).read_text(encoding="utf-8").strip()
     if harness == "model-call":
         key = model_call_key(lock)
@@ -100,7 +106,7 @@ def _run_harness(
             "response_id": res.response_id,
             "max_output_tokens": body["max_output_tokens"],
         }
-        return key, MODEL_CALL_FIELDS, outcome, 1, True
+        return key, MODEL_CALL_FIELDS, outcome, True
     install = find_codex()
     key = codex_key(lock, install.artifact, install.version)
     profile = ProfileStore(hroot).require_passing(key, engine)
@@ -117,7 +123,11 @@ def _run_harness(
     )
     codex = CodexRun(install, binding, token, home=home, workdir=work, prompt=prompt, agent_args=agent_args,
                      events_path=ev_dir / "codex-events.jsonl")  # fmt: skip
-    result = codex.run()
+    try:
+        result = codex.run()
+    except BaseException:  # Ctrl-C: the agent and every command it started end with the run
+        codex.cancel()
+        raise
     outcome = {
         "harness": "codex",
         "artifact": install.artifact,
@@ -130,17 +140,80 @@ def _run_harness(
         "profile_id": profile.profile_id,
         "profile_results": [r.to_json_dict() for r in profile.results],
     }
-    # The lock disables parallel tool calls, so each command came from its own model response, plus the last one.
-    requests = len(result.commands()) + 1
-    return key, CODEX_FIELDS, outcome, requests, result.completed
+    return key, CODEX_FIELDS, outcome, result.completed
+
+
+def _finish(client: DaemonClient, run_id: str, status: str, error: HitchError | None) -> dict[str, Any] | None:
+    """Tell the daemon how the run ended; the record it keeps. When the daemon is gone, the record on disk if
+    it ended the run before going (a stop), else None (it died: its next start ends the run ``interrupted``)."""
+    body: dict[str, Any] = {"status": status}
+    if error is not None:
+        body["error"] = {"code": error.code, "message": error.message}
+    try:
+        record = client.request("POST", f"/v1/runs/{run_id}/finish", body, timeout_s=120.0)["record"]
+    except HitchError as exc:
+        if exc.code != "daemon_unavailable":
+            raise
+        kept = RunStore(client.root).read(run_id)
+        return kept.to_json_dict() if kept is not None and kept.terminal else None
+    return record if isinstance(record, dict) else None
+
+
+def _record_payload(record: dict[str, Any], hroot: HitchRoot) -> dict[str, Any]:
+    return {
+        "kind": "run-record",
+        "run_id": record["run_id"],
+        "record": record,
+        "evidence": str(run_inference_dir(hroot, record["run_id"])),
+    }
+
+
+def _emit_record(as_json: bool, hroot: HitchRoot, record: dict[str, Any]) -> None:
+    err = record.get("error") or {}
+    human = f"run {record['run_id']}: {record['status']}" + (f" ({err.get('code')})" if err else "")
+    emit(as_json, _record_payload(record, hroot), human)
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("run", help="run a harness (model-call | codex) once on a local model, with evidence under runs/")
+    run_app = typer.Typer(
+        invoke_without_command=True,
+        no_args_is_help=False,
+        help="run a harness (model-call | codex) once on a local model, with evidence under runs/; `run cancel ID`",
+    )
+    app.add_typer(run_app, name="run")
+
+    @run_app.command("cancel", help="cancel a live run: binding revoked, requests in flight ended, lease released")
+    @cli_command
+    def cancel_cmd(
+        run_id: Annotated[str, typer.Argument(help="the run id")],
+        as_json: JsonOpt = False,
+        root: RootOpt = None,
+    ) -> None:
+        hroot = root_from(root)
+        out = DaemonClient(hroot).request("POST", f"/v1/runs/{run_id}/cancel", {})
+        _emit_record(as_json, hroot, out["record"])
+
+    @run_app.command("show", help="the durable record of a run (runs/<id>/run.json)")
+    @cli_command
+    def show_cmd(
+        run_id: Annotated[str, typer.Argument(help="the run id")],
+        as_json: JsonOpt = False,
+        root: RootOpt = None,
+    ) -> None:
+        hroot = root_from(root)
+        record = RunStore(hroot).read(run_id)
+        if record is None:
+            raise HitchError("run_not_found", f"no run {run_id!r} in this root", {"run_id": run_id})
+        _emit_record(as_json, hroot, record.to_json_dict())
+
+    @run_app.callback()
     @cli_command
     def run_cmd(
-        harness: Annotated[str, typer.Option("--harness", help="model-call | codex")],
-        prompt: Annotated[str, typer.Option("--prompt", help="the prompt (model-call: text or the JSON input list)")],
+        ctx: typer.Context,
+        harness: Annotated[str | None, typer.Option("--harness", help="model-call | codex")] = None,
+        prompt: Annotated[
+            str | None, typer.Option("--prompt", help="the prompt (model-call: text or the JSON input list)")
+        ] = None,
         model: Annotated[str | None, typer.Option("--model", help="local/ALIAS or local/sha256:<hex>")] = None,
         inference: Annotated[str | None, typer.Option("--inference", help="a prepared inference id sha256:<hex>")] = None,
         device: Annotated[str | None, typer.Option("--device", help="cpu | cuda (default cpu)")] = None,
@@ -152,41 +225,123 @@ def register(app: typer.Typer) -> None:
         max_output_tokens: Annotated[int | None, typer.Option("--max-output-tokens", help="<= the lock's")] = None,
         workdir: Annotated[Path | None, typer.Option("--workdir", help="codex: the agent's working directory")] = None,
         agent_arg: Annotated[list[str] | None, typer.Option("--agent-arg", help="codex: extra `codex exec` argument")] = None,
-        run_id: Annotated[str | None, typer.Option("--run-id", help="the run's id (default: random)")] = None,
+        run_id: Annotated[
+            str | None, typer.Option("--run-id", help="the run's id (default: random); a finished id answers its record")
+        ] = None,
+        capture: Annotated[
+            str, typer.Option("--capture", help="off | metadata | full (payloads 0600 under the run)")
+        ] = "metadata",
+        capture_max_bytes: Annotated[
+            int | None, typer.Option("--capture-max-bytes", help="capture: bytes kept per request body/response (16 MiB)")
+        ] = None,
+        fake_fault: Annotated[
+            list[str] | None, typer.Option("--fake-fault", hidden=True, help="--engine fake only: a fake engine --fault")
+        ] = None,
         as_json: JsonOpt = False,
         root: RootOpt = None,
     ) -> None:
+        if ctx.invoked_subcommand is not None:
+            return
+        if harness is None or prompt is None:
+            raise HitchError("usage_error", "hitch run needs --harness and --prompt (or: hitch run cancel|show ID)", {})
         if harness not in _HARNESSES:
             raise HitchError(
                 "inference_harness_unsupported", f"harness {harness!r} is not supported", {"choices": list(_HARNESSES)}
             )
         if harness == "model-call" and agent_arg:
             raise HitchError("usage_error", "--agent-arg is for codex", {})
+        if capture not in _CAPTURE:
+            raise HitchError("usage_error", "--capture is off|metadata|full", {"capture": capture})
+        if fake_fault and engine != "fake":
+            raise HitchError("usage_error", "--fake-fault is for --engine fake", {})
         hroot = root_from(root)
+        if run_id is not None:
+            known = RunStore(hroot).read(run_id)
+            if known is not None and known.terminal:  # idempotent: the same record, nothing runs again
+                _emit_record(as_json, hroot, known.to_json_dict())
+                return
         body = _run_body(hroot, root, model, inference, device, profile, engine, launcher, runtime, offline)
-        body["run_id"] = run_id or "run-" + secrets.token_hex(8)
+        body.update(run_id=run_id or "run-" + secrets.token_hex(8), harness=harness, capture=capture)
+        if capture_max_bytes is not None:
+            body["capture_max_bytes"] = capture_max_bytes
+        if fake_fault:
+            body["fake_flags"] = [arg for fault in fake_fault for arg in ("--fault", fault)]
         if harness == "codex":
             find_codex()  # before any service starts: a missing harness fails fast
-        client: DaemonClient = ensure_daemon(hroot)
-        before = {s.get("service_id") for s in client.services().get("services", [])}
-        run = client.request("POST", "/v1/runs", body, timeout_s=900.0)
+        client: DaemonClient = ensure_daemon(hroot)  # before blocking: a daemon spawned here must not inherit the mask
+        # Ctrl-C while the run is being created is taken right after, inside _execute, so the run it
+        # created is ended (cancelled), never left running
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
-            lock = load_sealed_lock(hroot, run["inference_id"])
-            key, fields, outcome, requests, complete = _run_harness(
-                harness, hroot, run, lock, prompt, max_output_tokens, workdir, list(agent_arg or []), engine
-            )
-            facts = RunFacts(
-                run["run_id"], run["service_id"], int(run["epoch"]), run["binding_id"], run["base_url"], run["wire_model"],
-                lock.execution.platform.backend, requests, complete, run["service_id"] in before,
-            )  # fmt: skip
-            out = write_run_evidence(
-                hroot, facts, lock, read_manifest(hroot, lock.model_id), get_runtime(lock.runtime_id), key, fields, outcome
-            )
-        finally:
-            client.request("DELETE", f"/v1/runs/{run['run_id']}")
-        if harness == "codex" and not complete:
-            details = {"evidence": str(out), "returncode": outcome["returncode"], "errors": outcome["errors"][-3:]}
-            raise HitchError("harness_run_failed", "Codex did not complete its turn", details)
-        payload = {"kind": "run", "run_id": run["run_id"], "inference_id": lock.inference_id, "evidence": str(out), **outcome}
-        human = outcome.get("text") if harness == "model-call" else outcome.get("final_message")
-        emit(as_json, payload, f"{human or ''}\n(run {run['run_id']}; evidence {out})")
+            run = client.request("POST", "/v1/runs", body, timeout_s=900.0)
+        except BaseException:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+            raise
+        if run.get("existing"):
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+            _emit_record(as_json, hroot, run["record"])
+            return
+        _execute(hroot, client, run, harness, prompt, max_output_tokens, workdir, list(agent_arg or []), engine, as_json)
+
+
+def _execute(
+    hroot: HitchRoot,
+    client: DaemonClient,
+    run: dict[str, Any],
+    harness: str,
+    prompt: str,
+    max_output_tokens: int | None,
+    workdir: Path | None,
+    agent_args: list[str],
+    engine: str,
+    as_json: bool,
+) -> None:
+    """Run the harness and end the run with its terminal status, whatever happens (Ctrl-C included)."""
+    run_id = run["run_id"]
+    key: HarnessKeyV1 | None = None
+    fields: tuple[FieldRuleV1, ...] = ()
+    outcome: dict[str, Any] = {"harness": harness}
+    status = "failed"
+    error: HitchError | None = HitchError("internal_error", "the run ended before its harness did")
+    try:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        lock = load_sealed_lock(hroot, run["inference_id"])
+        key, fields, outcome, complete = _run_harness(
+            harness, hroot, run, lock, prompt, max_output_tokens, workdir, agent_args, engine
+        )
+        if complete:
+            status, error = "completed", None
+        else:
+            details = {"returncode": outcome.get("returncode"), "errors": (outcome.get("errors") or [])[-3:]}
+            status, error = "failed", HitchError("harness_run_failed", "Codex did not complete its turn", details)
+    except HitchError as exc:
+        status, error = "failed", exc
+    except KeyboardInterrupt:
+        status, error = "cancelled", HitchError("run_cancelled", "the run was interrupted (SIGINT)", {})
+    finally:
+        if error is not None:
+            outcome = {**outcome, "error": error.to_dict()}
+        write_harness_evidence(hroot, run_id, key, fields, outcome)
+        record = _finish(client, run_id, status, error)
+    out = run_inference_dir(hroot, run_id)
+    if record is None:
+        raise HitchError(
+            "daemon_unavailable", "the daemon ended during the run; its next start records it interrupted", {"run_id": run_id}
+        )
+    if record["status"] != "completed":
+        err = record.get("error") or {}
+        code = str(err["code"]) if err.get("code") in ERROR_TABLE else "internal_error"
+        details = {"run_id": run_id, "status": record["status"], "evidence": str(out)}
+        if error is not None and error.code == code:
+            details = {**error.details, **details}
+        raise HitchError(code, str(err.get("message", record["status"])), details)
+    payload = {
+        "kind": "run",
+        "run_id": run_id,
+        "inference_id": run["inference_id"],
+        "evidence": str(out),
+        "record": record,
+        **outcome,
+    }
+    human = outcome.get("text") if harness == "model-call" else outcome.get("final_message")
+    emit(as_json, payload, f"{human or ''}\n(run {run_id}; evidence {out})")

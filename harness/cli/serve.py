@@ -22,6 +22,7 @@ import typer
 
 from harness.cli.output import JSON_SCHEMA_VERSION, JsonOpt, RootOpt, cli_command, root_from
 from harness.daemon import ensure_daemon
+from harness.errors import HitchError
 
 __all__ = ["register"]
 
@@ -58,11 +59,16 @@ def register(app: typer.Typer) -> None:
         launcher: Annotated[str, typer.Option("--launcher", help="process | oci")] = "process",
         runtime: Annotated[str | None, typer.Option("--runtime", help="catalog name or runtime_id")] = None,
         run_id: Annotated[str | None, typer.Option("--run-id", help="the run's id (default: random)")] = None,
+        capture: Annotated[
+            str, typer.Option("--capture", help="off | metadata | full (payloads 0600 under the run)")
+        ] = "metadata",
         as_json: JsonOpt = False,
         root: RootOpt = None,
     ) -> None:
         from harness.cli.local_services import service_runtime
 
+        if capture not in ("off", "metadata", "full"):
+            raise HitchError("usage_error", "--capture is off|metadata|full", {"capture": capture})
         rt = service_runtime(device, profile, engine, launcher, runtime)
         hroot = root_from(root)
         body: dict[str, Any] = {
@@ -72,6 +78,7 @@ def register(app: typer.Typer) -> None:
             "runtime": rt.runtime_id,
             "engine": engine,
             "launcher": launcher,
+            "capture": capture,
         }
         pkg = rt.package
         if engine == "sglang" and launcher == "oci" and pkg.kind == "oci" and pkg.digest is not None:

@@ -14,6 +14,7 @@ from harness.contracts.evidence import HardwareFingerprintV1, InferenceExecution
 from harness.contracts.harness_profile import HarnessCompatibilityProfileV1
 from harness.contracts.lock import InferenceLockV1, compute_inference_id
 from harness.contracts.model import LocalModelManifestV1, compute_model_id
+from harness.contracts.run import RunRecordV1
 from harness.contracts.runtime import InferenceRuntimeManifestV1
 from harness.contracts.service import InferenceServiceRecordV1
 
@@ -33,6 +34,7 @@ __all__ = [
     "ModelEndpointBindingV1",
     "Record",
     "RequestEvidenceV1",
+    "RunRecordV1",
     "Sha256",
     "compute_inference_id",
     "compute_model_id",
@@ -51,4 +53,5 @@ SCHEMA_RECORDS: tuple[type[Record], ...] = (
     CertificationResultV1,
     EvidenceIndexV1,
     HarnessCompatibilityProfileV1,
+    RunRecordV1,
 )

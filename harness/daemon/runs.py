@@ -1,12 +1,17 @@
-"""Runs served through the daemon's gateway: ``POST /v1/runs`` and ``DELETE /v1/runs/{run_id}`` (issue 5 item 10).
+"""Runs served through the daemon's gateway (issue 5 item 10) and their durable lifecycle (issue 17, seed 002).
 
 :class:`RunService` owns the daemon's one :class:`~gateway.server.Gateway` (loopback, a free port chosen by
-the kernel, its state in the root's private ``inference/gateway/`` directory, 0700) and the table of runs.
-Creating a run acquires the service with the run as lease owner, then registers the run on the gateway
-with an upstream taken only from the manager's service record: the engine's loopback URL, epoch and wire
-model from the ready endpoint, the engine key read from the service's 0600 key file. The answer names the
-run's 0600 token *file*, never the token. Deleting a run revokes its binding and releases its lease; both
-are idempotent.
+the kernel, its state in the root's private ``inference/gateway/`` directory, 0700) and the live runs.
+``POST /v1/runs`` admits a run (``runs/<id>/run.json``: ``admitted``), prepares its lock and acquires the
+service with the run as lease owner (``preparing``), reads the engine's ``/server_info`` (keys removed) and
+``/metrics``, and registers the run on the gateway with its own capture (``running``); the upstream comes
+only from the manager's service record, the engine key from the service's 0600 key file, and the answer
+names the run's 0600 token *file*, never the token. A run id that already ended answers its record
+(``existing``) instead of running again. ``POST /v1/runs/{id}/finish`` (the CLI, with the harness's status
+and code), ``/cancel`` (``hitch run cancel``) and ``DELETE`` (``hitch local serve``) end a run: terminal
+record first, then the engine's ``/metrics``, the binding revoked (requests in flight cancelled unless it
+completed), the lease released and the execution evidence written (:mod:`harness.daemon.run_evidence`).
+At start, runs a dead daemon left live end ``interrupted``; at stop, live runs end ``interrupted`` too.
 
 When the manager takes a service out of use (``inference.failed`` after the supervisor's ``on_failure``,
 ``inference.draining`` on a stop or the idle TTL, ``inference.stopped``), :meth:`RunService.on_event`
@@ -16,24 +21,41 @@ or draining engine.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import re
 import secrets
+import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
 from gateway.bindings import UpstreamTarget
+from gateway.capture import RunCapture
 from gateway.server import Gateway, GatewayConfig
+from harness.contracts.binding import ModelEndpointBindingV1
 from harness.contracts.events import LifecycleEventV1
 from harness.contracts.lock import InferenceLockV1
+from harness.contracts.run import RunRecordV1
 from harness.daemon.core import DaemonCore, load_sealed_lock
 from harness.daemon.prepare import PrepareRequest, prepare
+from harness.daemon.run_evidence import (
+    EngineFacts,
+    GatewayFacts,
+    facts_after_death,
+    scrape_engine,
+    write_execution_evidence,
+    write_start_facts,
+)
+from harness.daemon.run_store import RunStore
 from harness.devices import probe_cpu
-from harness.errors import HitchError
+from harness.devices.fingerprint import hardware_fingerprint
+from harness.errors import ERROR_TABLE, HitchError
 from harness.lock import build_lock
+from harness.paths import ensure_private_dir
 from harness.runtimes import get_runtime
 from harness.service.starter_supervisor import EngineChoice, SupervisedService
 from harness.store import model_files_dir, resolve_model
@@ -46,10 +68,24 @@ _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 @dataclass
 class _Run:
+    """A live run of this daemon (its durable state is ``runs/<id>/run.json``)."""
+
     run_id: str
-    lease_id: str
-    binding_id: str
-    service_id: str
+    lease_id: str | None = None
+    binding_id: str | None = None
+    service_id: str | None = None
+    lock: InferenceLockV1 | None = None
+    engine_url: str | None = None
+    engine_key: str | None = field(default=None, repr=False)
+    reused_service: bool = False
+    engine: EngineFacts = field(default_factory=EngineFacts)
+
+
+_CAPTURE_MODES = ("off", "metadata", "full")
+_REQUEST_FIELDS = (
+    "model", "inference_id", "device", "profile", "runtime", "engine", "launcher", "fake_flags", "image", "capture_max_bytes",
+)  # fmt: skip
+_CAPTURE_MAX = 1 << 30  # per request and direction: what one run may put on disk is bounded
 
 
 class RunService:
@@ -60,13 +96,33 @@ class RunService:
         state_dir = core.root.root / "inference" / "gateway"
         self.gateway = gateway or Gateway(GatewayConfig(state_dir=state_dir, host="127.0.0.1", port=0))
         self.runs: dict[str, _Run] = {}
+        self.store = RunStore(core.root)
+        self._hardware: dict[str, dict[str, Any]] = {}
 
     async def start(self) -> None:
+        # before anything is served: no run of a dead daemon stays live, and each gets its evidence
+        for record in self.store.sweep_interrupted():
+            await self._evidence_after_death(record)
         await self.gateway.start()
 
+    async def _evidence_after_death(self, record: RunRecordV1) -> None:
+        kept = facts_after_death(self.core.root, record.run_id)
+        if kept is None or record.inference_id is None:
+            return  # it never bound: run.json (interrupted, with its code) is its whole evidence
+        binding, engine = kept
+        try:
+            lock = load_sealed_lock(self.core.root, record.inference_id)
+        except HitchError:
+            return
+        rows = self.gateway.evidence.path_for(binding.binding_id)
+        facts = GatewayFacts(rows_file=rows, begun=0, capture_state="complete", writer_failed=False, daemon_died=True)
+        await self._write(record, lock, binding, facts, engine, reused_service=False)
+
     async def stop(self) -> None:
+        """Daemon shutdown: every live run ends ``interrupted`` with its evidence, then the gateway stops."""
+        err = HitchError("run_interrupted", "the daemon was stopped while this run was live", {})
         for run_id in list(self.runs):
-            self.gateway.revoke(self.runs.pop(run_id).binding_id)
+            await self.finish(run_id, "interrupted", err)
         await self.gateway.stop()
 
     def on_event(self, event: LifecycleEventV1) -> None:
@@ -100,41 +156,100 @@ class RunService:
             sealed = str(result["inference_id"])
         return load_sealed_lock(root, sealed)
 
+    def _check_cancelled(self, run_id: str) -> None:
+        record = self.store.read(run_id)
+        if record is not None and record.terminal:
+            raise HitchError("run_cancelled", f"run {run_id} was {record.status} while it was being prepared", {})
+
     async def create(self, body: dict[str, Any], choice: EngineChoice) -> dict[str, Any]:
+        """Admit a run; a run id already finished answers its record (``existing``) instead of running again."""
         run_id = body.get("run_id") or "run-" + secrets.token_hex(8)
         if not isinstance(run_id, str) or not _RUN_ID.match(run_id):
             raise HitchError("usage_error", "a run id is 1..100 of [A-Za-z0-9._-]", {})
-        if run_id in self.runs:
-            raise HitchError("usage_error", f"run {run_id!r} exists; delete it first", {"run_id": run_id})
-        lock = await self._lock_for(body, choice)
-        lease = await self.core.acquire(lock, run_id, choice)
+        harness, capture = body.get("harness"), body.get("capture", "metadata")
+        if harness is not None and not isinstance(harness, str):
+            raise HitchError("usage_error", "harness is a string", {})
+        if capture not in _CAPTURE_MODES:
+            raise HitchError("usage_error", "capture is off|metadata|full", {"capture": capture})
+        limit = body.get("capture_max_bytes")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= _CAPTURE_MAX):
+            raise HitchError("usage_error", f"capture_max_bytes is 1..{_CAPTURE_MAX}", {"capture_max_bytes": limit})
+        existing = self.store.read(run_id)
+        if run_id in self.runs or (existing is not None and not existing.terminal):
+            raise HitchError("run_in_progress", f"run {run_id!r} is live", {"run_id": run_id})
+        if existing is not None:
+            return {"run_id": run_id, "existing": True, "record": existing.to_json_dict()}
+        request = {k: body[k] for k in _REQUEST_FIELDS if k in body}
+        self.store.admit(run_id, harness, request, capture)
+        run = self.runs[run_id] = _Run(run_id)
         try:
-            service = lease.service
-            if not isinstance(service, SupervisedService):
-                raise HitchError("internal_error", "a run needs a supervised service", {})
-            endpoint = service.endpoint
-            try:
-                engine_key = endpoint.key_files.api_key.read_text(encoding="utf-8").strip()
-            except OSError as exc:
-                raise HitchError("inference_process_exited", "the engine key file is gone", {}) from exc
-            target = UpstreamTarget(
-                base_url=endpoint.base_url,
-                engine_key=engine_key,
-                service_id=endpoint.service_id,
-                inference_id=endpoint.inference_id,
-                epoch=endpoint.epoch,
-                lock=lock,
-                wire_model=endpoint.wire_model,
-                tokenizer_dir=model_files_dir(self.core.root, lock.model_id),
-            )
-            self.gateway.registry.set_service_epoch(endpoint.service_id, endpoint.epoch)
-            record = self.gateway.register(run_id, target)
-        except BaseException:
-            await self.core.release(lease.lease_id)
+            return await self._bind(run, body, choice, capture, limit)
+        except BaseException as exc:
+            err = exc if isinstance(exc, HitchError) else HitchError("internal_error", f"the run failed: {type(exc).__name__}")
+            await self.finish(run_id, "cancelled" if err.code == "run_cancelled" else "failed", err)
             raise
-        self.runs[run_id] = _Run(run_id, lease.lease_id, record.binding_id, record.service_id)
+
+    async def _bind(
+        self, run: _Run, body: dict[str, Any], choice: EngineChoice, capture: str, capture_limit: int | None
+    ) -> dict[str, Any]:
+        run_id = run.run_id
+        self.store.advance(run_id, "preparing")
+        lock = run.lock = await self._lock_for(body, choice)
+        self._check_cancelled(run_id)
+        before = {s.service_id for s in self.core.manager.services()}
+        lease = await self.core.acquire(lock, run_id, choice)
+        run.lease_id, run.service_id = lease.lease_id, lease.service_id
+        run.reused_service = lease.service_id in before
+        self._check_cancelled(run_id)
+        service = lease.service
+        if not isinstance(service, SupervisedService):
+            raise HitchError("internal_error", "a run needs a supervised service", {})
+        endpoint = service.endpoint
+        try:
+            engine_key = endpoint.key_files.api_key.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise HitchError("inference_process_exited", "the engine key file is gone", {}) from exc
+        target = UpstreamTarget(
+            base_url=endpoint.base_url,
+            engine_key=engine_key,
+            service_id=endpoint.service_id,
+            inference_id=endpoint.inference_id,
+            epoch=endpoint.epoch,
+            lock=lock,
+            wire_model=endpoint.wire_model,
+            tokenizer_dir=model_files_dir(self.core.root, lock.model_id),
+        )
+        run.engine_url, run.engine_key = endpoint.base_url, engine_key
+        try:
+            admin_key = endpoint.key_files.admin_key.read_text(encoding="utf-8").strip()
+        except OSError:
+            admin_key = ""
+        info, metrics, errors = await scrape_engine(endpoint.base_url, engine_key, server_info=True, secrets=(admin_key,))
+        now = time.time()
+        run.engine.server_info, run.engine.server_info_at = info, now
+        run.engine.metrics_start = (now, metrics) if metrics is not None else None
+        run.engine.errors.extend(f"start {e}" for e in errors)
+        self.gateway.registry.set_service_epoch(endpoint.service_id, endpoint.epoch)
+        capture_dir = self.store.dir(run_id) / "inference" / "capture"
+        if capture != "off":
+            with contextlib.suppress(OSError):  # a folder that cannot be made fails each capture write: evidence incomplete
+                ensure_private_dir(capture_dir)
+        own = RunCapture(capture, capture_dir, capture_limit)  # type: ignore[arg-type]  # checked against _CAPTURE_MODES
+        record = self.gateway.register(run_id, target, capture=own)
+        run.binding_id = record.binding_id
+        await asyncio.to_thread(write_start_facts, self.core.root, run_id, record, run.engine)
+        self.store.advance(
+            run_id,
+            "running",
+            inference_id=record.inference_id,
+            service_id=record.service_id,
+            epoch=record.epoch,
+            lease_id=lease.lease_id,
+            binding_id=record.binding_id,
+        )
         return {
             "run_id": run_id,
+            "status": "running",
             "lease_id": lease.lease_id,
             "binding_id": record.binding_id,
             "service_id": record.service_id,
@@ -143,22 +258,93 @@ class RunService:
             "base_url": record.base_url,
             "wire_model": record.wire_model,
             "token_file": record.token_ref,
+            "capture": capture,
         }
 
-    async def delete(self, run_id: str) -> dict[str, Any]:
+    async def finish(self, run_id: str, status: str, error: HitchError | None) -> dict[str, Any]:
+        """End a run: terminal record, engine metrics, binding revoked (in-flight requests cancelled when the
+        run did not complete), lease released, evidence written. A run already terminal keeps its status."""
         run = self.runs.pop(run_id, None)
         if run is None:
+            found = self.store.read(run_id)
+            if found is None:
+                raise HitchError("run_not_found", f"no run {run_id!r} in this root", {"run_id": run_id})
+            return {"run_id": run_id, "released": False, "record": found.to_json_dict()}
+        record = self.store.finish(run_id, status, error)  # type: ignore[arg-type]
+        if run.engine_url is not None and run.engine_key is not None:
+            _, metrics, errors = await scrape_engine(run.engine_url, run.engine_key, server_info=False)
+            if metrics is not None:
+                run.engine.metrics_end = (time.time(), metrics)
+            run.engine.errors.extend(f"end {e}" for e in errors)
+        binding = None
+        if run.binding_id is not None:
+            if record.status == "completed":
+                self.gateway.revoke(run.binding_id)
+            else:
+                self.gateway.abort(run.binding_id)
+            await self.gateway.settle_evidence(binding_id=run.binding_id)
+            found_binding = self.gateway.registry.get(run.binding_id)
+            binding = found_binding.record if found_binding is not None else None
+        released = await self.core.release(run.lease_id) if run.lease_id is not None else False
+        if binding is not None and run.lock is not None:
+            record = await self._write_evidence(run, record, binding)
+        if run.binding_id is not None:  # its counts are in the evidence now; a long-lived daemon keeps none
+            self.gateway.begun.pop(run.binding_id, None)
+            self.gateway.in_flight.pop(run.binding_id, None)
+        return {"run_id": run_id, "released": released, "record": record.to_json_dict()}
+
+    async def _write_evidence(self, run: _Run, record: RunRecordV1, binding: ModelEndpointBindingV1) -> RunRecordV1:
+        assert run.lock is not None
+        bid = binding.binding_id
+        facts = GatewayFacts(
+            rows_file=self.gateway.evidence.path_for(bid),
+            begun=self.gateway.begun.get(bid, 0),
+            capture_state=self.gateway.ledger.state(bid) if record.capture != "off" else "complete",
+            writer_failed=bid in self.gateway.evidence.failed,
+        )
+        return await self._write(record, run.lock, binding, facts, run.engine, run.reused_service)
+
+    async def _write(
+        self,
+        record: RunRecordV1,
+        lock: InferenceLockV1,
+        binding: ModelEndpointBindingV1,
+        facts: GatewayFacts,
+        engine: EngineFacts,
+        reused_service: bool,
+    ) -> RunRecordV1:
+        device = lock.execution.platform.backend
+        if device not in self._hardware:
+            self._hardware[device] = await asyncio.to_thread(hardware_fingerprint, device)
+        execution = await asyncio.to_thread(
+            write_execution_evidence, self.core.root, record, lock, binding, facts, engine, self._hardware[device], reused_service
+        )
+        return self.store.note(record.run_id, evidence_complete=execution.complete)
+
+    async def cancel(self, run_id: str) -> dict[str, Any]:
+        """``hitch run cancel``: a live run ends ``cancelled``; a finished one answers its record as it is."""
+        err = HitchError("run_cancelled", "the run was cancelled (hitch run cancel)", {})
+        record = self.store.read(run_id)
+        if record is None:
+            raise HitchError("run_not_found", f"no run {run_id!r} in this root", {"run_id": run_id})
+        run = self.runs.get(run_id)
+        if run is not None and run.binding_id is None:
+            # still being prepared: mark it now; _bind sees the terminal record and undoes what it took
+            return {"run_id": run_id, "record": self.store.finish(run_id, "cancelled", err).to_json_dict()}
+        return await self.finish(run_id, "cancelled", err)
+
+    async def delete(self, run_id: str) -> dict[str, Any]:
+        """The end of a run its owner stopped normally (``hitch local serve`` on SIGINT/SIGTERM)."""
+        if run_id not in self.runs:
             return {"run_id": run_id, "deleted": False, "released": False}
-        binding = self.gateway.registry.get(run.binding_id)
-        if binding is not None:
-            self.gateway.revoke(run.binding_id)
-        released = await self.core.release(run.lease_id)
-        return {"run_id": run_id, "deleted": True, "released": released, "binding_id": run.binding_id}
+        binding_id = self.runs[run_id].binding_id
+        out = await self.finish(run_id, "completed", None)
+        return {"run_id": run_id, "deleted": True, "released": out["released"], "binding_id": binding_id}
 
     def view(self) -> list[dict[str, Any]]:
         out = []
         for run in self.runs.values():
-            binding = self.gateway.registry.get(run.binding_id)
+            binding = self.gateway.registry.get(run.binding_id) if run.binding_id else None
             state = binding.record.state if binding is not None else "unknown"
             out.append({"run_id": run.run_id, "lease_id": run.lease_id, "binding_id": run.binding_id, "state": state})
         return out
@@ -203,6 +389,33 @@ def add_run_routes(
     async def delete(request: web.Request) -> web.Response:
         return reply({"kind": "run-delete", **await runs.delete(request.match_info["run_id"])})
 
+    async def show(request: web.Request) -> web.Response:
+        run_id = request.match_info["run_id"]
+        record = runs.store.read(run_id)
+        if record is None:
+            raise HitchError("run_not_found", f"no run {run_id!r} in this root", {"run_id": run_id})
+        return reply({"kind": "run-record", "run_id": run_id, "record": record.to_json_dict()})
+
+    async def finish(request: web.Request) -> web.Response:
+        body = await body_of(request)
+        status = body.get("status")
+        if status not in ("completed", "failed", "cancelled"):
+            raise HitchError("usage_error", "status is completed|failed|cancelled", {"status": status})
+        error = body.get("error")
+        err = None
+        if status != "completed":
+            code = error.get("code") if isinstance(error, dict) else None
+            if not isinstance(code, str) or code not in ERROR_TABLE:
+                raise HitchError("usage_error", "a run that did not complete ends with an error code of the table", {})
+            err = HitchError(code, str(error.get("message", ""))[:2000] if isinstance(error, dict) else "", {})
+        return reply({"kind": "run-finish", **await runs.finish(request.match_info["run_id"], status, err)})
+
+    async def cancel(request: web.Request) -> web.Response:
+        return reply({"kind": "run-cancel", **await runs.cancel(request.match_info["run_id"])})
+
     app.router.add_post("/v1/runs", create)
     app.router.add_get("/v1/runs", listing)
+    app.router.add_get("/v1/runs/{run_id}", show)
+    app.router.add_post("/v1/runs/{run_id}/finish", finish)
+    app.router.add_post("/v1/runs/{run_id}/cancel", cancel)
     app.router.add_delete("/v1/runs/{run_id}", delete)

@@ -10,7 +10,8 @@ with the table's HTTP status):
 - ``POST /v1/acquire`` ``{"inference_id" | "lock", "owner", "engine", "launcher", ...}`` → a lease
   (base URL, wire model, the *path* of the engine key file); ``POST /v1/release`` ``{"lease_id"}``;
 - ``POST /v1/prepare`` — see :mod:`harness.daemon.prepare`;
-- ``POST /v1/runs``, ``GET /v1/runs``, ``DELETE /v1/runs/{run_id}`` — runs on the daemon's gateway
+- ``POST /v1/runs``, ``GET /v1/runs``, ``GET /v1/runs/{run_id}``, ``POST /v1/runs/{run_id}/finish``,
+  ``POST /v1/runs/{run_id}/cancel``, ``DELETE /v1/runs/{run_id}`` — durable runs on the daemon's gateway
   (:mod:`harness.daemon.runs`);
 - ``POST /v1/shutdown`` — drain and stop every service, then exit.
 

@@ -1,0 +1,77 @@
+"""RunRecordV1: the durable state of one run, ``runs/<run-id>/run.json`` (seed 002: terminal statuses).
+
+A run moves ``admitted → preparing → running`` and ends in exactly one terminal status: ``completed``,
+``failed``, ``cancelled`` or ``interrupted`` (its daemon died while it was live; found at the next daemon
+start). A terminal status is final. Every terminal status but ``completed`` carries an error code from the
+one error table, and ``completed`` carries none: a transport close or a partial answer never becomes
+``completed`` by default.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from harness.contracts.base import Record, Sha256
+from harness.errors import ERROR_TABLE
+
+__all__ = ["LIVE_STATUSES", "TERMINAL_STATUSES", "RunErrorV1", "RunRecordV1", "RunStatus", "RunTransitionV1"]
+
+RunStatus = Literal["admitted", "preparing", "running", "completed", "failed", "cancelled", "interrupted"]
+LIVE_STATUSES: frozenset[str] = frozenset({"admitted", "preparing", "running"})
+TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled", "interrupted"})
+
+
+class RunErrorV1(Record):
+    code: str = Field(description="a code of harness.errors.ERROR_TABLE")
+    message: str
+
+    @model_validator(mode="after")
+    def _known_code(self) -> RunErrorV1:
+        if self.code not in ERROR_TABLE:
+            raise ValueError(f"error code {self.code!r} is not in the error table")
+        return self
+
+
+class RunTransitionV1(Record):
+    status: RunStatus
+    at: float
+
+
+class RunRecordV1(Record):
+    schema_version: Literal["1"] = "1"
+    run_id: str
+    status: RunStatus
+    harness: str | None = Field(description="model-call | codex; null for `hitch local serve`")
+    request: dict[str, Any] = Field(description="what was asked (model, device, profile, runtime, engine, ...); no secret")
+    capture: Literal["off", "metadata", "full"]
+    inference_id: Sha256 | None = None
+    service_id: str | None = None
+    epoch: int | None = Field(default=None, ge=0)
+    lease_id: str | None = None
+    binding_id: str | None = None
+    daemon_pid: int = Field(description="the daemon that admitted the run")
+    admitted_at: float
+    updated_at: float
+    finished_at: float | None = None
+    history: list[RunTransitionV1]
+    error: RunErrorV1 | None = None
+    evidence_complete: bool | None = Field(default=None, description="the run evidence's own verdict, once written")
+
+    @model_validator(mode="after")
+    def _terminal_error(self) -> RunRecordV1:
+        terminal = self.status in TERMINAL_STATUSES
+        if self.status == "completed" and self.error is not None:
+            raise ValueError("a completed run carries no error")
+        if terminal and self.status != "completed" and self.error is None:
+            raise ValueError(f"a {self.status} run carries an error code")
+        if terminal != (self.finished_at is not None):
+            raise ValueError("finished_at is set exactly when the status is terminal")
+        if not self.history or self.history[-1].status != self.status:
+            raise ValueError("the history ends with the current status")
+        return self
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES

@@ -1,0 +1,247 @@
+"""The daemon's part of a run's evidence under ``runs/<run-id>/inference/`` (issue 17 items 4-5).
+
+Owns :class:`EngineFacts` (the engine's ``/server_info`` with every key removed, and its ``/metrics`` text,
+read with the engine key the daemon holds) and :func:`write_execution_evidence`: the sealed lock, model and
+runtime manifests, the run's attempt rows copied from the gateway (``attempts.jsonl``) with their digest,
+the serving metrics at run start and end, and ``execution.json`` whose request count and token totals come
+from those rows and whose ``complete`` comes from three checks (every attempt recorded, capture not
+truncated or failed, no writer error). The harness's own files (``harness.json``, ``result.json``) are the
+CLI's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from harness.contracts.binding import ModelEndpointBindingV1
+from harness.contracts.evidence import AttemptLedgerV1, EvidenceCheckV1, InferenceExecutionEvidenceV1, ServingMetricsV1
+from harness.contracts.lock import InferenceLockV1
+from harness.contracts.run import RunRecordV1
+from harness.ids import digest_json
+from harness.paths import HitchRoot, atomic_write_bytes, atomic_write_json, ensure_private_dir
+from harness.runtimes import get_runtime
+from harness.store import read_manifest
+
+__all__ = [
+    "EngineFacts",
+    "GatewayFacts",
+    "facts_after_death",
+    "redact",
+    "scrape_engine",
+    "write_execution_evidence",
+    "write_start_facts",
+]
+
+# a name part that says "secret" (api_key, admin_api_key, hf_token, ssl_keyfile_password, watermark_key);
+# by whole parts, so max_total_tokens or tokenizer_path stay
+_SECRET_PARTS = frozenset({"key", "keys", "token", "secret", "secrets", "password", "credential", "credentials"})
+# a flag carrying a secret inside a string (SGLang's launch_command repeats its whole argv)
+_SECRET_FLAG = re.compile(r"(--(?:[A-Za-z0-9]+-)*(?:key|token|secret|password)(?:-[A-Za-z0-9]+)*)(=|\s+)\S+", re.IGNORECASE)
+_REDACTED = "<redacted>"
+_SCRAPE_TIMEOUT_S = 10.0
+
+
+def _secret_name(name: object) -> bool:
+    return isinstance(name, str) and not _SECRET_PARTS.isdisjoint(re.split(r"[_\-.]", name.lower()))
+
+
+def redact(value: Any, secrets: tuple[str, ...] = ()) -> Any:
+    """Drop every field whose name says it holds a secret (SGLang echoes ``api_key``/``admin_api_key``), and
+    in every string replace a secret flag's value and any known secret (the engine's keys) by a marker."""
+    if isinstance(value, dict):
+        return {k: redact(v, secrets) for k, v in value.items() if not _secret_name(k)}
+    if isinstance(value, list):
+        return [redact(v, secrets) for v in value]
+    if isinstance(value, str):
+        text = _SECRET_FLAG.sub(lambda m: f"{m.group(1)}{m.group(2)}{_REDACTED}", value)
+        for secret in secrets:
+            if secret:
+                text = text.replace(secret, _REDACTED)
+        return text
+    return value
+
+
+@dataclass
+class EngineFacts:
+    """What the engine said about itself around a run (kept in memory until the evidence is written)."""
+
+    server_info: dict[str, Any] | None = None
+    server_info_at: float | None = None
+    metrics_start: tuple[float, str] | None = None
+    metrics_end: tuple[float, str] | None = None
+    errors: list[str] = field(default_factory=list)
+
+
+async def scrape_engine(
+    base_url: str, engine_key: str, *, server_info: bool, secrets: tuple[str, ...] = ()
+) -> tuple[dict[str, Any] | None, str | None, list[str]]:
+    """``/server_info`` (redacted; only when asked) and ``/metrics`` of the engine; failures are named, not raised."""
+    errors: list[str] = []
+    info: dict[str, Any] | None = None
+    metrics: str | None = None
+    headers = {"Authorization": f"Bearer {engine_key}"}
+    async with httpx.AsyncClient(base_url=base_url, timeout=_SCRAPE_TIMEOUT_S, trust_env=False) as client:
+        if server_info:
+            try:
+                resp = await client.get("/server_info", headers=headers)
+                if resp.status_code == 200 and isinstance(resp.json(), dict):
+                    info = redact(resp.json(), (engine_key, *secrets))
+                else:
+                    errors.append(f"/server_info answered HTTP {resp.status_code}")
+            except (httpx.HTTPError, ValueError) as exc:
+                errors.append(f"/server_info: {type(exc).__name__}")
+        try:
+            resp = await client.get("/metrics", headers=headers)
+            if resp.status_code == 200:
+                metrics = resp.text
+            else:
+                errors.append(f"/metrics answered HTTP {resp.status_code}")
+        except httpx.HTTPError as exc:
+            errors.append(f"/metrics: {type(exc).__name__}")
+    return info, metrics, errors
+
+
+@dataclass(frozen=True)
+class GatewayFacts:
+    """What the gateway knows of one binding once its evidence is settled."""
+
+    rows_file: Path
+    begun: int
+    capture_state: str  # complete | partial | failed
+    writer_failed: bool
+    daemon_died: bool = False  # the rows are what reached disk before the daemon that held the run died
+
+
+def _copy_rows(src: Path, dst: Path) -> tuple[bytes, list[dict[str, Any]]]:
+    try:
+        data = src.read_bytes()
+    except FileNotFoundError:
+        data = b""
+    atomic_write_bytes(dst, data, mode=0o600)
+    rows = [json.loads(line) for line in data.decode().splitlines() if line.strip()]
+    return data, rows
+
+
+def _ledger(data: bytes, rows: list[dict[str, Any]], begun: int) -> AttemptLedgerV1:
+    by_status: dict[str, int] = {}
+    for row in rows:
+        by_status[str(row.get("status"))] = by_status.get(str(row.get("status")), 0) + 1
+
+    def total(name: str) -> int:
+        return sum(int(row[name]) for row in rows if isinstance(row.get(name), int))
+
+    return AttemptLedgerV1(
+        file="attempts.jsonl",
+        digest="sha256:" + hashlib.sha256(data).hexdigest(),
+        rows=len(rows),
+        begun=begun,
+        by_status=by_status,
+        input_tokens=total("input_tokens"),
+        cached_tokens=total("cached_tokens"),
+        output_tokens=total("output_tokens"),
+        reasoning_tokens=total("reasoning_tokens"),
+    )
+
+
+def _attempts_detail(ledger: AttemptLedgerV1, gateway: GatewayFacts) -> str:
+    if gateway.daemon_died:
+        return f"{ledger.rows} rows reached disk; the daemon died with the run live, so attempts then in flight are unknown"
+    return f"{ledger.rows} rows for {ledger.begun} attempts begun"
+
+
+def write_start_facts(root: HitchRoot, run_id: str, binding: ModelEndpointBindingV1, engine: EngineFacts) -> None:
+    """At bind time: the binding and the engine's facts are on disk even if the daemon dies with the run."""
+    out = ensure_private_dir(root.runs / run_id / "inference")
+    atomic_write_json(out / "binding.json", binding.to_json_dict())
+    atomic_write_json(out / "server-info.json", {"server_info": engine.server_info, "at": engine.server_info_at})
+
+
+def facts_after_death(root: HitchRoot, run_id: str) -> tuple[ModelEndpointBindingV1, EngineFacts] | None:
+    """What :func:`write_start_facts` kept of a run whose daemon died (None when it never bound)."""
+    out = root.runs / run_id / "inference"
+    try:
+        binding = ModelEndpointBindingV1.model_validate_json((out / "binding.json").read_text(encoding="utf-8"))
+        info = json.loads((out / "server-info.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    engine = EngineFacts(server_info=info.get("server_info"), server_info_at=info.get("at"))
+    engine.errors.append("the daemon died with the run live: no metrics were scraped")
+    return binding, engine
+
+
+def _check(name: str, ok: bool, detail: str) -> EvidenceCheckV1:
+    return EvidenceCheckV1(name=name, ok=ok, code=None if ok else "inference_capture_incomplete", detail=detail)
+
+
+def _metrics(out: Path, engine: EngineFacts) -> ServingMetricsV1:
+    files: dict[str, str | None] = {"start": None, "end": None}
+    for label, sample in (("start", engine.metrics_start), ("end", engine.metrics_end)):
+        if sample is not None:
+            name = f"engine-metrics.{label}.prom"
+            atomic_write_bytes(out / name, sample[1].encode(), mode=0o600)
+            files[label] = name
+    return ServingMetricsV1(
+        start_at=engine.metrics_start[0] if engine.metrics_start else None,
+        end_at=engine.metrics_end[0] if engine.metrics_end else None,
+        start_file=files["start"],
+        end_file=files["end"],
+        errors=list(engine.errors),
+    )
+
+
+def write_execution_evidence(
+    root: HitchRoot,
+    record: RunRecordV1,
+    lock: InferenceLockV1,
+    binding: ModelEndpointBindingV1,
+    gateway: GatewayFacts,
+    engine: EngineFacts,
+    hardware: dict[str, Any],
+    reused_service: bool,
+) -> InferenceExecutionEvidenceV1:
+    """Write the daemon's evidence files of a terminal run; returns the execution record written."""
+    out = ensure_private_dir(root.runs / record.run_id / "inference")
+    atomic_write_json(out / "lock.json", lock.to_json_dict())
+    atomic_write_json(out / "model.json", read_manifest(root, lock.model_id).to_json_dict())
+    atomic_write_json(out / "runtime.json", get_runtime(lock.runtime_id).to_json_dict())
+    data, rows = _copy_rows(gateway.rows_file, out / "attempts.jsonl")
+    ledger = _ledger(data, rows, gateway.begun)
+    checks = [
+        _check("attempts_recorded", ledger.rows == ledger.begun and not gateway.daemon_died, _attempts_detail(ledger, gateway)),
+        _check("capture_complete", gateway.capture_state == "complete", f"capture {record.capture}: {gateway.capture_state}"),
+        _check("no_writer_error", not gateway.writer_failed, "a row write failed" if gateway.writer_failed else "none"),
+    ]
+    complete = all(c.ok for c in checks)
+    assert record.finished_at is not None and record.status != "admitted"
+    execution = InferenceExecutionEvidenceV1(
+        run_id=record.run_id,
+        status=record.status,
+        error_code=record.error.code if record.error else None,
+        inference_id=lock.inference_id,
+        lock_digest=digest_json(lock.to_json_dict()),
+        model_id=lock.model_id,
+        runtime_id=lock.runtime_id,
+        service_id=binding.service_id,
+        epoch=binding.epoch,
+        hardware=hardware,
+        observed={"server_info": engine.server_info, "server_info_at": engine.server_info_at},
+        binding=binding,
+        reused_service=reused_service,
+        cache_condition="warm" if reused_service else "cold",
+        capture=record.capture,
+        attempts=ledger,
+        serving_metrics=_metrics(out, engine),
+        requests=ledger.rows,
+        checks=checks,
+        complete=complete,
+        incomplete_code=None if complete else "inference_capture_incomplete",
+    )
+    atomic_write_json(out / "execution.json", execution.to_json_dict())
+    return execution

@@ -17,9 +17,10 @@ from typing import Any
 from certify.evaluate import CheckResult, Evaluation, Platform, evaluate
 from certify.options import REPO, CertifyOptions
 from certify.registry import all_checks
+from harness.devices import DoctorReportV1, fingerprint_of, run_doctor
 from harness.paths import atomic_write_json
 
-__all__ = ["SUITE_VERSION", "finish_session", "hardware_fingerprint", "project_commit"]
+__all__ = ["SUITE_VERSION", "finish_session", "machine_facts", "project_commit"]
 
 SUITE_VERSION = "1"
 
@@ -33,27 +34,18 @@ def project_commit() -> str:
         return "unknown"
 
 
-def hardware_fingerprint(device: str) -> tuple[dict[str, Any], Platform | None, Any]:
-    from harness.devices import run_doctor
-
-    doctor = run_doctor(device)  # type: ignore[arg-type]
-    cpu = doctor.cpu
-    finger: dict[str, Any] = {
-        "device": device,
-        "cpu": cpu.model_dump(
-            mode="json", include={"model_name", "vendor", "logical_cpus", "physical_cores", "numa_nodes", "isa"}
-        ),
-        "host": doctor.host.model_dump(mode="json"),
-        "cuda": doctor.cuda.model_dump(mode="json"),
-        "docker": doctor.docker.model_dump(mode="json", include={"reachable", "server_version", "runtimes", "nvidia_runtime"}),
-    }
-    return finger, None, doctor
+def machine_facts(device: str) -> tuple[dict[str, Any], DoctorReportV1]:
+    """This machine's hardware fingerprint for ``device`` and the doctor record it was built from."""
+    doctor = run_doctor(device if device in ("cpu", "cuda") else "auto")  # type: ignore[arg-type]
+    return fingerprint_of(doctor, device), doctor
 
 
-def _platform(session: dict[str, Any] | None, opts: CertifyOptions, doctor: Any, session_error: str | None) -> Platform:
+def _platform(
+    session: dict[str, Any] | None, opts: CertifyOptions, doctor: DoctorReportV1, session_error: str | None
+) -> Platform:
     from harness.runtimes import get_runtime
 
-    verdict = doctor.devices.get(opts.device)
+    verdict = doctor.devices.get(opts.device)  # type: ignore[call-overload]
     platform_ok = bool(verdict is not None and verdict.certifiable)
     platform_reasons = tuple(verdict.reasons) if verdict is not None else (f"doctor has no verdict for {opts.device}",)
     runtime_ok = False
@@ -170,7 +162,7 @@ def finish_session(
     session_file = opts.report_dir / "session.json"
     session: dict[str, Any] | None = json.loads(session_file.read_text()) if session_file.exists() else None
     error = None if session is not None else "the session engine never became usable (no session.json)"
-    hardware, _, doctor = hardware_fingerprint(opts.device)
+    hardware, doctor = machine_facts(opts.device)
     platform = _platform(session, opts, doctor, error)
     evaluation = evaluate(all_checks(), results, platform)
     predicate = build_predicate(opts, session, evaluation, hardware, metrics, evidence)

@@ -36,7 +36,7 @@ __all__ = [
     "CatalogView",
     "cpu_verdict",
     "cuda_verdict",
-    "hardware_fingerprint",
+    "fingerprint_record",
     "read_catalog",
     "run_doctor",
     "select_device",
@@ -206,8 +206,11 @@ def run_doctor(
     )
 
 
-def hardware_fingerprint(report: DoctorReportV1, device: DeviceName, gpu_index: int = 0) -> HardwareFingerprintV1:
-    """The evidence record's view of this machine for ``device`` (first GPU unless told)."""
+def fingerprint_record(report: DoctorReportV1, device: DeviceName, gpu_index: int = 0) -> HardwareFingerprintV1:
+    """The evidence record's short view of this machine for ``device`` (first GPU unless told).
+
+    The full fingerprint (signed entries, run pages) is :func:`harness.devices.fingerprint.hardware_fingerprint`.
+    """
     gpu = next((g for g in report.cuda.gpus if g.index == gpu_index), None) if device == "cuda" else None
     return HardwareFingerprintV1(
         device=device,

@@ -53,6 +53,9 @@ class CpuFactsV1(Record):
     avx512: bool = Field(description="avx512f present")
     avx2: bool
     logical_cores: int = Field(ge=1)
+    physical_cores: int | None = Field(
+        default=None, ge=1, description="distinct physical cores (physical id x core id); null when cpuinfo lacks them"
+    )
     usable_cores: int = Field(ge=1, description="CPUs this process may run on (affinity)")
     numa_nodes: list[NumaNodeV1]
     cores_per_node: int = Field(ge=1, description="logical CPUs on the smallest NUMA node that has CPUs")

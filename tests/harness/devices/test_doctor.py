@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.devices import DoctorReportV1, hardware_fingerprint, read_catalog, run_doctor
+from harness.devices import DoctorReportV1, fingerprint_record, read_catalog, run_doctor
 from harness.devices.docker_probe import DockerApi
 from harness.runtimes.catalog import default_catalog_path
 from tests.harness.devices.fakes import AMX_XEON_FLAGS, FakeDocker, FakeGpu, FakeNvml, make_sys_tree
@@ -102,7 +102,7 @@ def test_driver_580_gpu_and_nvidia_runtime_is_certifiable_with_fake_nvml() -> No
     assert verdict.reasons == []
     assert "SGLang CUDA image from the catalog (certified)" in verdict.can_do
     assert report.selected == "cuda"
-    fingerprint = hardware_fingerprint(report, "cuda")
+    fingerprint = fingerprint_record(report, "cuda")
     assert fingerprint.gpu_uuid == "GPU-0b3c5a1e-0000-4000-8000-000000000001"
     assert fingerprint.driver_version == "580.65.06"
     assert fingerprint.compute_capability == "9.0"

@@ -157,11 +157,16 @@ def finish_session(
     metrics: dict[str, Any],
     evidence: dict[str, str],
     daemon_was_running: bool,
+    *,
+    session_error: str | None = None,
 ) -> list[str]:
+    """``session_error`` fails the level whatever ran (a session stopped before its suites says why here)."""
     lines: list[str] = [f"engine choice: {opts.engine} via {opts.launcher} ({opts.choice_reason})"]
     session_file = opts.report_dir / "session.json"
     session: dict[str, Any] | None = json.loads(session_file.read_text()) if session_file.exists() else None
-    error = None if session is not None else "the session engine never became usable (no session.json)"
+    error = session_error
+    if error is None and session is None:
+        error = "the session engine never became usable (no session.json)"
     hardware, doctor = machine_facts(opts.device)
     platform = _platform(session, opts, doctor, error)
     evaluation = evaluate(all_checks(), results, platform)

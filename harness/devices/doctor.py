@@ -37,6 +37,7 @@ __all__ = [
     "cpu_verdict",
     "cuda_verdict",
     "fingerprint_record",
+    "gpu_reasons",
     "read_catalog",
     "run_doctor",
     "select_device",
@@ -111,7 +112,8 @@ def cpu_verdict(host: HostFactsV1, cpu: CpuFactsV1, docker: DockerFactsV1, catal
     return DeviceVerdictV1(certifiable=not reasons, reasons=reasons, can_do=can_do)
 
 
-def _gpu_reasons(cuda: CudaFactsV1) -> list[str]:
+def gpu_reasons(cuda: CudaFactsV1) -> list[str]:
+    """Why this machine's GPUs cannot run a CUDA engine at all (empty when a usable GPU and driver are there)."""
     if not cuda.available:
         return [cuda.reason or "no NVIDIA driver"]
     reasons: list[str] = []
@@ -132,15 +134,15 @@ def _cc(text: str) -> tuple[int, int]:
 
 
 def cuda_verdict(cuda: CudaFactsV1, docker: DockerFactsV1, catalog: CatalogView) -> DeviceVerdictV1:
-    gpu_reasons = _gpu_reasons(cuda)
-    reasons = list(gpu_reasons)
+    gpu_problems = gpu_reasons(cuda)
+    reasons = list(gpu_problems)
     reasons.extend(_docker_reasons(docker))
     if docker.reachable and not docker.nvidia_runtime:
         reasons.append("Docker has no 'nvidia' runtime (NVIDIA Container Toolkit not configured)")
     if not catalog.has_pinned("cuda"):
         reasons.append(_catalog_reason(catalog, "cuda"))
     can_do = [FAKE_ENGINE]
-    if not gpu_reasons:
+    if not gpu_problems:
         can_do.append("NVML evidence and CUDA checks that need no image (process launcher; recorded, never certified)")
     if not reasons:
         can_do.append("SGLang CUDA image from the catalog (certified)")

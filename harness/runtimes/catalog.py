@@ -27,6 +27,7 @@ __all__ = [
     "default_catalog_path",
     "get_runtime",
     "load_catalog",
+    "locks_engine",
     "require_certifiable_pin",
     "runtime_source_dir",
 ]
@@ -129,9 +130,20 @@ def check_lock_text(text: str, entry: str) -> int:
     return count
 
 
+def locks_engine(lock_text: str, engine: str, version: str) -> bool:
+    """Whether a (checked) lock pins ``engine==version`` itself with a sha256: the engine's bytes are known."""
+    joined = re.sub(r"\\\n", " ", lock_text)
+    for raw in joined.splitlines():
+        parts = raw.split()
+        if parts and parts[0] == f"{engine}=={version}":
+            return any(p.startswith("--hash=sha256:") for p in parts[1:])
+    return False
+
+
 def _manifest(entry: _Entry, catalog_path: Path) -> InferenceRuntimeManifestV1:
     pkg = entry.package
     package: dict[str, Any]
+    engine_known = entry.engine_commit is not None
     if isinstance(pkg, _OciEntry):
         pinned = pkg.digest is not None
         package = pkg.model_dump()
@@ -153,8 +165,10 @@ def _manifest(entry: _Entry, catalog_path: Path) -> InferenceRuntimeManifestV1:
                 )
         lock_path = folder / pkg.lock_file
         lock_sha = _file_sha(folder, pkg.lock_file, entry.name)
-        check_lock_text(lock_path.read_text(), entry.name)
+        lock_text = lock_path.read_text()
+        check_lock_text(lock_text, entry.name)
         pinned = True
+        engine_known = engine_known or locks_engine(lock_text, entry.engine, entry.engine_version)
         package = {
             "kind": "python-env",
             "python": pkg.python,
@@ -170,8 +184,9 @@ def _manifest(entry: _Entry, catalog_path: Path) -> InferenceRuntimeManifestV1:
         "engine_commit": entry.engine_commit,
         "backend": entry.backend,
         "cpu_feature_requirement": entry.cpu_feature_requirement,
-        # the catalog's intent counts only once every artifact is pinned and the source is known
-        "certifiable": entry.certifiable and pinned and entry.engine_commit is not None,
+        # the catalog's intent counts only once every artifact is pinned and the engine's bytes are known: by
+        # its source commit, or (python-env) by the hash of the engine's own wheel in the lock
+        "certifiable": entry.certifiable and pinned and engine_known,
         "pinned": pinned,
         "torch_version": entry.torch_version,
         "cuda_version": entry.cuda_version,

@@ -11,8 +11,12 @@ process) means nobody can say whether the engine on that GPU is gone, so the lea
 device is quarantined and leasing reports ``inference_recovery_ambiguous`` until someone who has
 checked the device calls ``release(uuid, force=True)``.
 
-The GPU inventory comes from a :class:`GpuDeviceProvider` (NVML in production; a fake in tests), so
-this logic runs and is tested on machines without a GPU.
+The GPU inventory comes from a :class:`GpuDeviceProvider` (NVML in production,
+:class:`~harness.devices.gpu_inventory.NvmlGpuInventory`; a fake or a simulated NVML in tests), so this logic
+runs and is tested on machines without a GPU. A provider that can also list the processes on a GPU
+(:class:`GpuUsageProvider`, as NVML does) lets leasing see load Hitch did not start: a GPU without a lease
+but with a foreign process (or whose processes cannot be listed) is reported ``foreign`` and never leased —
+P0 leases whole GPUs exclusively and the lock has no shared mode (spec §8.2); the process is never touched.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 import filelock
 import psutil
@@ -41,6 +45,7 @@ __all__ = [
     "GpuLeaseRecordV1",
     "GpuLeaseStatus",
     "GpuLeases",
+    "GpuUsageProvider",
     "default_lease_dir",
     "process_start_time",
 ]
@@ -56,6 +61,15 @@ class GpuDeviceProvider(Protocol):
     def gpu_uuids(self) -> list[str]: ...
 
 
+@runtime_checkable
+class GpuUsageProvider(Protocol):
+    """A provider that also sees which processes use a GPU (NVML); None means it cannot tell."""
+
+    def gpu_uuids(self) -> list[str]: ...
+
+    def gpu_processes(self, uuid: str) -> list[int] | None: ...
+
+
 class GpuLeaseRecordV1(Record):
     schema_version: Literal["1"] = "1"
     uuid: str
@@ -69,8 +83,9 @@ class GpuLeaseRecordV1(Record):
 @dataclass(frozen=True)
 class GpuLeaseStatus:
     uuid: str
-    state: Literal["free", "held", "stale"]
+    state: Literal["free", "held", "stale", "foreign"]
     record: GpuLeaseRecordV1 | None
+    foreign_pids: tuple[int, ...] | None = ()  # state foreign: the PIDs on it (None: NVML could not list them)
 
 
 def default_lease_dir() -> Path:
@@ -168,21 +183,31 @@ class GpuLeases:
         except HitchError:
             return GpuLeaseStatus(uuid, "stale", None)
         if record is None:
-            return GpuLeaseStatus(uuid, "free", None)
+            return self._unleased(uuid)
         return GpuLeaseStatus(uuid, "held" if _holder_alive(record) else "stale", record)
+
+    def _unleased(self, uuid: str) -> GpuLeaseStatus:
+        """Free, unless a process Hitch did not start uses the GPU (or nobody can tell)."""
+        if not isinstance(self.provider, GpuUsageProvider):
+            return GpuLeaseStatus(uuid, "free", None)
+        pids = self.provider.gpu_processes(uuid)
+        if pids == []:
+            return GpuLeaseStatus(uuid, "free", None)
+        return GpuLeaseStatus(uuid, "foreign", None, tuple(pids) if pids is not None else None)
 
     # -- API -------------------------------------------------------------------------------------
 
     def status(self) -> list[GpuLeaseStatus]:
-        """Every GPU of the provider: free, held (holder alive) or stale (quarantined)."""
+        """Every GPU of the provider: free, held (holder alive), stale (quarantined) or foreign (busy, not ours)."""
         with self._locked() as directory:
             return [self._status(directory, uuid) for uuid in self.provider.gpu_uuids()]
 
     def acquire(self, service_id: str, uuid: str | None = None) -> str:
         """Lease ``uuid`` (or the first free GPU) for ``service_id`` of this root; returns the UUID.
 
-        Fails with ``inference_capacity_exceeded`` when every device is held by a live holder, and with
-        ``inference_recovery_ambiguous`` when the only devices not held live are quarantined (stale).
+        Fails with ``inference_capacity_exceeded`` when every device is held by a live holder or used by a
+        foreign process, and with ``inference_recovery_ambiguous`` when the only devices not held live are
+        quarantined (stale).
         """
         with self._locked() as directory:
             inventory = self.provider.gpu_uuids()
@@ -203,6 +228,11 @@ class GpuLeases:
                     atomic_write_json(self._file(directory, st.uuid), record.to_json_dict(), mode=0o600)
                     return st.uuid
             stale = [st.uuid for st in statuses if st.state == "stale"]
+            foreign = [
+                {"uuid": st.uuid, "pids": list(st.foreign_pids) if st.foreign_pids is not None else "unknown"}
+                for st in statuses
+                if st.state == "foreign"
+            ]
             held = [
                 {"uuid": st.uuid, "root": st.record.root, "service_id": st.record.service_id}
                 for st in statuses
@@ -213,6 +243,12 @@ class GpuLeases:
                     "inference_recovery_ambiguous",
                     "the free GPU(s) are quarantined: a lease holder died and nobody confirmed the device is idle",
                     {"quarantined": stale, "held": held, "action": "confirm the device is idle, then force-release its lease"},
+                )
+            if foreign:
+                raise HitchError(
+                    "inference_capacity_exceeded",
+                    "the free GPU(s) are used by processes Hitch did not start: a GPU is leased only whole and unused",
+                    {"foreign": foreign, "held": held, "gpus": len(inventory)},
                 )
             raise HitchError(
                 "inference_capacity_exceeded",

@@ -59,6 +59,7 @@ class FakeGpu:
     capability: tuple[int, int] = (9, 0)
     total: int = 150_000_000_000
     free: int = 149_000_000_000
+    processes: list[tuple[int, int | None]] = field(default_factory=list)
 
 
 @dataclass
@@ -101,6 +102,9 @@ class FakeNvml:
 
     def device_memory(self, index: int) -> tuple[int, int]:
         return self.gpus[index].total, self.gpus[index].free
+
+    def device_processes(self, index: int) -> list[tuple[int, int | None]]:
+        return list(self.gpus[index].processes)
 
 
 @dataclass

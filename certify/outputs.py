@@ -69,13 +69,15 @@ def _platform(
     )
 
 
-def _runtime_name(runtime_id: str) -> str:
+def _runtime_facts(runtime_id: str) -> tuple[str, str | None]:
+    """(name, pinned_by) of the runtime: ``operator`` when its digest is an operator pin, else ``catalog``."""
     from harness.runtimes import get_runtime
 
     try:
-        return get_runtime(runtime_id).name if runtime_id else ""
+        runtime = get_runtime(runtime_id) if runtime_id else None
     except Exception:  # an unknown runtime keeps its id only
-        return ""
+        runtime = None
+    return (runtime.name, runtime.pinned_by or "catalog") if runtime is not None else ("", None)
 
 
 def build_predicate(
@@ -87,6 +89,7 @@ def build_predicate(
     evidence: dict[str, str],
 ) -> dict[str, Any]:
     s = session or {}
+    runtime_name, pinned_by = _runtime_facts(str(s.get("runtime_id") or opts.runtime or ""))
     return {
         "level": evaluation.level,
         "reasons": evaluation.reasons,
@@ -96,7 +99,8 @@ def build_predicate(
         "engine": str(s.get("engine") or opts.engine),
         "launcher": str(s.get("launcher") or opts.launcher),
         "runtime_id": str(s.get("runtime_id") or opts.runtime or ""),
-        "runtime_name": _runtime_name(str(s.get("runtime_id") or opts.runtime or "")),
+        "runtime_name": runtime_name,
+        "runtime_pinned_by": pinned_by,
         "model_id": str(s.get("model_id") or ""),
         "inference_id": str(s.get("inference_id") or ""),
         "profile": opts.profile,

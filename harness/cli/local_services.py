@@ -91,7 +91,7 @@ def register(app: typer.Typer) -> None:
             _ensure_runtime(hroot, rt, offline, root, argv)
             pkg = rt.package
             if launcher == "oci" and image is None and pkg.kind == "oci" and pkg.digest is not None:
-                image = f"{pkg.image}@{pkg.digest}"  # the catalog's pinned image, never a tag
+                image = pkg.reference()  # the pinned image (catalog or operator pin), never a tag
         body: dict[str, Any] = {
             "model": model,
             "device": device,

@@ -147,6 +147,7 @@ async def serve(root: HitchRoot, config: DaemonConfig) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     root = HitchRoot.at(args.root)
+    os.environ["HITCH_ROOT"] = str(root.root)  # catalog loading applies this root's operator pins
     paths = DaemonPaths(root)
     paths.ensure()
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -21,6 +21,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 from harness.contracts.runtime import InferenceRuntimeManifestV1
 from harness.errors import HitchError
 from harness.ids import digest_json, is_sha256_id, sha256_hex
+from harness.runtimes.pins import RuntimePinV1, pins_path, read_pins
 
 __all__ = [
     "check_lock_text",
@@ -140,13 +141,18 @@ def locks_engine(lock_text: str, engine: str, version: str) -> bool:
     return False
 
 
-def _manifest(entry: _Entry, catalog_path: Path) -> InferenceRuntimeManifestV1:
+def _manifest(entry: _Entry, catalog_path: Path, pin: RuntimePinV1 | None = None) -> InferenceRuntimeManifestV1:
     pkg = entry.package
     package: dict[str, Any]
     engine_known = entry.engine_commit is not None
+    operator = False
     if isinstance(pkg, _OciEntry):
-        pinned = pkg.digest is not None
         package = pkg.model_dump()
+        if pin is not None and pkg.digest is None:
+            package["digest"] = pin.digest
+            package["digest_source"] = pin.source
+            operator = True
+        pinned = package["digest"] is not None
     else:
         folder = runtime_source_dir(entry.name, catalog_path)
         if pkg.lock_file in pkg.files:
@@ -193,6 +199,8 @@ def _manifest(entry: _Entry, catalog_path: Path) -> InferenceRuntimeManifestV1:
         "launch_env": dict(entry.launch_env),
         "package": package,
     }
+    if operator:  # absent otherwise, so every catalog-pinned runtime keeps its runtime_id
+        fields["pinned_by"] = "operator"
     fields["runtime_id"] = digest_json(fields)
     try:
         return InferenceRuntimeManifestV1.model_validate(fields)
@@ -200,9 +208,18 @@ def _manifest(entry: _Entry, catalog_path: Path) -> InferenceRuntimeManifestV1:
         raise _fail(f"runtime {entry.name}: {exc.error_count()} problem(s)", {"errors": str(exc)}) from exc
 
 
-def load_catalog(catalog_path: Path | None = None) -> list[InferenceRuntimeManifestV1]:
-    """Every runtime of the catalog, in file order; any problem -> ``runtime_catalog_invalid``."""
+def load_catalog(
+    catalog_path: Path | None = None, *, operator_pins: bool | Path | None = None
+) -> list[InferenceRuntimeManifestV1]:
+    """Every runtime of the catalog, in file order; any problem -> ``runtime_catalog_invalid``.
+
+    ``operator_pins``: the overlay of ``hitch runtime pin`` (:mod:`harness.runtimes.pins`) to apply — a file,
+    True for this HITCH_ROOT's, False for none; by default the shipped catalog gets this root's overlay and an
+    explicit ``catalog_path`` none.
+    """
     path = catalog_path or default_catalog_path()
+    use_pins = operator_pins if operator_pins is not None else catalog_path is None
+    pins = {} if use_pins is False else read_pins(use_pins if isinstance(use_pins, Path) else pins_path())
     try:
         raw = tomllib.loads(path.read_text())
     except OSError as exc:
@@ -221,7 +238,7 @@ def load_catalog(catalog_path: Path | None = None) -> list[InferenceRuntimeManif
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise _fail("the runtime catalog names a runtime twice", {"names": dupes})
-    return [_manifest(entry, path) for entry in parsed.runtime]
+    return [_manifest(entry, path, pins.get(entry.name)) for entry in parsed.runtime]
 
 
 def get_runtime(name_or_runtime_id: str, catalog_path: Path | None = None) -> InferenceRuntimeManifestV1:

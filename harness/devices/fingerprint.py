@@ -47,6 +47,7 @@ def fingerprint_of(report: DoctorReportV1, device: str) -> dict[str, Any]:
         cuda = report.cuda
         finger["cuda"] = {
             "available": cuda.available,
+            "simulated": cuda.simulated,  # a simulated NVML (tests) is never mistaken for a GPU
             "reason": cuda.reason,
             "driver_version": cuda.driver_version,
             "cuda_driver_version": cuda.cuda_driver_version,

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from harness.devices.cuda import NvmlProvider, probe_cuda
 from harness.devices.report import CudaFactsV1
 
-__all__ = ["NvmlGpuInventory"]
+__all__ = ["NvmlGpuInventory", "processes_by_gpu"]
 
 
 class NvmlGpuInventory:
@@ -33,3 +33,12 @@ class NvmlGpuInventory:
         if gpu is None or gpu.processes is None:
             return None
         return [p.pid for p in gpu.processes]
+
+    def gpu_memory_total(self, uuid: str) -> int | None:
+        gpu = next((g for g in self.facts().gpus if g.uuid == uuid), None)
+        return gpu.memory_total_bytes if gpu is not None else None
+
+
+def processes_by_gpu(facts: CudaFactsV1, pids: set[int]) -> dict[str, list[tuple[int, int | None]]]:
+    """For every GPU, which of ``pids`` (an engine's process tree) NVML lists on it, with their memory."""
+    return {gpu.uuid: [(p.pid, p.used_memory_bytes) for p in gpu.processes or [] if p.pid in pids] for gpu in facts.gpus}

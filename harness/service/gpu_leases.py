@@ -63,11 +63,13 @@ class GpuDeviceProvider(Protocol):
 
 @runtime_checkable
 class GpuUsageProvider(Protocol):
-    """A provider that also sees which processes use a GPU (NVML); None means it cannot tell."""
+    """A provider that also sees which processes use a GPU and how much memory it has (NVML); None: cannot tell."""
 
     def gpu_uuids(self) -> list[str]: ...
 
     def gpu_processes(self, uuid: str) -> list[int] | None: ...
+
+    def gpu_memory_total(self, uuid: str) -> int | None: ...
 
 
 class GpuLeaseRecordV1(Record):
@@ -202,8 +204,11 @@ class GpuLeases:
         with self._locked() as directory:
             return [self._status(directory, uuid) for uuid in self.provider.gpu_uuids()]
 
-    def acquire(self, service_id: str, uuid: str | None = None) -> str:
+    def acquire(self, service_id: str, uuid: str | None = None, *, memory_bytes: int = 0) -> str:
         """Lease ``uuid`` (or the first free GPU) for ``service_id`` of this root; returns the UUID.
+
+        ``memory_bytes``: what the lock needs on the device; a GPU whose total memory is smaller is never
+        leased (capacity is refused before any engine starts, instead of an OOM or a silent downgrade).
 
         Fails with ``inference_capacity_exceeded`` when every device is held by a live holder or used by a
         foreign process, and with ``inference_recovery_ambiguous`` when the only devices not held live are
@@ -215,8 +220,9 @@ class GpuLeases:
             if uuid is not None and uuid not in inventory:
                 raise HitchError("inference_device_unsupported", "no such GPU on this machine", {"uuid": uuid})
             statuses = [self._status(directory, candidate) for candidate in candidates]
+            too_small = self._too_small(statuses, memory_bytes)
             for st in statuses:
-                if st.state == "free":
+                if st.state == "free" and st.uuid not in too_small:
                     record = GpuLeaseRecordV1(
                         uuid=st.uuid,
                         root=self.root,
@@ -244,6 +250,12 @@ class GpuLeases:
                     "the free GPU(s) are quarantined: a lease holder died and nobody confirmed the device is idle",
                     {"quarantined": stale, "held": held, "action": "confirm the device is idle, then force-release its lease"},
                 )
+            if too_small:
+                raise HitchError(
+                    "inference_capacity_exceeded",
+                    "the lock needs more GPU memory than the free GPU(s) have",
+                    {"needed_bytes": memory_bytes, "free_gpus": too_small, "held": held},
+                )
             if foreign:
                 raise HitchError(
                     "inference_capacity_exceeded",
@@ -255,6 +267,18 @@ class GpuLeases:
                 "every GPU is leased" if inventory else "this machine has no GPU",
                 {"held": held, "gpus": len(inventory)},
             )
+
+    def _too_small(self, statuses: list[GpuLeaseStatus], memory_bytes: int) -> dict[str, int | None]:
+        """Free GPUs that cannot hold ``memory_bytes`` (or whose size NVML cannot tell), with their total memory."""
+        if memory_bytes <= 0 or not isinstance(self.provider, GpuUsageProvider):
+            return {}
+        found: dict[str, int | None] = {}
+        for st in statuses:
+            if st.state == "free":
+                total = self.provider.gpu_memory_total(st.uuid)
+                if total is None or total < memory_bytes:
+                    found[st.uuid] = total
+        return found
 
     def release(self, uuid: str, *, service_id: str | None = None, force: bool = False) -> bool:
         """Free ``uuid``'s lease; True when a lease file was removed.

@@ -82,3 +82,17 @@ def test_prepare_on_cuda_is_refused_when_every_gpu_has_a_foreign_process_with_si
     assert err["code"] == "inference_capacity_exceeded"
     assert "processes Hitch did not start" in err["message"]
     assert err["details"]["foreign"] == [{"uuid": GPU_A, "pids": [4242]}, {"uuid": GPU_B, "pids": [4343]}]
+
+
+def test_prepare_on_cuda_is_refused_when_the_lock_does_not_fit_any_gpu_with_simulated_nvml(
+    inputs: ServiceInputs, simulated: Path
+) -> None:
+    tiny_gpus = [{"uuid": uuid, "memory_total_bytes": 1 << 20, "memory_free_bytes": 1 << 20} for uuid in (GPU_A, GPU_B)]
+    simulated.write_text(json.dumps({"gpus": tiny_gpus}))  # 1 MiB GPUs: the tiny model's lock needs more
+    err = as_json(_prepare_cuda(inputs), code=ERROR_TABLE["inference_capacity_exceeded"].exit_code)["error"]
+    assert err["code"] == "inference_capacity_exceeded"
+    assert err["message"] == "the lock needs more GPU memory than the free GPU(s) have"
+    assert sorted(err["details"]["free_gpus"]) == [GPU_A, GPU_B]
+    assert not list(inputs.root.services.rglob("*.log")) or "CUDA_VISIBLE_DEVICES=" not in "".join(
+        p.read_text(errors="replace") for p in inputs.root.services.rglob("*.log")
+    )  # no engine was started: nothing ran on a GPU, and nothing on a CPU instead

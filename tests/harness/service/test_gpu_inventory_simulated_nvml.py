@@ -112,3 +112,37 @@ def test_the_daemon_counts_nvml_gpus_as_capacity_with_simulated_nvml(tmp_path: P
     assert cfg.capacity is not None and (cfg.capacity.cpu_cores, cfg.capacity.gpu_count) == (8, 2)
     fake = config_from(parse_args(["--root", str(tmp_path / "r2"), "--fake-gpu", GPU_A]), HitchRoot(tmp_path / "r2"))
     assert fake.gpu_provider is not None and fake.gpu_provider.gpu_uuids() == [GPU_A]  # --fake-gpu, for tests
+
+
+def test_a_gpu_too_small_for_the_lock_is_never_leased_with_simulated_nvml(tmp_path: Path) -> None:
+    small = {"uuid": GPU_A, "memory_total_bytes": 16 << 30, "memory_free_bytes": 16 << 30}
+    large = {"uuid": GPU_B, "memory_total_bytes": 141 << 30, "memory_free_bytes": 141 << 30}
+    leases = _leases(tmp_path, _file(tmp_path, gpus=[small, large]))
+    assert leases.acquire("svc-1", memory_bytes=80 << 30) == GPU_B  # A is free but too small
+    with pytest.raises(HitchError) as err:
+        leases.acquire("svc-2", memory_bytes=80 << 30)  # only A is left
+    assert err.value.code == "inference_capacity_exceeded"
+    assert err.value.details["free_gpus"] == {GPU_A: 16 << 30} and err.value.details["needed_bytes"] == 80 << 30
+    assert not (tmp_path / "gpu-leases" / f"{GPU_A}.json").exists()
+    assert leases.acquire("svc-3", memory_bytes=8 << 30) == GPU_A  # a lock that fits takes it
+
+
+def test_the_lock_needs_its_memory_within_the_static_fraction() -> None:
+    import math
+
+    from harness.service.manager import gpu_memory_needed
+    from tests.harness.service.manager_fakes import make_lock
+
+    lock = make_lock(device="cuda")
+    fraction = lock.execution.platform.mem_fraction_static  # type: ignore[union-attr]
+    assert fraction == 0.8 and lock.resources.gpu_memory_bytes > 0
+    assert gpu_memory_needed(lock) == math.ceil(lock.resources.gpu_memory_bytes / fraction)
+    assert gpu_memory_needed(make_lock()) == 0  # a CPU lock needs no GPU memory
+
+
+def test_processes_by_gpu_names_the_engines_pids_per_uuid_with_simulated_nvml(tmp_path: Path) -> None:
+    from harness.devices.gpu_inventory import processes_by_gpu
+
+    nvml = _file(tmp_path, gpus=[_busy(GPU_A, 10, 11, 99), _busy(GPU_B, 98)])
+    facts = NvmlGpuInventory(lambda: SimulatedNvml(nvml)).facts()
+    assert processes_by_gpu(facts, {10, 11, 12}) == {GPU_A: [(10, 1 << 30), (11, 1 << 30)], GPU_B: []}

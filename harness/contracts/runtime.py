@@ -17,6 +17,13 @@ from harness.contracts.base import Record, Sha256
 __all__ = ["InferenceRuntimeManifestV1", "OciPackage", "PackageFile", "PythonEnvPackage", "RuntimePackage"]
 
 
+def _without_null(data: dict[str, Any], key: str) -> dict[str, Any]:
+    """The operator-pin fields are left out when unset, so every catalog-pinned runtime keeps its runtime_id."""
+    if data.get(key) is None:
+        data.pop(key, None)
+    return data
+
+
 class OciPackage(Record):
     kind: Literal["oci"] = "oci"
     image: str = Field(description="repository, e.g. lmsysorg/sglang")
@@ -31,10 +38,7 @@ class OciPackage(Record):
 
     @model_serializer(mode="wrap")
     def _omit_unset_source(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data: dict[str, Any] = handler(self)
-        if data.get("digest_source") is None:
-            data.pop("digest_source", None)  # so catalog-pinned runtimes keep their runtime_id
-        return data
+        return _without_null(handler(self), "digest_source")
 
     def reference(self) -> str:
         """How Docker is told the image: by its manifest digest, or (operator pin of a local build) by its ID."""
@@ -82,7 +86,4 @@ class InferenceRuntimeManifestV1(Record):
 
     @model_serializer(mode="wrap")
     def _omit_catalog_pin(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data: dict[str, Any] = handler(self)
-        if data.get("pinned_by") is None:
-            data.pop("pinned_by", None)  # so catalog-pinned runtimes keep their runtime_id
-        return data
+        return _without_null(handler(self), "pinned_by")

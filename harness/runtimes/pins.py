@@ -115,12 +115,14 @@ def pin_runtime(
 
 
 def inspect_image(ref: str) -> Mapping[str, Any]:
+    """``docker image inspect REF`` attributes (the runtimes layer talks to the SDK itself: launch sits above it)."""
     import docker
     import docker.errors
 
-    from harness.launch.docker_errors import docker_client
-
-    client = docker_client()
+    try:
+        client = docker.from_env()
+    except docker.errors.DockerException as exc:
+        raise HitchError("docker_unavailable", f"the Docker engine is not reachable: {type(exc).__name__}", {}) from exc
     try:
         attrs: Mapping[str, Any] = client.images.get(ref).attrs
         return attrs

@@ -9,11 +9,18 @@ seen at the next lease.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from harness.devices.cuda import NvmlProvider, probe_cuda
 from harness.devices.report import CudaFactsV1
 
-__all__ = ["NvmlGpuInventory", "processes_by_gpu"]
+__all__ = ["GpuUsage", "NvmlGpuInventory", "processes_by_gpu"]
+
+
+@dataclass(frozen=True)
+class GpuUsage:
+    pids: tuple[int, ...] | None  # the processes on the GPU; None when NVML could not list them
+    memory_total_bytes: int | None
 
 
 class NvmlGpuInventory:
@@ -27,16 +34,15 @@ class NvmlGpuInventory:
         facts = self.facts()
         return [gpu.uuid for gpu in facts.gpus] if facts.available else []
 
-    def gpu_processes(self, uuid: str) -> list[int] | None:
-        """PIDs using ``uuid``; None when NVML cannot say (or no longer lists the GPU)."""
-        gpu = next((g for g in self.facts().gpus if g.uuid == uuid), None)
-        if gpu is None or gpu.processes is None:
-            return None
-        return [p.pid for p in gpu.processes]
-
-    def gpu_memory_total(self, uuid: str) -> int | None:
-        gpu = next((g for g in self.facts().gpus if g.uuid == uuid), None)
-        return gpu.memory_total_bytes if gpu is not None else None
+    def gpu_usage(self) -> dict[str, GpuUsage]:
+        """Every GPU's processes and total memory, from one NVML read (empty when NVML has no GPU)."""
+        facts = self.facts()
+        if not facts.available:
+            return {}
+        return {
+            gpu.uuid: GpuUsage(tuple(p.pid for p in gpu.processes) if gpu.processes is not None else None, gpu.memory_total_bytes)
+            for gpu in facts.gpus
+        }
 
 
 def processes_by_gpu(facts: CudaFactsV1, pids: set[int]) -> dict[str, list[tuple[int, int | None]]]:

@@ -37,6 +37,7 @@ import psutil
 from pydantic import Field
 
 from harness.contracts.base import Record, parse_record
+from harness.devices.gpu_inventory import GpuUsage
 from harness.errors import HitchError
 from harness.paths import atomic_write_json, ensure_private_dir
 
@@ -63,13 +64,11 @@ class GpuDeviceProvider(Protocol):
 
 @runtime_checkable
 class GpuUsageProvider(Protocol):
-    """A provider that also sees which processes use a GPU and how much memory it has (NVML); None: cannot tell."""
+    """A provider that also sees, in one read, which processes use each GPU and how much memory it has (NVML)."""
 
     def gpu_uuids(self) -> list[str]: ...
 
-    def gpu_processes(self, uuid: str) -> list[int] | None: ...
-
-    def gpu_memory_total(self, uuid: str) -> int | None: ...
+    def gpu_usage(self) -> dict[str, GpuUsage]: ...
 
 
 class GpuLeaseRecordV1(Record):
@@ -103,6 +102,31 @@ def process_start_time(pid: int) -> float | None:
         return float(psutil.Process(pid).create_time())
     except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
         return None
+
+
+def _unleased(uuid: str, usage: dict[str, GpuUsage] | None) -> GpuLeaseStatus:
+    """Free, unless a process Hitch did not start uses the GPU (or NVML cannot say)."""
+    if usage is None:
+        return GpuLeaseStatus(uuid, "free", None)
+    seen = usage.get(uuid)
+    pids = seen.pids if seen is not None else None
+    if pids == ():
+        return GpuLeaseStatus(uuid, "free", None)
+    return GpuLeaseStatus(uuid, "foreign", None, pids)
+
+
+def _too_small(statuses: list[GpuLeaseStatus], memory_bytes: int, usage: dict[str, GpuUsage] | None) -> dict[str, int | None]:
+    """Free GPUs that cannot hold ``memory_bytes`` (or whose size NVML cannot tell), with their total memory."""
+    if memory_bytes <= 0 or usage is None:
+        return {}
+    found: dict[str, int | None] = {}
+    for st in statuses:
+        if st.state == "free":
+            seen = usage.get(st.uuid)
+            total = seen.memory_total_bytes if seen is not None else None
+            if total is None or total < memory_bytes:
+                found[st.uuid] = total
+    return found
 
 
 def _holder_alive(record: GpuLeaseRecordV1) -> bool:
@@ -179,30 +203,27 @@ class GpuLeases:
             ) from exc
         return parse_record(GpuLeaseRecordV1, data, "inference_recovery_ambiguous")
 
-    def _status(self, directory: Path, uuid: str) -> GpuLeaseStatus:
+    def _usage(self) -> dict[str, GpuUsage] | None:
+        """One read of every GPU's processes and memory; None when the provider cannot see them (--fake-gpu)."""
+        return self.provider.gpu_usage() if isinstance(self.provider, GpuUsageProvider) else None
+
+    def _status(self, directory: Path, uuid: str, usage: dict[str, GpuUsage] | None) -> GpuLeaseStatus:
         try:
             record = self._read(directory, uuid)
         except HitchError:
             return GpuLeaseStatus(uuid, "stale", None)
         if record is None:
-            return self._unleased(uuid)
+            return _unleased(uuid, usage)
         return GpuLeaseStatus(uuid, "held" if _holder_alive(record) else "stale", record)
-
-    def _unleased(self, uuid: str) -> GpuLeaseStatus:
-        """Free, unless a process Hitch did not start uses the GPU (or nobody can tell)."""
-        if not isinstance(self.provider, GpuUsageProvider):
-            return GpuLeaseStatus(uuid, "free", None)
-        pids = self.provider.gpu_processes(uuid)
-        if pids == []:
-            return GpuLeaseStatus(uuid, "free", None)
-        return GpuLeaseStatus(uuid, "foreign", None, tuple(pids) if pids is not None else None)
 
     # -- API -------------------------------------------------------------------------------------
 
     def status(self) -> list[GpuLeaseStatus]:
         """Every GPU of the provider: free, held (holder alive), stale (quarantined) or foreign (busy, not ours)."""
         with self._locked() as directory:
-            return [self._status(directory, uuid) for uuid in self.provider.gpu_uuids()]
+            usage = self._usage()
+            inventory = list(usage) if usage is not None else self.provider.gpu_uuids()
+            return [self._status(directory, uuid, usage) for uuid in inventory]
 
     def acquire(self, service_id: str, uuid: str | None = None, *, memory_bytes: int = 0) -> str:
         """Lease ``uuid`` (or the first free GPU) for ``service_id`` of this root; returns the UUID.
@@ -215,12 +236,13 @@ class GpuLeases:
         quarantined (stale).
         """
         with self._locked() as directory:
-            inventory = self.provider.gpu_uuids()
+            usage = self._usage()
+            inventory = list(usage) if usage is not None else self.provider.gpu_uuids()
             candidates = [uuid] if uuid is not None else inventory
             if uuid is not None and uuid not in inventory:
                 raise HitchError("inference_device_unsupported", "no such GPU on this machine", {"uuid": uuid})
-            statuses = [self._status(directory, candidate) for candidate in candidates]
-            too_small = self._too_small(statuses, memory_bytes)
+            statuses = [self._status(directory, candidate, usage) for candidate in candidates]
+            too_small = _too_small(statuses, memory_bytes, usage)
             for st in statuses:
                 if st.state == "free" and st.uuid not in too_small:
                     record = GpuLeaseRecordV1(
@@ -267,18 +289,6 @@ class GpuLeases:
                 "every GPU is leased" if inventory else "this machine has no GPU",
                 {"held": held, "gpus": len(inventory)},
             )
-
-    def _too_small(self, statuses: list[GpuLeaseStatus], memory_bytes: int) -> dict[str, int | None]:
-        """Free GPUs that cannot hold ``memory_bytes`` (or whose size NVML cannot tell), with their total memory."""
-        if memory_bytes <= 0 or not isinstance(self.provider, GpuUsageProvider):
-            return {}
-        found: dict[str, int | None] = {}
-        for st in statuses:
-            if st.state == "free":
-                total = self.provider.gpu_memory_total(st.uuid)
-                if total is None or total < memory_bytes:
-                    found[st.uuid] = total
-        return found
 
     def release(self, uuid: str, *, service_id: str | None = None, force: bool = False) -> bool:
         """Free ``uuid``'s lease; True when a lease file was removed.

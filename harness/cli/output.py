@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -34,11 +33,7 @@ R = TypeVar("R")
 
 
 def root_from(root: Path | None) -> HitchRoot:
-    hroot = HitchRoot.at(root)
-    # the process's root from now on: the catalog overlay of `hitch runtime pin` and a daemon started from here
-    # follow --root too
-    os.environ["HITCH_ROOT"] = str(hroot.root)
-    return hroot
+    return HitchRoot.at(root)
 
 
 def emit(as_json: bool, payload: dict[str, Any], human: str | Callable[[], None] | None = None) -> None:

@@ -110,7 +110,7 @@ def pin_cmd(
 ) -> None:
     hroot = root_from(root)
     pin = pin_runtime(hroot, runtime, image)
-    manifest = get_runtime(runtime)
+    manifest = next(m for m in load_catalog(operator_pins=pins_path(hroot.root)) if m.name == runtime)
     payload: dict[str, Any] = {
         "kind": "runtime-pin",
         "pin": pin.to_json_dict(),

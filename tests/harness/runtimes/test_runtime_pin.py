@@ -87,6 +87,10 @@ def test_pin_records_the_local_image_id_in_the_roots_overlay(
     assert not load_catalog(operator_pins=False)[1].pinned
     monkeypatch.setenv("HITCH_ROOT", str(tmp_path / "other-root"))
     assert get_runtime(CUDA_OCI) == unpinned
+    # --root wins over HITCH_ROOT, for the overlay too
+    shown = _hitch(tmp_path / "other-root", "runtime", "show", CUDA_OCI, "--root", str(root), "--json")
+    assert json.loads(shown.stdout)["runtime"]["pinned_by"] == "operator", shown.stderr
+    assert "pinned_by" not in json.loads(_hitch(tmp_path / "other-root", "runtime", "show", CUDA_OCI, "--json").stdout)["runtime"]
 
 
 def test_a_lock_and_a_signed_entry_made_with_an_operator_pin_say_so(

@@ -11,13 +11,16 @@ else by file modification time.
 
 Regressions (exit 1):
 
+- the new entry's level is ``failed``, with or without a baseline: a first entry that failed, or a
+  combination that stays failed, fails the canary every time (a canary that only watched changes would stay
+  green on a machine that never worked);
 - a check that passed in the baseline and does not pass now (failed, skipped, not run, or gone);
 - ``metrics.gateway_added_latency_ms.p95`` worse by more than ``--max-p95-increase`` (default 20 %) of the
   baseline's value; ``--min-p95-delta-ms`` (default 0) is a noise floor: an increase no larger than it is
   never a regression.
 
-No baseline → exit 0 with a note. A table goes to stdout; ``--json`` prints the verdict as JSON instead,
-``--out FILE`` also writes it there.
+No baseline and a level other than ``failed`` → exit 0 with a note. A table goes to stdout; ``--json``
+prints the verdict as JSON instead, ``--out FILE`` also writes it there.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from typing import Any
 from catalog.signing import ENTRY_SUFFIX, load_entry, payload_bytes, verify_envelope
 from harness.errors import HitchError
 
-__all__ = ["Baseline", "Verdict", "compare", "find_baseline", "main"]
+__all__ = ["Baseline", "Verdict", "compare", "failed_level", "find_baseline", "main"]
 
 MATCH_FIELDS = ("runtime_id", "model_id", "profile", "device")
 P95_METRIC = "gateway_added_latency_ms"
@@ -158,6 +161,14 @@ def compare(
     return regressions, rows, notes
 
 
+def failed_level(new: dict[str, Any]) -> str | None:
+    """The regression line for an entry whose level is ``failed`` (None otherwise)."""
+    if new.get("level") != "failed":
+        return None
+    reasons = [str(r) for r in (new.get("reasons") or [])][:3]
+    return "level: failed" + (f" ({'; '.join(reasons)})" if reasons else "")
+
+
 def run(entry: Path, history: Path, keys: Sequence[Path], *, max_increase: float = 0.20, min_delta_ms: float = 0.0) -> Verdict:
     """Verify ``entry``, find its baseline in ``history`` and compare (raises HitchError if ``entry`` is bad)."""
     envelope = load_entry(entry)
@@ -165,13 +176,17 @@ def run(entry: Path, history: Path, keys: Sequence[Path], *, max_increase: float
     verdict = Verdict(entry, None)
     baseline = find_baseline(new, _payload_digest(envelope), history, keys, verdict.warnings)
     combo = " x ".join(f"{f}={str(new.get(f))[:19]}" for f in MATCH_FIELDS)
+    level = failed_level(new)
     if baseline is None:
         verdict.notes.append(f"no previous verified entry for {combo} under {history}: nothing to compare")
+        verdict.regressions = [level] if level else []
         return verdict
     verdict.baseline = baseline.path
     verdict.regressions, verdict.rows, verdict.notes = compare(
         new, baseline.predicate, max_increase=max_increase, min_delta_ms=min_delta_ms
     )
+    if level:
+        verdict.regressions.insert(0, level)
     verdict.notes.insert(0, f"baseline: {baseline.path} (level {baseline.predicate.get('level')}, now {new.get('level')})")
     return verdict
 

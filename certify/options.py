@@ -3,6 +3,10 @@
 Defaults pick the best engine the machine can run (issue 6, item 1): an AMX CPU with Docker and a pinned
 image → the official image (oci); otherwise the generic-CPU SGLang runtime, installed on demand; otherwise
 the fake engine. ``--engine`` / ``--launcher`` / ``--runtime`` override the choice.
+
+``--device cuda`` fails closed (spec §8.1): on a machine whose GPUs the doctor refuses (no driver, no GPU, a
+driver or GPU too old) the choice is *blocked* with the doctor's reason unless ``--engine fake`` asks for a
+contract run; it never falls back to the fake engine or to a CPU.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,6 +41,9 @@ class CertifyOptions:
     canary: bool
     root: HitchRoot
     choice_reason: str = ""
+    # set when the requested device cannot run here at all (cuda without a usable GPU): the session stops
+    # before any suite and records a failed entry saying why, instead of certifying something else
+    blocked: str | None = None
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -71,17 +79,42 @@ def options_from(config: pytest.Config) -> CertifyOptions:
 
 def choose_engine(opts: CertifyOptions) -> CertifyOptions:
     """Resolve ``auto`` device and the default engine/launcher/runtime (reads the machine; starts nothing)."""
-    from harness.devices import run_doctor
-    from harness.runtimes import load_catalog
+    from harness.devices import gpu_reasons, run_doctor
 
     doctor = run_doctor(opts.device if opts.device in ("cpu", "cuda") else "auto")  # type: ignore[arg-type]
     device = opts.device if opts.device != "auto" else (doctor.selected or "cpu")
+    chosen = _choose(opts, device, doctor)
+    problems = gpu_reasons(doctor.cuda) if device == "cuda" else []
+    if opts.device == "cuda" and opts.engine != "fake" and (problems or chosen.engine == "fake"):
+        why = problems[0] if problems else "no CUDA SGLang runtime in the catalog"
+        return replace(
+            chosen,
+            engine="sglang",
+            launcher=chosen.launcher if chosen.engine != "fake" else "process",
+            runtime=chosen.runtime or _any_runtime(device),
+            blocked=f"--device cuda cannot run on this machine: {why}",
+            choice_reason="fail closed: no usable GPU (no fake engine, no CPU fallback)",
+        )
+    return chosen
+
+
+def _any_runtime(device: str) -> str | None:
+    """The catalog runtime a blocked session names (its entry needs an identity): certifiable ones first."""
+    from harness.runtimes import load_catalog
+
+    runtimes = sorted((r for r in load_catalog() if r.backend == device), key=lambda r: not r.certifiable)
+    return runtimes[0].runtime_id if runtimes else None
+
+
+def _choose(opts: CertifyOptions, device: str, doctor: Any) -> CertifyOptions:
+    from harness.runtimes import load_catalog
+
     if opts.engine is not None:
         engine, launcher = opts.engine, opts.launcher or "process"
         return replace(opts, device=device, engine=engine, launcher=launcher, choice_reason="given on the command line")
     catalog = [r for r in load_catalog() if r.backend == device]
-    verdict = doctor.devices.get(device)  # type: ignore[call-overload]
-    docker_ok = bool(doctor.docker.reachable) if hasattr(doctor.docker, "reachable") else False
+    verdict = doctor.devices.get(device)
+    docker_ok = bool(doctor.docker.reachable)
     pinned_oci = [r for r in catalog if r.package.kind == "oci" and r.pinned and r.certifiable]
     if verdict is not None and verdict.certifiable and docker_ok and pinned_oci and opts.launcher in (None, "oci"):
         rt = opts.runtime or pinned_oci[0].runtime_id

@@ -18,9 +18,10 @@ from certify.evaluate import CheckResult, Evaluation, Platform, evaluate
 from certify.options import REPO, CertifyOptions
 from certify.registry import all_checks
 from harness.contracts.certification import CertificationCheckV1, CertificationResultV1, EvidenceFileV1
+from harness.devices import DoctorReportV1, fingerprint_of, run_doctor
 from harness.paths import atomic_write_json
 
-__all__ = ["SUITE_VERSION", "finish_session", "hardware_fingerprint", "project_commit"]
+__all__ = ["SUITE_VERSION", "finish_session", "machine_facts", "project_commit"]
 
 SUITE_VERSION = "1"
 
@@ -34,27 +35,18 @@ def project_commit() -> str:
         return "unknown"
 
 
-def hardware_fingerprint(device: str) -> tuple[dict[str, Any], Platform | None, Any]:
-    from harness.devices import run_doctor
-
-    doctor = run_doctor(device)  # type: ignore[arg-type]
-    cpu = doctor.cpu
-    finger: dict[str, Any] = {
-        "device": device,
-        "cpu": cpu.model_dump(
-            mode="json", include={"model_name", "vendor", "logical_cpus", "physical_cores", "numa_nodes", "isa"}
-        ),
-        "host": doctor.host.model_dump(mode="json"),
-        "cuda": doctor.cuda.model_dump(mode="json"),
-        "docker": doctor.docker.model_dump(mode="json", include={"reachable", "server_version", "runtimes", "nvidia_runtime"}),
-    }
-    return finger, None, doctor
+def machine_facts(device: str) -> tuple[dict[str, Any], DoctorReportV1]:
+    """This machine's hardware fingerprint for ``device`` and the doctor record it was built from."""
+    doctor = run_doctor(device if device in ("cpu", "cuda") else "auto")  # type: ignore[arg-type]
+    return fingerprint_of(doctor, device), doctor
 
 
-def _platform(session: dict[str, Any] | None, opts: CertifyOptions, doctor: Any, session_error: str | None) -> Platform:
+def _platform(
+    session: dict[str, Any] | None, opts: CertifyOptions, doctor: DoctorReportV1, session_error: str | None
+) -> Platform:
     from harness.runtimes import get_runtime
 
-    verdict = doctor.devices.get(opts.device)
+    verdict = doctor.devices.get(opts.device)  # type: ignore[call-overload]
     platform_ok = bool(verdict is not None and verdict.certifiable)
     platform_reasons = tuple(verdict.reasons) if verdict is not None else (f"doctor has no verdict for {opts.device}",)
     runtime_ok = False
@@ -78,13 +70,15 @@ def _platform(session: dict[str, Any] | None, opts: CertifyOptions, doctor: Any,
     )
 
 
-def _runtime_name(runtime_id: str) -> str:
+def _runtime_facts(runtime_id: str) -> tuple[str, str | None]:
+    """(name, pinned_by) of the runtime: ``operator`` when its digest is an operator pin, else ``catalog``."""
     from harness.runtimes import get_runtime
 
     try:
-        return get_runtime(runtime_id).name if runtime_id else ""
+        runtime = get_runtime(runtime_id) if runtime_id else None
     except Exception:  # an unknown runtime keeps its id only
-        return ""
+        runtime = None
+    return (runtime.name, runtime.pinned_by or "catalog") if runtime is not None else ("", None)
 
 
 def build_predicate(
@@ -97,6 +91,7 @@ def build_predicate(
 ) -> CertificationResultV1:
     s = session or {}
     runtime_id = str(s.get("runtime_id") or opts.runtime or "") or None
+    runtime_name, pinned_by = _runtime_facts(runtime_id or "")
     launcher = s.get("launcher") or opts.launcher
     return CertificationResultV1(
         level=evaluation.level,
@@ -107,7 +102,8 @@ def build_predicate(
         engine=str(s.get("engine") or opts.engine),
         launcher=str(launcher) if launcher else None,
         runtime_id=runtime_id if runtime_id and runtime_id.startswith("sha256:") else None,
-        runtime_name=_runtime_name(runtime_id or "") or None,
+        runtime_name=runtime_name or None,
+        runtime_pinned_by=pinned_by,
         model_id=s.get("model_id") or None,
         inference_id=s.get("inference_id") or None,
         profile=opts.profile,
@@ -179,13 +175,19 @@ def finish_session(
     metrics: dict[str, Any],
     evidence: dict[str, dict[str, Any]],
     daemon_was_running: bool,
+    *,
+    session_error: str | None = None,
 ) -> tuple[Evaluation, list[str]]:
-    """Evaluate, write the outputs; returns the evaluation (its level decides the exit status) and summary lines."""
+    """Evaluate, write the outputs; returns the evaluation (its level decides the exit status) and summary lines.
+
+    ``session_error`` fails the level whatever ran (a session stopped before its suites says why here)."""
     lines: list[str] = [f"engine choice: {opts.engine} via {opts.launcher} ({opts.choice_reason})"]
     session_file = opts.report_dir / "session.json"
     session: dict[str, Any] | None = json.loads(session_file.read_text()) if session_file.exists() else None
-    error = None if session is not None else "the session engine never became usable (no session.json)"
-    hardware, _, doctor = hardware_fingerprint(opts.device)
+    error = session_error
+    if error is None and session is None:
+        error = "the session engine never became usable (no session.json)"
+    hardware, doctor = machine_facts(opts.device)
     platform = _platform(session, opts, doctor, error)
     evaluation = evaluate(all_checks(), results, platform)
     opts.report_dir.mkdir(parents=True, exist_ok=True)

@@ -42,6 +42,7 @@ class CertifyState:
     active: bool = False
     resolved: CertifyOptions | None = None
     summary: list[str] = field(default_factory=list)
+    blocked: str | None = None  # why the session stopped before its suites (see _fail_closed)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -64,6 +65,8 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ[REPORT_ENV] = str(options_from(config).report_dir)
     config.stash[_STATE] = CertifyState(is_worker=is_worker, session_key=key or secrets.token_hex(8))
     config.pluginmanager.register(_ResultCollector(config), "certify-results")
+    if not is_worker and _targets_certify(config) and config.getoption("--device") == "cuda":
+        _fail_closed(config)
 
 
 def _targets_certify(config: pytest.Config) -> bool:
@@ -123,6 +126,31 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             state.daemon_was_running = daemon_running(options_from(session.config).root) is not None
         except Exception:
             state.daemon_was_running = True
+
+
+def _fail_closed(config: pytest.Config) -> None:
+    """A device that cannot run here (``--device cuda`` without a usable GPU) stops the session before any suite.
+
+    Called from ``pytest_configure`` so it can still keep pytest-xdist from starting workers (its own configure
+    runs last); collection and the test loop are then skipped and ``pytest_sessionfinish`` writes the failed entry.
+    """
+    opts = resolved_options(config)
+    if opts.blocked is None:
+        return
+    config.stash[_STATE].blocked = opts.blocked
+    if hasattr(config.option, "dist"):
+        config.option.dist = "no"
+        config.option.tx = []
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection(session: pytest.Session) -> bool | None:
+    return True if session.config.stash[_STATE].blocked else None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> bool | None:
+    return True if session.config.stash[_STATE].blocked else None
 
 
 class _ResultCollector:
@@ -253,14 +281,22 @@ def certify_record(request: pytest.FixtureRequest) -> Recorder:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = session.config.stash[_STATE]
-    if state.is_worker or not state.active:
+    if state.is_worker or not (state.active or state.blocked):
         return
     from certify.outputs import finish_session
 
     started = time.monotonic()
     opts = resolved_options(session.config)
+    if state.blocked:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     try:
-        evaluation, state.summary = finish_session(opts, state.results, state.metrics, state.evidence, state.daemon_was_running)
+        evaluation, state.summary = finish_session(
+            opts, state.results, state.metrics, state.evidence, state.daemon_was_running, session_error=state.blocked
+        )
+        if state.blocked:  # one clear line first; the "did not run" reasons of every check say nothing more
+            state.summary = [f"STOPPED before the suites: {state.blocked}"] + [
+                line for line in state.summary if not line.startswith("  - ")
+            ]
         if evaluation.level == "failed" and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a failed level never exits 0
     except Exception as exc:  # the run's outputs are part of its verdict: a failure here fails the session

@@ -1,8 +1,11 @@
 """hardware: the engine really runs on the requested device, and the machine is recorded.
 
 A CPU run must hold no GPU (no allocation in the service record, no CUDA device visible to the engine); a
-CUDA run records the GPU UUID from the service's device lease and NVML, and a run that asked for cuda on a
-machine without one fails closed (the session never gets an engine, so every check fails).
+CUDA run records the GPU UUID from the service's device lease and NVML, shows through NVML that the engine's
+processes hold memory on that GPU and on no other, runs the lock's KV pool, memory fraction and CUDA graph
+settings, and serves requests at concurrency 1 and 8. A run that asked for cuda on a machine without a usable
+GPU fails closed before any suite (``certify.options``), and a lock that does not fit the GPU is refused
+before an engine starts (``harness.service.gpu_leases``): never a silent CPU run.
 """
 
 from __future__ import annotations
@@ -95,3 +98,102 @@ def test_doctor_fingerprint(certify_env: CertifyEnv, certify_record: Any) -> Non
     certify_record.detail("certifiable", verdict["certifiable"])
     certify_record.detail("reasons", verdict["reasons"])
     assert data["requested_device"] == certify_env.device
+
+
+def _engine_pids(record: dict[str, Any]) -> set[int]:
+    """The engine's process tree (SGLang's scheduler children hold the GPU memory, not the launcher)."""
+    import psutil
+
+    process = record.get("process") or {}
+    if process.get("launcher") == "oci":
+        import docker
+
+        client = docker.from_env()
+        try:
+            top = int(client.containers.get(process["container_id"]).attrs["State"]["Pid"])
+        finally:
+            client.close()
+    else:
+        top = int(process["pid"])
+    return {top, *(child.pid for child in psutil.Process(top).children(recursive=True))}
+
+
+@check(
+    "hardware.cuda.nvml_engine_memory",
+    engines=("sglang",),
+    devices=("cuda",),
+    description="NVML lists the engine's processes holding memory on the leased GPU UUID and on no other GPU",
+)
+def test_cuda_engine_memory_only_on_the_leased_gpu(certify_env: CertifyEnv, certify_record: Any) -> None:
+    from harness.devices.gpu_inventory import NvmlGpuInventory, processes_by_gpu
+
+    record = _service_record(certify_env)
+    uuid = record["allocation"]["gpu_uuid"]
+    facts = NvmlGpuInventory().facts()
+    assert facts.available, facts.reason
+    held = processes_by_gpu(facts, _engine_pids(record))
+    certify_record.detail("gpu_uuid", uuid)
+    certify_record.detail("nvml_engine_processes", {u: [list(p) for p in procs] for u, procs in held.items() if procs})
+    assert held.get(uuid), f"NVML lists no engine process on the leased GPU {uuid}"
+    assert any(used is None or used > 0 for _, used in held[uuid]), "the engine holds no memory on its GPU"
+    others = sorted(u for u, procs in held.items() if u != uuid and procs)
+    assert not others, f"the engine also uses GPU(s) it was not leased: {others}"
+
+
+@check(
+    "hardware.cuda.kv_pool_and_graphs",
+    devices=("cuda",),
+    description="the engine's KV pool, memory fraction and CUDA graph settings are the lock's, and recorded",
+)
+def test_cuda_kv_pool_and_graphs_are_the_locks(certify_env: CertifyEnv, certify_record: Any) -> None:
+    from harness.contracts.lock import CudaPlatformV1
+    from harness.daemon.core import load_sealed_lock
+
+    lock = load_sealed_lock(certify_env.root, certify_env.run.inference_id)
+    platform = lock.execution.platform
+    assert isinstance(platform, CudaPlatformV1)
+    info = _server_info(certify_env)
+    keys = (
+        "max_total_num_tokens",
+        "mem_fraction_static",
+        "disable_cuda_graph",
+        "cuda_graph_max_bs_decode",
+        "cuda_graph_backend_decode",
+        "attention_backend",
+    )
+    certify_record.detail("server_info", {k: info.get(k) for k in keys})
+    certify_record.detail("lock.cuda_graph", platform.cuda_graph)
+    assert info.get("max_total_num_tokens") == lock.execution.max_total_tokens
+    assert info.get("mem_fraction_static") == platform.mem_fraction_static
+    if platform.cuda_graph == "enabled":
+        assert not info.get("disable_cuda_graph"), "the lock enables CUDA graphs; the engine disabled them"
+        assert info.get("cuda_graph_max_bs_decode") == lock.execution.max_running_requests
+    else:
+        assert info.get("cuda_graph_backend_decode") == "disabled"
+
+
+@check(
+    "hardware.cuda.concurrency_1_and_8",
+    devices=("cuda",),
+    description="chat requests through the gateway succeed at concurrency 1 and 8 (spec 15.3)",
+)
+def test_cuda_requests_at_concurrency_1_and_8(certify_env: CertifyEnv, certify_record: Any) -> None:
+    import asyncio
+
+    run = certify_env.run
+    body = {"model": run.wire_model, "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 8}
+
+    async def one(client: httpx.AsyncClient) -> tuple[int, str | None]:
+        r = await client.post(run.base_url + "/chat/completions", json=body, headers=run.headers(), timeout=600)
+        choices = r.json().get("choices") if r.status_code == 200 else None
+        return r.status_code, (choices[0].get("finish_reason") if choices else None)
+
+    async def at(concurrency: int) -> list[tuple[int, str | None]]:
+        async with httpx.AsyncClient() as client:
+            return list(await asyncio.gather(*(one(client) for _ in range(concurrency))))
+
+    results = {c: asyncio.run(at(c)) for c in (1, 8)}
+    certify_record.detail("results", {str(c): r for c, r in results.items()})
+    for concurrency, rows in results.items():
+        assert [status for status, _ in rows] == [200] * concurrency, f"concurrency {concurrency}: {rows}"
+        assert all(reason in ("stop", "length") for _, reason in rows), f"concurrency {concurrency}: {rows}"

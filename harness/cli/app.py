@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import sys
+from pathlib import Path
+
 import typer
 
 from harness.cli import bench, catalog, daemon, fixtures, local, local_services, models, report, run, runtime, serve
@@ -21,4 +25,15 @@ run.register(app)
 
 
 def main() -> None:
+    _root_from_argv(sys.argv[1:])
     app()
+
+
+def _root_from_argv(argv: list[str]) -> None:
+    """``--root R`` becomes this process's HITCH_ROOT before any command runs, so what reads the root without
+    being handed it (the catalog's operator pins of ``hitch runtime pin``, a daemon started from here) agrees."""
+    for i, arg in enumerate(argv):
+        if arg == "--root" and i + 1 < len(argv):
+            os.environ["HITCH_ROOT"] = str(Path(argv[i + 1]).expanduser().absolute())
+        elif arg.startswith("--root="):
+            os.environ["HITCH_ROOT"] = str(Path(arg.split("=", 1)[1]).expanduser().absolute())

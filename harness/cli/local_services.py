@@ -91,7 +91,7 @@ def register(app: typer.Typer) -> None:
             _ensure_runtime(hroot, rt, offline, root, argv)
             pkg = rt.package
             if launcher == "oci" and image is None and pkg.kind == "oci" and pkg.digest is not None:
-                image = f"{pkg.image}@{pkg.digest}"  # the catalog's pinned image, never a tag
+                image = pkg.reference()  # the pinned image (catalog or operator pin), never a tag
         body: dict[str, Any] = {
             "model": model,
             "device": device,
@@ -124,12 +124,18 @@ def register(app: typer.Typer) -> None:
             "daemon_pid": status.get("pid"),
             "services": status.get("services", []),
             "quarantined": status.get("quarantined", []),
+            "gpus": status.get("gpus", []),
         }
         lines = [
             f"{s['service_id']} {s['state']} epoch {s['epoch']} {s['inference_id']} leases {len(s['leases'])}"
             for s in payload["services"]
         ]
         lines += [f"{q.get('service_id')} QUARANTINED: {q.get('reason')}" for q in payload["quarantined"]]
+        lines += [
+            f"GPU {g.get('uuid')} used by processes Hitch did not start (pids {g.get('foreign_pids') or 'unknown'}): not leased"
+            for g in payload["gpus"]
+            if g.get("state") == "foreign"
+        ]
         emit(as_json, payload, "\n".join(lines) or "no services")
 
     @app.command("stop", help="stop SERVICE (default: every service of this root); live leases need --force")

@@ -1,4 +1,4 @@
-"""``hitch runtime ...``: list and show catalog runtimes, install one under HITCH_ROOT."""
+"""``hitch runtime ...``: list and show catalog runtimes, install one under HITCH_ROOT, pin a local OCI image."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from harness.contracts.runtime import InferenceRuntimeManifestV1
 from harness.errors import HitchError
 from harness.paths import HitchRoot
 from harness.runtimes import get_runtime, install_runtime, installed_runtime, load_catalog
+from harness.runtimes.pins import pin_runtime, pins_path
 
 app = typer.Typer(no_args_is_help=True, help="pinned SGLang runtimes")
 
@@ -97,3 +98,29 @@ def install_cmd(runtime: IdArg, as_json: JsonOpt = False, root: RootOpt = None) 
     verb = "already installed" if result.already_installed else f"installed in {result.seconds:.1f} s"
     where = f" at {found.path}" if found else ""
     emit(as_json, payload, f"{manifest.name} {verb}{where}")
+
+
+@app.command("pin", help="pin an unpinned OCI runtime to an image already in the local Docker engine (operator overlay)")
+@cli_command
+def pin_cmd(
+    runtime: Annotated[str, typer.Argument(help="catalog name of an OCI runtime without a digest")],
+    image: Annotated[str | None, typer.Option("--image", help="local image (default: the catalog's image:tag_hint)")] = None,
+    as_json: JsonOpt = False,
+    root: RootOpt = None,
+) -> None:
+    hroot = root_from(root)
+    pin = pin_runtime(hroot, runtime, image)
+    manifest = next(m for m in load_catalog(operator_pins=pins_path(hroot.root)) if m.name == runtime)
+    payload: dict[str, Any] = {
+        "kind": "runtime-pin",
+        "pin": pin.to_json_dict(),
+        "overlay": str(pins_path(hroot.root)),
+        "runtime": manifest.to_json_dict(),
+    }
+    what = "RepoDigest (registry manifest digest)" if pin.source == "repo_digest" else "image ID (no RepoDigest: a local image)"
+    emit(
+        as_json,
+        payload,
+        f"{runtime} pinned by operator to {pin.digest}\n  from {pin.image_ref}: its {what}\n"
+        f"  overlay: {payload['overlay']}\n  runtime_id: {manifest.runtime_id}",
+    )

@@ -82,7 +82,7 @@ def register(app: typer.Typer) -> None:
         }
         pkg = rt.package
         if engine == "sglang" and launcher == "oci" and pkg.kind == "oci" and pkg.digest is not None:
-            body["image"] = f"{pkg.image}@{pkg.digest}"
+            body["image"] = pkg.reference()
         if run_id is not None:
             body["run_id"] = run_id
         client = ensure_daemon(hroot)  # before blocking: a daemon spawned here must not inherit the mask

@@ -64,6 +64,9 @@ class CertificationResultV1(Record):
     launcher: Literal["process", "oci"] | None = None
     runtime_id: Sha256 | None = Field(description="null only when the session failed before it chose a runtime")
     runtime_name: str | None = None
+    runtime_pinned_by: Literal["catalog", "operator"] | None = Field(
+        default=None, description="who pinned the runtime's digest: the committed catalog, or an operator overlay"
+    )
     model_id: Sha256 | None = Field(description="null only when the session failed before it imported the model")
     model: CertificationModelV1 | None = None
     inference_id: Sha256 | None = Field(description="null only when the session failed before it sealed a lock")

@@ -8,13 +8,20 @@ files shipped with it, such as the generic-CPU runtime's ``sgl_kernel`` shim).
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, StringConstraints
+from pydantic import Field, SerializerFunctionWrapHandler, StringConstraints, model_serializer
 
 from harness.contracts.base import Record, Sha256
 
 __all__ = ["InferenceRuntimeManifestV1", "OciPackage", "PackageFile", "PythonEnvPackage", "RuntimePackage"]
+
+
+def _without_null(data: dict[str, Any], key: str) -> dict[str, Any]:
+    """The operator-pin fields are left out when unset, so every catalog-pinned runtime keeps its runtime_id."""
+    if data.get(key) is None:
+        data.pop(key, None)
+    return data
 
 
 class OciPackage(Record):
@@ -23,6 +30,21 @@ class OciPackage(Record):
     tag_hint: str | None = Field(default=None, description="human hint only; never written into a lock")
     digest: Sha256 | None = Field(description="image manifest digest; null = unpinned, refused for certification")
     platform: str = "linux/amd64"
+    digest_source: Literal["repo_digest", "image_id"] | None = Field(
+        default=None,
+        description="set by an operator pin: repo_digest (registry manifest) or image_id (a local image's ID); "
+        "absent for the catalog's own digests",
+    )
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_source(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_null(handler(self), "digest_source")
+
+    def reference(self) -> str:
+        """How Docker is told the image: by its manifest digest, or (operator pin of a local build) by its ID."""
+        if self.digest is None:
+            raise ValueError("an unpinned image has no reference")
+        return self.digest if self.digest_source == "image_id" else f"{self.image}@{self.digest}"
 
 
 class PackageFile(Record):
@@ -58,3 +80,10 @@ class InferenceRuntimeManifestV1(Record):
     cuda_version: str | None = None
     launch_env: dict[str, str] = Field(default_factory=dict, description="engine environment the runtime needs")
     package: RuntimePackage
+    pinned_by: Literal["operator"] | None = Field(
+        default=None, description="operator: pinned by `hitch runtime pin` (an overlay under HITCH_ROOT), not the catalog"
+    )
+
+    @model_serializer(mode="wrap")
+    def _omit_catalog_pin(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_null(handler(self), "pinned_by")

@@ -222,8 +222,28 @@ class DaemonCore:
             "started_at": self.started_at,
             "services": self.services(),
             "quarantined": self.quarantined(),
+            "gpus": self.gpus(),
             "recovery": [o.to_json() for o in self.recovery],
         }
+
+    def gpus(self) -> list[dict[str, Any]]:
+        """Every GPU of the inventory and its lease state; ``foreign`` names PIDs Hitch did not start."""
+        if self.gpu_leases is None:
+            return []
+        try:
+            statuses = self.gpu_leases.status()
+        except HitchError as exc:
+            return [{"error": exc.code, "message": exc.message}]
+        return [
+            {
+                "uuid": st.uuid,
+                "state": st.state,
+                "service_id": st.record.service_id if st.record is not None else None,
+                "root": st.record.root if st.record is not None else None,
+                "foreign_pids": list(st.foreign_pids) if st.foreign_pids is not None else None,
+            }
+            for st in statuses
+        ]
 
 
 def _path(value: str | None) -> Path | None:

@@ -28,7 +28,9 @@ from harness.daemon.core import DaemonConfig, DaemonCore
 from harness.daemon.paths import DaemonPaths
 from harness.daemon.runs import RunService
 from harness.daemon.server import build_app
+from harness.devices.gpu_inventory import NvmlGpuInventory
 from harness.paths import HitchRoot, atomic_write_json, ensure_private_dir, write_secret
+from harness.service.gpu_leases import GpuDeviceProvider
 from harness.service.ledger import Capacity
 
 __all__ = ["StaticGpuProvider", "main", "parse_args"]
@@ -38,7 +40,10 @@ EXIT_ALREADY_RUNNING = 3
 
 
 class StaticGpuProvider:
-    """A fixed GPU inventory (``--fake-gpu UUID``): lets GPU leasing run and be tested without a GPU."""
+    """A fixed GPU inventory (``--fake-gpu UUID``, tests only): GPU leasing without NVML.
+
+    Without ``--fake-gpu`` the inventory is NVML's (:class:`~harness.devices.gpu_inventory.NvmlGpuInventory`).
+    """
 
     def __init__(self, uuids: list[str]) -> None:
         self.uuids = list(uuids)
@@ -62,10 +67,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def config_from(args: argparse.Namespace, root: HitchRoot) -> DaemonConfig:
-    provider = StaticGpuProvider(args.fake_gpu) if args.fake_gpu else None
+    provider: GpuDeviceProvider = StaticGpuProvider(args.fake_gpu) if args.fake_gpu else NvmlGpuInventory()
     capacity = None
     if args.capacity_cpu is not None or args.capacity_memory is not None:
-        machine = Capacity.from_machine(root.root, len(args.fake_gpu))
+        machine = Capacity.from_machine(root.root, len(provider.gpu_uuids()))
         capacity = Capacity(
             args.capacity_cpu if args.capacity_cpu is not None else machine.cpu_cores,
             args.capacity_memory if args.capacity_memory is not None else machine.memory_bytes,
@@ -142,6 +147,7 @@ async def serve(root: HitchRoot, config: DaemonConfig) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     root = HitchRoot.at(args.root)
+    os.environ["HITCH_ROOT"] = str(root.root)  # catalog loading applies this root's operator pins
     paths = DaemonPaths(root)
     paths.ensure()
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -2,7 +2,8 @@
 
 - ``daemon.sock``: the management API (0600). A unix socket path is limited to ~107 bytes; when the
   root is deeper than that allows, the socket lives in a per-user 0700 directory
-  (``$XDG_RUNTIME_DIR/hitch`` or ``/tmp/hitch-<uid>``) under a name derived from the root's path, and
+  (``$XDG_RUNTIME_DIR/hitch`` when that is short enough, else ``/tmp/hitch-<uid>``) under a name derived
+  from the root's path, and
   every client computes the same place;
 - ``token``: the random daemon token (0600), new at every daemon start;
 - ``daemon.json``: pid, start time, socket (no secret); ``daemon.lock``: held for the daemon's life
@@ -40,9 +41,11 @@ class DaemonPaths:
         preferred = self.dir / "daemon.sock"
         if len(str(preferred)) <= _MAX_SOCKET_PATH:
             return preferred
+        name = f"d-{sha256_hex(str(self.root.root.resolve()).encode())[:20]}.sock"
         base = os.environ.get("XDG_RUNTIME_DIR")
-        short = Path(base) / "hitch" if base else Path("/tmp") / f"hitch-{os.getuid()}"
-        return short / f"d-{sha256_hex(str(self.root.root.resolve()).encode())[:20]}.sock"
+        if base and len(str(Path(base) / "hitch" / name)) <= _MAX_SOCKET_PATH:
+            return Path(base) / "hitch" / name
+        return Path("/tmp") / f"hitch-{os.getuid()}" / name  # a deep XDG_RUNTIME_DIR cannot hold it either
 
     @property
     def token(self) -> Path:

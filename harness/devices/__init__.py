@@ -8,7 +8,8 @@ from __future__ import annotations
 from harness.devices.cpu import probe_cpu
 from harness.devices.cuda import MIN_DRIVER_MAJOR, NvmlProvider, PynvmlProvider, probe_cuda
 from harness.devices.docker_probe import DockerApi, probe_docker
-from harness.devices.doctor import CatalogView, hardware_fingerprint, read_catalog, run_doctor, select_device
+from harness.devices.doctor import CatalogView, fingerprint_record, gpu_reasons, read_catalog, run_doctor, select_device
+from harness.devices.fingerprint import fingerprint_of, hardware_fingerprint
 from harness.devices.report import (
     CpuFactsV1,
     CudaFactsV1,
@@ -38,6 +39,9 @@ __all__ = [
     "NvmlProvider",
     "PynvmlProvider",
     "RequestedDevice",
+    "fingerprint_of",
+    "fingerprint_record",
+    "gpu_reasons",
     "hardware_fingerprint",
     "probe_cpu",
     "probe_cuda",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from harness.devices.report import CpuFactsV1, NumaNodeV1
 
-__all__ = ["AMX_FLAGS", "parse_cpuinfo", "parse_cpulist", "probe_cpu", "read_memory", "read_numa_nodes"]
+__all__ = ["AMX_FLAGS", "count_physical_cores", "parse_cpuinfo", "parse_cpulist", "probe_cpu", "read_memory", "read_numa_nodes"]
 
 AMX_FLAGS = ("amx_tile", "amx_bf16")
 _EXTRA_FLAGS = frozenset({"avx2", "avx_vnni", "avx_vnni_int8", "avx_ne_convert"})
@@ -34,6 +34,27 @@ def parse_cpuinfo(text: str) -> tuple[dict[str, str], int]:
         if processors <= 1 and key not in first:
             first[key] = value.strip()
     return first, processors
+
+
+def count_physical_cores(text: str) -> int | None:
+    """Distinct (``physical id``, ``core id``) pairs of /proc/cpuinfo; None when it names no core ids.
+
+    Some hypervisors and non-x86 kernels leave the topology out; then the count is unknown, never guessed.
+    """
+    cores: set[tuple[str, str]] = set()
+    package = core = None
+    for line in [*text.splitlines(), ""]:
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "physical id":
+            package = value.strip()
+        elif key == "core id":
+            core = value.strip()
+        elif not line.strip():  # a blank line closes one processor's block
+            if core is not None:
+                cores.add((package or "0", core))
+            package = core = None
+    return len(cores) or None
 
 
 def parse_cpulist(text: str) -> list[int]:
@@ -129,6 +150,7 @@ def probe_cpu(sys_root: Path = Path("/")) -> CpuFactsV1:
         avx512="avx512f" in flags,
         avx2="avx2" in flags,
         logical_cores=logical,
+        physical_cores=count_physical_cores(text),
         usable_cores=_usable_cores(logical),
         numa_nodes=nodes,
         cores_per_node=min(with_cpus) if with_cpus else logical,

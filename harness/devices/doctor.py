@@ -18,6 +18,7 @@ from harness.contracts.evidence import HardwareFingerprintV1
 from harness.devices.cpu import AMX_FLAGS, probe_cpu
 from harness.devices.cuda import MIN_DRIVER_MAJOR, NvmlProvider, probe_cuda
 from harness.devices.docker_probe import DockerApi, probe_docker
+from harness.devices.nvml_sim import SIMULATED_NVML_ENV
 from harness.devices.report import (
     CpuFactsV1,
     CudaFactsV1,
@@ -36,7 +37,8 @@ __all__ = [
     "CatalogView",
     "cpu_verdict",
     "cuda_verdict",
-    "hardware_fingerprint",
+    "fingerprint_record",
+    "gpu_reasons",
     "read_catalog",
     "run_doctor",
     "select_device",
@@ -51,13 +53,18 @@ _X86_64 = frozenset({"x86_64", "amd64"})
 
 @dataclass(frozen=True)
 class CatalogView:
-    """What the doctor needs from the runtime catalog: is a certifiable pinned image there?"""
+    """What the doctor needs from the runtime catalog: is a certifiable pinned image (or, for CUDA, a
+    certifiable hash-locked python-env runtime, run by the process launcher without Docker) there?"""
 
     pinned: Mapping[str, bool] = field(default_factory=dict)
     problem: str | None = None
+    python_env: Mapping[str, bool] = field(default_factory=dict)
 
     def has_pinned(self, device: DeviceName) -> bool:
         return bool(self.pinned.get(device, False))
+
+    def has_python_env(self, device: DeviceName) -> bool:
+        return bool(self.python_env.get(device, False))
 
 
 def read_catalog(path: Path | None = None) -> CatalogView:
@@ -70,10 +77,11 @@ def read_catalog(path: Path | None = None) -> CatalogView:
     except HitchError as exc:
         return CatalogView(problem=f"runtime catalog unreadable: {exc.message}")
     pinned: dict[str, bool] = {}
+    python_env: dict[str, bool] = {}
     for runtime in runtimes:
-        if runtime.package.kind == "oci" and runtime.pinned and runtime.certifiable:
-            pinned[runtime.backend] = True
-    return CatalogView(pinned=pinned)
+        if runtime.pinned and runtime.certifiable:
+            (pinned if runtime.package.kind == "oci" else python_env)[runtime.backend] = True
+    return CatalogView(pinned=pinned, python_env=python_env)
 
 
 def _catalog_reason(catalog: CatalogView, device: DeviceName) -> str:
@@ -111,7 +119,10 @@ def cpu_verdict(host: HostFactsV1, cpu: CpuFactsV1, docker: DockerFactsV1, catal
     return DeviceVerdictV1(certifiable=not reasons, reasons=reasons, can_do=can_do)
 
 
-def _gpu_reasons(cuda: CudaFactsV1) -> list[str]:
+def gpu_reasons(cuda: CudaFactsV1) -> list[str]:
+    """Why this machine's GPUs cannot run a CUDA engine at all (empty when a usable GPU and driver are there)."""
+    if cuda.simulated:  # first: a simulation must never look like a driver problem or pass for a GPU
+        return [f"NVML is simulated ({SIMULATED_NVML_ENV}): tests only, no real GPU"]
     if not cuda.available:
         return [cuda.reason or "no NVIDIA driver"]
     reasons: list[str] = []
@@ -132,18 +143,23 @@ def _cc(text: str) -> tuple[int, int]:
 
 
 def cuda_verdict(cuda: CudaFactsV1, docker: DockerFactsV1, catalog: CatalogView) -> DeviceVerdictV1:
-    gpu_reasons = _gpu_reasons(cuda)
-    reasons = list(gpu_reasons)
-    reasons.extend(_docker_reasons(docker))
+    """Certifiable: a usable GPU and driver, and either a certifiable python-env CUDA runtime (process launcher,
+    no Docker needed) or a pinned CUDA image with Docker's nvidia runtime."""
+    gpu_problems = gpu_reasons(cuda)
+    image_problems = _docker_reasons(docker)
     if docker.reachable and not docker.nvidia_runtime:
-        reasons.append("Docker has no 'nvidia' runtime (NVIDIA Container Toolkit not configured)")
+        image_problems.append("Docker has no 'nvidia' runtime (NVIDIA Container Toolkit not configured)")
     if not catalog.has_pinned("cuda"):
-        reasons.append(_catalog_reason(catalog, "cuda"))
+        image_problems.append(_catalog_reason(catalog, "cuda"))
+    env_ok = catalog.has_python_env("cuda")
+    reasons = gpu_problems + ([] if env_ok else image_problems)
     can_do = [FAKE_ENGINE]
-    if not gpu_reasons:
+    if not gpu_problems:
         can_do.append("NVML evidence and CUDA checks that need no image (process launcher; recorded, never certified)")
-    if not reasons:
-        can_do.append("SGLang CUDA image from the catalog (certified)")
+        if env_ok:
+            can_do.append("certifiable CUDA python-env runtime from the catalog (process launcher, certified)")
+        if not image_problems:
+            can_do.append("SGLang CUDA image from the catalog (certified)")
     return DeviceVerdictV1(certifiable=not reasons, reasons=reasons, can_do=can_do)
 
 
@@ -206,8 +222,11 @@ def run_doctor(
     )
 
 
-def hardware_fingerprint(report: DoctorReportV1, device: DeviceName, gpu_index: int = 0) -> HardwareFingerprintV1:
-    """The evidence record's view of this machine for ``device`` (first GPU unless told)."""
+def fingerprint_record(report: DoctorReportV1, device: DeviceName, gpu_index: int = 0) -> HardwareFingerprintV1:
+    """The evidence record's short view of this machine for ``device`` (first GPU unless told).
+
+    The full fingerprint (signed entries, run pages) is :func:`harness.devices.fingerprint.hardware_fingerprint`.
+    """
     gpu = next((g for g in report.cuda.gpus if g.index == gpu_index), None) if device == "cuda" else None
     return HardwareFingerprintV1(
         device=device,

@@ -1,9 +1,10 @@
-"""The hardware fingerprint a run's evidence carries: what a third party needs to know the machine.
+"""The hardware fingerprint: what a signed entry, a run page and run evidence say about the machine.
 
-Built from the read-only doctor (:func:`harness.devices.run_doctor`): CPU model, ISA flags, cores, NUMA
-layout and memory size; on ``cuda`` every GPU's name, UUID, compute capability and memory, the driver and
-the CUDA version it supports. Volatile readings (free memory) are left out: the same machine gives the
-same fingerprint.
+One function builds it, from the doctor's record (:mod:`harness.devices.doctor`), so every consumer shows the
+same facts: the CPU model and vendor, the ISA flags that matter (AMX, AVX-512, AVX2 ...), logical, physical and
+usable cores, the NUMA layout, memory, the host, Docker's relevant facts and, on cuda, the driver and every
+GPU's NVML facts. It is a plain JSON-ready mapping: it is hashed into signed entries, so nothing in it may be
+a model object.
 """
 
 from __future__ import annotations
@@ -11,43 +12,51 @@ from __future__ import annotations
 from typing import Any
 
 from harness.devices.doctor import run_doctor
+from harness.devices.report import DoctorReportV1
 
-__all__ = ["hardware_fingerprint"]
+__all__ = ["fingerprint_of", "hardware_fingerprint"]
+
+_CPU_FIELDS = {
+    "vendor",
+    "model_name",
+    "isa_flags",
+    "amx",
+    "avx512",
+    "avx2",
+    "logical_cores",
+    "physical_cores",
+    "usable_cores",
+    "numa_nodes",
+    "cores_per_node",
+    "memory_total_bytes",
+}
+_HOST_FIELDS = {"hostname", "os", "kernel", "arch", "python"}
+_DOCKER_FIELDS = {"reachable", "server_version", "runtimes", "nvidia_runtime"}
+_GPU_FIELDS = {"index", "uuid", "name", "compute_capability", "memory_total_bytes", "memory_free_bytes"}
 
 
-def _no_docker() -> object:
-    raise RuntimeError("not probed: Docker is no hardware")
+def fingerprint_of(report: DoctorReportV1, device: str) -> dict[str, Any]:
+    """The fingerprint of the machine ``report`` describes, for ``device`` (``cpu`` | ``cuda``)."""
+    finger: dict[str, Any] = {
+        "device": device,
+        "cpu": report.cpu.model_dump(mode="json", include=_CPU_FIELDS),
+        "host": report.host.model_dump(mode="json", include=_HOST_FIELDS),
+        "docker": report.docker.model_dump(mode="json", include=_DOCKER_FIELDS),
+    }
+    if device == "cuda":
+        cuda = report.cuda
+        finger["cuda"] = {
+            "available": cuda.available,
+            "simulated": cuda.simulated,  # a simulated NVML (tests) is never mistaken for a GPU
+            "reason": cuda.reason,
+            "driver_version": cuda.driver_version,
+            "cuda_driver_version": cuda.cuda_driver_version,
+            "gpus": [gpu.model_dump(mode="json", include=_GPU_FIELDS) for gpu in cuda.gpus],
+        }
+    return finger
 
 
 def hardware_fingerprint(device: str) -> dict[str, Any]:
-    """The fingerprint of this machine for ``device`` (``cpu`` | ``cuda``), JSON-ready."""
-    dev = "cuda" if device == "cuda" else "cpu"
-    report = run_doctor(dev, docker_factory=_no_docker, pinned_images={})  # type: ignore[arg-type]
-    cpu = report.cpu
-    out: dict[str, Any] = {
-        "device": dev,
-        "arch": report.host.arch,
-        "os": report.host.os,
-        "kernel": report.host.kernel,
-        "cpu_vendor": cpu.vendor,
-        "cpu_model": cpu.model_name,
-        "cpu_flags": list(cpu.isa_flags),
-        "logical_cores": cpu.logical_cores,
-        "numa_nodes": [{"node": n.node, "cpulist": n.cpulist, "cpus": n.cpus} for n in cpu.numa_nodes],
-        "memory_total_bytes": cpu.memory_total_bytes,
-    }
-    if dev == "cuda":
-        cuda = report.cuda
-        out["driver_version"] = cuda.driver_version
-        out["cuda_driver_version"] = cuda.cuda_driver_version
-        out["gpus"] = [
-            {
-                "index": g.index,
-                "uuid": g.uuid,
-                "name": g.name,
-                "compute_capability": g.compute_capability,
-                "memory_total_bytes": g.memory_total_bytes,
-            }
-            for g in cuda.gpus
-        ]
-    return out
+    """The fingerprint of this machine for ``device``: runs the (read-only) doctor once."""
+    wanted = device if device in ("cpu", "cuda") else "auto"
+    return fingerprint_of(run_doctor(wanted), device)  # type: ignore[arg-type]

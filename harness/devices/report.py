@@ -20,6 +20,7 @@ __all__ = [
     "DoctorReportV1",
     "DockerFactsV1",
     "GpuFactsV1",
+    "GpuProcessV1",
     "HostFactsV1",
     "NumaNodeV1",
     "RequestedDevice",
@@ -53,6 +54,9 @@ class CpuFactsV1(Record):
     avx512: bool = Field(description="avx512f present")
     avx2: bool
     logical_cores: int = Field(ge=1)
+    physical_cores: int | None = Field(
+        default=None, ge=1, description="distinct physical cores (physical id x core id); null when cpuinfo lacks them"
+    )
     usable_cores: int = Field(ge=1, description="CPUs this process may run on (affinity)")
     numa_nodes: list[NumaNodeV1]
     cores_per_node: int = Field(ge=1, description="logical CPUs on the smallest NUMA node that has CPUs")
@@ -62,6 +66,11 @@ class CpuFactsV1(Record):
     shm_free_bytes: int | None
 
 
+class GpuProcessV1(Record):
+    pid: int = Field(ge=0, description="as NVML reports it (a PID in another PID namespace may mean nothing here)")
+    used_memory_bytes: int | None = Field(default=None, ge=0, description="null when the driver does not say")
+
+
 class GpuFactsV1(Record):
     index: int = Field(ge=0)
     uuid: str
@@ -69,6 +78,9 @@ class GpuFactsV1(Record):
     compute_capability: str = Field(description="major.minor, e.g. 9.0")
     memory_total_bytes: int = Field(ge=0)
     memory_free_bytes: int = Field(ge=0)
+    processes: list[GpuProcessV1] | None = Field(
+        default_factory=list, description="compute and graphics processes on the GPU; null when NVML could not list them"
+    )
 
 
 class CudaFactsV1(Record):
@@ -78,6 +90,7 @@ class CudaFactsV1(Record):
     driver_major: int | None = None
     cuda_driver_version: str | None = Field(default=None, description="highest CUDA the driver supports, e.g. 13.0")
     gpus: list[GpuFactsV1] = Field(default_factory=list)
+    simulated: bool = Field(default=False, description="facts from a simulated NVML (tests only): never certifiable")
 
 
 class DockerFactsV1(Record):

@@ -107,6 +107,9 @@ def engine_flags(lock: InferenceLockV1, model_dir: Path, host: str, port: int, c
         flags.append("--disable-overlap-schedule")
     if isinstance(platform, CudaPlatformV1) and platform.cuda_graph == "disabled":
         flags += ["--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled"]
+    elif isinstance(platform, CudaPlatformV1):
+        # decode graphs are captured up to the lock's batch bound, not SGLang's GPU-memory-based default
+        flags += ["--cuda-graph-max-bs-decode", str(ex.max_running_requests)]
     if ex.deterministic_inference:
         flags.append("--enable-deterministic-inference")
     if lock.protocol.tool_call_parser is not None:

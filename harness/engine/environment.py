@@ -7,7 +7,8 @@ The engine never inherits the caller's environment. Its variables are exactly:
 - ``SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=0``: the supervisor's ``/health`` polls take no queue slot;
 - the runtime's own variables (``SGLANG_USE_CPU_ENGINE=1``, ``PYTHONNOUSERSITE``, the shim's ``PYTHONPATH``);
 - what the lock decides: ``OMP_NUM_THREADS`` = ``cpu_threads`` on CPU, ``CUDA_VISIBLE_DEVICES`` = the leased
-  GPU UUID on CUDA, empty on CPU (a CPU service sees no GPU).
+  GPU UUID on CUDA (required: without a lease there is no CUDA engine), empty on CPU (a CPU service sees no
+  GPU). Nothing on CUDA selects the CPU engine, so a CUDA lock never runs on a CPU (spec §8.1).
 
 Cloud credentials, model-hub tokens, proxies and inherited ``SGLANG_*``/``HF_*``/``TRANSFORMERS_*``/``TORCH_*``
 controls therefore never reach the engine: they are not copied, so there is nothing to scrub.
@@ -19,6 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from harness.contracts.lock import CpuPlatformV1, InferenceLockV1
+from harness.errors import HitchError
 from harness.paths import ensure_private_dir
 
 __all__ = ["MINIMAL_PATH", "engine_environment"]
@@ -51,6 +53,8 @@ def engine_environment(
         env["SGLANG_USE_CPU_ENGINE"] = "1"
         env["OMP_NUM_THREADS"] = str(platform.cpu_threads)
         env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU service holds no GPU: none is visible to it
-    elif gpu_uuid is not None:
+    else:
+        if not gpu_uuid:  # unset, the engine would see every GPU of the machine; empty, none (a CPU run)
+            raise HitchError("inference_device_unsupported", "a CUDA engine needs the GPU UUID it was leased", {})
         env["CUDA_VISIBLE_DEVICES"] = gpu_uuid
     return env

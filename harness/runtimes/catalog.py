@@ -21,6 +21,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 from harness.contracts.runtime import InferenceRuntimeManifestV1
 from harness.errors import HitchError
 from harness.ids import digest_json, is_sha256_id, sha256_hex
+from harness.runtimes.pins import RuntimePinV1, pins_path, read_pins
 
 __all__ = [
     "check_lock_text",
@@ -28,6 +29,7 @@ __all__ = [
     "default_runtime",
     "get_runtime",
     "load_catalog",
+    "locks_engine",
     "require_certifiable_pin",
     "runtime_source_dir",
 ]
@@ -130,12 +132,28 @@ def check_lock_text(text: str, entry: str) -> int:
     return count
 
 
-def _manifest(entry: _Entry, catalog_path: Path) -> InferenceRuntimeManifestV1:
+def locks_engine(lock_text: str, engine: str, version: str) -> bool:
+    """Whether a (checked) lock pins ``engine==version`` itself with a sha256: the engine's bytes are known."""
+    joined = re.sub(r"\\\n", " ", lock_text)
+    for raw in joined.splitlines():
+        parts = raw.split()
+        if parts and parts[0] == f"{engine}=={version}":
+            return any(p.startswith("--hash=sha256:") for p in parts[1:])
+    return False
+
+
+def _manifest(entry: _Entry, catalog_path: Path, pin: RuntimePinV1 | None = None) -> InferenceRuntimeManifestV1:
     pkg = entry.package
     package: dict[str, Any]
+    engine_known = entry.engine_commit is not None
+    operator = False
     if isinstance(pkg, _OciEntry):
-        pinned = pkg.digest is not None
         package = pkg.model_dump()
+        if pin is not None and pkg.digest is None:
+            package["digest"] = pin.digest
+            package["digest_source"] = pin.source
+            operator = True
+        pinned = package["digest"] is not None
     else:
         folder = runtime_source_dir(entry.name, catalog_path)
         if pkg.lock_file in pkg.files:
@@ -154,8 +172,10 @@ def _manifest(entry: _Entry, catalog_path: Path) -> InferenceRuntimeManifestV1:
                 )
         lock_path = folder / pkg.lock_file
         lock_sha = _file_sha(folder, pkg.lock_file, entry.name)
-        check_lock_text(lock_path.read_text(), entry.name)
+        lock_text = lock_path.read_text()
+        check_lock_text(lock_text, entry.name)
         pinned = True
+        engine_known = engine_known or locks_engine(lock_text, entry.engine, entry.engine_version)
         package = {
             "kind": "python-env",
             "python": pkg.python,
@@ -171,14 +191,17 @@ def _manifest(entry: _Entry, catalog_path: Path) -> InferenceRuntimeManifestV1:
         "engine_commit": entry.engine_commit,
         "backend": entry.backend,
         "cpu_feature_requirement": entry.cpu_feature_requirement,
-        # the catalog's intent counts only once every artifact is pinned and the source is known
-        "certifiable": entry.certifiable and pinned and entry.engine_commit is not None,
+        # the catalog's intent counts only once every artifact is pinned and the engine's bytes are known: by
+        # its source commit, or (python-env) by the hash of the engine's own wheel in the lock
+        "certifiable": entry.certifiable and pinned and engine_known,
         "pinned": pinned,
         "torch_version": entry.torch_version,
         "cuda_version": entry.cuda_version,
         "launch_env": dict(entry.launch_env),
         "package": package,
     }
+    if operator:  # absent otherwise, so every catalog-pinned runtime keeps its runtime_id
+        fields["pinned_by"] = "operator"
     fields["runtime_id"] = digest_json(fields)
     try:
         return InferenceRuntimeManifestV1.model_validate(fields)
@@ -186,9 +209,18 @@ def _manifest(entry: _Entry, catalog_path: Path) -> InferenceRuntimeManifestV1:
         raise _fail(f"runtime {entry.name}: {exc.error_count()} problem(s)", {"errors": str(exc)}) from exc
 
 
-def load_catalog(catalog_path: Path | None = None) -> list[InferenceRuntimeManifestV1]:
-    """Every runtime of the catalog, in file order; any problem -> ``runtime_catalog_invalid``."""
+def load_catalog(
+    catalog_path: Path | None = None, *, operator_pins: bool | Path | None = None
+) -> list[InferenceRuntimeManifestV1]:
+    """Every runtime of the catalog, in file order; any problem -> ``runtime_catalog_invalid``.
+
+    ``operator_pins``: the overlay of ``hitch runtime pin`` (:mod:`harness.runtimes.pins`) to apply — a file,
+    True for this HITCH_ROOT's, False for none; by default the shipped catalog gets this root's overlay and an
+    explicit ``catalog_path`` none.
+    """
     path = catalog_path or default_catalog_path()
+    use_pins = operator_pins if operator_pins is not None else catalog_path is None
+    pins = {} if use_pins is False else read_pins(use_pins if isinstance(use_pins, Path) else pins_path())
     try:
         raw = tomllib.loads(path.read_text())
     except OSError as exc:
@@ -207,7 +239,7 @@ def load_catalog(catalog_path: Path | None = None) -> list[InferenceRuntimeManif
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise _fail("the runtime catalog names a runtime twice", {"names": dupes})
-    return [_manifest(entry, path) for entry in parsed.runtime]
+    return [_manifest(entry, path, pins.get(entry.name)) for entry in parsed.runtime]
 
 
 def get_runtime(name_or_runtime_id: str, catalog_path: Path | None = None) -> InferenceRuntimeManifestV1:

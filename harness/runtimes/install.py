@@ -287,8 +287,14 @@ def _install_python_env(
 def _install_oci(root: HitchRoot, manifest: InferenceRuntimeManifestV1, progress: TextIO) -> InstallResult:
     require_certifiable_pin(manifest)
     assert manifest.package.kind == "oci" and manifest.package.digest is not None
-    ref = f"{manifest.package.image}@{manifest.package.digest}"
+    ref = manifest.package.reference()
     started = time.monotonic()
+    if manifest.pinned_by == "operator":  # pinned from the local engine: it is there, or the pin is stale
+        from harness.runtimes.pins import inspect_image
+
+        inspect_image(ref)
+        record_manifest(root, manifest)
+        return InstallResult(None, True, round(time.monotonic() - started, 1), None, {})
     progress.write(f"pulling {ref}\n")
     facts = probe_docker()  # answers an unreachable engine without the SDK (which leaks the socket)
     if not facts.reachable:

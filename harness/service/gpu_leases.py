@@ -11,8 +11,12 @@ process) means nobody can say whether the engine on that GPU is gone, so the lea
 device is quarantined and leasing reports ``inference_recovery_ambiguous`` until someone who has
 checked the device calls ``release(uuid, force=True)``.
 
-The GPU inventory comes from a :class:`GpuDeviceProvider` (NVML in production; a fake in tests), so
-this logic runs and is tested on machines without a GPU.
+The GPU inventory comes from a :class:`GpuDeviceProvider` (NVML in production,
+:class:`~harness.devices.gpu_inventory.NvmlGpuInventory`; a fake or a simulated NVML in tests), so this logic
+runs and is tested on machines without a GPU. A provider that can also list the processes on a GPU
+(:class:`GpuUsageProvider`, as NVML does) lets leasing see load Hitch did not start: a GPU without a lease
+but with a foreign process (or whose processes cannot be listed) is reported ``foreign`` and never leased —
+P0 leases whole GPUs exclusively and the lock has no shared mode (spec §8.2); the process is never touched.
 """
 
 from __future__ import annotations
@@ -26,13 +30,14 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 import filelock
 import psutil
 from pydantic import Field
 
 from harness.contracts.base import Record, parse_record
+from harness.devices.gpu_inventory import GpuUsage
 from harness.errors import HitchError
 from harness.paths import atomic_write_json, ensure_private_dir
 
@@ -41,6 +46,7 @@ __all__ = [
     "GpuLeaseRecordV1",
     "GpuLeaseStatus",
     "GpuLeases",
+    "GpuUsageProvider",
     "default_lease_dir",
     "process_start_time",
 ]
@@ -56,6 +62,15 @@ class GpuDeviceProvider(Protocol):
     def gpu_uuids(self) -> list[str]: ...
 
 
+@runtime_checkable
+class GpuUsageProvider(Protocol):
+    """A provider that also sees, in one read, which processes use each GPU and how much memory it has (NVML)."""
+
+    def gpu_uuids(self) -> list[str]: ...
+
+    def gpu_usage(self) -> dict[str, GpuUsage]: ...
+
+
 class GpuLeaseRecordV1(Record):
     schema_version: Literal["1"] = "1"
     uuid: str
@@ -69,8 +84,9 @@ class GpuLeaseRecordV1(Record):
 @dataclass(frozen=True)
 class GpuLeaseStatus:
     uuid: str
-    state: Literal["free", "held", "stale"]
+    state: Literal["free", "held", "stale", "foreign"]
     record: GpuLeaseRecordV1 | None
+    foreign_pids: tuple[int, ...] | None = ()  # state foreign: the PIDs on it (None: NVML could not list them)
 
 
 def default_lease_dir() -> Path:
@@ -86,6 +102,31 @@ def process_start_time(pid: int) -> float | None:
         return float(psutil.Process(pid).create_time())
     except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
         return None
+
+
+def _unleased(uuid: str, usage: dict[str, GpuUsage] | None) -> GpuLeaseStatus:
+    """Free, unless a process Hitch did not start uses the GPU (or NVML cannot say)."""
+    if usage is None:
+        return GpuLeaseStatus(uuid, "free", None)
+    seen = usage.get(uuid)
+    pids = seen.pids if seen is not None else None
+    if pids == ():
+        return GpuLeaseStatus(uuid, "free", None)
+    return GpuLeaseStatus(uuid, "foreign", None, pids)
+
+
+def _too_small(statuses: list[GpuLeaseStatus], memory_bytes: int, usage: dict[str, GpuUsage] | None) -> dict[str, int | None]:
+    """Free GPUs that cannot hold ``memory_bytes`` (or whose size NVML cannot tell), with their total memory."""
+    if memory_bytes <= 0 or usage is None:
+        return {}
+    found: dict[str, int | None] = {}
+    for st in statuses:
+        if st.state == "free":
+            seen = usage.get(st.uuid)
+            total = seen.memory_total_bytes if seen is not None else None
+            if total is None or total < memory_bytes:
+                found[st.uuid] = total
+    return found
 
 
 def _holder_alive(record: GpuLeaseRecordV1) -> bool:
@@ -162,36 +203,48 @@ class GpuLeases:
             ) from exc
         return parse_record(GpuLeaseRecordV1, data, "inference_recovery_ambiguous")
 
-    def _status(self, directory: Path, uuid: str) -> GpuLeaseStatus:
+    def _usage(self) -> dict[str, GpuUsage] | None:
+        """One read of every GPU's processes and memory; None when the provider cannot see them (--fake-gpu)."""
+        return self.provider.gpu_usage() if isinstance(self.provider, GpuUsageProvider) else None
+
+    def _status(self, directory: Path, uuid: str, usage: dict[str, GpuUsage] | None) -> GpuLeaseStatus:
         try:
             record = self._read(directory, uuid)
         except HitchError:
             return GpuLeaseStatus(uuid, "stale", None)
         if record is None:
-            return GpuLeaseStatus(uuid, "free", None)
+            return _unleased(uuid, usage)
         return GpuLeaseStatus(uuid, "held" if _holder_alive(record) else "stale", record)
 
     # -- API -------------------------------------------------------------------------------------
 
     def status(self) -> list[GpuLeaseStatus]:
-        """Every GPU of the provider: free, held (holder alive) or stale (quarantined)."""
+        """Every GPU of the provider: free, held (holder alive), stale (quarantined) or foreign (busy, not ours)."""
         with self._locked() as directory:
-            return [self._status(directory, uuid) for uuid in self.provider.gpu_uuids()]
+            usage = self._usage()
+            inventory = list(usage) if usage is not None else self.provider.gpu_uuids()
+            return [self._status(directory, uuid, usage) for uuid in inventory]
 
-    def acquire(self, service_id: str, uuid: str | None = None) -> str:
+    def acquire(self, service_id: str, uuid: str | None = None, *, memory_bytes: int = 0) -> str:
         """Lease ``uuid`` (or the first free GPU) for ``service_id`` of this root; returns the UUID.
 
-        Fails with ``inference_capacity_exceeded`` when every device is held by a live holder, and with
-        ``inference_recovery_ambiguous`` when the only devices not held live are quarantined (stale).
+        ``memory_bytes``: what the lock needs on the device; a GPU whose total memory is smaller is never
+        leased (capacity is refused before any engine starts, instead of an OOM or a silent downgrade).
+
+        Fails with ``inference_capacity_exceeded`` when every device is held by a live holder or used by a
+        foreign process, and with ``inference_recovery_ambiguous`` when the only devices not held live are
+        quarantined (stale).
         """
         with self._locked() as directory:
-            inventory = self.provider.gpu_uuids()
+            usage = self._usage()
+            inventory = list(usage) if usage is not None else self.provider.gpu_uuids()
             candidates = [uuid] if uuid is not None else inventory
             if uuid is not None and uuid not in inventory:
                 raise HitchError("inference_device_unsupported", "no such GPU on this machine", {"uuid": uuid})
-            statuses = [self._status(directory, candidate) for candidate in candidates]
+            statuses = [self._status(directory, candidate, usage) for candidate in candidates]
+            too_small = _too_small(statuses, memory_bytes, usage)
             for st in statuses:
-                if st.state == "free":
+                if st.state == "free" and st.uuid not in too_small:
                     record = GpuLeaseRecordV1(
                         uuid=st.uuid,
                         root=self.root,
@@ -203,6 +256,11 @@ class GpuLeases:
                     atomic_write_json(self._file(directory, st.uuid), record.to_json_dict(), mode=0o600)
                     return st.uuid
             stale = [st.uuid for st in statuses if st.state == "stale"]
+            foreign = [
+                {"uuid": st.uuid, "pids": list(st.foreign_pids) if st.foreign_pids is not None else "unknown"}
+                for st in statuses
+                if st.state == "foreign"
+            ]
             held = [
                 {"uuid": st.uuid, "root": st.record.root, "service_id": st.record.service_id}
                 for st in statuses
@@ -213,6 +271,18 @@ class GpuLeases:
                     "inference_recovery_ambiguous",
                     "the free GPU(s) are quarantined: a lease holder died and nobody confirmed the device is idle",
                     {"quarantined": stale, "held": held, "action": "confirm the device is idle, then force-release its lease"},
+                )
+            if too_small:
+                raise HitchError(
+                    "inference_capacity_exceeded",
+                    "the lock needs more GPU memory than the free GPU(s) have",
+                    {"needed_bytes": memory_bytes, "free_gpus": too_small, "held": held},
+                )
+            if foreign:
+                raise HitchError(
+                    "inference_capacity_exceeded",
+                    "the free GPU(s) are used by processes Hitch did not start: a GPU is leased only whole and unused",
+                    {"foreign": foreign, "held": held, "gpus": len(inventory)},
                 )
             raise HitchError(
                 "inference_capacity_exceeded",

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -40,7 +41,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from harness.contracts.events import LifecycleEventName, LifecycleEventV1
-from harness.contracts.lock import InferenceLockV1
+from harness.contracts.lock import CudaPlatformV1, InferenceLockV1
 from harness.errors import HitchError
 from harness.paths import HitchRoot
 from harness.service.gpu_leases import GpuLeases
@@ -95,6 +96,13 @@ def _as_hitch_error(exc: BaseException, what: str) -> HitchError:
     if isinstance(exc, HitchError):
         return exc
     return HitchError("internal_error", f"{what} raised {type(exc).__name__}", {"error": str(exc)[:500]})
+
+
+def gpu_memory_needed(lock: InferenceLockV1) -> int:
+    """GPU memory a CUDA lock needs on its device: weights + KV pool within the static fraction SGLang may take."""
+    platform = lock.execution.platform
+    fraction = platform.mem_fraction_static if isinstance(platform, CudaPlatformV1) else 1.0
+    return math.ceil(lock.resources.gpu_memory_bytes / fraction)
 
 
 class ServiceManager:
@@ -277,7 +285,9 @@ class ServiceManager:
             if lock.resources.gpu_count > 0:
                 if self.gpu_leases is None:
                     raise HitchError("inference_capacity_exceeded", "the lock needs a GPU and no GPU is managed here", {})
-                svc.gpu_uuid = await asyncio.to_thread(self.gpu_leases.acquire, svc.key.service_id)
+                svc.gpu_uuid = await asyncio.to_thread(
+                    self.gpu_leases.acquire, svc.key.service_id, None, memory_bytes=gpu_memory_needed(lock)
+                )
             svc.service_dir.mkdir(parents=True, exist_ok=True)
             request = StartRequest(
                 service_id=svc.key.service_id,

@@ -18,7 +18,8 @@
 #                        canary passed, so a regression keeps failing until fixed or accepted by hand).
 #   CANARY_MIN_P95_DELTA_MS  noise floor for the p95 comparison (default 0).
 #
-# Exit status: 0 no regression (or no earlier entry), 1 regression, 2 no usable entry was produced.
+# Exit status: 0 no regression (or no earlier entry and a level other than failed), 1 regression (a failed
+# level always is one), 2 no usable entry was produced.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"

@@ -21,6 +21,7 @@ def make_predicate(level: str = "contract") -> dict[str, Any]:
         "launcher": "process",
         "runtime_id": RUNTIME,
         "runtime_name": "sglang-0.5.23-cpu-generic",
+        "runtime_pinned_by": None,
         "model_id": MODEL,
         "model": None,
         "inference_id": LOCK,

@@ -71,7 +71,7 @@ def test_newly_failing_check_is_a_regression(tmp_path: Path, key: KeyPair, capsy
     assert "faults.engine.kill" in out and "REGRESSION" in out
     verdict = json.loads(out_file.read_text())
     assert verdict["regressed"] is True
-    assert verdict["regressions"] == ["faults.engine.kill: passed before, failed now"]
+    assert verdict["regressions"] == ["level: failed", "faults.engine.kill: passed before, failed now"]
 
 
 def test_p95_worse_by_more_than_20_percent_is_a_regression(
@@ -106,8 +106,8 @@ def test_the_latest_matching_entry_is_the_baseline(tmp_path: Path, key: KeyPair)
 
 
 def test_other_profile_is_ignored(tmp_path: Path, key: KeyPair, capsys: pytest.CaptureFixture[str]) -> None:
-    sign(predicate(profile="throughput"), key, tmp_path / "history")
-    new = sign(predicate(failing=("faults.engine.kill",), p95=50.0), key, tmp_path / "new")
+    sign(predicate(profile="throughput", p95=1.0), key, tmp_path / "history")
+    new = sign(predicate(p95=50.0), key, tmp_path / "new")
     assert canary(new, tmp_path / "history", key) == 0
     assert "no previous verified entry" in capsys.readouterr().out
 
@@ -118,6 +118,36 @@ def test_the_new_entry_in_the_history_is_not_its_own_baseline(
     new = sign(predicate(), key, tmp_path / "history")
     assert canary(new, tmp_path / "history", key) == 0
     assert "no previous verified entry" in capsys.readouterr().out
+
+
+def test_failed_entry_without_a_baseline_fails(tmp_path: Path, key: KeyPair, capsys: pytest.CaptureFixture[str]) -> None:
+    pred = {**predicate(failing=("faults.engine.kill",)), "reasons": ["faults.engine.kill: required check failed"]}
+    new = sign(pred, key, tmp_path / "new")
+    out_file = tmp_path / "verdict.json"
+    assert canary(new, tmp_path / "empty-history", key, "--out", str(out_file)) == 1
+    out = capsys.readouterr().out
+    assert "no previous verified entry" in out and "RESULT: REGRESSION (1)" in out
+    verdict = json.loads(out_file.read_text())
+    assert verdict["baseline"] is None
+    assert verdict["regressions"] == ["level: failed (faults.engine.kill: required check failed)"]
+
+
+def test_a_combination_that_stays_failed_fails_every_time(tmp_path: Path, key: KeyPair) -> None:
+    history = tmp_path / "history"
+    sign(predicate(failing=("faults.engine.kill",), finished_at="2026-10-01T00:00:00Z"), key, history)
+    for day in ("02", "03"):  # the same failure, run after run: never "no regression"
+        new = sign(predicate(failing=("faults.engine.kill",), finished_at=f"2026-11-{day}T00:00:00Z"), key, tmp_path / day)
+        out_file = tmp_path / f"verdict-{day}.json"
+        assert canary(new, history, key, "--out", str(out_file)) == 1
+        verdict = json.loads(out_file.read_text())
+        assert verdict["baseline"] is not None and verdict["regressions"] == ["level: failed"]
+        sign(predicate(failing=("faults.engine.kill",), finished_at=f"2026-11-{day}T00:00:00Z"), key, history)
+
+
+def test_a_passing_entry_without_a_baseline_passes(tmp_path: Path, key: KeyPair, capsys: pytest.CaptureFixture[str]) -> None:
+    new = sign(predicate(), key, tmp_path / "new")
+    assert canary(new, tmp_path / "empty-history", key) == 0
+    assert "RESULT: no regression" in capsys.readouterr().out
 
 
 def _tamper(path: Path) -> None:
@@ -139,16 +169,19 @@ def test_tampered_previous_entry_is_ignored_with_a_warning(
     _tamper(tampered)  # would claim everything passed at 0.1 ms: a regression if it were trusted
     new = sign(predicate(p95=3.2, failing=("faults.engine.kill",), finished_at="2026-11-02T00:00:00Z"), key, tmp_path / "new")
     out_file = tmp_path / "verdict.json"
-    assert canary(new, history, key, "--out", str(out_file)) == 0
+    assert canary(new, history, key, "--out", str(out_file)) == 1  # still failed: see the stays-failed test
     captured = capsys.readouterr()
     assert f"ignored {tampered}" in captured.err and "does not verify" in captured.err
-    assert json.loads(out_file.read_text())["baseline"] == str(honest)
+    verdict = json.loads(out_file.read_text())
+    assert verdict["baseline"] == str(honest)
+    # against the honest baseline the check was already failing and p95 is within 20 %: only the level counts
+    assert [r.split(" ")[0] for r in verdict["regressions"]] == ["level:"]
 
 
 def test_entry_signed_by_an_untrusted_key_is_ignored(tmp_path: Path, key: KeyPair, capsys: pytest.CaptureFixture[str]) -> None:
     stranger = generate_key(tmp_path / "stranger" / "signer.pem")
-    sign(predicate(), stranger, tmp_path / "history")
-    new = sign(predicate(failing=("faults.engine.kill",)), key, tmp_path / "new")
+    sign(predicate(p95=1.0), stranger, tmp_path / "history")
+    new = sign(predicate(p95=50.0), key, tmp_path / "new")
     assert canary(new, tmp_path / "history", key) == 0
     captured = capsys.readouterr()
     assert "signed by no trusted key" in captured.err

@@ -87,8 +87,11 @@ def test_metal_and_unpinned_cuda_are_refused(imported: tuple[Path, str]) -> None
     metal = _run(root, "local", "lock", "local/tiny", "--device", "metal", "--json")
     assert json.loads(metal.stdout)["error"]["code"] == "inference_device_unsupported"
     assert metal.returncode == 4
-    cuda = _run(root, "local", "lock", "local/tiny", "--device", "cuda", "--json")
+    cuda = _run(root, "local", "lock", "local/tiny", "--device", "cuda", "--runtime", "sglang-0.5.16-cuda", "--json")
     assert json.loads(cuda.stdout)["error"]["code"] == "inference_runtime_unpinned"
+    # the default CUDA runtime is the hash-locked python-env one: its lock builds
+    default = _run(root, "local", "lock", "local/tiny", "--device", "cuda", "--json")
+    assert default.returncode == 0, default.stdout + default.stderr
 
 
 def test_unknown_model_exits_2_with_code(tmp_path: Path) -> None:

@@ -24,9 +24,19 @@ def make_sys_tree(
     nodes: Mapping[int, str] | None = None,
     mem_total_kb: int = 16 * 1024 * 1024,
     mem_available_kb: int = 8 * 1024 * 1024,
+    threads_per_core: int | None = None,
 ) -> Path:
-    """A fake machine under ``root``: proc/cpuinfo, proc/meminfo, sys/devices/system/node, dev/shm."""
-    blocks = [f"processor\t: {i}\nvendor_id\t: {vendor}\nmodel name\t: {model}\nflags\t\t: {flags}\n" for i in range(processors)]
+    """A fake machine under ``root``: proc/cpuinfo, proc/meminfo, sys/devices/system/node, dev/shm.
+
+    ``threads_per_core`` adds ``physical id``/``core id`` lines (one package); without it cpuinfo has no topology.
+    """
+    topology = [
+        f"physical id\t: 0\ncore id\t\t: {i // threads_per_core}\n" if threads_per_core else "" for i in range(processors)
+    ]
+    blocks = [
+        f"processor\t: {i}\nvendor_id\t: {vendor}\nmodel name\t: {model}\n{topology[i]}flags\t\t: {flags}\n"
+        for i in range(processors)
+    ]
     (root / "proc").mkdir(parents=True)
     (root / "proc" / "cpuinfo").write_text("\n".join(blocks))
     (root / "proc" / "meminfo").write_text(
@@ -49,6 +59,7 @@ class FakeGpu:
     capability: tuple[int, int] = (9, 0)
     total: int = 150_000_000_000
     free: int = 149_000_000_000
+    processes: list[tuple[int, int | None]] = field(default_factory=list)
 
 
 @dataclass
@@ -91,6 +102,9 @@ class FakeNvml:
 
     def device_memory(self, index: int) -> tuple[int, int]:
         return self.gpus[index].total, self.gpus[index].free
+
+    def device_processes(self, index: int) -> list[tuple[int, int | None]]:
+        return list(self.gpus[index].processes)
 
 
 @dataclass

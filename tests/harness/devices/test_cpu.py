@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.devices.cpu import parse_cpuinfo, parse_cpulist, probe_cpu, read_memory
+from harness.devices.cpu import count_physical_cores, parse_cpuinfo, parse_cpulist, probe_cpu, read_memory
 from tests.harness.devices.fakes import AMX_XEON_FLAGS, NO_AMX_FLAGS, make_sys_tree
 
 
@@ -40,6 +40,17 @@ def test_amx_xeon_tree_reports_amx_avx512_and_smallest_node(tmp_path: Path) -> N
     assert cpu.memory_total_bytes == 16 * 1024**3
     assert cpu.memory_available_bytes == 8 * 1024**3
     assert cpu.shm_total_bytes is not None and cpu.shm_total_bytes > 0
+
+
+def test_physical_cores_count_distinct_package_and_core_ids(tmp_path: Path) -> None:
+    cpu = probe_cpu(make_sys_tree(tmp_path, processors=8, threads_per_core=2))
+    assert (cpu.logical_cores, cpu.physical_cores) == (8, 4)
+    two_packages = "".join(f"processor : {i}\nphysical id : {i // 2}\ncore id : 0\n\n" for i in range(4))
+    assert count_physical_cores(two_packages) == 2
+
+
+def test_physical_cores_are_unknown_without_topology(tmp_path: Path) -> None:
+    assert probe_cpu(make_sys_tree(tmp_path, processors=4)).physical_cores is None
 
 
 def test_desktop_tree_without_amx(tmp_path: Path) -> None:

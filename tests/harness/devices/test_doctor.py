@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.devices import DoctorReportV1, hardware_fingerprint, read_catalog, run_doctor
+from harness.devices import DoctorReportV1, fingerprint_record, read_catalog, run_doctor
 from harness.devices.docker_probe import DockerApi
 from harness.runtimes.catalog import default_catalog_path
 from tests.harness.devices.fakes import AMX_XEON_FLAGS, FakeDocker, FakeGpu, FakeNvml, make_sys_tree
@@ -102,7 +102,7 @@ def test_driver_580_gpu_and_nvidia_runtime_is_certifiable_with_fake_nvml() -> No
     assert verdict.reasons == []
     assert "SGLang CUDA image from the catalog (certified)" in verdict.can_do
     assert report.selected == "cuda"
-    fingerprint = hardware_fingerprint(report, "cuda")
+    fingerprint = fingerprint_record(report, "cuda")
     assert fingerprint.gpu_uuid == "GPU-0b3c5a1e-0000-4000-8000-000000000001"
     assert fingerprint.driver_version == "580.65.06"
     assert fingerprint.compute_capability == "9.0"
@@ -159,9 +159,27 @@ def test_catalog_view_finds_only_certifiable_digest_pinned_images(tmp_path: Path
 
 
 def test_python_env_runtime_is_not_an_image(tmp_path: Path) -> None:
-    # The generic-CPU runtime is pinned (hash lock) but is no certifiable image.
+    # The generic-CPU runtime is pinned (hash lock) but is no certifiable image; the CUDA one is certifiable.
     view = read_catalog(_catalog_copy(tmp_path, None))
     assert view.pinned == {}
+    assert view.python_env == {"cuda": True}
+
+
+def test_cuda_python_env_runtime_is_certifiable_without_docker_with_fake_nvml(tmp_path: Path) -> None:
+    """Fake NVML describes an H200 (no GPU here); no Docker at all: the python-env CUDA runtime suffices."""
+
+    def no_docker() -> FakeDocker:
+        raise ConnectionError("no Docker on this GPU machine")
+
+    report = run_doctor("cuda", nvml=FakeNvml(), docker_factory=no_docker, catalog_path=_catalog_copy(tmp_path, None))
+    verdict = report.devices["cuda"]
+    assert verdict.certifiable and verdict.reasons == [], verdict.reasons
+    assert "certifiable CUDA python-env runtime from the catalog (process launcher, certified)" in verdict.can_do
+    assert report.selected == "cuda"
+    # without a driver the runtime does not help: the GPU reason stays
+    no_driver = run_doctor("cuda", nvml=FakeNvml(init_error=RuntimeError("x")), catalog_path=_catalog_copy(tmp_path / "b", None))
+    assert not no_driver.devices["cuda"].certifiable
+    assert no_driver.devices["cuda"].reasons[0].startswith("no NVIDIA driver")
 
 
 def test_unreadable_catalog_is_named_in_the_reason(tmp_path: Path) -> None:

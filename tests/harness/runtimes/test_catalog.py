@@ -13,14 +13,14 @@ from harness.ids import digest_json
 from harness.runtimes import get_runtime, load_catalog, require_certifiable_pin, runtime_source_dir
 from tests.harness.runtimes.conftest import GENERIC
 
-NAMES = ["sglang-0.5.15.post1-cpu", "sglang-0.5.16-cuda", GENERIC]
+NAMES = ["sglang-0.5.15.post1-cpu", "sglang-0.5.16-cuda", GENERIC, "sglang-0.5.23-cuda"]
 
 
 def _by_name(path: Path | None = None) -> dict[str, InferenceRuntimeManifestV1]:
     return {m.name: m for m in load_catalog(path)}
 
 
-def test_catalog_has_the_three_runtimes_in_order() -> None:
+def test_catalog_has_the_four_runtimes_in_order() -> None:
     assert [m.name for m in load_catalog()] == NAMES
 
 

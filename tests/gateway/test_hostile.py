@@ -96,6 +96,7 @@ def test_a_10mb_declared_body_is_refused_413_before_it_is_read(engine: Engine, g
         f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token_of(run)}\r\n"
         f"Content-Type: application/json\r\nContent-Length: {10 << 20}\r\n\r\n"
     ).encode()
+    assert gateway.gw.port is not None
     reply = _raw_exchange(gateway.gw.port, head, b'{"model": "tiny-wire", "messages": [')
     status_line, _, rest = reply.partition(b"\r\n")
     assert status_line.startswith(b"HTTP/1.1 413"), reply[:300]
@@ -346,7 +347,7 @@ def test_the_openai_sdk_raises_the_matching_class_for_each_refusal(
         msgs: Any = [{"role": "user", "content": "hello"}]
 
         with pytest.raises(openai.BadRequestError) as bad:
-            client.chat.completions.create(model="tiny-wire", messages=msgs, stream_options="yes")  # type: ignore[arg-type]
+            client.chat.completions.create(model="tiny-wire", messages=msgs, stream_options="yes")  # type: ignore[call-overload]
         assert (bad.value.code, bad.value.param, bad.value.type) == (
             "inference_parameter_conflict",
             "stream_options",

@@ -110,13 +110,36 @@ def _common(body: dict[str, Any]) -> None:
     _free(body, "metadata", "")
 
 
+def _tool_names(body: dict[str, Any], chat: bool) -> list[Any]:
+    tools = body.get("tools")
+    if not isinstance(tools, list):
+        return []
+    if chat:
+        return [t["function"].get("name") for t in tools if isinstance(t, dict) and isinstance(t.get("function"), dict)]
+    return [t.get("name") for t in tools if isinstance(t, dict)]
+
+
+def _choice_matches_tools(body: dict[str, Any], name: str | None, chat: bool) -> None:
+    """serving_chat._validate_request: 'required' needs tools, a named function must be one of them."""
+    names = _tool_names(body, chat)
+    if name is None:
+        if not names:
+            raise _bad("tool_choice", "'required' needs tools")
+    elif name not in names:
+        raise _bad("tool_choice", f"names {name!r}, which is not among the request's tools")
+
+
 def _chat_tool_choice(body: dict[str, Any]) -> None:
     choice = body.get("tool_choice")
-    if choice is None or _one_of(choice, _TOOL_CHOICE_MODES):
+    if choice is None or choice in ("auto", "none"):
+        return
+    if choice == "required":
+        _choice_matches_tools(body, None, chat=True)
         return
     if isinstance(choice, dict) and choice.get("type", "function") == "function":
         fn = choice.get("function")
         if isinstance(fn, dict) and isinstance(fn.get("name"), str):
+            _choice_matches_tools(body, fn["name"], chat=True)
             return
     raise _bad("tool_choice", "must be 'auto', 'required', 'none' or {'type': 'function', 'function': {'name': ...}}")
 

@@ -161,6 +161,8 @@ MALFORMED: list[tuple[str, dict[str, Any], str]] = [
     ("chat", _chat(stop=["a", 1]), "stop"),
     ("chat", _chat(tools=[_tool()], tool_choice=7), "tool_choice"),
     ("chat", _chat(tools=[_tool()], tool_choice={"type": "function"}), "tool_choice"),
+    ("chat", _chat(tools=[_tool()], tool_choice={"type": "function", "function": {"name": "g"}}), "tool_choice"),
+    ("chat", _chat(tool_choice="required"), "tool_choice"),
     ("chat", _chat(tools=[{"type": "function", "function": "f"}]), "tools[0].function"),
     ("chat", _chat(tools=[{"type": "function", "function": {"name": ["f"]}}]), "tools[0].function.name"),
     ("chat", _chat(tools=[_tool(parameters="object")]), "tools[0].function.parameters"),

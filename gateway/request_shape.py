@@ -61,6 +61,12 @@ def _one_of(value: Any, choices: frozenset[str]) -> bool:
     return isinstance(value, str) and value in choices  # a list or dict is unhashable: never ``in`` a set
 
 
+def _opt_enum(obj: dict[str, Any], key: str, choices: frozenset[str], where: str) -> None:
+    value = obj.get(key)
+    if value is not None and not _one_of(value, choices):
+        raise _bad(f"{where}{key}", f"must be one of {sorted(choices)}")
+
+
 def _int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -163,26 +169,35 @@ def _chat_tools(body: dict[str, Any]) -> None:
         _free(fn, "parameters", f"{where}function.")
 
 
-def _response_format(body: dict[str, Any]) -> None:
-    fmt = body.get("response_format")
-    if fmt is None:
-        return
-    fmt = _dict(fmt, "response_format")
+def _format(value: Any, where: str) -> tuple[dict[str, Any], str]:
+    """An output format object (chat's ``response_format``, Responses' ``text.format``) and its type."""
+    fmt = _dict(value, where)
     kind = fmt.get("type")
     if not _one_of(kind, _RESPONSE_FORMATS):
-        raise _bad("response_format.type", "must be 'text', 'json_object' or 'json_schema'")
+        raise _bad(f"{where}.type", "must be 'text', 'json_object' or 'json_schema'")
+    return fmt, str(kind)
+
+
+def _response_format(body: dict[str, Any]) -> None:
+    if body.get("response_format") is None:
+        return
+    fmt, kind = _format(body["response_format"], "response_format")
     if "schema" in fmt:
         raise _bad("response_format.schema", "put the schema in response_format.json_schema.schema")
     if kind != "json_schema":
         if fmt.get("json_schema") is not None:
             raise _bad("response_format.json_schema", "is only for type 'json_schema'")
         return
-    spec = _dict(fmt.get("json_schema"), "response_format.json_schema")
+    _json_schema(_dict(fmt.get("json_schema"), "response_format.json_schema"), "response_format.json_schema.")
+
+
+def _json_schema(spec: dict[str, Any], where: str) -> None:
+    """A named JSON schema: chat's ``response_format.json_schema``, Responses' ``text.format``."""
     if not isinstance(spec.get("name"), str):
-        raise _bad("response_format.json_schema.name", "must be a string")
-    _opt_str(spec, "description", "response_format.json_schema.")
-    _opt_bool(spec, "strict", "response_format.json_schema.")
-    _free(spec, "schema", "response_format.json_schema.")
+        raise _bad(f"{where}name", "must be a string")
+    _opt_str(spec, "description", where)
+    _opt_bool(spec, "strict", where)
+    _free(spec, "schema", where)
 
 
 def _reasoning_effort(body: dict[str, Any]) -> None:
@@ -284,24 +299,14 @@ def _text(body: dict[str, Any]) -> None:
     if text is None:
         return
     text = _dict(text, "text")
-    verbosity = text.get("verbosity")
-    if verbosity is not None and not _one_of(verbosity, _VERBOSITY):
-        raise _bad("text.verbosity", f"must be one of {sorted(_VERBOSITY)}")
-    fmt = text.get("format")
-    if fmt is None:
+    _opt_enum(text, "verbosity", _VERBOSITY, "text.")
+    if text.get("format") is None:
         return
-    fmt = _dict(fmt, "text.format")
-    kind = fmt.get("type")
-    if not _one_of(kind, _RESPONSE_FORMATS):
-        raise _bad("text.format.type", "must be 'text', 'json_object' or 'json_schema'")
+    fmt, kind = _format(text["format"], "text.format")
     if kind == "json_schema":
-        if not isinstance(fmt.get("name"), str):
-            raise _bad("text.format.name", "must be a string")
         if not isinstance(fmt.get("schema"), dict):
             raise _bad("text.format.schema", "must be an object")
-        _opt_str(fmt, "description", "text.format.")
-        _opt_bool(fmt, "strict", "text.format.")
-        _free(fmt, "schema", "text.format.")
+        _json_schema(fmt, "text.format.")
 
 
 def _reasoning(body: dict[str, Any]) -> None:
@@ -309,13 +314,9 @@ def _reasoning(body: dict[str, Any]) -> None:
     if reasoning is None:
         return
     reasoning = _dict(reasoning, "reasoning")
-    effort = reasoning.get("effort")
-    if effort is not None and not _one_of(effort, _EFFORT_TIERS):
-        raise _bad("reasoning.effort", f"must be one of {sorted(_EFFORT_TIERS)}")
-    for key in ("summary", "generate_summary"):
-        value = reasoning.get(key)
-        if value is not None and not _one_of(value, _SUMMARIES):
-            raise _bad(f"reasoning.{key}", f"must be one of {sorted(_SUMMARIES)}")
+    _opt_enum(reasoning, "effort", _EFFORT_TIERS, "reasoning.")
+    _opt_enum(reasoning, "summary", _SUMMARIES, "reasoning.")
+    _opt_enum(reasoning, "generate_summary", _SUMMARIES, "reasoning.")
 
 
 def check_responses_shape(body: dict[str, Any]) -> None:

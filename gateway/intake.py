@@ -8,9 +8,12 @@ Owns :func:`body_limit` (the per-lock byte limit), :func:`read_body` and :func:`
   refused before a byte of the body is read; a chunked body is read only up to the limit. Either way the
   answer is 413 ``inference_request_too_large``.
 - ``json.loads`` guards its own recursion: a nesting bomb raises ``RecursionError`` at the interpreter's
-  limit, which is refused as a malformed body. Free-form values the gateway forwards (tool schemas,
-  metadata) are walked iteratively by :func:`check_depth`, so nothing deeper than :data:`MAX_DEPTH` reaches
-  recursive code downstream (the template's ``tojson``, our encoder, the engine's validators).
+  limit, which is refused as a malformed body. That limit depends on the stack the parser runs on, so a
+  body just under the gateway's can be over the engine's (the fake engine answered a 980-deep tool schema
+  with a bare 500): a body may nest at most :data:`BODY_MAX_DEPTH` deep. The walk that proves it
+  (:func:`check_depth`, iterative) runs only when the body has more brackets than that, which agent
+  requests of ordinary length do not. Rarely sent free-form values (metadata, output-format schemas) are
+  held to :data:`MAX_DEPTH`.
 """
 
 from __future__ import annotations
@@ -22,11 +25,12 @@ from aiohttp import web
 
 from harness.errors import HitchError
 
-__all__ = ["MAX_DEPTH", "body_limit", "check_depth", "parse_object", "read_body"]
+__all__ = ["BODY_MAX_DEPTH", "MAX_DEPTH", "body_limit", "check_depth", "parse_object", "read_body"]
 
 _BYTES_PER_TOKEN = 32
 _SLACK_BYTES = 1 << 20
 MAX_DEPTH = 64
+BODY_MAX_DEPTH = 512
 
 
 def body_limit(context_tokens: int, override: int | None = None) -> int:
@@ -67,21 +71,30 @@ def parse_object(raw: bytes) -> dict[str, Any]:
         body = None
     if not isinstance(body, dict):
         raise HitchError("inference_protocol_unsupported", "the request body must be a JSON object", {})
+    if raw.count(b"{") + raw.count(b"[") > BODY_MAX_DEPTH:  # else it cannot nest that deep: no walk
+        try:
+            check_depth(body, "body", BODY_MAX_DEPTH)
+        except HitchError:
+            raise HitchError(
+                "inference_protocol_unsupported", f"the request body nests deeper than {BODY_MAX_DEPTH} levels", {}
+            ) from None
     return body
 
 
 def check_depth(value: Any, param: str, limit: int = MAX_DEPTH) -> None:
-    """Refuse ``value`` when its containers nest deeper than ``limit`` (iterative: no recursion to blow)."""
-    if not isinstance(value, dict | list):
-        return
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
+    """Refuse ``value`` when its containers nest deeper than ``limit``: a level-by-level walk (no recursion
+    to blow, no per-node allocation beyond the next level's list)."""
+    level = [value] if type(value) is dict or type(value) is list else []
+    depth = 0
+    while level:
+        depth += 1
         if depth > limit:
             raise HitchError(
                 "inference_parameter_conflict", f"{param} nests deeper than {limit} levels", {"parameter": param, "limit": limit}
             )
-        children = node.values() if isinstance(node, dict) else node
-        for child in children:
-            if isinstance(child, dict | list):
-                stack.append((child, depth + 1))
+        nxt = []
+        for node in level:
+            for child in node.values() if type(node) is dict else node:
+                if type(child) is dict or type(child) is list:
+                    nxt.append(child)
+        level = nxt

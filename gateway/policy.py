@@ -290,6 +290,13 @@ def _responses(
 def apply_policy(route: RouteName, raw: bytes, lock: InferenceLockV1, wire_model: str) -> PreparedRequest:
     """Check ``raw`` against the lock; the returned body is what the engine receives."""
     body = parse_object(raw)
+    try:
+        return _prepare(route, raw, body, lock, wire_model)
+    except RecursionError:  # a value nested almost to json's own limit reached recursive code (our encoder)
+        raise HitchError("inference_protocol_unsupported", "the request nests too deeply", {}) from None
+
+
+def _prepare(route: RouteName, raw: bytes, body: dict[str, Any], lock: InferenceLockV1, wire_model: str) -> PreparedRequest:
     allowed = _CHAT_KEYS if route == "/v1/chat/completions" else _RESPONSES_KEYS
     extra = body.keys() - allowed
     if extra:

@@ -11,7 +11,10 @@ The rules follow ``sglang/srt/entrypoints/openai/protocol.py`` (0.5.23): ``Strea
 ``ResponseFormat``/``JsonSchemaResponseFormat``, ``Tool``/``Function``, ``ToolChoice``, the message params,
 ``ResponsesRequest.include``/``text``/``reasoning``/``tool_choice``/``tools`` (``ResponseTool``). Where
 pydantic would coerce ("true" for a bool, 1.0 for an int) the gateway is strict: OpenAI's wire types only.
-Free-form values (schemas, metadata) are bounded in depth (:func:`gateway.intake.check_depth`).
+Rarely sent free-form values (metadata, output-format schemas) are bounded in depth
+(:func:`gateway.intake.check_depth`). Tool schemas, sent with every agent request, are held only to the body's
+depth limit (:data:`gateway.intake.BODY_MAX_DEPTH`); SGLang's own schema check answers 400 on a schema too
+deep for it.
 
 Cost: one pass over the keys present, plus the messages/items the policy walks anyway; nothing is copied.
 """
@@ -166,7 +169,8 @@ def _chat_tools(body: dict[str, Any]) -> None:
         _opt_str(fn, "description", f"{where}function.")
         _opt_bool(fn, "strict", f"{where}function.")
         _opt_bool(fn, "defer_loading", f"{where}function.")
-        _free(fn, "parameters", f"{where}function.")
+        if fn.get("parameters") is not None:
+            _dict(fn["parameters"], f"{where}function.parameters")
 
 
 def _format(value: Any, where: str) -> tuple[dict[str, Any], str]:
@@ -231,10 +235,12 @@ def _tool_calls(calls: Any, where: str) -> None:
 
 
 def check_chat_message(msg: dict[str, Any], i: int) -> None:
-    where = f"messages[{i}]."
     role = msg.get("role")
-    if not isinstance(role, str) or role.lower() not in _CHAT_ROLES:
-        raise _bad(f"{where}role", f"must be one of {sorted(_CHAT_ROLES)}")
+    if not isinstance(role, str) or (role not in _CHAT_ROLES and role.lower() not in _CHAT_ROLES):
+        raise _bad(f"messages[{i}].role", f"must be one of {sorted(_CHAT_ROLES)}")
+    if len(msg) == 2 and msg.get("content") is not None:
+        return  # {"role", "content"}: most of a conversation, and the content is checked by the policy
+    where = f"messages[{i}]."
     if role.lower() == "user" and msg.get("content") is None:
         raise _bad(f"{where}content", "a user message needs content")
     for key in ("name", "tool_call_id", "reasoning_content"):
@@ -283,7 +289,8 @@ def _responses_tools(body: dict[str, Any]) -> None:
         _opt_str(tool, "description", where)
         _opt_bool(tool, "strict", where)
         _opt_bool(tool, "defer_loading", where)
-        _free(tool, "parameters", where)
+        if tool.get("parameters") is not None:
+            _dict(tool["parameters"], f"{where}parameters")
 
 
 def _include(body: dict[str, Any]) -> None:

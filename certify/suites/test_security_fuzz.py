@@ -34,7 +34,7 @@ CHECKS = [
 ]
 
 SEED = 19
-CASES = {"fake": 400, "sglang": 120}
+CASES = {"fake": 400, "sglang": 300}
 MAX_RSS_GROWTH_MB = 50
 
 

@@ -241,7 +241,7 @@ def test_malformed_messages_match(fake_answers: ProbeCache, sglang_answers: Prob
     if real.kind != "json":
         assert fake.body == real.body
         return
-    f, r = (o.body.get("error", o.body) for o in (fake, real))  # type: ignore[union-attr]
+    f, r = (o.body.get("error", o.body) for o in (fake, real))
     assert f["message"] == _SOURCE_LOCATION.sub("", r["message"]), (f["message"], r["message"])
 
 

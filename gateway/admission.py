@@ -4,7 +4,10 @@ Owns :class:`FairQueue` and :class:`Permit`. A queue has as many permits as the 
 ``max_running_requests``; a request takes one before it is forwarded and gives it back exactly once
 (:meth:`Permit.release` is idempotent and counted). Waiters are kept per run and served round-robin across
 runs, FIFO within a run, so one run flooding the queue cannot starve another. A waiter that is not served
-within its queue timeout gets ``inference_queue_timeout``; a full queue is refused the same way at once.
+within its queue timeout gets ``inference_queue_timeout``; a request finding the queue full (the lock's
+``max_queued_requests`` waiting, as the engine's own queue would hold) is refused at once with 429
+``inference_queue_full``, so a client sees what the engine itself would answer, never a 200 with an in-band
+error.
 A waiter cancelled (client gone) leaves the queue; if a permit was handed to it at that instant, the
 permit is passed on, never lost.
 """
@@ -57,6 +60,7 @@ class FairQueue:
         self.released = 0
         self.repeat_releases = 0
         self.timeouts = 0
+        self.refused_full = 0
 
     @property
     def in_use(self) -> int:
@@ -72,8 +76,12 @@ class FairQueue:
             self.acquired += 1
             return Permit(self)
         if self._n_waiting >= self.max_waiting:
-            self.timeouts += 1
-            raise HitchError("inference_queue_timeout", "the gateway queue is full", {"max_waiting": self.max_waiting})
+            self.refused_full += 1
+            raise HitchError(
+                "inference_queue_full",
+                f"the queue is full ({self.max_waiting} waiting); retry later",
+                {"max_waiting": self.max_waiting},
+            )
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         line = self._waiting.get(run_id)
         if line is None:

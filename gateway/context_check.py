@@ -11,6 +11,12 @@ needed. The rendered size itself comes, when it can be proven, from :class:`gate
 (one instrumented render per message skeleton, then arithmetic on the texts' byte lengths), so a request
 that provably fits is neither rendered nor tokenized. This is an upper bound, never an estimate; a request
 whose bound does not fit, or whose skeleton cannot be proven, is rendered and counted exactly.
+
+The same tokenizers also give a lower bound: no token covers more bytes than the longest entry of the
+vocabulary or the added tokens (``max_token_bytes``), so ``tokens >= ceil(utf8_bytes / max_token_bytes)``.
+A rendered prompt whose lower bound already cannot fit is refused without tokenizing it (a 1 MB prompt
+tokenized whole costs hundreds of MB of RSS that stay). What is tokenized is therefore at most
+``context * max_token_bytes`` bytes, and the request body itself is bounded (:mod:`gateway.intake`).
 """
 
 from __future__ import annotations
@@ -47,6 +53,15 @@ def _token_text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
+def _max_token_bytes(tok_json: dict[str, Any]) -> int:
+    """The most input bytes one token can cover: byte-level vocab entries are one char per byte; added
+    tokens match their content literally."""
+    vocab = (tok_json.get("model") or {}).get("vocab") or {}
+    longest = max((len(t) for t in vocab), default=1)
+    added = [a.get("content") for a in tok_json.get("added_tokens") or [] if isinstance(a, dict)]
+    return max([longest, *(len(a.encode("utf-8")) for a in added if isinstance(a, str))])
+
+
 def _byte_bounded(tok_json: dict[str, Any]) -> bool:
     """True when every token of this tokenizer covers >= 1 byte of input (byte-level BPE, no normalizer)."""
     if tok_json.get("normalizer") is not None:
@@ -68,7 +83,14 @@ class ContextVerdict:
 class ContextChecker:
     """The tokenizer + chat template of one checkpoint directory (build with :meth:`for_dir`)."""
 
-    def __init__(self, tokenizer: Tokenizer, template: str, specials: dict[str, str], byte_bounded: bool) -> None:
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        template: str,
+        specials: dict[str, str],
+        byte_bounded: bool,
+        max_token_bytes: int | None = None,
+    ) -> None:
         # the environment transformers' apply_chat_template renders in (SGLang's jinja path uses it)
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=HF_EXTENSIONS)
         env.filters["tojson"] = hf_tojson
@@ -78,12 +100,15 @@ class ContextChecker:
         self._tokenizer = tokenizer
         self._specials = specials
         self._byte_bounded = byte_bounded
+        # the lower bound needs every byte covered by a token (byte-level BPE, no normalizer)
+        self._max_token_bytes = max_token_bytes if byte_bounded else None
         self._format = content_format(template)
         hf_globals = {"raise_exception": _raise_exception, "strftime_now": _strftime_now}
         self._inline_system = supports_inline_system(template, hf_globals)
         self._bound = TemplateBound(template, {"raise_exception": _raise_exception}, specials) if byte_bounded else None
         self.renders = 0  # exact renders (the tests watch this)
         self.skipped = 0  # requests answered by the proven bound alone
+        self.refused_untokenized = 0  # requests refused by the lower bound alone
 
     @classmethod
     def for_dir(cls, directory: Path) -> ContextChecker:
@@ -107,7 +132,8 @@ class ContextChecker:
         if not isinstance(template, str):
             raise HitchError("local_model_invalid", "the model has no chat template", {"dir": str(directory)})
         specials = {k: _token_text(cfg.get(k)) for k in ("bos_token", "eos_token", "unk_token", "pad_token")}
-        return cls(tokenizer, template, specials, _byte_bounded(tok_json))
+        bounded = _byte_bounded(tok_json)
+        return cls(tokenizer, template, specials, bounded, _max_token_bytes(tok_json) if bounded else None)
 
     def view(self, messages: list[dict[str, Any]], responses: bool = False) -> list[dict[str, Any]]:
         """The messages this template renders for a request's (SGLang-normalized) messages."""
@@ -127,6 +153,12 @@ class ContextChecker:
         except TemplateError as exc:
             raise HitchError(
                 "inference_protocol_unsupported", f"the model's chat template refused the input: {exc.message}", {}
+            ) from exc
+        except (TypeError, ValueError, AttributeError, KeyError, IndexError, RecursionError, OverflowError) as exc:
+            # The template's own code failed on this input (e.g. "+" on a null field, a float tojson cannot
+            # encode). SGLang answers that with a 500, so it is refused here as the input's fault.
+            raise HitchError(
+                "inference_protocol_unsupported", f"the model's chat template cannot render the input: {type(exc).__name__}", {}
             ) from exc
 
     def count(self, text: str) -> int:
@@ -154,9 +186,19 @@ class ContextChecker:
                     return ContextVerdict(None, bound)
         text = self.render(messages, tools, template_kwargs)
         if self._byte_bounded:
-            bound = len(text.encode("utf-8")) + 1
+            size = len(text.encode("utf-8"))
+            bound = size + 1
             if bound < context and bound + budget <= context:
                 return ContextVerdict(None, bound)
+            if self._max_token_bytes:
+                least = -(-size // self._max_token_bytes)
+                if least >= context or least + budget > context:
+                    self.refused_untokenized += 1
+                    raise HitchError(
+                        "inference_context_exceeded",
+                        f"the input is at least {least} tokens and the output budget {budget}; the context holds {context}",
+                        {"prompt_tokens_at_least": least, "max_output_tokens": budget, "context_tokens": context},
+                    )
         tokens = self.count(text)
         if tokens >= context or tokens + budget > context:
             raise HitchError(

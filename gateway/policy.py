@@ -31,6 +31,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.intake import parse_object
+from gateway.request_shape import check_chat_message, check_chat_shape, check_item, check_responses_shape
 from gateway.routes import RouteName
 from gateway.sglang_view import chat_messages, responses_messages, template_tools
 from harness.contracts.lock import InferenceLockV1
@@ -146,18 +148,20 @@ def _check_text(content: Any, where: str) -> None:
     if content is None or isinstance(content, str):
         return
     if isinstance(content, list):
-        for part in content:
+        for j, part in enumerate(content):
             if isinstance(part, str):
                 continue
             kind = part.get("type") if isinstance(part, dict) else None
-            if kind not in _TEXT_PARTS:
+            if not isinstance(kind, str) or kind not in _TEXT_PARTS:
                 raise HitchError(
-                    "inference_modality_unsupported", f"{where}: content part {kind!r} is not text", {"part_type": kind}
+                    "inference_modality_unsupported",
+                    f"{where}: content part {kind!r} is not text",
+                    {"part_type": kind if isinstance(kind, str) else None, "parameter": f"{where}.content[{j}].type"},
                 )
             if not isinstance(part.get("text"), str):
-                raise _conflict(f"{where}: a text part needs a string 'text'")
+                raise _conflict(f"{where}: a text part needs a string 'text'", parameter=f"{where}.content[{j}].text")
         return
-    raise _conflict(f"{where}: content must be a string or a list of text parts")
+    raise _conflict(f"{where}: content must be a string or a list of text parts", parameter=f"{where}.content")
 
 
 def _tools_policy(body: dict[str, Any], lock: InferenceLockV1, responses: bool) -> tuple[bool, list[dict[str, Any]] | None]:
@@ -169,10 +173,10 @@ def _tools_policy(body: dict[str, Any], lock: InferenceLockV1, responses: bool) 
         raise _conflict("tools must be a list", parameter="tools")
     if not lock.protocol.tool_calls:
         raise _conflict("the lock does not enable tool calls", parameter="tools")
-    for tool in tools:
+    for i, tool in enumerate(tools):
         kind = tool.get("type") if isinstance(tool, dict) else None
         if kind != "function":
-            raise _conflict(f"tool type {kind!r} is not supported; only function tools", parameter="tools")
+            raise _conflict(f"tool type {kind!r} is not supported; only function tools", parameter=f"tools[{i}].type")
     parallel = body.get("parallel_tool_calls")
     if parallel is None:
         body["parallel_tool_calls"] = lock.protocol.parallel_tool_calls
@@ -192,7 +196,11 @@ def _chat(body: dict[str, Any], lock: InferenceLockV1) -> tuple[bool, int, list[
         raise _conflict("store=true is not supported", parameter="store")
     modalities = body.get("modalities")
     if modalities is not None and modalities != ["text"]:
-        raise HitchError("inference_modality_unsupported", "only text output is supported", {"modalities": modalities})
+        raise HitchError(
+            "inference_modality_unsupported",
+            "only text output is supported",
+            {"modalities": modalities, "parameter": "modalities"},
+        )
     given = [(k, body[k]) for k in ("max_completion_tokens", "max_tokens") if body.get(k) is not None]
     if len(given) == 2 and given[0][1] != given[1][1]:
         raise _conflict("max_completion_tokens and max_tokens disagree", parameter="max_tokens")
@@ -207,7 +215,8 @@ def _chat(body: dict[str, Any], lock: InferenceLockV1) -> tuple[bool, int, list[
         raise _conflict("messages must be a non-empty list", parameter="messages")
     for i, msg in enumerate(raw):
         if not isinstance(msg, dict):
-            raise _conflict(f"messages[{i}] must be an object", parameter="messages")
+            raise _conflict(f"messages[{i}] must be an object", parameter=f"messages[{i}]")
+        check_chat_message(msg, i)
         _check_text(msg.get("content"), f"messages[{i}]")
     tools_changed, tools = _tools_policy(body, lock, responses=False)
     return changed or tools_changed, budget, chat_messages(raw), tools
@@ -225,9 +234,13 @@ def _check_responses_input(body: dict[str, Any]) -> None:
         raise _conflict("input must be a string or a non-empty list", parameter="input")
     for i, item in enumerate(inp):
         if not isinstance(item, dict):
-            raise _conflict(f"input[{i}] must be an object", parameter="input")
+            raise _conflict(f"input[{i}] must be an object", parameter=f"input[{i}]")
         kind = item.get("type", "message")
         where = f"input[{i}]"
+        if not isinstance(kind, str):
+            raise _conflict(f"{where}: type must be a string", parameter=f"{where}.type")
+        if kind in ("message", "function_call", "function_call_output", "reasoning"):
+            check_item(item, kind, i)
         if kind == "message":
             _check_text(item.get("content"), where)
         elif kind == "function_call_output":
@@ -237,9 +250,13 @@ def _check_responses_input(body: dict[str, Any]) -> None:
         elif kind in ("function_call", "reasoning"):
             continue
         elif kind in ("input_image", "input_file", "input_audio", "image_generation_call"):
-            raise HitchError("inference_modality_unsupported", f"{where}: {kind} is not text", {"part_type": kind})
+            raise HitchError(
+                "inference_modality_unsupported",
+                f"{where}: {kind} is not text",
+                {"part_type": kind, "parameter": f"{where}.type"},
+            )
         else:
-            raise _conflict(f"{where}: item type {kind!r} is not supported", parameter="input")
+            raise _conflict(f"{where}: item type {kind!r} is not supported", parameter=f"{where}.type")
 
 
 def _responses(
@@ -272,17 +289,20 @@ def _responses(
 
 def apply_policy(route: RouteName, raw: bytes, lock: InferenceLockV1, wire_model: str) -> PreparedRequest:
     """Check ``raw`` against the lock; the returned body is what the engine receives."""
+    body = parse_object(raw)
     try:
-        body = json.loads(raw)
-    except ValueError:
-        body = None
-    if not isinstance(body, dict):
-        raise HitchError("inference_protocol_unsupported", "the request body must be a JSON object", {})
+        return _prepare(route, raw, body, lock, wire_model)
+    except RecursionError:  # a value nested almost to json's own limit reached recursive code (our encoder)
+        raise HitchError("inference_protocol_unsupported", "the request nests too deeply", {}) from None
+
+
+def _prepare(route: RouteName, raw: bytes, body: dict[str, Any], lock: InferenceLockV1, wire_model: str) -> PreparedRequest:
     allowed = _CHAT_KEYS if route == "/v1/chat/completions" else _RESPONSES_KEYS
     extra = body.keys() - allowed
     if extra:
         unknown = sorted(extra)
-        raise _conflict(f"unsupported parameter(s): {', '.join(unknown)}", parameters=unknown)
+        one = {"parameter": unknown[0]} if len(unknown) == 1 else {}
+        raise _conflict(f"unsupported parameter(s): {', '.join(unknown)}", parameters=unknown, **one)
     if body.get("model") != wire_model:
         raise _conflict(f"model must be {wire_model!r}", parameter="model", wire_model=wire_model)
     stream = body.get("stream", False)
@@ -290,8 +310,12 @@ def apply_policy(route: RouteName, raw: bytes, lock: InferenceLockV1, wire_model
         raise _conflict("stream must be a boolean", parameter="stream")
     if stream and not lock.protocol.streaming:
         raise _conflict("the lock does not enable streaming", parameter="stream")
-    given = dict(body)
     responses = route != "/v1/chat/completions"
+    if responses:
+        check_responses_shape(body)
+    else:
+        check_chat_shape(body)
+    given = dict(body)
     if responses:
         changed, budget, messages, tools = _responses(body, lock)
         reasoning = body.get("reasoning")

@@ -13,6 +13,7 @@ The gateway binds loopback by default; metrics are served on a second loopback p
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from dataclasses import dataclass
@@ -31,9 +32,10 @@ from gateway.auth import bearer_token, engine_headers
 from gateway.bindings import BindingRegistry, UpstreamTarget
 from gateway.capture import CaptureLedger, CaptureMode, RequestCapture, RunCapture
 from gateway.evidence import EvidenceLog
+from gateway.intake import body_limit, read_body
 from gateway.metrics import GatewayMetrics, build_metrics_app
 from gateway.policy import apply_policy
-from gateway.replies import REQUEST_ID_HEADER, error_reply, hitch_error_reply, json_reply
+from gateway.replies import REQUEST_ID_HEADER, SERVER_NAME, error_reply, hitch_error_reply, json_reply
 from gateway.routes import match_route
 from gateway.transport import Exchange, open_upstream, relay_stream, relay_unary
 from gateway.writer import BackgroundWriter
@@ -43,8 +45,27 @@ from harness.paths import ensure_private_dir
 
 __all__ = ["Gateway", "GatewayConfig"]
 
+log = logging.getLogger("gateway.server")
+
 _OFFLOAD_BODY_BYTES = 256 * 1024  # above this the context check runs in a worker thread
 _CLIENT_CLOSED = 499
+_READ_CAP = 1 << 30  # aiohttp's own cap; unused, since bodies are read by gateway.intake.read_body
+
+
+class _Protocol(RequestHandler):
+    """aiohttp's connection handler, whose own error answers (malformed HTTP) name no server version."""
+
+    def handle_error(
+        self, request: web.BaseRequest, status: int = 500, exc: BaseException | None = None, message: str | None = None
+    ) -> web.StreamResponse:
+        resp = super().handle_error(request, status, exc, message)
+        resp.headers["Server"] = SERVER_NAME
+        return resp
+
+
+class _Server(web.Server):
+    def __call__(self) -> RequestHandler:
+        return _Protocol(self, loop=self._loop, **self._kwargs)
 
 
 @dataclass(frozen=True)
@@ -55,8 +76,8 @@ class GatewayConfig:
     metrics_port: int | None = 0
     capture: CaptureMode = "off"
     capture_limit_bytes: int = 16 << 20
-    max_waiting: int = 4096
-    max_body_bytes: int = 32 << 20
+    max_waiting: int = 4096  # the lock's max_queued_requests bounds each engine's queue below this
+    max_body_bytes: int | None = None  # None: derived per lock from its context (gateway.intake.body_limit)
     max_response_bytes: int = 256 << 20
     queue_timeout_ms: int | None = None
 
@@ -143,7 +164,7 @@ class Gateway:
         task: asyncio.Task[None],
     ) -> web.BaseRequest:
         loop = asyncio.get_running_loop()
-        return web.BaseRequest(message, payload, protocol, writer, task, loop, client_max_size=self.config.max_body_bytes)
+        return web.BaseRequest(message, payload, protocol, writer, task, loop, client_max_size=_READ_CAP)
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60.0, ttl_dns_cache=None, use_dns_cache=False)
@@ -157,7 +178,7 @@ class Gateway:
         )
         # aiohttp's low-level server: the allow-list is the router, so no Application, router or middleware
         # runs per request.
-        server = web.Server(self._handle, request_factory=self._make_request, handler_cancellation=True, access_log=None)
+        server = _Server(self._serve, request_factory=self._make_request, handler_cancellation=True, access_log=None)
         self._runner = web.ServerRunner(server)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.host, self.config.port, backlog=1024)
@@ -199,8 +220,9 @@ class Gateway:
         key = (target.service_id, target.epoch)
         queue = self.queues.get(key)
         if queue is None:
-            permits = target.lock.execution.max_running_requests
-            queue = self.queues[key] = FairQueue(permits, self.config.max_waiting)
+            ex = target.lock.execution
+            waiting = min(ex.max_queued_requests, self.config.max_waiting)
+            queue = self.queues[key] = FairQueue(ex.max_running_requests, waiting)
         return queue
 
     def _queue_rows(self) -> list[tuple[str, int, int, int, int, int]]:
@@ -208,6 +230,27 @@ class Gateway:
             (f"{sid}#{epoch}", q.in_use, q.waiting, q.acquired, q.released, q.repeat_releases)
             for (sid, epoch), q in self.queues.items()
         ]
+
+    async def _serve(self, request: web.BaseRequest) -> web.StreamResponse:
+        """The last resort: no exception reaches aiohttp's default handler (its bare 500 text)."""
+        try:
+            return await self._handle(request)
+        except (asyncio.CancelledError, ConnectionResetError):
+            raise
+        except HitchError as exc:
+            return hitch_error_reply(exc)
+        except Exception as exc:
+            return self._internal_error(request, exc, os.urandom(12).hex())
+
+    def _internal_error(self, request: web.BaseRequest, exc: BaseException, request_id: str) -> web.StreamResponse:
+        self.metrics.refusals["internal_error"] += 1
+        log.error("internal error answering request %s", request_id, exc_info=exc)
+        if request.writer is not None and request.writer.output_size > 0:
+            transport = request.transport
+            if transport is not None:
+                transport.close()  # mid-reply: the client must see a broken reply, never a clean end
+            raise ConnectionResetError("internal error after the reply began") from exc
+        return error_reply("internal_error", "the gateway failed on this request; see its log", request_id)
 
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         t0 = time.perf_counter()
@@ -232,12 +275,12 @@ class Gateway:
             if route.name == "/v1/models":
                 ex.status, ex.http_status = "completed", 200
                 return self._models(ex)
-            raw = await request.read()
             target = binding.target
+            context = target.lock.execution.context_tokens_per_request
+            raw = await read_body(request, body_limit(context, self.config.max_body_bytes))
             prepared = apply_policy(route.name, raw, target.lock, target.wire_model)
             ex.stream, ex.max_output_tokens = prepared.stream, prepared.max_output_tokens
             checker = binding.checker
-            context = target.lock.execution.context_tokens_per_request
             args = (
                 prepared.messages, prepared.tools, prepared.max_output_tokens, context, prepared.responses,
                 prepared.template_kwargs,
@@ -282,6 +325,10 @@ class Gateway:
             if not ex.http_status:
                 ex.http_status = _CLIENT_CLOSED
             raise
+        except Exception as exc:
+            ex.status = "failed" if forwarded else "rejected"
+            ex.error_code, ex.http_status = "internal_error", 500
+            return self._internal_error(request, exc, ex.request_id)
         finally:
             if ex.ended_at is None:
                 ex.ended_at = time.perf_counter()

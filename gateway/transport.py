@@ -34,7 +34,7 @@ from yarl import URL
 
 from gateway.bindings import Binding
 from gateway.capture import RequestCapture
-from gateway.replies import REQUEST_ID_HEADER
+from gateway.replies import REQUEST_ID_HEADER, SERVER_NAME
 from gateway.routes import RouteName
 from gateway.sse import Outcome, StreamObserver, Usage, unary_outcome
 from harness.errors import HitchError
@@ -156,6 +156,7 @@ def _client_headers(upstream: aiohttp.ClientResponse, request_id: str) -> CIMult
         if value is not None:
             headers[name] = value
     headers[REQUEST_ID_HEADER] = request_id
+    headers["Server"] = SERVER_NAME  # never the engine's or aiohttp's, which name versions
     return headers
 
 

@@ -66,11 +66,13 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     # spec §12.2 — request
     "inference_parameter_conflict": _e("request", False, 400, "drop the parameter or match the lock's value"),
     "inference_modality_unsupported": _e("request", False, 400, "send text input only"),
+    "inference_request_too_large": _e("request", False, 413, "send a smaller body; it cannot fit the lock's context"),
     # spec §12.2 — admission / scheduling / startup
     "inference_capacity_exceeded": _e("admission", False, 503, "free resources or lower the profile's needs"),
     "inference_queue_timeout": _e("scheduling", True, 503, "retry later or raise the queue timeout"),
     "inference_start_timeout": _e("scheduling", True, 504, "check the engine log; raise startup_timeout_ms"),
     "inference_port_conflict": _e("scheduling", True, 503, "another server holds the engine port; a new port is tried"),
+    "inference_queue_full": _e("scheduling", True, 429, "retry after the Retry-After delay; the lock bounds the queue"),
     # spec §12.2 — infrastructure
     "inference_oom": _e("infrastructure", True, 502, "give the engine more memory or shrink the token pool"),
     "inference_process_exited": _e("infrastructure", True, 502, "check the engine log"),

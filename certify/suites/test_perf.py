@@ -10,12 +10,14 @@ body). Chat completions, stream and non-stream, a tiny output budget.
   percentiles of each arm's end-to-end time (and of TTFT = first non-empty content delta, for streams);
   added = gateway percentile - direct percentile; reported figures are medians over rounds.
 - Concurrency C (32 on the fake engine, 4 on a real CPU engine, which runs 1-2 requests at once anyway):
-  ``N`` requests per arm per round taken by C workers; throughput = N / elapsed. The gateway queues what
-  exceeds the lock's ``max_running_requests``; the direct arm has no gateway queue, so its workers share a
-  client-side semaphore of the same size (the engine refuses more than its own small queue). Ratio =
-  gateway / direct requests per second, median over rounds.
-- The engine's own queue-full 503 (another client of a shared engine filled its queue; nothing ran) is
-  re-sent for either arm and counted (``engine_queue_full_retries``); any other non-200 fails the run.
+  ``N`` requests per arm per round taken by C workers; throughput = N / elapsed. The gateway admits the
+  lock's ``max_running_requests`` plus ``max_queued_requests`` at once and refuses more with 429, as the
+  engine refuses more than its own queue; so the gateway arm's workers share a client-side semaphore of
+  that size, the direct arm's one of ``max_running_requests``. Ratio = gateway / direct requests per
+  second, median over rounds.
+- The engine's own queue-full 503, and the gateway's queue-full 429 (another client of a shared engine
+  filled its queue; nothing ran) are re-sent and counted (``engine_queue_full_retries``); any other non-200
+  fails the run.
 
 Pass line (§15.4): for each kind, added p50 <= max(20 ms, 5 % of direct p50) and added p95 <= max(20 ms,
 5 % of direct p95); TTFT the same against direct TTFT. Metrics: ``gateway_added_latency_ms`` {p50,p95,p99}
@@ -76,6 +78,7 @@ class Arm:
     url: str  # full chat completions URL
     headers: dict[str, str]
     body: dict[str, bytes]  # kind -> request bytes
+    admitted: int = 0  # requests this target holds at once (running + queued); more wait client-side
 
 
 @dataclass
@@ -112,6 +115,7 @@ def _usage_tokens(raw: bytes) -> int | None:
 
 
 ENGINE_QUEUE_FULL = b"The request queue is full."
+GATEWAY_QUEUE_FULL = b'"code":"inference_queue_full"'
 
 
 async def one(session: aiohttp.ClientSession, arm: Arm, kind: str, retries: dict[str, int]) -> Sample:
@@ -122,13 +126,13 @@ async def one(session: aiohttp.ClientSession, arm: Arm, kind: str, retries: dict
         t0 = time.perf_counter()
         ttft: float | None = None
         async with session.post(arm.url, data=arm.body[kind], headers=arm.headers) as resp:
-            if resp.status == 503:
+            if resp.status in (503, 429):
                 body = await resp.read()
-                if ENGINE_QUEUE_FULL in body:
+                if ENGINE_QUEUE_FULL in body or GATEWAY_QUEUE_FULL in body:
                     retries[arm.name] = retries.get(arm.name, 0) + 1
                     await asyncio.sleep(0.005)
                     continue
-                raise AssertionError(f"{arm.name} {kind}: HTTP 503: {body[:300]!r}")
+                raise AssertionError(f"{arm.name} {kind}: HTTP {resp.status}: {body[:300]!r}")
             if resp.status != 200:
                 raise AssertionError(f"{arm.name} {kind}: HTTP {resp.status}: {(await resp.read())[:300]!r}")
             if kind == "unary":
@@ -161,7 +165,7 @@ async def _measure(arms: dict[str, Arm], plan: Plan, permits: int) -> dict[str, 
                 for _ in range(plan.n_c1):
                     for name in order:
                         c1[name].append(await one(sessions[name], arms[name], kind, retries))
-                conc = {name: await _concurrent(sessions[name], arms[name], kind, plan, permits, retries) for name in order}
+                conc = {name: await _concurrent(sessions[name], arms[name], kind, plan, retries) for name in order}
                 result[kind] = {"c1": c1, "rps": conc}
             rounds.append(result)
     finally:
@@ -170,11 +174,9 @@ async def _measure(arms: dict[str, Arm], plan: Plan, permits: int) -> dict[str, 
     return summarize(rounds, plan, permits, retries)
 
 
-async def _concurrent(
-    session: aiohttp.ClientSession, arm: Arm, kind: str, plan: Plan, permits: int, retries: dict[str, int]
-) -> float:
+async def _concurrent(session: aiohttp.ClientSession, arm: Arm, kind: str, plan: Plan, retries: dict[str, int]) -> float:
     left = plan.n_conc
-    gate = asyncio.Semaphore(permits) if arm.name == "direct" else None
+    gate = asyncio.Semaphore(arm.admitted) if arm.admitted else None
 
     async def worker() -> None:
         nonlocal left
@@ -266,6 +268,7 @@ def build_arms(env: CertifyEnv, plan: Plan) -> tuple[dict[str, Arm], int, str]:
     from harness.daemon.core import load_sealed_lock
 
     lock = load_sealed_lock(env.root, env.run.inference_id)
+    ex = lock.execution
     engine_model = _engine_model(env)
     caller: dict[str, bytes] = {}
     sent: dict[str, bytes] = {}
@@ -281,8 +284,14 @@ def build_arms(env: CertifyEnv, plan: Plan) -> tuple[dict[str, Arm], int, str]:
         sent[kind] = json.dumps({**forwarded, "model": engine_model}).encode()
     json_ct = {"Content-Type": "application/json"}
     arms = {
-        "direct": Arm("direct", env.engine_url + ROUTE, {**env.engine_headers(), **json_ct}, sent),
-        "gateway": Arm("gateway", env.run.base_url + "/chat/completions", {**env.run.headers(), **json_ct}, caller),
+        "direct": Arm("direct", env.engine_url + ROUTE, {**env.engine_headers(), **json_ct}, sent, ex.max_running_requests),
+        "gateway": Arm(
+            "gateway",
+            env.run.base_url + "/chat/completions",
+            {**env.run.headers(), **json_ct},
+            caller,
+            ex.max_running_requests + ex.max_queued_requests,
+        ),
     }
     return arms, lock.execution.max_running_requests, engine_model
 

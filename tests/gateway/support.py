@@ -17,11 +17,14 @@ REPO = Path(__file__).resolve().parents[2]
 __all__ = ["Engine", "GatewayThread", "evidence_rows", "make_lock", "secret_hits", "start_engine", "target_for", "token_of"]
 
 
-def make_lock(*, max_running: int = 1, context: int = 4096, max_output: int | None = None, top_k: int = 0) -> InferenceLockV1:
+def make_lock(
+    *, max_running: int = 1, context: int = 4096, max_output: int | None = None, top_k: int = 0, max_queued: int | None = None
+) -> InferenceLockV1:
     lock = build_lock(
         model_manifest(), runtime_manifest(), device="cpu", profile="baseline", cpu_cores_per_node=2, context_tokens=context
     )
-    ex = lock.execution.model_copy(update={"max_running_requests": max_running, "queue_timeout_ms": 30_000})
+    queued = {"max_queued_requests": max_queued} if max_queued is not None else {}
+    ex = lock.execution.model_copy(update={"max_running_requests": max_running, "queue_timeout_ms": 30_000, **queued})
     gen = lock.generation.model_copy(update={"top_k": top_k, **({"max_output_tokens": max_output} if max_output else {})})
     return lock.model_copy(update={"execution": ex, "generation": gen})
 

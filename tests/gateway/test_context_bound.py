@@ -184,3 +184,28 @@ def test_the_bound_never_admits_what_the_exact_check_refuses(tiny_model: Path) -
             assert exc.code == "inference_context_exceeded"
             got = False
         assert got == fits, json.dumps({"n": n, "exact": exact})
+
+
+def _no_count(*_: Any, **__: Any) -> int:
+    raise AssertionError("the prompt was tokenized")
+
+
+def test_a_prompt_that_cannot_fit_is_refused_without_tokenizing(tiny_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    checker = _fixture_checker(tiny_model)
+    messages = [{"role": "user", "content": "abcdefghij" * 100_000}]  # 1 MB: >= 1 MB / 17 B tokens
+    monkeypatch.setattr(checker, "count", _no_count)
+    with pytest.raises(HitchError) as info:
+        checker.check(messages, None, 16, 4096)
+    assert info.value.code == "inference_context_exceeded"
+    least = info.value.details["prompt_tokens_at_least"]
+    assert least >= 1_000_000 // 17 and checker.refused_untokenized == 1
+    monkeypatch.undo()
+    assert checker.count(checker.render(messages, None)) >= least  # it is a lower bound
+
+
+def test_the_lower_bound_never_refuses_what_fits(tiny_model: Path) -> None:
+    checker = _fixture_checker(tiny_model)
+    messages = [{"role": "user", "content": "hello there " * 300}]
+    tokens = _exact_tokens(checker, messages)
+    assert checker.check(messages, None, 16, tokens + 16).prompt_tokens == tokens
+    assert checker.refused_untokenized == 0

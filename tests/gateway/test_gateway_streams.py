@@ -183,7 +183,7 @@ def test_queue_timeout_is_503_with_the_code(engine: Engine, gateway: GatewayThre
 
 
 def test_fairness_one_run_cannot_starve_another(engine: Engine, gateway: GatewayThread) -> None:
-    target = target_for(engine, make_lock(max_running=1))
+    target = target_for(engine, make_lock(max_running=1, max_queued=64))  # the queue holds what the lock allows
     a = gateway.register("run-a", target)
     b = gateway.register("run-b", target)
     engine.faults("stall_mid_stream:t=2,after=1")  # the first stream holds the only permit for 2 s

@@ -133,7 +133,38 @@ PROBES: list[Probe] = [
     Probe("metrics", "GET", "/metrics", "none"),
 ]
 
-ALL_PROBES: dict[str, Probe] = {p.name: p for p in [*PROBES, *AUTH_PROBES]}
+_TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+
+# Malformed fields sent straight to the engine (issue 19): real SGLang answers each with 400 (pydantic's error
+# list, or serving_chat's own check) — or, for a non-object response_format, a bare 500 from a crashing
+# validator — and the fake must answer the same, with no traceback in its log.
+MALFORMED_PROBES = [
+    Probe("malformed.chat.stream_options", "POST", "/v1/chat/completions", body=_chat({"stream_options": "yes"})),
+    Probe(
+        "malformed.chat.stream_options.include_usage", "POST", "/v1/chat/completions",
+        body=_chat({"stream": True, "stream_options": {"include_usage": "maybe"}}),
+    ),
+    Probe("malformed.chat.stop", "POST", "/v1/chat/completions", body=_chat({"stop": 5})),
+    Probe("malformed.chat.response_format", "POST", "/v1/chat/completions", body=_chat({"response_format": "json"})),
+    Probe("malformed.chat.tools", "POST", "/v1/chat/completions", body=_chat({"tools": [{"type": "function", "function": "f"}]})),
+    Probe("malformed.chat.tool_choice", "POST", "/v1/chat/completions", body=_chat({"tools": [_TOOL], "tool_choice": 7})),
+    Probe(
+        "malformed.chat.tool_choice.unknown", "POST", "/v1/chat/completions",
+        body=_chat({"tools": [_TOOL], "tool_choice": {"type": "function", "function": {"name": "g"}}}),
+    ),
+    Probe("malformed.chat.tool_choice.required", "POST", "/v1/chat/completions", body=_chat({"tool_choice": "required"})),
+    Probe("malformed.chat.logprobs", "POST", "/v1/chat/completions", body=_chat({"logprobs": "maybe"})),
+    Probe("malformed.chat.logit_bias", "POST", "/v1/chat/completions", body=_chat({"logit_bias": {"1": "x"}})),
+    Probe("malformed.responses.include", "POST", "/v1/responses", body=_resp({"include": "garbage"})),
+    Probe("malformed.responses.include.item", "POST", "/v1/responses", body=_resp({"include": ["garbage"]})),
+    Probe("malformed.responses.text", "POST", "/v1/responses", body=_resp({"text": "plain"})),
+    Probe("malformed.responses.tool_choice", "POST", "/v1/responses", body=_resp({"tool_choice": 7})),
+    Probe("malformed.responses.tools", "POST", "/v1/responses", body=_resp({"tools": [{"type": "function"}]})),
+    Probe("malformed.responses.reasoning", "POST", "/v1/responses", body=_resp({"reasoning": "high"})),
+    Probe("malformed.responses.stop", "POST", "/v1/responses", body=_resp({"stop": [1]})),
+]  # fmt: skip
+
+ALL_PROBES: dict[str, Probe] = {p.name: p for p in [*PROBES, *AUTH_PROBES, *MALFORMED_PROBES]}
 
 
 class ProbeCache:

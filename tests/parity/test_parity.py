@@ -15,7 +15,7 @@ from fixtures.fake_sglang.parity_allowed import METRIC_FAMILIES_MAY_BE_ABSENT
 from fixtures.fake_sglang.parity_diff import Observation, unexcused
 from fixtures.fake_sglang.parity_engines import RunningEngine
 from tests.parity.conftest import SGLANG
-from tests.parity.probes import ALL_PROBES, AUTH_PROBES, ProbeCache
+from tests.parity.probes import ALL_PROBES, AUTH_PROBES, MALFORMED_PROBES, ProbeCache
 
 UNAUTHORIZED = {"error": "Unauthorized"}
 FLAT_ERROR_KEYS = ["object", "message", "type", "param", "code"]
@@ -208,7 +208,41 @@ def test_usage_field_names(answers: ProbeCache) -> None:
     ]
 
 
+@pytest.mark.parametrize("probe", [p.name for p in MALFORMED_PROBES])
+def test_malformed_fields_are_refused(answers: ProbeCache, probe: str) -> None:
+    obs = answers.get(probe)
+    if probe == "malformed.chat.response_format":  # ChatCompletionRequest.set_json_schema crashes on it
+        assert (obs.status, obs.body) == (500, "Internal Server Error"), (obs.status, obs.body)
+        return
+    body = _json(obs)
+    assert obs.status == 400, (probe, obs.status, body)
+    assert isinstance(body, dict)
+    err = body["error"] if probe.startswith("malformed.responses.") else body
+    assert list(err) == (NESTED_ERROR_KEYS if probe.startswith("malformed.responses.") else FLAT_ERROR_KEYS), err
+
+
+def test_malformed_fields_leave_no_traceback_in_the_fake(fake_answers: ProbeCache) -> None:
+    for probe in MALFORMED_PROBES:
+        fake_answers.get(probe.name)
+    assert "Traceback" not in fake_answers.engine.log.read_text(errors="replace")
+
+
 # ---------------------------------------------------------------- fake vs real
+
+
+_SOURCE_LOCATION = re.compile(r"\n\n  File \"[^\"]*\", line \d+, in \w+\n    [A-Z]+ \S+")
+
+
+@pytest.mark.parametrize("probe", [pytest.param(p.name, marks=SGLANG) for p in MALFORMED_PROBES])
+def test_malformed_messages_match(fake_answers: ProbeCache, sglang_answers: ProbeCache, probe: str) -> None:
+    """Real SGLang's validation text with its install-specific source location cut out equals the fake's."""
+    fake, real = fake_answers.get(probe), sglang_answers.get(probe)
+    assert fake.status == real.status, (fake.body, real.body)
+    if real.kind != "json":
+        assert fake.body == real.body
+        return
+    f, r = (o.body.get("error", o.body) for o in (fake, real))
+    assert f["message"] == _SOURCE_LOCATION.sub("", r["message"]), (f["message"], r["message"])
 
 
 def metric_families(text: str) -> dict[str, str]:

@@ -25,14 +25,6 @@ from certify.registry import check
 from certify.session import CertifyEnv
 from harness.daemon.paths import DaemonPaths
 
-CHECKS = [
-    check(
-        "security.fuzz.gateway",
-        description="seeded hostile bodies through the gateway: no 5xx, no dropped connection, valid requests "
-        "still served, daemon RSS within +50 MB",
-    ),
-]
-
 SEED = 19
 CASES = {"fake": 400, "sglang": 300}
 MAX_RSS_GROWTH_MB = 50
@@ -59,7 +51,11 @@ def _daemon_rss_mb(env: CertifyEnv) -> float:
 
 
 @pytest.mark.exclusive_engine
-@pytest.mark.check("security.fuzz.gateway")
+@check(
+    "security.fuzz.gateway",
+    description="seeded hostile bodies through the gateway: no 5xx, no dropped connection, valid requests "
+    "still served, daemon RSS within +50 MB",
+)
 def test_hostile_bodies(certify_env: CertifyEnv, certify_record: Any) -> None:
     run = certify_env.run
     n = CASES.get(certify_env.engine, CASES["sglang"])

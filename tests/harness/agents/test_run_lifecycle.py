@@ -155,7 +155,7 @@ def test_completed_run_evidence_is_derived_from_the_attempt_rows_and_resubmissio
     assert not {"api_key", "admin_api_key"} & set(info) and "<redacted>" in info["launch_command"]
     keys = [p.read_text().strip() for p in (root.root / "inference" / "private").rglob("*api-key")]
     assert len(keys) == 2 and not [k for k in keys if k in (ev / "execution.json").read_text()]
-    assert execution.hardware["device"] == "cpu" and execution.hardware["logical_cores"] >= 1
+    assert execution.hardware["device"] == "cpu" and execution.hardware["cpu"]["logical_cores"] >= 1
     assert execution.binding.run_id == "ok-1" and execution.binding.state == "revoked"
     metrics = execution.serving_metrics
     assert metrics.start_file and metrics.end_file and metrics.start_at is not None and metrics.end_at is not None

@@ -45,7 +45,7 @@ from harness.launch.oci_config import (
     root_label,
 )
 
-__all__ = ["OciEngine", "OciLauncher", "OwnedContainer", "list_owned_containers", "remove_owned"]
+__all__ = ["OciEngine", "OciLauncher", "OwnedContainer", "list_owned_containers", "remove_owned", "verify_container_route"]
 
 _EXITED = ("exited", "dead")
 
@@ -88,10 +88,14 @@ class OciLauncher:
             ip = container.attrs["NetworkSettings"]["Networks"][name]["IPAddress"]
             if not ip:
                 raise HitchError("inference_process_exited", "the engine container has no address on its network")
+            with translate_docker_errors("inspect the engine network"):
+                subnet = _ipv4_subnet(client.api.inspect_network(network.id))
         except BaseException:
             _remove_quietly(client, container.id if container is not None else None, network.id)
             raise
-        identity = ProcessIdentityV1(launcher="oci", container_id=container.id, image_id=image.id)
+        identity = ProcessIdentityV1(
+            launcher="oci", container_id=container.id, image_id=image.id, network_id=network.id, network_subnet=subnet
+        )
         return OciEngine(client, identity, network_id=network.id, base_url=f"http://{ip}:{spec.port}", log_path=spec.log_path)
 
 
@@ -182,6 +186,57 @@ class OciEngine:
                         fh.flush()
             finally:
                 stream.close()
+
+
+def _ipv4_subnet(network_attrs: dict[str, Any]) -> str | None:
+    configs = (network_attrs.get("IPAM") or {}).get("Config") or []
+    return next((str(c["Subnet"]) for c in configs if c.get("Subnet") and ":" not in str(c["Subnet"])), None)
+
+
+def verify_container_route(
+    root: Path,
+    service_id: str,
+    epoch: int,
+    identity: ProcessIdentityV1,
+    address: str,
+    *,
+    client: docker.DockerClient | None = None,
+) -> None:
+    """Refuse (``inference_route_unavailable``) unless Docker confirms what an oci service record claims.
+
+    The network must exist, be ``internal``, carry this root's, service's and epoch's ownership labels and
+    have the recorded subnet; the container must be attached to it at ``address`` and carry the same labels.
+    Sync (docker SDK): call it via ``asyncio.to_thread`` from async code.
+    """
+
+    def refuse(why: str) -> HitchError:
+        return HitchError("inference_route_unavailable", f"the container route is not hitch's: {why}", {"service_id": service_id})
+
+    if identity.launcher != "oci" or not identity.network_id or not identity.container_id:
+        raise refuse("the record names no oci container and network")
+    client = client or docker_client()
+    want = {LABEL_ROOT: root_label(root), LABEL_SERVICE: service_id, LABEL_EPOCH: str(epoch)}
+    try:
+        with translate_docker_errors("inspect the engine network", api_error_code="docker_unavailable"):
+            net = client.api.inspect_network(identity.network_id)
+            container = client.api.inspect_container(identity.container_id)
+    except HitchError as exc:
+        if exc.details.get("status") == 404:
+            raise refuse("the network or container is gone") from exc
+        raise
+    labels = net.get("Labels") or {}
+    if net.get("Id") != identity.network_id or any(labels.get(k) != v for k, v in want.items()):
+        raise refuse("the network is not the one hitch created for this service epoch")
+    if not net.get("Internal"):
+        raise refuse("the network is not internal")
+    if _ipv4_subnet(net) != identity.network_subnet:
+        raise refuse("the network's subnet is not the recorded one")
+    c_labels = (container.get("Config") or {}).get("Labels") or {}
+    if container.get("Id") != identity.container_id or any(c_labels.get(k) != v for k, v in want.items()):
+        raise refuse("the container is not the one hitch started for this service epoch")
+    attached = (net.get("Containers") or {}).get(identity.container_id) or {}
+    if str(attached.get("IPv4Address", "")).split("/")[0] != address:
+        raise refuse("the container is not attached to the network at the recorded address")
 
 
 def _exit_from_state(state: dict[str, Any]) -> ExitInfo | None:

@@ -5,8 +5,10 @@ Owns the container lifecycle through the docker SDK (sync calls run in ``asyncio
 - ``start``: pinned image only, a fresh ``internal=True`` network (no egress, no DNS) created for this
   start, the container created with the settings of :mod:`harness.launch.oci_config` and started; the host
   reaches the engine at the container's IP on that network (port publishing is silently dropped on
-  internal networks), so ``base_url`` is ``http://<container ip>:<port>``. The engine's output is copied
-  to ``spec.log_path`` while it runs.
+  internal networks), so ``base_url`` is ``http://<container ip>:<port>``; the identity records the
+  network id and subnet (:func:`verify_container_route` checks them against Docker before the gateway
+  routes there). The engine's output is copied to ``spec.log_path`` (0600) while it runs, redacted line by
+  line exactly as the process launcher's (:class:`harness.engine.redaction.LineRedactor`).
 - ``poll``: container state; an exit is ``ExitInfo(code, oom=State.OOMKilled)`` — a plain kill is 137 too,
   so OOM is only what the engine confirms.
 - ``stop``: SIGTERM, SIGKILL after the timeout, wait for the exit, remove the container and its network,
@@ -20,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +33,7 @@ import docker.errors
 
 from harness.contracts.service import ProcessIdentityV1
 from harness.engine.launch_spec import ExitInfo, LaunchSpec
+from harness.engine.redaction import LineRedactor, secret_values
 from harness.errors import HitchError
 from harness.launch.docker_errors import docker_client, translate_docker_errors
 from harness.launch.oci_config import (
@@ -96,21 +100,35 @@ class OciLauncher:
         identity = ProcessIdentityV1(
             launcher="oci", container_id=container.id, image_id=image.id, network_id=network.id, network_subnet=subnet
         )
-        return OciEngine(client, identity, network_id=network.id, base_url=f"http://{ip}:{spec.port}", log_path=spec.log_path)
+        return OciEngine(
+            client,
+            identity,
+            network_id=network.id,
+            base_url=f"http://{ip}:{spec.port}",
+            log_path=spec.log_path,
+            secrets=secret_values(spec.secret_files),
+        )
 
 
 class OciEngine:
     """A started engine container (the :class:`~harness.engine.launch_spec.LaunchedEngine` of ``oci``)."""
 
     def __init__(
-        self, client: docker.DockerClient, identity: ProcessIdentityV1, *, network_id: str, base_url: str, log_path: Path
+        self,
+        client: docker.DockerClient,
+        identity: ProcessIdentityV1,
+        *,
+        network_id: str,
+        base_url: str,
+        log_path: Path,
+        secrets: list[str] | None = None,
     ) -> None:
         self.identity = identity
         self._client = client
         self._network_id = network_id
         self._base_url = base_url
         self._exit: ExitInfo | None = None
-        self._log_thread = threading.Thread(target=self._copy_logs, args=(log_path,), daemon=True)
+        self._log_thread = threading.Thread(target=self._copy_logs, args=(log_path, LineRedactor(secrets or ())), daemon=True)
         self._log_thread.start()
 
     @property
@@ -174,16 +192,17 @@ class OciEngine:
             return False
         return True
 
-    def _copy_logs(self, log_path: Path) -> None:
-        """Append the engine's stdout/stderr to ``log_path`` until the container ends."""
+    def _copy_logs(self, log_path: Path, redactor: LineRedactor) -> None:
+        """Append the engine's stdout/stderr, redacted, to ``log_path`` (0600) until the container ends."""
         with contextlib.suppress(Exception):
             log_path.parent.mkdir(parents=True, exist_ok=True)
             stream = self._client.api.logs(self.container_id, stream=True, follow=True)
             try:
-                with log_path.open("ab") as fh:
+                fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+                with os.fdopen(fd, "ab", buffering=0) as fh:
                     for chunk in stream:
-                        fh.write(chunk)
-                        fh.flush()
+                        fh.write(redactor.feed(chunk))
+                    fh.write(redactor.finish())
             finally:
                 stream.close()
 

@@ -8,9 +8,10 @@ applied together:
 
 - every value hitch knows to be secret (the epoch's keys, read from the launch's secret files) is replaced
   wherever it appears;
-- a quoted (or bare) value after a name that says "secret" (``api_key``, ``admin_api_key``, ``hf_token``,
+- a quoted value after a name that says "secret" (``api_key``, ``admin_api_key``, ``hf_token``,
   ``ssl_keyfile_password`` ...: a whole ``_``/``-``/``.`` part of the name is key, token, secret, password
-  or credential) is replaced in ``name='v'``, ``'name': 'v'``, ``"name": "v"`` and ``name=v`` forms;
+  or credential) is replaced in ``name='v'``, ``'name': 'v'`` and ``"name": "v"`` forms, a bare one in
+  the shell form ``NAME=v``;
 - a secret flag's value (``--api-key v``, ``--admin-api-key=v``) is replaced.
 
 :class:`LineRedactor` applies them to a byte stream a line at a time (a key is never split across two
@@ -71,7 +72,10 @@ def _named(match: re.Match[str]) -> str:
     if match.group("q") is not None:
         return f"{head}{match.group('q')}{REDACTED}{match.group('q')}"
     bare = match.group("bare")
-    return match.group(0) if bare in _NOT_SECRET_BARE else head + REDACTED
+    # a bare value only in the shell form NAME=value: in code (a traceback's ``token = Path(...)``) it is no secret
+    if bare in _NOT_SECRET_BARE or match.group("sep") != "=" or match.group("nq"):
+        return match.group(0)
+    return head + REDACTED
 
 
 def redact_text(text: str, secrets: Iterable[str] = ()) -> str:

@@ -82,6 +82,7 @@ def test_the_real_sglang_line_is_redacted_by_name_even_without_the_known_keys() 
         ),
         (f"SGLANG_API_KEY={API_KEY} other", f"SGLANG_API_KEY={REDACTED} other"),
         ("api_key=None, tokenizer_path='/t', max_total_tokens=2048", "api_key=None, tokenizer_path='/t', max_total_tokens=2048"),
+        ("    token = Path(args.token_file).read_text()", "    token = Path(args.token_file).read_text()"),
     ],
 )
 def test_named_forms(line: str, expected: str) -> None:

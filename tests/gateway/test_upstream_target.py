@@ -2,7 +2,7 @@
 
 Hermetic (no Docker): the record's consistency rules of :class:`gateway.bindings.UpstreamTarget`. That Docker
 really holds what the record says is checked against a real engine in
-``tests/harness/service/test_oci_gateway_route.py``.
+``tests/harness/service/test_integration_oci.py``.
 """
 
 from __future__ import annotations

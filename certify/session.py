@@ -134,6 +134,35 @@ def _ensure_runtime(opts: CertifyOptions) -> str:
     return rt.runtime_id
 
 
+def fake_engine_image(lock_dir: Path) -> str:
+    """The fake engine image's ID (``scripts/ci/build_fake_image.py``: idempotent, serialised by a file lock
+    in ``lock_dir``); ``inference_runtime_unavailable`` when it cannot be built (no Docker, no packages)."""
+    import subprocess
+    import sys
+
+    from filelock import FileLock
+
+    from harness.errors import HitchError
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "ci" / "build_fake_image.py"
+    with FileLock(str(ensure_private_dir(lock_dir) / "fake-image.lock")):
+        out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=False)
+    image = next((ln.split("=", 1)[1] for ln in out.stdout.splitlines() if ln.startswith("IMAGE_ID=")), None)
+    if out.returncode != 0 or image is None:
+        raise HitchError("inference_runtime_unavailable", f"the fake engine image could not be built: {out.stderr[-300:]}", {})
+    return image
+
+
+def _oci_image(opts: CertifyOptions, runtime_id: str) -> str:
+    """The pinned image an ``oci`` session runs: the runtime's (catalog digest or operator pin) for SGLang,
+    the fake engine image for a contract run."""
+    if opts.engine == "fake":
+        return fake_engine_image(opts.root.root / "certify")
+    from harness.runtimes import get_runtime, pinned_image
+
+    return pinned_image(get_runtime(runtime_id))
+
+
 def _create_run(daemon: DaemonClient, body: dict[str, Any]) -> RunHandle:
     run = daemon.request("POST", "/v1/runs", body, timeout_s=900.0)
     token = Path(run["token_file"]).read_text(encoding="utf-8").strip()
@@ -172,8 +201,12 @@ def open_session(opts: CertifyOptions, session_key: str, worker: str) -> Certify
         "engine": opts.engine,
         "launcher": opts.launcher,
     }
+    if opts.launcher == "oci":
+        body["image"] = _oci_image(opts, runtime_id)
     fake: FakeControl | None = None
-    if opts.engine == "fake":
+    # the fake engine's control channel is a host file + loopback port: a container on its internal network
+    # reaches neither, so an oci contract session runs without it (the checks that need it say so)
+    if opts.engine == "fake" and opts.launcher != "oci":
         shared = session_key_dir(opts, session_key)
         token_file = shared / "fake-control.token"
         if not token_file.exists():

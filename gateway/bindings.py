@@ -6,13 +6,17 @@ token and its target) and :class:`BindingRegistry` (register, revoke, seal, epoc
 per-request resolution that enforces all of them).
 
 The upstream of a run comes only from the ``UpstreamTarget`` handed to :meth:`BindingRegistry.register`;
-nothing here reads the environment, so no variable or cloud default can ever become an upstream. The run
+nothing here reads the environment, so no variable or cloud default can ever become an upstream. An upstream
+is a loopback address, or — only when the service record's process identity says launcher ``oci`` with the
+container, the internal network hitch created for the epoch and its subnet — an address inside that subnet
+(:func:`container_upstream_refusal`; the daemon checks the record against Docker before it builds a target). The run
 token lives in memory and in a 0600 file inside a 0700 private directory; the record holds only the path.
 """
 
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -23,12 +27,40 @@ from gateway.capture import RunCapture
 from gateway.context_check import ContextChecker
 from harness.contracts.binding import ModelEndpointBindingV1
 from harness.contracts.lock import InferenceLockV1
+from harness.contracts.service import ProcessIdentityV1
 from harness.errors import HitchError
 from harness.paths import ensure_private_dir, write_secret
 
-__all__ = ["Binding", "BindingRegistry", "UpstreamTarget", "run_path_prefix"]
+__all__ = ["Binding", "BindingRegistry", "UpstreamTarget", "container_upstream_refusal", "run_path_prefix"]
 
 _TOKEN_PREFIX = "hitch-run-"
+_LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
+
+
+def container_upstream_refusal(host: str | None, process: ProcessIdentityV1 | None) -> str | None:
+    """Why ``host`` may not be the address of the container ``process`` names, or None when it may.
+
+    A container address is an IP literal (never a name: a name resolves to anything) inside the subnet of
+    the internal network the record names, for launcher ``oci`` with a container and a network; neither the
+    subnet nor the address may be loopback, link-local, multicast, unspecified or public.
+    """
+    if process is None or process.launcher != "oci":
+        return "only an oci service record may name a container address"
+    if not (process.container_id and process.network_id and process.network_subnet):
+        return "the service record names no container, network or subnet"
+    try:
+        address = ipaddress.ip_address(host or "")
+        subnet = ipaddress.ip_network(process.network_subnet, strict=True)
+    except ValueError:
+        return "a container upstream is an IP literal inside a CIDR subnet"
+    if address.version != subnet.version or address not in subnet:
+        return "the address is outside the subnet of the engine's network"
+    special = (subnet.is_loopback, subnet.is_link_local, subnet.is_multicast, subnet.is_unspecified, not subnet.is_private)
+    if any(special) or address.is_loopback or address.is_link_local or address.is_unspecified:
+        return "the engine's network must be a private, non-loopback subnet"
+    if address == subnet.network_address or (subnet.version == 4 and address == subnet.broadcast_address):
+        return "the address is the subnet's network or broadcast address"
+    return None
 
 
 def run_path_prefix(binding_id: str) -> str:
@@ -40,9 +72,11 @@ def run_path_prefix(binding_id: str) -> str:
 class UpstreamTarget:
     """One engine service as the manager's verified service record describes it.
 
-    ``base_url`` is the engine's loopback URL (``http://127.0.0.1:PORT``); ``engine_key`` is the engine's
-    API key (never logged, never in a record); ``wire_model`` is the only model name a run sees and the
-    name the engine serves; ``tokenizer_dir`` holds the model's ``tokenizer.json`` and chat template.
+    ``base_url`` is the engine's loopback URL (``http://127.0.0.1:PORT``), or for an ``oci`` service its
+    address on the network ``process`` names; ``engine_key`` is the engine's API key (never logged, never in
+    a record); ``wire_model`` is the only model name a run sees and the name the engine serves;
+    ``tokenizer_dir`` holds the model's ``tokenizer.json`` and chat template; ``process`` is the verified
+    service record's process identity.
     """
 
     base_url: str
@@ -53,15 +87,25 @@ class UpstreamTarget:
     lock: InferenceLockV1
     wire_model: str
     tokenizer_dir: Path
+    process: ProcessIdentityV1 | None = None
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.base_url)
-        if parts.scheme != "http" or parts.hostname not in ("127.0.0.1", "::1", "localhost") or parts.port is None:
-            raise HitchError(
-                "inference_route_unavailable",
-                "an upstream must be a loopback http://host:port from a verified service record",
-                {"service_id": self.service_id},
-            )
+        try:
+            port = parts.port
+        except ValueError:
+            port = None
+        if parts.scheme != "http" or port is None:
+            raise HitchError("inference_route_unavailable", "an upstream is http://host:port", {"service_id": self.service_id})
+        oci = self.process is not None and self.process.launcher == "oci"
+        if oci or parts.hostname not in _LOOPBACK_HOSTS:
+            why = container_upstream_refusal(parts.hostname, self.process)
+            if why is not None:
+                raise HitchError(
+                    "inference_route_unavailable",
+                    f"an upstream must be loopback, or the container address of a verified oci service record: {why}",
+                    {"service_id": self.service_id},
+                )
         if parts.path not in ("", "/") or parts.query or parts.username or parts.password:
             raise HitchError("inference_route_unavailable", "an upstream URL carries no path, query or credentials", {})
         if self.lock.inference_id != self.inference_id:

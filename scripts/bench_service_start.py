@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Cold-start overhead of the harness over the engine's own ready time (process launcher).
+"""Cold-start overhead of the harness over the engine's own ready time (process or oci launcher).
 
 For each run: a fresh supervisor starts the engine (fake or real SGLang) for ``fixture:tiny`` and waits for
 readiness. ``engine_ready_s`` is spawn → first ``/health`` 200 (the engine's own startup and warmup, polled
@@ -8,6 +8,7 @@ Responses + SSE probes, ``/flush_cache``, state writes). ``overhead_s = total_s 
 Prints JSON with every run and the medians. Usage::
 
     python scripts/bench_service_start.py --engine fake --runs 3
+    python scripts/bench_service_start.py --engine fake --launcher oci --image sha256:... --runs 3
     HITCH_ROOT=... python scripts/bench_service_start.py --engine sglang --runs 3
 """
 
@@ -25,17 +26,37 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.engine import EngineProgram
+from harness.engine.launch_spec import Launcher
+from harness.launch.oci import OciLauncher
 from harness.launch.process import ProcessLauncher
 from harness.paths import HitchRoot
 from harness.runtimes import get_runtime, require_installed
 from harness.service import ServiceSupervisor
+from harness.service.starter_supervisor import EngineChoice, engine_program
 from tests.harness.engine.inputs import GENERIC_RUNTIME, service_inputs
 
 
-async def one_run(base: Path, ckpt: Path, program: EngineProgram, n: int) -> dict[str, float]:
+async def one_run(base: Path, ckpt: Path, program: EngineProgram, n: int, image: str | None) -> dict[str, float]:
     inputs = service_inputs(base / f"root-{n}", ckpt)
+    lock = inputs.lock
+    launcher: Launcher = ProcessLauncher()
+    if image is not None:  # a container needs a memory limit; 512 MiB is ample for the fake engine
+        resources = lock.resources.model_copy(update={"memory_bytes": 512 << 20, "cpu_cores": 1})
+        lock = lock.model_copy(update={"resources": resources})
+        launcher = OciLauncher(inputs.root.root)
+        if program.kind == "fake":
+            program = engine_program(inputs.root, lock, EngineChoice(engine="fake", launcher="oci", image=image))
     sup = ServiceSupervisor(
-        inputs.root, f"bench-{n}", inputs.lock, inputs.model_dir, program, ProcessLauncher(), owner="bench", startup_timeout_s=600
+        inputs.root,
+        f"bench-{n}",
+        lock,
+        inputs.model_dir,
+        program,
+        launcher,
+        owner="bench",
+        startup_timeout_s=600,
+        image=image,
+        host="0.0.0.0" if image is not None else "127.0.0.1",  # a container's engine listens on its network
     )
     t0 = time.monotonic()
     endpoint = await sup.start()
@@ -60,7 +81,12 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--engine", choices=["fake", "sglang"], default="fake")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--launcher", choices=["process", "oci"], default="process")
+    parser.add_argument("--image", help="oci: the pinned image (the fake engine image's ID for --engine fake)")
     args = parser.parse_args()
+    image = args.image if args.launcher == "oci" else None
+    if args.launcher == "oci" and image is None:
+        parser.error("--launcher oci needs --image")
     if args.engine == "fake":
         program = EngineProgram.fake()
     else:
@@ -70,9 +96,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="hitch-bench-start-") as tmp:
         base = Path(tmp)
         ckpt = tiny_checkpoint_cached(base / "ckpt")
-        runs = [asyncio.run(one_run(base, ckpt, program, i)) for i in range(args.runs)]
+        runs = [asyncio.run(one_run(base, ckpt, program, i, image)) for i in range(args.runs)]
     medians = {k: round(statistics.median(r[k] for r in runs), 3) for k in runs[0]}
-    print(json.dumps({"engine": args.engine, "launcher": "process", "runs": runs, "median": medians}, indent=2))
+    print(json.dumps({"engine": args.engine, "launcher": args.launcher, "runs": runs, "median": medians}, indent=2))
     return 0
 
 

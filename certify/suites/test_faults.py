@@ -35,7 +35,7 @@ import psutil
 import pytest
 
 from certify.registry import check, declared_in
-from certify.session import CertifyEnv, RunHandle
+from certify.session import CertifyEnv, RunHandle, fake_engine_image
 from certify.suites._support_engines import (
     PrivateDaemon,
     PrivateStack,
@@ -634,9 +634,6 @@ def _docker_unreachable() -> str | None:
     description="a container over its memory limit is OOM-killed and reported as inference_oom (needs Docker)",
 )
 def test_oom_container_limit(private_daemon: PrivateDaemon, certify_record: Any) -> None:
-    import subprocess
-    import sys
-
     pdaemon = private_daemon
 
     from harness.launch.docker_errors import docker_client
@@ -648,13 +645,10 @@ def test_oom_container_limit(private_daemon: PrivateDaemon, certify_record: Any)
         docker_client()
     except HitchError as exc:
         pytest.skip(f"needs a reachable Docker engine: {exc.message}")
-    repo = Path(__file__).resolve().parents[2]
-    out = subprocess.run(
-        [sys.executable, str(repo / "scripts/ci/build_fake_image.py")], capture_output=True, text=True, check=False
-    )
-    image = next((ln.split("=", 1)[1] for ln in out.stdout.splitlines() if ln.startswith("IMAGE_ID=")), None)
-    if out.returncode != 0 or image is None:
-        pytest.skip(f"the fake engine image could not be built: {out.stderr[-300:]}")
+    try:
+        image = fake_engine_image(pdaemon.root.root / "certify")
+    except HitchError as exc:
+        pytest.skip(exc.message)
     # the warm service (kept for the lifecycle suite, which makes a new one when it is gone) holds the cores a
     # container service needs on a small machine: release and stop it first
     warm = pdaemon.runs.get(str(pdaemon.shared.pop("warm_run_id", None)))

@@ -64,6 +64,24 @@ def service_runtime(device: str, profile: str, engine: str, launcher: str, runti
     return get_runtime(runtime) if runtime else default_runtime(device)
 
 
+def run_image(runtime: InferenceRuntimeManifestV1, engine: str, launcher: str, image: str | None) -> str | None:
+    """The pinned image an ``oci`` service runs (None for ``process``): ``--image`` (by digest or image ID,
+    never a tag), else the runtime's pinned image (catalog digest or operator pin); the fake engine has no
+    catalog image, so it needs ``--image`` (``scripts/ci/build_fake_image.py`` prints its IMAGE_ID)."""
+    from harness.launch.oci_config import require_pinned_image
+    from harness.runtimes import pinned_image
+
+    if launcher != "oci":
+        if image is not None:
+            raise HitchError("usage_error", "--image is for --launcher oci", {"image": image})
+        return None
+    if image is not None:
+        return require_pinned_image(image)
+    if engine == "fake":
+        raise HitchError("usage_error", "--engine fake --launcher oci needs --image (the fake engine image's ID)", {})
+    return pinned_image(runtime)
+
+
 def register(app: typer.Typer) -> None:
     @app.command("prepare", help="start the service once, probe it, seal and save its lock; prints the inference_id")
     @cli_command
@@ -87,11 +105,9 @@ def register(app: typer.Typer) -> None:
             argv += ["--engine", engine]
         if launcher != "process":
             argv += ["--launcher", launcher]
+        image = run_image(rt, engine, launcher, image)
         if engine == "sglang":
             _ensure_runtime(hroot, rt, offline, root, argv)
-            pkg = rt.package
-            if launcher == "oci" and image is None and pkg.kind == "oci" and pkg.digest is not None:
-                image = pkg.reference()  # the pinned image (catalog or operator pin), never a tag
         body: dict[str, Any] = {
             "model": model,
             "device": device,

@@ -56,8 +56,9 @@ def _run_body(
     launcher: str,
     runtime: str | None,
     offline: bool,
+    image: str | None = None,
 ) -> dict[str, Any]:
-    from harness.cli.local_services import _ensure_runtime, service_runtime
+    from harness.cli.local_services import _ensure_runtime, run_image, service_runtime
 
     if inference is not None:
         if device is not None or profile is not None:
@@ -66,17 +67,21 @@ def _run_body(
         rt = get_runtime(lock.runtime_id)
         backend: str = lock.execution.platform.backend
         argv = [model or f"local/{lock.model_id}", "--device", backend, "--runtime", rt.name]
+        pinned = run_image(rt, engine, launcher, image)
         if engine == "sglang":
             _ensure_runtime(hroot, rt, offline, root, argv)
-        return {"inference_id": inference, "engine": engine, "launcher": launcher, "runtime": rt.runtime_id, "device": backend}
+        body = {"inference_id": inference, "engine": engine, "launcher": launcher, "runtime": rt.runtime_id, "device": backend}
+        return body | ({"image": pinned} if pinned else {})
     if model is None:
         raise HitchError("usage_error", "give --model local/ALIAS or --inference sha256:<id>", {})
     dev, prof = device or "cpu", profile or "baseline"
     rt = service_runtime(dev, prof, engine, launcher, runtime)
     argv = [model, "--device", dev, "--profile", prof, "--runtime", rt.name]
+    pinned = run_image(rt, engine, launcher, image)
     if engine == "sglang":
         _ensure_runtime(hroot, rt, offline, root, argv)
-    return {"model": model, "device": dev, "profile": prof, "runtime": rt.runtime_id, "engine": engine, "launcher": launcher}
+    body = {"model": model, "device": dev, "profile": prof, "runtime": rt.runtime_id, "engine": engine, "launcher": launcher}
+    return body | ({"image": pinned} if pinned else {})
 
 
 def _run_harness(
@@ -220,6 +225,7 @@ def register(app: typer.Typer) -> None:
         profile: Annotated[str | None, typer.Option("--profile", help="baseline | throughput")] = None,
         engine: Annotated[str, typer.Option("--engine", help="sglang | fake (contract runs)")] = "sglang",
         launcher: Annotated[str, typer.Option("--launcher", help="process | oci")] = "process",
+        image: Annotated[str | None, typer.Option("--image", help="oci: image ID or digest (default: the runtime's pin)")] = None,
         runtime: Annotated[str | None, typer.Option("--runtime", help="catalog name or runtime_id")] = None,
         offline: Annotated[bool, typer.Option("--offline", help="never install; fail with the commands to run")] = False,
         max_output_tokens: Annotated[int | None, typer.Option("--max-output-tokens", help="<= the lock's")] = None,
@@ -260,7 +266,7 @@ def register(app: typer.Typer) -> None:
             if known is not None and known.terminal:  # idempotent: the same record, nothing runs again
                 _emit_record(as_json, hroot, known.to_json_dict())
                 return
-        body = _run_body(hroot, root, model, inference, device, profile, engine, launcher, runtime, offline)
+        body = _run_body(hroot, root, model, inference, device, profile, engine, launcher, runtime, offline, image)
         body.update(run_id=run_id or "run-" + secrets.token_hex(8), harness=harness, capture=capture)
         if capture_max_bytes is not None:
             body["capture_max_bytes"] = capture_max_bytes

@@ -57,6 +57,7 @@ def register(app: typer.Typer) -> None:
         profile: Annotated[str, typer.Option("--profile", help="baseline | throughput")] = "baseline",
         engine: Annotated[str, typer.Option("--engine", help="sglang | fake (contract runs)")] = "sglang",
         launcher: Annotated[str, typer.Option("--launcher", help="process | oci")] = "process",
+        image: Annotated[str | None, typer.Option("--image", help="oci: image ID or digest (default: the runtime's pin)")] = None,
         runtime: Annotated[str | None, typer.Option("--runtime", help="catalog name or runtime_id")] = None,
         run_id: Annotated[str | None, typer.Option("--run-id", help="the run's id (default: random)")] = None,
         capture: Annotated[
@@ -65,7 +66,7 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
         root: RootOpt = None,
     ) -> None:
-        from harness.cli.local_services import service_runtime
+        from harness.cli.local_services import run_image, service_runtime
 
         if capture not in ("off", "metadata", "full"):
             raise HitchError("usage_error", "--capture is off|metadata|full", {"capture": capture})
@@ -80,9 +81,9 @@ def register(app: typer.Typer) -> None:
             "launcher": launcher,
             "capture": capture,
         }
-        pkg = rt.package
-        if engine == "sglang" and launcher == "oci" and pkg.kind == "oci" and pkg.digest is not None:
-            body["image"] = pkg.reference()
+        pinned = run_image(rt, engine, launcher, image)
+        if pinned is not None:
+            body["image"] = pinned
         if run_id is not None:
             body["run_id"] = run_id
         client = ensure_daemon(hroot)  # before blocking: a daemon spawned here must not inherit the mask

@@ -22,6 +22,8 @@ class ProcessIdentityV1(Record):
     start_time: float | None = Field(default=None, description="process start time (psutil create_time)")
     container_id: str | None = None
     image_id: str | None = None
+    network_id: str | None = Field(default=None, description="oci: the internal network hitch created for this epoch")
+    network_subnet: str | None = Field(default=None, description="oci: that network's subnet (CIDR)")
 
 
 class DeviceAllocationV1(Record):

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from harness.contracts.binding import ModelEndpointBindingV1
 from harness.contracts.evidence import AttemptLedgerV1, EvidenceCheckV1, InferenceExecutionEvidenceV1, ServingMetricsV1
 from harness.contracts.lock import InferenceLockV1
 from harness.contracts.run import RunRecordV1
+from harness.engine.redaction import redact
 from harness.ids import digest_json
 from harness.paths import HitchRoot, atomic_write_bytes, atomic_write_json, ensure_private_dir
 from harness.runtimes import get_runtime
@@ -39,33 +39,7 @@ __all__ = [
     "write_start_facts",
 ]
 
-# a name part that says "secret" (api_key, admin_api_key, hf_token, ssl_keyfile_password, watermark_key);
-# by whole parts, so max_total_tokens or tokenizer_path stay
-_SECRET_PARTS = frozenset({"key", "keys", "token", "secret", "secrets", "password", "credential", "credentials"})
-# a flag carrying a secret inside a string (SGLang's launch_command repeats its whole argv)
-_SECRET_FLAG = re.compile(r"(--(?:[A-Za-z0-9]+-)*(?:key|token|secret|password)(?:-[A-Za-z0-9]+)*)(=|\s+)\S+", re.IGNORECASE)
-_REDACTED = "<redacted>"
 _SCRAPE_TIMEOUT_S = 10.0
-
-
-def _secret_name(name: object) -> bool:
-    return isinstance(name, str) and not _SECRET_PARTS.isdisjoint(re.split(r"[_\-.]", name.lower()))
-
-
-def redact(value: Any, secrets: tuple[str, ...] = ()) -> Any:
-    """Drop every field whose name says it holds a secret (SGLang echoes ``api_key``/``admin_api_key``), and
-    in every string replace a secret flag's value and any known secret (the engine's keys) by a marker."""
-    if isinstance(value, dict):
-        return {k: redact(v, secrets) for k, v in value.items() if not _secret_name(k)}
-    if isinstance(value, list):
-        return [redact(v, secrets) for v in value]
-    if isinstance(value, str):
-        text = _SECRET_FLAG.sub(lambda m: f"{m.group(1)}{m.group(2)}{_REDACTED}", value)
-        for secret in secrets:
-            if secret:
-                text = text.replace(secret, _REDACTED)
-        return text
-    return value
 
 
 @dataclass

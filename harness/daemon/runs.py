@@ -209,6 +209,7 @@ class RunService:
             engine_key = endpoint.key_files.api_key.read_text(encoding="utf-8").strip()
         except OSError as exc:
             raise HitchError("inference_process_exited", "the engine key file is gone", {}) from exc
+        process = await service.verified_process()
         target = UpstreamTarget(
             base_url=endpoint.base_url,
             engine_key=engine_key,
@@ -218,6 +219,7 @@ class RunService:
             lock=lock,
             wire_model=endpoint.wire_model,
             tokenizer_dir=model_files_dir(self.core.root, lock.model_id),
+            process=process,
         )
         run.engine_url, run.engine_key = endpoint.base_url, engine_key
         try:

@@ -5,8 +5,10 @@ Owns the container lifecycle through the docker SDK (sync calls run in ``asyncio
 - ``start``: pinned image only, a fresh ``internal=True`` network (no egress, no DNS) created for this
   start, the container created with the settings of :mod:`harness.launch.oci_config` and started; the host
   reaches the engine at the container's IP on that network (port publishing is silently dropped on
-  internal networks), so ``base_url`` is ``http://<container ip>:<port>``. The engine's output is copied
-  to ``spec.log_path`` while it runs.
+  internal networks), so ``base_url`` is ``http://<container ip>:<port>``; the identity records the
+  network id and subnet (:func:`verify_container_route` checks them against Docker before the gateway
+  routes there). The engine's output is copied to ``spec.log_path`` (0600) while it runs, redacted line by
+  line exactly as the process launcher's (:class:`harness.engine.redaction.LineRedactor`).
 - ``poll``: container state; an exit is ``ExitInfo(code, oom=State.OOMKilled)`` — a plain kill is 137 too,
   so OOM is only what the engine confirms.
 - ``stop``: SIGTERM, SIGKILL after the timeout, wait for the exit, remove the container and its network,
@@ -20,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +33,7 @@ import docker.errors
 
 from harness.contracts.service import ProcessIdentityV1
 from harness.engine.launch_spec import ExitInfo, LaunchSpec
+from harness.engine.redaction import LineRedactor, secret_values
 from harness.errors import HitchError
 from harness.launch.docker_errors import docker_client, translate_docker_errors
 from harness.launch.oci_config import (
@@ -45,7 +49,7 @@ from harness.launch.oci_config import (
     root_label,
 )
 
-__all__ = ["OciEngine", "OciLauncher", "OwnedContainer", "list_owned_containers", "remove_owned"]
+__all__ = ["OciEngine", "OciLauncher", "OwnedContainer", "list_owned_containers", "remove_owned", "verify_container_route"]
 
 _EXITED = ("exited", "dead")
 
@@ -88,25 +92,43 @@ class OciLauncher:
             ip = container.attrs["NetworkSettings"]["Networks"][name]["IPAddress"]
             if not ip:
                 raise HitchError("inference_process_exited", "the engine container has no address on its network")
+            with translate_docker_errors("inspect the engine network"):
+                subnet = _ipv4_subnet(client.api.inspect_network(network.id))
         except BaseException:
             _remove_quietly(client, container.id if container is not None else None, network.id)
             raise
-        identity = ProcessIdentityV1(launcher="oci", container_id=container.id, image_id=image.id)
-        return OciEngine(client, identity, network_id=network.id, base_url=f"http://{ip}:{spec.port}", log_path=spec.log_path)
+        identity = ProcessIdentityV1(
+            launcher="oci", container_id=container.id, image_id=image.id, network_id=network.id, network_subnet=subnet
+        )
+        return OciEngine(
+            client,
+            identity,
+            network_id=network.id,
+            base_url=f"http://{ip}:{spec.port}",
+            log_path=spec.log_path,
+            secrets=secret_values(spec.secret_files),
+        )
 
 
 class OciEngine:
     """A started engine container (the :class:`~harness.engine.launch_spec.LaunchedEngine` of ``oci``)."""
 
     def __init__(
-        self, client: docker.DockerClient, identity: ProcessIdentityV1, *, network_id: str, base_url: str, log_path: Path
+        self,
+        client: docker.DockerClient,
+        identity: ProcessIdentityV1,
+        *,
+        network_id: str,
+        base_url: str,
+        log_path: Path,
+        secrets: list[str] | None = None,
     ) -> None:
         self.identity = identity
         self._client = client
         self._network_id = network_id
         self._base_url = base_url
         self._exit: ExitInfo | None = None
-        self._log_thread = threading.Thread(target=self._copy_logs, args=(log_path,), daemon=True)
+        self._log_thread = threading.Thread(target=self._copy_logs, args=(log_path, LineRedactor(secrets or ())), daemon=True)
         self._log_thread.start()
 
     @property
@@ -170,18 +192,70 @@ class OciEngine:
             return False
         return True
 
-    def _copy_logs(self, log_path: Path) -> None:
-        """Append the engine's stdout/stderr to ``log_path`` until the container ends."""
+    def _copy_logs(self, log_path: Path, redactor: LineRedactor) -> None:
+        """Append the engine's stdout/stderr, redacted, to ``log_path`` (0600) until the container ends."""
         with contextlib.suppress(Exception):
             log_path.parent.mkdir(parents=True, exist_ok=True)
             stream = self._client.api.logs(self.container_id, stream=True, follow=True)
             try:
-                with log_path.open("ab") as fh:
+                fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+                with os.fdopen(fd, "ab", buffering=0) as fh:
                     for chunk in stream:
-                        fh.write(chunk)
-                        fh.flush()
+                        fh.write(redactor.feed(chunk))
+                    fh.write(redactor.finish())
             finally:
                 stream.close()
+
+
+def _ipv4_subnet(network_attrs: dict[str, Any]) -> str | None:
+    configs = (network_attrs.get("IPAM") or {}).get("Config") or []
+    return next((str(c["Subnet"]) for c in configs if c.get("Subnet") and ":" not in str(c["Subnet"])), None)
+
+
+def verify_container_route(
+    root: Path,
+    service_id: str,
+    epoch: int,
+    identity: ProcessIdentityV1,
+    address: str,
+    *,
+    client: docker.DockerClient | None = None,
+) -> None:
+    """Refuse (``inference_route_unavailable``) unless Docker confirms what an oci service record claims.
+
+    The network must exist, be ``internal``, carry this root's, service's and epoch's ownership labels and
+    have the recorded subnet; the container must be attached to it at ``address`` and carry the same labels.
+    Sync (docker SDK): call it via ``asyncio.to_thread`` from async code.
+    """
+
+    def refuse(why: str) -> HitchError:
+        return HitchError("inference_route_unavailable", f"the container route is not hitch's: {why}", {"service_id": service_id})
+
+    if identity.launcher != "oci" or not identity.network_id or not identity.container_id:
+        raise refuse("the record names no oci container and network")
+    client = client or docker_client()
+    want = {LABEL_ROOT: root_label(root), LABEL_SERVICE: service_id, LABEL_EPOCH: str(epoch)}
+    try:
+        with translate_docker_errors("inspect the engine network", api_error_code="docker_unavailable"):
+            net = client.api.inspect_network(identity.network_id)
+            container = client.api.inspect_container(identity.container_id)
+    except HitchError as exc:
+        if exc.details.get("status") == 404:
+            raise refuse("the network or container is gone") from exc
+        raise
+    labels = net.get("Labels") or {}
+    if net.get("Id") != identity.network_id or any(labels.get(k) != v for k, v in want.items()):
+        raise refuse("the network is not the one hitch created for this service epoch")
+    if not net.get("Internal"):
+        raise refuse("the network is not internal")
+    if _ipv4_subnet(net) != identity.network_subnet:
+        raise refuse("the network's subnet is not the recorded one")
+    c_labels = (container.get("Config") or {}).get("Labels") or {}
+    if container.get("Id") != identity.container_id or any(c_labels.get(k) != v for k, v in want.items()):
+        raise refuse("the container is not the one hitch started for this service epoch")
+    attached = (net.get("Containers") or {}).get(identity.container_id) or {}
+    if str(attached.get("IPv4Address", "")).split("/")[0] != address:
+        raise refuse("the container is not attached to the network at the recorded address")
 
 
 def _exit_from_state(state: dict[str, Any]) -> ExitInfo | None:

@@ -5,11 +5,11 @@
   ``sglang::detokenizer``) share one process group we can signal as a whole.
 - Identity is PID + ``psutil`` create time; :func:`is_our_process` refuses a PID that now belongs to another
   process (a reused PID), so recovery never signals something that is not ours.
-- stdout and stderr go through a pump into ``spec.log_path`` (0600). The pump removes every secret value
-  held in ``spec.secret_files`` before a byte reaches the disk: real SGLang logs its resolved ``server_args``
-  (with ``api_key``) at INFO level. A secret file holds ``name: value`` lines or one bare value; each value of
-  at least 16 characters is redacted. If the supervisor dies the pipe breaks and the engine's later log
-  writes fail; the engine keeps serving until recovery stops it.
+- stdout and stderr go through a pump into ``spec.log_path`` (0600). The pump redacts each line with
+  :class:`harness.engine.redaction.LineRedactor` (the secrets of ``spec.secret_files`` and secret-named
+  values) before a byte reaches the disk: real SGLang logs its resolved ``server_args`` (with ``api_key``)
+  at INFO level. If the supervisor dies the pipe breaks and the engine's later log writes fail; the engine
+  keeps serving until recovery stops it.
 - ``stop`` = SIGTERM to the leader (the engine stops its own children), wait up to the timeout for the
   whole group, then SIGKILL the group; it returns only when the leader is reaped and no live member of the
   group (nor any descendant seen before the stop) remains.
@@ -30,13 +30,12 @@ import psutil
 
 from harness.contracts.service import ProcessIdentityV1
 from harness.engine.launch_spec import ExitInfo, LaunchSpec
+from harness.engine.redaction import LineRedactor, secret_values
 from harness.errors import HitchError
 
 __all__ = ["ProcessEngine", "ProcessLauncher", "is_our_process", "live_group_members", "secret_values"]
 
-_MIN_SECRET_LEN = 16
 _PUMP_CHUNK = 65536
-_MAX_PENDING = 1 << 20
 _CONFIRM_S = 10.0
 # psutil derives create_time from boot time, which the kernel may report one second apart after a clock step;
 # a PID reused within that second of the original's start is not plausible.
@@ -75,58 +74,26 @@ def live_group_members(pgid: int) -> list[int]:
     return members
 
 
-def secret_values(files: dict[str, Path]) -> list[str]:
-    """The values to redact from the engine log: each ``name: value`` line's value, or a bare value."""
-    values: set[str] = set()
-    for path in files.values():
-        try:
-            text = path.read_text()
-        except OSError:
-            continue
-        for line in text.splitlines():
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            value = line.split(":", 1)[1].strip() if ":" in line else line
-            value = value.strip("'\"")
-            if len(value) >= _MIN_SECRET_LEN:
-                values.add(value)
-    return sorted(values, key=len, reverse=True)
-
-
 class _LogPump:
     """Copies the engine's output into the log file, redacting secrets line by line."""
 
     def __init__(self, stream: asyncio.StreamReader, path: Path, secrets: list[str]) -> None:
         self._stream = stream
-        self._secrets = [s.encode() for s in secrets]
+        self._redactor = LineRedactor(secrets)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.fchmod(fd, 0o600)
         self._file = os.fdopen(fd, "ab", buffering=0)
         self.task = asyncio.ensure_future(self._run())
 
-    def _redact(self, data: bytes) -> bytes:
-        for secret in self._secrets:
-            data = data.replace(secret, b"<redacted>")
-        return data
-
     async def _run(self) -> None:
-        pending = b""
         try:
             while True:
                 chunk = await self._stream.read(_PUMP_CHUNK)
                 if not chunk:
                     break
-                pending += chunk
-                cut = pending.rfind(b"\n") + 1
-                if cut == 0 and len(pending) < _MAX_PENDING:
-                    continue
-                cut = cut or len(pending)
-                self._file.write(self._redact(pending[:cut]))
-                pending = pending[cut:]
-            if pending:
-                self._file.write(self._redact(pending))
+                self._file.write(self._redactor.feed(chunk))
+            self._file.write(self._redactor.finish())
         finally:
             self._file.close()
 

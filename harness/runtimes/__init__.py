@@ -7,6 +7,7 @@ from harness.runtimes.catalog import (
     default_runtime,
     get_runtime,
     load_catalog,
+    pinned_image,
     require_certifiable_pin,
     runtime_source_dir,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "install_runtime",
     "installed_runtime",
     "load_catalog",
+    "pinned_image",
     "record_manifest",
     "require_certifiable_pin",
     "require_installed",

@@ -30,6 +30,7 @@ __all__ = [
     "get_runtime",
     "load_catalog",
     "locks_engine",
+    "pinned_image",
     "require_certifiable_pin",
     "runtime_source_dir",
 ]
@@ -254,6 +255,19 @@ def get_runtime(name_or_runtime_id: str, catalog_path: Path | None = None) -> In
         f"no runtime {name_or_runtime_id!r} in the catalog",
         {"runtime": name_or_runtime_id, "known": [r.name for r in runtimes]},
     )
+
+
+def pinned_image(manifest: InferenceRuntimeManifestV1) -> str:
+    """The image reference an ``oci`` launch of this runtime runs: its digest (catalog) or the operator's pin
+    (``hitch runtime pin``); ``inference_runtime_unpinned`` when it has none (a tag is never enough)."""
+    pkg = manifest.package
+    if pkg.kind != "oci" or pkg.digest is None:
+        raise HitchError(
+            "inference_runtime_unpinned",
+            f"runtime {manifest.name} has no pinned OCI image: `hitch runtime pin` one, or use --launcher process",
+            {"runtime": manifest.name, "runtime_id": manifest.runtime_id, "kind": pkg.kind},
+        )
+    return pkg.reference()
 
 
 def require_certifiable_pin(manifest: InferenceRuntimeManifestV1) -> InferenceRuntimeManifestV1:

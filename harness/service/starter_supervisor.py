@@ -25,12 +25,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from harness.contracts.lock import InferenceLockV1
+from harness.contracts.service import ProcessIdentityV1
 from harness.engine import EngineProgram, ReadinessReport
 from harness.engine.launch_spec import Launcher
 from harness.errors import HitchError
-from harness.launch.oci import OciLauncher
+from harness.launch.oci import OciLauncher, verify_container_route
 from harness.launch.process import ProcessLauncher
 from harness.paths import HitchRoot
 from harness.runtimes import get_runtime, require_installed
@@ -94,6 +96,27 @@ class SupervisedService:
     @property
     def readiness(self) -> ReadinessReport:
         return self.endpoint.readiness
+
+    async def verified_process(self) -> ProcessIdentityV1 | None:
+        """The process identity of this epoch's service record, for the gateway's upstream check.
+
+        An ``oci`` record is first confirmed against Docker (network, subnet, container, address, labels:
+        ``inference_route_unavailable`` otherwise), so the gateway accepts a container address only for what
+        hitch itself created for this epoch.
+        """
+        sup = self.supervisor
+        record = sup.store.read()
+        if record is None or record.epoch != self.endpoint.epoch or record.service_id != sup.service_id:
+            raise HitchError("inference_route_unavailable", "no service record for this epoch", {"service_id": sup.service_id})
+        process = record.process
+        if process is not None and process.launcher == "oci":
+            launcher = sup.launcher
+            client = launcher.client() if isinstance(launcher, OciLauncher) else None
+            host = urlsplit(self.endpoint.base_url).hostname or ""
+            await asyncio.to_thread(
+                verify_container_route, sup.root.root, sup.service_id, self.endpoint.epoch, process, host, client=client
+            )
+        return process
 
     async def stop(self, force: bool = False) -> dict[str, Any] | None:
         if force:

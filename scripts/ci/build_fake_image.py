@@ -81,7 +81,7 @@ DEBIAN_PACKAGES = (
     "media-types",
     "busybox-static",
 )
-PY_TOP_LEVEL = ("aiohttp", "jinja2", "pyyaml")  # with their dependencies (pyyaml: the engine reads --config YAML)
+PY_TOP_LEVEL = ("aiohttp", "jinja2", "pyyaml", "pydantic")  # with their deps (pyyaml: --config YAML; pydantic: request models)
 PY_NO_DEPS = ("tokenizers",)  # its huggingface_hub dependency is only for downloads (none here): ~25 MB saved
 FIXTURE_SOURCES = ("fixtures/__init__.py", "fixtures/fake_sglang")
 

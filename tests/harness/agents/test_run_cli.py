@@ -1,17 +1,26 @@
-"""``hitch run --harness ...`` end to end: real daemon, real gateway, fake engine process."""
+"""``hitch run --harness ...`` and ``hitch local serve`` end to end: real daemon, real gateway, fake engine
+process — or the fake engine in its container (``--launcher oci --image``: runs carry the pinned image; the
+image is built by ``scripts/ci/build_fake_image.py``; skipped without Docker unless ``HITCH_REQUIRE_DOCKER=1``).
+The image choices a run is refused for are answered with their codes before any daemon starts."""
 
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from harness.contracts.evidence import InferenceExecutionEvidenceV1
-from harness.daemon import DaemonClient
+from harness.contracts.service import InferenceServiceRecordV1
+from harness.daemon import DaemonClient, daemon_running
+from harness.launch.oci_config import LABEL_ROOT, root_label
 from harness.paths import HitchRoot
-from tests.harness.daemon.conftest import FAST, as_json, hitch, stop_quietly
+from tests.harness.daemon.conftest import FAST, HITCH, as_json, hitch, stop_quietly
+from tests.harness.docker_support import docker_client_or_skip, fake_image_id
 from tests.harness.engine.inputs import ServiceInputs, checkpoint_cache, service_inputs
 from tests.harness.service.integration_support import LeakGuard, leak_guard_for
 
@@ -93,3 +102,88 @@ def test_offline_without_the_runtime_names_the_prepare_command(inputs: ServiceIn
     err = json.loads(proc.stdout)["error"]
     assert err["code"] == "inference_runtime_unavailable"  # a fresh root has no runtime installed
     assert any(cmd.startswith("hitch local prepare local/tiny") for cmd in err["details"]["run_first"])
+
+
+def _oci_records(root: HitchRoot) -> list[InferenceServiceRecordV1]:
+    records = [InferenceServiceRecordV1.model_validate_json(p.read_text()) for p in root.services.glob("*/state.json")]
+    return [r for r in records if r.process is not None and r.process.launcher == "oci"]
+
+
+def _oci_daemon(inputs: ServiceInputs, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, HitchRoot]:
+    docker_client_or_skip().close()
+    image = fake_image_id(tmp_path_factory)
+    as_json(hitch(inputs.root, "daemon", "start", "--json", *FAST))
+    return image, inputs.root
+
+
+def _no_containers_left(root: HitchRoot) -> None:
+    client = docker_client_or_skip()
+    try:
+        left = client.containers.list(all=True, filters={"label": f"{LABEL_ROOT}={root_label(root.root)}"})
+        assert left == [], [c.name for c in left]
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize(
+    ("extra", "code"),
+    [
+        (["--engine", "fake", "--launcher", "oci", "--image", "hitch/fake-sglang:dev"], "inference_runtime_unpinned"),
+        (["--engine", "fake", "--launcher", "oci"], "usage_error"),
+        (["--engine", "fake", "--image", "sha256:" + "a" * 64], "usage_error"),
+        (["--launcher", "oci", "--offline"], "inference_runtime_unpinned"),  # the generic-CPU runtime has no image
+    ],
+)
+def test_run_image_choices_are_refused_before_anything_starts(inputs: ServiceInputs, extra: list[str], code: str) -> None:
+    out = hitch(inputs.root, "run", "--harness", "model-call", "--model", "local/tiny", "--prompt", "x", "--json", *extra)
+    assert out.returncode != 0 and json.loads(out.stdout)["error"]["code"] == code
+    assert daemon_running(inputs.root) is None
+
+
+@pytest.mark.needs_docker
+def test_model_call_run_on_an_oci_engine(inputs: ServiceInputs, tmp_path_factory: pytest.TempPathFactory) -> None:
+    image, root = _oci_daemon(inputs, tmp_path_factory)
+    out = as_json(
+        hitch(root, "run", "--harness", "model-call", "--model", "local/tiny", "--engine", "fake", "--launcher", "oci",
+              "--image", image, "--prompt", "hello", "--max-output-tokens", "8", "--run-id", "oci-1", "--json")
+    )  # fmt: skip
+    assert out["status"] in ("completed", "incomplete") and out["max_output_tokens"] == 8
+    execution = InferenceExecutionEvidenceV1.model_validate_json(
+        (root.runs / "oci-1" / "inference" / "execution.json").read_text()
+    )
+    assert execution.requests == 1 and execution.inference_id == out["inference_id"]
+    (record,) = _oci_records(root)
+    assert record.process is not None and record.process.image_id == image and record.process.network_subnet
+    assert [lease for s in DaemonClient(root).services()["services"] for lease in s["leases"]] == []
+    hitch(root, "daemon", "stop", "--json")
+    _no_containers_left(root)
+
+
+@pytest.mark.needs_docker
+def test_local_serve_on_an_oci_engine(inputs: ServiceInputs, tmp_path_factory: pytest.TempPathFactory) -> None:
+    image, root = _oci_daemon(inputs, tmp_path_factory)
+    argv = [*HITCH, "local", "serve", "local/tiny", "--engine", "fake", "--launcher", "oci",
+            "--image", image, "--run-id", "serve-oci", "--json", "--root", str(root.root)]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        first = json.loads(proc.stdout.readline())
+        token = Path(first["token_file"]).read_text(encoding="utf-8").strip()
+        reply = httpx.post(
+            first["base_url"] + "/chat/completions",
+            json={"model": first["wire_model"], "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=60,
+            trust_env=False,
+        )
+        assert reply.status_code == 200, reply.text
+        assert len(_oci_records(root)) == 1
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 0 and json.loads(rest.splitlines()[-1])["signal"] == "SIGTERM"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+    hitch(root, "daemon", "stop", "--json")
+    _no_containers_left(root)

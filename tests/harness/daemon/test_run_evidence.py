@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.daemon.run_evidence import redact
+from harness.engine.redaction import redact
 
 _ARGS = Path(__file__).resolve().parents[3] / "fixtures" / "fake_sglang" / "server_args_0_5_23.json"
 

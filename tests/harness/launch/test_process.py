@@ -15,7 +15,8 @@ import pytest
 from harness.contracts.lock import ResourceVectorV1
 from harness.contracts.service import ProcessIdentityV1
 from harness.engine.launch_spec import LaunchSpec
-from harness.launch.process import ProcessEngine, ProcessLauncher, is_our_process, live_group_members, secret_values
+from harness.engine.redaction import secret_values
+from harness.launch.process import ProcessEngine, ProcessLauncher, is_our_process, live_group_members
 
 pytestmark = pytest.mark.integration
 

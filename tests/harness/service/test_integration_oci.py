@@ -1,5 +1,10 @@
 """The manager + supervisor driving the OCI launcher against a real Docker engine (fake engine image).
 
+An OCI service serves a run through the gateway: the service record is checked against Docker
+(:meth:`SupervisedService.verified_process`), the gateway binds a run to the container address and a chat
+request goes client → gateway → container; forged records (another network, subnet, address, epoch or
+container, a loopback alias, a non-oci launcher) are refused with ``inference_route_unavailable``.
+
 Skipped when no Docker engine answers, unless ``HITCH_REQUIRE_DOCKER=1`` (then a failure). The image is
 built by ``scripts/ci/build_fake_image.py`` (idempotent). After each test no container of the test's root
 may be left (leak guard).
@@ -16,8 +21,14 @@ import docker.errors
 import httpx
 import pytest
 
+from gateway.bindings import UpstreamTarget
+from gateway.server import GatewayConfig
+from gateway.testing import GatewayThread
 from harness.contracts.lock import InferenceLockV1
+from harness.contracts.service import ProcessIdentityV1
 from harness.errors import HitchError
+from harness.launch.oci import verify_container_route
+from harness.launch.oci_config import LABEL_EPOCH, LABEL_ROOT, LABEL_SERVICE, root_label
 from harness.service.starter_supervisor import EngineChoice, SupervisedService
 from harness.service.state_store import ServiceStateStore
 from tests.harness.docker_support import docker_client_or_skip, fake_image_id
@@ -170,3 +181,123 @@ def test_oci_real_oom_through_the_manager_is_inference_oom(
         return code
 
     assert run(body()) == "inference_oom"
+
+
+def _target(service: SupervisedService, lock: InferenceLockV1, inputs: ServiceInputs, process: ProcessIdentityV1 | None,
+            base_url: str | None = None) -> UpstreamTarget:  # fmt: skip
+    endpoint = service.endpoint
+    return UpstreamTarget(
+        base_url=base_url or endpoint.base_url,
+        engine_key=endpoint.keys.api_key,
+        service_id=endpoint.service_id,
+        inference_id=endpoint.inference_id,
+        epoch=endpoint.epoch,
+        lock=lock,
+        wire_model=endpoint.wire_model,
+        tokenizer_dir=inputs.model_dir,
+        process=process,
+    )
+
+
+def test_an_oci_service_serves_a_chat_request_through_the_gateway(
+    inputs: ServiceInputs, client: docker.DockerClient, image_id: str, tmp_path: Path
+) -> None:
+    manager, _ = fake_manager(inputs.root, _choice(image_id))
+    gateway = GatewayThread(GatewayConfig(state_dir=tmp_path / "gw"))
+    lock = _small(inputs.lock, 512 * MiB)
+
+    async def body() -> None:
+        lease = await manager.acquire(lock, "run-1")
+        service = lease.service
+        assert isinstance(service, SupervisedService)
+        try:
+            process = await service.verified_process()
+            assert process is not None and process.launcher == "oci" and process.network_subnet
+            net = client.api.inspect_network(process.network_id)
+            assert net["Internal"] is True and net["Labels"][LABEL_SERVICE] == lease.service_id
+            record = await asyncio.to_thread(gateway.register, "run-1", _target(service, lock, inputs, process))
+            token = gateway.token_of(record)
+            async with httpx.AsyncClient(trust_env=False, timeout=60) as http:
+                reply = await http.post(
+                    record.base_url + "/chat/completions",
+                    json={"model": record.wire_model, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4},
+                    headers={"Authorization": f"Bearer {token}"},
+                )
+            assert reply.status_code == 200, reply.text
+            answer = reply.json()
+            assert answer["object"] == "chat.completion" and answer["choices"][0]["message"]["role"] == "assistant"
+            assert answer["usage"]["completion_tokens"] >= 1
+        finally:
+            await manager.release(lease.lease_id)
+            await manager.close()
+
+    try:
+        run(body())
+    finally:
+        gateway.close()
+
+
+def test_forged_container_routes_are_refused(inputs: ServiceInputs, client: docker.DockerClient, image_id: str) -> None:
+    manager, _ = fake_manager(inputs.root, _choice(image_id))
+    lock = _small(inputs.lock, 512 * MiB)
+    root = inputs.root.root
+    # a network that looks like hitch's (same labels, internal) but that this epoch's service never got
+    other = client.networks.create(
+        f"hitch-test-forged-{root_label(root)[:8]}",
+        driver="bridge",
+        internal=True,
+        labels={LABEL_ROOT: root_label(root), LABEL_SERVICE: "forged", LABEL_EPOCH: "1"},
+    )
+
+    async def body() -> None:
+        lease = await manager.acquire(lock, "run-1")
+        service = lease.service
+        assert isinstance(service, SupervisedService)
+        try:
+            real = await service.verified_process()
+            assert real is not None and real.network_subnet is not None
+            sid, epoch = lease.service_id, lease.epoch
+            address = service.endpoint.base_url.split("//")[1].rsplit(":", 1)[0]
+            other_net = client.api.inspect_network(other.id)
+            other_subnet = other_net["IPAM"]["Config"][0]["Subnet"]
+            forged: dict[str, tuple[ProcessIdentityV1, str, int]] = {
+                "another network": (
+                    real.model_copy(update={"network_id": other.id, "network_subnet": other_subnet}),
+                    address,
+                    epoch,
+                ),
+                "another subnet": (real.model_copy(update={"network_subnet": other_subnet}), address, epoch),
+                "another address": (real, _neighbour(address), epoch),
+                "loopback alias": (real, "127.0.0.1", epoch),
+                "another epoch": (real, address, epoch + 1),
+                "non-oci launcher": (real.model_copy(update={"launcher": "process"}), address, epoch),
+                "another container": (real.model_copy(update={"container_id": "f" * 64}), address, epoch),
+            }
+            for name, (process, host, at_epoch) in forged.items():
+                with pytest.raises(HitchError) as caught:
+                    await asyncio.to_thread(verify_container_route, root, sid, at_epoch, process, host, client=client)
+                assert caught.value.code == "inference_route_unavailable", name
+            # the gateway itself refuses a container address the record does not vouch for
+            refused: tuple[tuple[ProcessIdentityV1 | None, str], ...] = (
+                (None, service.endpoint.base_url),
+                (real.model_copy(update={"launcher": "process"}), service.endpoint.base_url),
+                (real.model_copy(update={"network_subnet": other_subnet}), service.endpoint.base_url),
+                (real, f"http://127.0.0.1:{service.endpoint.base_url.rsplit(':', 1)[1]}"),
+            )
+            for record, url in refused:
+                with pytest.raises(HitchError) as caught:
+                    _target(service, lock, inputs, record, url)
+                assert caught.value.code == "inference_route_unavailable"
+        finally:
+            await manager.release(lease.lease_id)
+            await manager.close()
+
+    try:
+        run(body())
+    finally:
+        other.remove()
+
+
+def _neighbour(address: str) -> str:
+    head, last = address.rsplit(".", 1)
+    return f"{head}.{int(last) % 250 + 3}"

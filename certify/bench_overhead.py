@@ -79,7 +79,7 @@ def _wait_file(path: Path, proc: subprocess.Popen[bytes], timeout: float = 240.0
     raise RuntimeError(f"timed out waiting for {path}")
 
 
-def _bench_lock(permits: int, model_dir: Path, work: Path) -> InferenceLockV1:
+def _bench_lock(permits: int, model_dir: Path, work: Path, benchmark: bool = False) -> InferenceLockV1:
     """A real draft lock: the benchmark's checkpoint imported into a scratch root, the generic-CPU runtime."""
     from harness.lock import build_lock
     from harness.paths import HitchRoot
@@ -94,6 +94,7 @@ def _bench_lock(permits: int, model_dir: Path, work: Path) -> InferenceLockV1:
         profile="baseline",
         cpu_cores_per_node=2,
         context_tokens=2048,
+        benchmark=benchmark,
     )
     # The benchmark sizes admission to its concurrency arm; the gateway enforces whatever the lock says.
     ex = lock.execution.model_copy(update={"max_running_requests": permits, "queue_timeout_ms": 600_000})
@@ -139,7 +140,8 @@ def _stack(args: argparse.Namespace, work: Path) -> Iterator[tuple[list[Arm], di
         engine_url = f"http://127.0.0.1:{port}"
         _wait_http(engine_url + "/health", engine)
 
-        lock = _bench_lock(permits, model_dir, work)
+        # certify.external runs the field's tools, which send ignore_eos: their stack gets a benchmark lock
+        lock = _bench_lock(permits, model_dir, work, benchmark=getattr(args, "benchmark_lock", False))
         lock_file = work / "lock.json"
         lock_file.write_text(lock.model_dump_json())
         spec = {

@@ -38,7 +38,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import aiohttp
 import psutil
@@ -105,6 +105,7 @@ def _bench_lock(permits: int, model_dir: Path, work: Path, benchmark: bool = Fal
 @contextmanager
 def _stack(args: argparse.Namespace, work: Path) -> Iterator[tuple[list[Arm], dict[str, Any]]]:
     procs: list[subprocess.Popen[bytes]] = []
+    logs: list[IO[bytes]] = []
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     try:
         model_dir = Path(args.model_dir) if args.model_dir else _tiny_model(work)
@@ -135,6 +136,7 @@ def _stack(args: argparse.Namespace, work: Path) -> Iterator[tuple[list[Arm], di
                    "--context-length", "2048", "--dtype", "bfloat16", "--max-running-requests", str(permits)]  # fmt: skip
             engine_env = {**env, **command.env}
         log = (work / "engine.log").open("wb")
+        logs.append(log)
         engine = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=engine_env, start_new_session=True)
         procs.append(engine)
         engine_url = f"http://127.0.0.1:{port}"
@@ -225,6 +227,8 @@ def _stack(args: argparse.Namespace, work: Path) -> Iterator[tuple[list[Arm], di
     finally:
         for p in reversed(procs):
             stop_process(p, 10)
+        for f in logs:
+            f.close()
 
 
 def _tiny_model(work: Path) -> Path:

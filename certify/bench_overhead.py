@@ -7,8 +7,11 @@ caller's body; the gateway applies the lock), **reference** (a separate bare aio
 arm in a rotated order at concurrency 1 (``--requests`` sequential requests) and at concurrency 32 (for
 ``--seconds``). Reported per arm, as medians over rounds of the per-round figure:
 
-- added latency p50/p95/p99 = percentile(arm) - percentile(direct) of end-to-end time (c=1),
-- TTFT added p50/p95 (streams; client-side first content event),
+- added latency p50/p95/p99 = percentile(arm) - percentile(direct) of end-to-end time (c=1), and the same
+  over the samples of all rounds pooled (``rounds x --requests`` per arm) with bootstrap 95 % intervals
+  (:func:`certify.stats.added_intervals`; a p99 from < 100 samples is marked unreliable, an interval
+  holding 0 is noise),
+- TTFT added p50/p95 (streams; client-side first content event), likewise with intervals,
 - throughput at c=32 and its ratios gateway/direct and gateway/reference,
 - CPU ms per request of the proxy process (psutil, c=32 window and c=1 window),
 - gateway RSS per open stream (``--open-streams`` streams held open by the fake's stall fault).
@@ -35,7 +38,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import aiohttp
 import psutil
@@ -43,7 +46,7 @@ import uvloop
 
 from certify.processes import stop_process
 from certify.session import FakeControl
-from certify.stats import percentile
+from certify.stats import added_intervals, percentile
 from gateway.policy import apply_policy
 from harness.contracts.lock import InferenceLockV1
 from harness.net import free_port
@@ -76,7 +79,7 @@ def _wait_file(path: Path, proc: subprocess.Popen[bytes], timeout: float = 240.0
     raise RuntimeError(f"timed out waiting for {path}")
 
 
-def _bench_lock(permits: int, model_dir: Path, work: Path) -> InferenceLockV1:
+def _bench_lock(permits: int, model_dir: Path, work: Path, benchmark: bool = False) -> InferenceLockV1:
     """A real draft lock: the benchmark's checkpoint imported into a scratch root, the generic-CPU runtime."""
     from harness.lock import build_lock
     from harness.paths import HitchRoot
@@ -91,6 +94,7 @@ def _bench_lock(permits: int, model_dir: Path, work: Path) -> InferenceLockV1:
         profile="baseline",
         cpu_cores_per_node=2,
         context_tokens=2048,
+        benchmark=benchmark,
     )
     # The benchmark sizes admission to its concurrency arm; the gateway enforces whatever the lock says.
     ex = lock.execution.model_copy(update={"max_running_requests": permits, "queue_timeout_ms": 600_000})
@@ -101,6 +105,7 @@ def _bench_lock(permits: int, model_dir: Path, work: Path) -> InferenceLockV1:
 @contextmanager
 def _stack(args: argparse.Namespace, work: Path) -> Iterator[tuple[list[Arm], dict[str, Any]]]:
     procs: list[subprocess.Popen[bytes]] = []
+    logs: list[IO[bytes]] = []
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     try:
         model_dir = Path(args.model_dir) if args.model_dir else _tiny_model(work)
@@ -131,12 +136,14 @@ def _stack(args: argparse.Namespace, work: Path) -> Iterator[tuple[list[Arm], di
                    "--context-length", "2048", "--dtype", "bfloat16", "--max-running-requests", str(permits)]  # fmt: skip
             engine_env = {**env, **command.env}
         log = (work / "engine.log").open("wb")
+        logs.append(log)
         engine = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=engine_env, start_new_session=True)
         procs.append(engine)
         engine_url = f"http://127.0.0.1:{port}"
         _wait_http(engine_url + "/health", engine)
 
-        lock = _bench_lock(permits, model_dir, work)
+        # certify.external runs the field's tools, which send ignore_eos: their stack gets a benchmark lock
+        lock = _bench_lock(permits, model_dir, work, benchmark=getattr(args, "benchmark_lock", False))
         lock_file = work / "lock.json"
         lock_file.write_text(lock.model_dump_json())
         spec = {
@@ -220,6 +227,8 @@ def _stack(args: argparse.Namespace, work: Path) -> Iterator[tuple[list[Arm], di
     finally:
         for p in reversed(procs):
             stop_process(p, 10)
+        for f in logs:
+            f.close()
 
 
 def _tiny_model(work: Path) -> Path:
@@ -349,6 +358,15 @@ async def _run(args: argparse.Namespace, arms: list[Arm], info: dict[str, Any]) 
     return _summarize(rounds, streams_rss)
 
 
+_QS = {"p50": 0.5, "p95": 0.95, "p99": 0.99}
+
+
+def _pooled_intervals(rounds: list[dict[str, Any]], kind: str, arm: str, field: str) -> dict[str, dict[str, Any]]:
+    direct = [v for rd in rounds for v in rd[kind]["direct"]["c1"][field]]
+    other = [v for rd in rounds for v in rd[kind][arm]["c1"][field]]
+    return added_intervals(direct, other, _QS, scale=1000.0)
+
+
 def _summarize(rounds: list[dict[str, Any]], rss_per_stream: float | None) -> dict[str, Any]:
     med = statistics.median
     out: dict[str, Any] = {}
@@ -363,7 +381,9 @@ def _summarize(rounds: list[dict[str, Any]], rss_per_stream: float | None) -> di
                 for q in (0.5, 0.95, 0.99)
             }
             entry: dict[str, Any] = {"added_latency_ms": added}
+            entry["added_latency_ci_ms"] = _pooled_intervals(rounds, kind, arm, "lat")
             if kind == "stream":
+                entry["ttft_added_ci_ms"] = _pooled_intervals(rounds, kind, arm, "ttft")
                 entry["ttft_added_ms"] = {
                     f"p{int(q * 100)}": med(
                         (percentile(rd[kind][arm]["c1"]["ttft"], q) - percentile(rd[kind]["direct"]["c1"]["ttft"], q)) * 1000
@@ -394,6 +414,17 @@ def _summarize(rounds: list[dict[str, Any]], rss_per_stream: float | None) -> di
     return out
 
 
+def _interval_text(p: str, c: dict[str, Any]) -> str:
+    if c["estimate"] is None:
+        return f"{p} -"
+    text = f"{p} {c['estimate']:+.2f} [{c['low']:+.2f}, {c['high']:+.2f}] ms n={c['n']}"
+    if c["noise"]:
+        text += " (noise)"
+    if not c["reliable"]:
+        text += " (unreliable)"
+    return text
+
+
 def _print(summary: dict[str, Any]) -> None:
     for kind in ("unary", "stream"):
         s = summary[kind]
@@ -406,6 +437,11 @@ def _print(summary: dict[str, Any]) -> None:
             if "ttft_added_ms" in e:
                 t = e["ttft_added_ms"]
                 line += f" | TTFT added p50/p95 {t['p50']:.2f}/{t['p95']:.2f} ms"
+            print(line)
+            for label, key in (("added", "added_latency_ci_ms"), ("TTFT added", "ttft_added_ci_ms")):
+                if key in e:
+                    print(f"{'':9s} {label} (pooled) " + "; ".join(_interval_text(p, c) for p, c in e[key].items()))
+            line = f"{'':9s}"
             line += (
                 f" | c=32 {e['rps_c32']:.0f} req/s ({e['throughput_ratio_vs_direct_c32']:.2f}x direct)"
                 f" | CPU {e['cpu_ms_per_request_c32']:.2f} ms/req (c=32), {e['cpu_ms_per_request_c1']:.2f} (c=1)"

@@ -14,6 +14,11 @@ Owns :func:`apply_policy`, which turns one caller body into the body sent to the
 - Parallel tool calls follow the lock. A caller's ``parallel_tool_calls: true`` on a lock without them is
   narrowed to ``false`` (a permission may only shrink, like the budget; Codex 0.171 always sends ``true``);
   the engine then emits at most one call per turn.
+- Benchmark sampling controls (chat: ``ignore_eos``, ``min_tokens``; what ``sglang.bench_serving`` and
+  AIPerf send to fix the output length): a value equal to SGLang's default (``false``, ``0``) always passes,
+  as it changes nothing; any other value needs a lock that names the control in
+  ``generation.benchmark_controls`` (a benchmark lock, never an agent run's) and is reported in
+  :attr:`PreparedRequest.benchmark_controls` for the evidence row. ``min_tokens`` may not exceed the budget.
 - ``client_metadata`` (Responses; Codex's per-turn telemetry ids) is removed before forwarding: SGLang has no
   such field and would ignore it; it never affects generation.
 - Parameters outside the allow-list, server-side state (``store: true``, ``previous_response_id``,
@@ -35,7 +40,7 @@ from gateway.intake import parse_object
 from gateway.request_shape import check_chat_message, check_chat_shape, check_item, check_responses_shape
 from gateway.routes import RouteName
 from gateway.sglang_view import chat_messages, responses_messages, template_tools
-from harness.contracts.lock import InferenceLockV1
+from harness.contracts.lock import BenchmarkControl, InferenceLockV1
 from harness.errors import HitchError
 
 __all__ = ["PreparedRequest", "apply_policy"]
@@ -58,7 +63,12 @@ _COMMON = frozenset(
         "frequency_penalty", "presence_penalty", "tools", "parallel_tool_calls",
     }
 )  # fmt: skip
-_CHAT_KEYS = _CHAT_FREE | _COMMON | {"max_tokens", "max_completion_tokens", "n", "store", "modalities"}
+# SGLang's defaults for the benchmark controls (its ChatCompletionRequest): a caller sending them asks for
+# nothing the engine would not do anyway.
+_ENGINE_DEFAULTS: dict[BenchmarkControl, bool | int] = {"ignore_eos": False, "min_tokens": 0}
+_CHAT_KEYS = _CHAT_FREE | _COMMON | _ENGINE_DEFAULTS.keys() | {
+    "max_tokens", "max_completion_tokens", "n", "store", "modalities",
+}  # fmt: skip
 _RESPONSES_KEYS = _RESPONSES_FREE | _COMMON | {
     "max_output_tokens", "store", "previous_response_id", "background", "truncation", "client_metadata",
 }  # fmt: skip
@@ -78,6 +88,7 @@ class PreparedRequest:
     tools: list[dict[str, Any]] | None
     responses: bool = False  # SGLang folds system messages on Responses for templates without inline system
     template_kwargs: dict[str, Any] | None = None  # extra template variables SGLang passes (reasoning_effort)
+    benchmark_controls: dict[str, bool | int] | None = None  # controls used at other than SGLang's default
 
 
 def _conflict(message: str, **details: Any) -> HitchError:
@@ -164,6 +175,32 @@ def _check_text(content: Any, where: str) -> None:
     raise _conflict(f"{where}: content must be a string or a list of text parts", parameter=f"{where}.content")
 
 
+def _benchmark_controls(body: dict[str, Any], lock: InferenceLockV1, budget: int) -> dict[str, bool | int] | None:
+    """The benchmark controls ``body`` sets to other than SGLang's default, each permitted by the lock."""
+    used: dict[str, bool | int] = {}
+    for name, default in _ENGINE_DEFAULTS.items():
+        if name not in body:
+            continue
+        value = body[name]
+        if isinstance(default, bool):
+            if not isinstance(value, bool):
+                raise _conflict(f"{name} must be a boolean", parameter=name)
+        elif isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise _conflict(f"{name} must be a non-negative integer", parameter=name)
+        if value == default:
+            continue
+        if name not in lock.generation.benchmark_controls:
+            raise _conflict(
+                f"{name}={json.dumps(value)} needs a benchmark lock (one that permits benchmark sampling controls)",
+                parameter=name,
+                engine_default=default,
+            )
+        if name == "min_tokens" and value > budget:
+            raise _conflict(f"min_tokens={value} is above the output budget {budget}", parameter=name, lock_value=budget)
+        used[name] = value
+    return used or None
+
+
 def _tools_policy(body: dict[str, Any], lock: InferenceLockV1, responses: bool) -> tuple[bool, list[dict[str, Any]] | None]:
     tools = body.get("tools")
     changed = False
@@ -187,7 +224,10 @@ def _tools_policy(body: dict[str, Any], lock: InferenceLockV1, responses: bool) 
     return changed, template_tools(tools, body.get("tool_choice", "auto"), responses=responses)
 
 
-def _chat(body: dict[str, Any], lock: InferenceLockV1) -> tuple[bool, int, list[dict[str, Any]], list[dict[str, Any]] | None]:
+_Prepared = tuple[bool, int, list[dict[str, Any]], list[dict[str, Any]] | None]
+
+
+def _chat(body: dict[str, Any], lock: InferenceLockV1) -> _Prepared:
     cap = lock.generation.max_output_tokens
     changed = _apply_sampling(body, lock, with_seed=True)
     if body.get("n", 1) != 1:
@@ -259,9 +299,7 @@ def _check_responses_input(body: dict[str, Any]) -> None:
             raise _conflict(f"{where}: item type {kind!r} is not supported", parameter=f"{where}.type")
 
 
-def _responses(
-    body: dict[str, Any], lock: InferenceLockV1
-) -> tuple[bool, int, list[dict[str, Any]], list[dict[str, Any]] | None]:
+def _responses(body: dict[str, Any], lock: InferenceLockV1) -> _Prepared:
     cap = lock.generation.max_output_tokens
     changed = _apply_sampling(body, lock, with_seed=False)
     body.pop("client_metadata", None)  # client telemetry ids; no engine field (see the module docstring)
@@ -316,6 +354,7 @@ def _prepare(route: RouteName, raw: bytes, body: dict[str, Any], lock: Inference
     else:
         check_chat_shape(body)
     given = dict(body)
+    controls = None
     if responses:
         changed, budget, messages, tools = _responses(body, lock)
         reasoning = body.get("reasoning")
@@ -323,9 +362,10 @@ def _prepare(route: RouteName, raw: bytes, body: dict[str, Any], lock: Inference
     else:
         changed, budget, messages, tools = _chat(body, lock)
         effort = body.get("reasoning_effort")
+        controls = _benchmark_controls(body, lock, budget)
     out = _rewrite(raw, given, body) if changed else raw
     kwargs = None if effort is None else {"reasoning_effort": effort}
-    return PreparedRequest(out, stream, budget, messages, tools, responses, kwargs)
+    return PreparedRequest(out, stream, budget, messages, tools, responses, kwargs, controls)
 
 
 def _rewrite(raw: bytes, given: dict[str, Any], body: dict[str, Any]) -> bytes:

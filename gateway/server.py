@@ -280,6 +280,7 @@ class Gateway:
             raw = await read_body(request, body_limit(context, self.config.max_body_bytes))
             prepared = apply_policy(route.name, raw, target.lock, target.wire_model)
             ex.stream, ex.max_output_tokens = prepared.stream, prepared.max_output_tokens
+            ex.benchmark_controls = prepared.benchmark_controls
             checker = binding.checker
             args = (
                 prepared.messages, prepared.tools, prepared.max_output_tokens, context, prepared.responses,

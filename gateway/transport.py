@@ -66,6 +66,7 @@ class Exchange:
     usage: Usage | None = None
     capture: RequestCapture | None = None
     detail: str | None = field(default=None, repr=False)
+    benchmark_controls: dict[str, bool | int] | None = None
     settled: bool = False  # the engine's answer reached its end (or its terminal event reached the client)
 
     def apply(self, outcome: Outcome) -> None:
@@ -98,6 +99,7 @@ class Exchange:
             "status": self.status,
             "http_status": self.http_status,
             "error_code": self.error_code,
+            "benchmark_controls": self.benchmark_controls,
         }
 
 

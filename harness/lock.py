@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from harness.contracts.base import parse_record
 from harness.contracts.lock import (
+    BENCHMARK_CONTROLS,
     CpuPlatformV1,
     CudaPlatformV1,
     ExecutionV1,
@@ -150,8 +151,11 @@ def build_lock(
     profile: ProfileShort,
     cpu_cores_per_node: int,
     context_tokens: int | None = None,
+    benchmark: bool = False,
 ) -> InferenceLockV1:
-    """The draft lock for this model + runtime + device + profile (spec §6.2 defaults)."""
+    """The draft lock for this model + runtime + device + profile (spec §6.2 defaults). ``benchmark`` permits
+    the benchmark sampling controls (``ignore_eos``, ``min_tokens``: fixed output lengths for the field's
+    benchmark tools); an agent run's lock never sets it, and it changes the inference id."""
     if device == "metal":
         raise HitchError("inference_device_unsupported", "metal is a P1 backend and is refused in P0", {"device": device})
     if runtime.backend != device:
@@ -219,6 +223,7 @@ def build_lock(
         repetition_penalty=1.0,
         seed=0,
         max_output_tokens=min(_MAX_OUTPUT_CAP, context // 4),
+        benchmark_controls=list(BENCHMARK_CONTROLS) if benchmark else [],
     )
     protocol = ProtocolV1(
         api="responses",
@@ -262,6 +267,8 @@ def validate_lock(data: Any) -> InferenceLockV1:
         problems.append("max_total_tokens cannot hold one full-context request")
     if ex.max_queued_requests > ex.max_running_requests:
         problems.append("max_queued_requests exceeds max_running_requests")
+    if len(set(lock.generation.benchmark_controls)) != len(lock.generation.benchmark_controls):
+        problems.append("benchmark_controls names a control twice")
     if lock.generation.max_output_tokens >= ex.context_tokens_per_request:
         problems.append("max_output_tokens must be below the context")
     if ex.deterministic_inference and ex.platform.backend == "cpu":

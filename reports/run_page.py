@@ -1,9 +1,12 @@
 """The per-run page: checks, evidence (linked and previewed), hardware fingerprint, gateway-overhead plots, lifecycle timings.
 
 Input is one run's ``results.json``: a DESIGN §6 predicate plus, optionally, ``overhead`` (the JSON that
-``python -m certify.bench_overhead --out`` writes: ``results.{unary,stream}.{gateway,reference,direct}``)
-and ``lifecycle`` (a mapping of timing name to number, possibly nested). Missing parts are shown as missing,
-never invented; a present part of the wrong type is a ``report_input_invalid`` error.
+``python -m certify.bench_overhead --out`` writes: ``results.{unary,stream}.{gateway,reference,direct}``) and
+``lifecycle`` (a mapping of timing name to number, possibly nested). Where an arm carries
+``added_latency_ci_ms`` (bootstrap 95 % intervals, :func:`certify.stats.added_intervals`) each added figure
+shows its interval, the §15.4 badge is decided on the interval's upper end, and the page says when a figure is
+noise (its interval holds 0: a negative one is no speed-up) or unreliable (too few samples). Missing parts are
+shown as missing, never invented; a present part of the wrong type is a ``report_input_invalid`` error.
 """
 
 from __future__ import annotations
@@ -172,6 +175,7 @@ def _overhead(results: Mapping[str, Any]) -> tuple[list[Markup], list[dict[str, 
                 t = _arm(section, arm, "ttft_added_ms")
                 row |= {f"added_{p}": _number(a.get(p)) for p in PERCENTILES}
                 row |= {f"ttft_{p}": _number(t.get(p)) for p in PERCENTILES}
+                row |= _interval_cells(entry.get("added_latency_ci_ms"))
                 row["ratio_vs_direct"] = _number(entry.get("throughput_ratio_vs_direct_c32"))
                 row["cpu_ms_c32"] = _number(entry.get("cpu_ms_per_request_c32"))
                 row["within_bound"] = all(v is not None and v <= bound for v in _bound_values(row))
@@ -186,8 +190,28 @@ def _overhead(results: Mapping[str, Any]) -> tuple[list[Markup], list[dict[str, 
 
 
 def _bound_values(row: Mapping[str, Any]) -> list[float | None]:
-    """The p50/p95 added latencies the §15.4 pass line applies to."""
-    return [row.get("added_p50"), row.get("added_p95")]
+    """The p50/p95 added latencies the §15.4 pass line applies to: the upper end of each interval when
+    the figures carry one, else the point figures."""
+    return [row[f"ci_{p}"]["high"] if row.get(f"ci_{p}") else row.get(f"added_{p}") for p in ("p50", "p95")]
+
+
+def _interval_cells(ci: Any) -> dict[str, Any]:
+    """Per percentile: the interval and what it says about the figure (None when the JSON has none)."""
+    cells: dict[str, Any] = {}
+    for p in PERCENTILES:
+        entry = ci.get(p) if isinstance(ci, Mapping) else None
+        if not isinstance(entry, Mapping):
+            cells[f"ci_{p}"] = None
+            continue
+        low, high, estimate = _number(entry.get("low")), _number(entry.get("high")), _number(entry.get("estimate"))
+        notes = []
+        if low is not None and high is not None and low <= 0 <= high:
+            negative = estimate is not None and estimate < 0
+            notes.append("negative: noise, not a speed-up" if negative else "noise (interval holds 0)")
+        if entry.get("reliable") is False:
+            notes.append(f"unreliable: n={entry.get('n')} per arm")
+        cells[f"ci_{p}"] = {"low": low, "high": high, "n": entry.get("n"), "note": "; ".join(notes)}
+    return cells
 
 
 def _lifecycle(results: Mapping[str, Any]) -> tuple[list[tuple[str, Any]], list[Markup], list[dict[str, Any]]]:

@@ -37,6 +37,26 @@ def overhead(
 
 
 @app.command(
+    "external",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    help="the field's own tool (--tool bench_serving: stock sglang.bench_serving from the runtime's venv) against "
+    "direct and our gateway (a benchmark lock) in interleaved rounds; native outputs + summary.json into --out. "
+    "Quirks: URL without /v1, key via OPENAI_API_KEY, random-ids dataset (random downloads ShareGPT), its "
+    "/server_info echo of engine keys is stripped. Extra options go to certify.external (see --help there)",
+)
+def external(
+    ctx: typer.Context,
+    out: Annotated[Path, typer.Option("--out", help="folder for the native outputs and summary.json")],
+    tool: Annotated[str, typer.Option("--tool", help="bench_serving (aiperf: not yet; see issue 13)")] = "bench_serving",
+    engine: Annotated[str, typer.Option("--engine", help="fake | sglang")] = "fake",
+) -> None:
+    if tool != "bench_serving":
+        raise typer.BadParameter("only bench_serving is supported so far", param_hint="--tool")
+    argv = [sys.executable, "-m", "certify.external", "--tool", tool, "--engine", engine, "--out", str(out), *ctx.args]
+    raise typer.Exit(subprocess.call(argv))
+
+
+@app.command(
     "load",
     help="locust load, gateway vs direct with the same schedule: CSVs + summary.json into --out (see certify/load)",
 )

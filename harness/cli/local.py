@@ -31,6 +31,14 @@ def lock_cmd(
     profile: ProfileOpt = "baseline",
     runtime: Annotated[str | None, typer.Option("--runtime", help="catalog id or runtime_id")] = None,
     context: Annotated[int | None, typer.Option("--context", help="context tokens per request")] = None,
+    benchmark: Annotated[
+        bool,
+        typer.Option(
+            "--benchmark",
+            help="permit benchmark sampling controls (ignore_eos, min_tokens) for the field's benchmark tools; "
+            "never for agent runs (a different inference id)",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
     root: RootOpt = None,
 ) -> None:
@@ -45,7 +53,13 @@ def lock_cmd(
     manifest = resolve_model(root_from(root), model)
     rt = get_runtime(runtime) if runtime else default_runtime(dev)
     lock = build_lock(
-        manifest, rt, device=dev, profile=prof, cpu_cores_per_node=probe_cpu().cores_per_node, context_tokens=context
+        manifest,
+        rt,
+        device=dev,
+        profile=prof,
+        cpu_cores_per_node=probe_cpu().cores_per_node,
+        context_tokens=context,
+        benchmark=benchmark,
     )
     emit(
         as_json,

@@ -57,3 +57,6 @@ class RequestEvidenceV1(Record):
     status: Literal["completed", "incomplete", "failed", "cancelled", "rejected"]
     http_status: int
     error_code: str | None
+    benchmark_controls: dict[str, bool | int] | None = Field(
+        default=None, description="benchmark sampling controls the caller set to other than SGLang's default"
+    )

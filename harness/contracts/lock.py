@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, SerializationInfo, SerializerFunctionWrapHandler, model_serializer
 
 from harness.contracts.base import Record, Sha256
 from harness.ids import digest_json
@@ -17,6 +17,8 @@ from harness.ids import digest_json
 __all__ = [
     "CpuPlatformV1",
     "CudaPlatformV1",
+    "BENCHMARK_CONTROLS",
+    "BenchmarkControl",
     "ExecutionV1",
     "GenerationV1",
     "InferenceLockV1",
@@ -30,6 +32,12 @@ __all__ = [
 ]
 
 ProfileName = Literal["evaluation-baseline-v1", "evaluation-throughput-v1"]
+
+# Sampling controls a benchmark needs to fix the output length and that an agent run never sends (SGLang's
+# chat request fields). A caller's value equal to SGLang's default always passes; any other value needs the
+# lock's explicit permission (``GenerationV1.benchmark_controls``).
+BenchmarkControl = Literal["ignore_eos", "min_tokens"]
+BENCHMARK_CONTROLS: tuple[BenchmarkControl, ...] = ("ignore_eos", "min_tokens")
 
 
 class CpuPlatformV1(Record):
@@ -102,6 +110,20 @@ class GenerationV1(Record):
     seed: int = Field(ge=0)
     max_output_tokens: int = Field(ge=1)
     override_policy: Literal["reject-conflicts"] = "reject-conflicts"
+    benchmark_controls: list[BenchmarkControl] = Field(
+        default_factory=list,
+        description="sampling controls a caller may set to other than SGLang's default (a benchmark lock; "
+        "empty for agent runs). Digest-relevant when set; omitted from the document when empty.",
+    )
+
+    @model_serializer(mode="wrap")
+    def _omit_empty_controls(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict[str, Any]:
+        # Empty means "no permission", the meaning every lock had before the field existed: leaving it out
+        # keeps those locks' documents and inference ids unchanged.
+        data: dict[str, Any] = handler(self)
+        if not data.get("benchmark_controls"):
+            data.pop("benchmark_controls", None)
+        return data
 
 
 class ProtocolV1(Record):

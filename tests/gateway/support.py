@@ -18,10 +18,22 @@ __all__ = ["Engine", "GatewayThread", "evidence_rows", "make_lock", "secret_hits
 
 
 def make_lock(
-    *, max_running: int = 1, context: int = 4096, max_output: int | None = None, top_k: int = 0, max_queued: int | None = None
+    *,
+    max_running: int = 1,
+    context: int = 4096,
+    max_output: int | None = None,
+    top_k: int = 0,
+    max_queued: int | None = None,
+    benchmark: bool = False,
 ) -> InferenceLockV1:
     lock = build_lock(
-        model_manifest(), runtime_manifest(), device="cpu", profile="baseline", cpu_cores_per_node=2, context_tokens=context
+        model_manifest(),
+        runtime_manifest(),
+        device="cpu",
+        profile="baseline",
+        cpu_cores_per_node=2,
+        context_tokens=context,
+        benchmark=benchmark,
     )
     queued = {"max_queued_requests": max_queued} if max_queued is not None else {}
     ex = lock.execution.model_copy(update={"max_running_requests": max_running, "queue_timeout_ms": 30_000, **queued})

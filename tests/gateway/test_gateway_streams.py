@@ -260,3 +260,21 @@ def test_settled_evidence_includes_an_exchange_still_being_recorded(engine: Engi
     rows = evidence_rows(gateway, rec.binding_id)
     assert recorded == [True]
     assert len(rows) == 1 and rows[0]["status"] in ("completed", "incomplete") and gateway.call(lambda: gw.unrecorded) == 0
+
+
+def test_benchmark_controls_pass_on_a_benchmark_lock_and_each_use_is_recorded(engine: Engine, gateway: GatewayThread) -> None:
+    plain = gateway.register("run-plain", target_for(engine, make_lock()))
+    bench = gateway.register("run-bench", target_for(engine, make_lock(benchmark=True)))
+    url = "/chat/completions"
+    default = httpx.post(plain.base_url + url, json=_chat_body(False, ignore_eos=False), headers=_auth(plain), timeout=30)
+    assert default.status_code == 200  # SGLang's default asks for nothing: passes on any lock
+    refused = httpx.post(plain.base_url + url, json=_chat_body(False, ignore_eos=True), headers=_auth(plain), timeout=30)
+    assert (refused.status_code, refused.json()["error"]["code"]) == (400, "inference_parameter_conflict")
+    used = httpx.post(
+        bench.base_url + url, json=_chat_body(True, ignore_eos=True, min_tokens=4), headers=_auth(bench), timeout=30
+    )
+    assert used.status_code == 200 and used.content.endswith(b"data: [DONE]\n\n")
+    plain_rows = evidence_rows(gateway, plain.binding_id)
+    assert [(r["http_status"], r["benchmark_controls"]) for r in plain_rows] == [(200, None), (400, None)]
+    [row] = evidence_rows(gateway, bench.binding_id)
+    assert (row["http_status"], row["benchmark_controls"]) == (200, {"ignore_eos": True, "min_tokens": 4})

@@ -176,3 +176,53 @@ def test_a_body_that_is_not_plain_utf8_is_reserialized() -> None:
     raw = b"\xef\xbb\xbf" + _chat()
     body = apply_policy(CHAT, raw, LOCK, "m").body
     assert body.startswith(b"{") and _pairs_no_duplicates(body)["top_k"] == -1
+
+
+BENCH = make_lock(max_output=256, benchmark=True)
+
+
+@pytest.mark.parametrize("extra", [{"ignore_eos": False}, {"min_tokens": 0}, {"ignore_eos": False, "min_tokens": 0}])
+def test_benchmark_controls_at_sglangs_default_always_pass(extra: dict[str, Any]) -> None:
+    """bench_serving --disable-ignore-eos sends ignore_eos=false: it asks for nothing the engine would not do."""
+    raw = _chat(**extra)
+    p = apply_policy(CHAT, raw, LOCK, "m")
+    assert p.benchmark_controls is None
+    body = json.loads(p.body)
+    assert {k: body[k] for k in extra} == extra  # forwarded as sent
+
+
+@pytest.mark.parametrize("extra", [{"ignore_eos": True}, {"min_tokens": 8}])
+def test_benchmark_controls_need_a_benchmark_lock(extra: dict[str, Any]) -> None:
+    with pytest.raises(HitchError) as info:
+        apply_policy(CHAT, _chat(**extra), LOCK, "m")
+    assert info.value.code == "inference_parameter_conflict"
+    assert info.value.details["parameter"] == next(iter(extra))
+    assert "benchmark lock" in info.value.message
+
+
+def test_a_benchmark_lock_permits_the_controls_and_reports_each_use() -> None:
+    p = apply_policy(CHAT, _chat(ignore_eos=True, min_tokens=16, max_tokens=16), BENCH, "m")
+    assert p.benchmark_controls == {"ignore_eos": True, "min_tokens": 16}
+    body = json.loads(p.body)
+    assert (body["ignore_eos"], body["min_tokens"], body["max_tokens"]) == (True, 16, 16)
+    only_default = apply_policy(CHAT, _chat(ignore_eos=False), BENCH, "m")
+    assert only_default.benchmark_controls is None
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [{"min_tokens": 300}, {"min_tokens": 20, "max_tokens": 10}, {"min_tokens": -1}, {"min_tokens": 1.5},
+     {"min_tokens": True}, {"ignore_eos": 1}, {"ignore_eos": "true"}],
+)  # fmt: skip
+def test_benchmark_controls_are_checked_even_on_a_benchmark_lock(extra: dict[str, Any]) -> None:
+    with pytest.raises(HitchError) as info:
+        apply_policy(CHAT, _chat(**extra), BENCH, "m")
+    assert info.value.code == "inference_parameter_conflict"
+    assert info.value.details["parameter"] == ("min_tokens" if "min_tokens" in extra else "ignore_eos")
+
+
+def test_benchmark_controls_are_chat_only() -> None:
+    """SGLang's Responses request has no such fields; the gateway refuses them there, never drops them."""
+    with pytest.raises(HitchError) as info:
+        apply_policy(RESP, _resp(ignore_eos=True), BENCH, "m")
+    assert (info.value.code, info.value.details["parameter"]) == ("inference_parameter_conflict", "ignore_eos")

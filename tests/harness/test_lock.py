@@ -171,3 +171,26 @@ def test_provenance_never_moves_model_id_or_inference_id(source: str, license_: 
     b = build_lock(other, rt, device="cpu", profile="baseline", cpu_cores_per_node=2)
     assert other.model_id == base.model_id
     assert a.inference_id == b.inference_id
+
+
+def test_a_benchmark_lock_permits_the_controls_under_its_own_inference_id() -> None:
+    plain = build_lock(model_manifest(), runtime_manifest(), device="cpu", profile="baseline", cpu_cores_per_node=2)
+    bench = build_lock(
+        model_manifest(), runtime_manifest(), device="cpu", profile="baseline", cpu_cores_per_node=2, benchmark=True
+    )
+    assert bench.generation.benchmark_controls == ["ignore_eos", "min_tokens"]
+    assert plain.generation.benchmark_controls == []
+    assert "benchmark_controls" not in plain.to_json_dict()["generation"]  # earlier locks keep their ids
+    assert bench.inference_id != plain.inference_id
+    assert validate_lock(bench.to_json_dict()) == bench
+    twice = copy.deepcopy(bench.to_json_dict())
+    twice["generation"]["benchmark_controls"] = ["ignore_eos", "ignore_eos"]
+    twice["inference_id"] = compute_inference_id(twice)
+    with pytest.raises(HitchError) as info:
+        validate_lock(twice)
+    assert info.value.code == "inference_lock_invalid"
+    unknown = copy.deepcopy(bench.to_json_dict())
+    unknown["generation"]["benchmark_controls"] = ["logit_bias"]
+    with pytest.raises(HitchError) as info:
+        validate_lock(unknown)
+    assert info.value.code == "inference_lock_invalid"

@@ -59,6 +59,30 @@ def test_overhead_plots_come_from_the_bench_json(tmp_path: Path) -> None:
     assert "gateway KiB per open stream" in html
 
 
+def test_intervals_decide_the_bound_and_a_negative_difference_is_called_noise(tmp_path: Path) -> None:
+    results = sd.results()
+    unary = results["overhead"]["results"]["unary"]["gateway"]
+    unary["added_latency_ms"] = {"p50": -0.25, "p95": 0.4, "p99": 1.2}
+    unary["added_latency_ci_ms"] = {
+        "p50": {"estimate": -0.25, "low": -0.6, "high": 0.1, "n": 60, "reliable": True, "noise": True},
+        "p95": {"estimate": 0.4, "low": 0.1, "high": 0.9, "n": 60, "reliable": True, "noise": False},
+        "p99": {"estimate": 1.2, "low": -0.3, "high": 4.0, "n": 60, "reliable": False, "noise": True},
+    }
+    stream = results["overhead"]["results"]["stream"]["gateway"]
+    # the point figures are within 20 ms, the upper end of p95's interval is not: the interval decides
+    stream["added_latency_ci_ms"] = {
+        p: {"estimate": 1.0, "low": 0.5, "high": 25.0, "n": 300, "reliable": True, "noise": False} for p in ("p50", "p95", "p99")
+    }
+    html = build_run_page(results, tmp_path).read_text()
+    table = html[html.index('id="overhead"') :]
+    table = table[: table.index("</table>")]
+    assert "95 % [-0.60, 0.10] n=60" in table
+    assert "negative: noise, not a speed-up" in table
+    assert "unreliable: n=60 per arm" in table
+    gateway_rows = [r for r in table.split("<tr>") if "<td>gateway</td>" in r]
+    assert ["within" in r.split("badge")[-1] for r in gateway_rows] == [True, False]  # unary, stream
+
+
 def test_without_overhead_json_the_signed_metrics_are_plotted(tmp_path: Path) -> None:
     results = sd.predicate()
     html = build_run_page(results, tmp_path, name="other.html").read_text()

@@ -67,6 +67,10 @@ def test_local_lock_json_validates_and_is_deterministic(imported: tuple[Path, st
     assert again["inference_id"] == first["inference_id"]
     thr = _json(_run(root, "local", "lock", "local/tiny", "--device", "cpu", "--profile", "throughput", "--json"))
     assert thr["inference_id"] != first["inference_id"]
+    bench = _json(_run(root, "local", "lock", "local/tiny", "--device", "cpu", "--benchmark", "--json"))
+    _validate(bench["lock"], "InferenceLockV1")
+    assert bench["lock"]["generation"]["benchmark_controls"] == ["ignore_eos", "min_tokens"]
+    assert "benchmark_controls" not in first["lock"]["generation"] and bench["inference_id"] != first["inference_id"]
 
 
 def test_lock_file_round_trips_through_check_lock(imported: tuple[Path, str], tmp_path: Path) -> None:

@@ -1,0 +1,249 @@
+"""The field's own benchmark tools, gateway vs direct (issue 13 item 4): ``python -m certify.external``.
+
+Run by ``hitch bench external --tool bench_serving``. The stack is :mod:`certify.bench_overhead`'s (the fake
+engine or the generic-CPU SGLang runtime, our gateway as a separate process with one registered run) with a
+**benchmark lock** (``generation.benchmark_controls``: the tool's ``ignore_eos`` passes). Both arms get the
+same stock tool invocation, in interleaved rounds (the first arm alternates per round), with identical
+requests (same dataset, seed and lengths): *direct* is the engine's URL and key, *gateway* the run's base
+URL and token.
+
+``bench_serving`` quirks, as measured on SGLang 0.5.23's copy (run from the installed runtime's venv):
+
+- the URL is given **without** ``/v1`` (the chat backend appends ``/v1/chat/completions``; its readiness
+  probe is ``/v1/models``);
+- the key is read from ``OPENAI_API_KEY`` (never argv here);
+- ``--dataset-name random`` downloads ShareGPT; ``random-ids`` is used (random token ids, no network);
+- it always sends ``ignore_eos`` (true, or false with ``--disable-ignore-eos``), hence the benchmark lock;
+- it fetches ``/server_info`` after the run and stores it in its output; SGLang's echoes the engine's
+  ``api_key`` / ``admin_api_key``, so the field is replaced by ``"stripped by hitch"`` in the kept output,
+  and any engine or run key in its log is masked;
+- importing it loads ``transformers`` (its tokenizer): seconds of start-up per invocation, not counted in
+  its figures.
+
+Outputs in ``--out``: ``<arm>_round<N>.jsonl`` (the tool's own JSONL with ``--output-details``),
+``<arm>_round<N>.log`` (its stdout/stderr), ``summary.json`` (per arm: TTFT, ITL, E2E p50/p95/p99 ms as
+the tool reports them, median over rounds; req/s; completed; errors; gateway/direct ratios) and the same
+table on stdout. A benchmark prints figures; nothing here asserts on time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main", "summarize"]
+
+TOOLS = ("bench_serving",)
+ARMS = ("direct", "gateway")
+FIGURES = (("ttft_ms", "ttft"), ("itl_ms", "itl"), ("e2e_ms", "e2e_latency"))
+STRIPPED = "stripped by hitch (SGLang's /server_info echoes engine keys)"
+
+
+def _runtime_python() -> tuple[str, dict[str, str]]:
+    from fixtures.fake_sglang.parity_engines import sglang_command
+
+    command = sglang_command()
+    if command is None:
+        raise SystemExit("bench_serving runs from the generic-CPU SGLang runtime's venv, which is not installed (make runtime)")
+    return command.argv[0], command.env
+
+
+def _tool_argv(python: str, base_url: str, model: str, tokenizer: str, out_file: Path, args: argparse.Namespace) -> list[str]:
+    argv = [python, "-m", "sglang.bench_serving", "--backend", "sglang-oai-chat", "--base-url", base_url, "--model", model,
+            "--tokenizer", tokenizer, "--dataset-name", "random-ids", "--random-input-len", str(args.input_len),
+            "--random-output-len", str(args.output_len), "--random-range-ratio", "1.0", "--num-prompts",
+            str(args.num_prompts), "--max-concurrency", str(args.max_concurrency), "--request-rate", "inf", "--seed",
+            str(args.seed), "--output-file", str(out_file), "--output-details", "--disable-tqdm"]  # fmt: skip
+    if args.disable_ignore_eos:
+        argv.append("--disable-ignore-eos")
+    return argv
+
+
+def _keep(raw_file: Path, log: str, out: Path, stem: str, secrets_: list[str]) -> dict[str, Any]:
+    """Write the tool's output with ``server_info`` stripped and keys masked; return its last result."""
+    rows = [json.loads(line) for line in raw_file.read_text().splitlines() if line.strip()] if raw_file.exists() else []
+    for row in rows:
+        if "server_info" in row:
+            row["server_info"] = STRIPPED
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    for s in secrets_:
+        text, log = text.replace(s, "***"), log.replace(s, "***")
+    (out / f"{stem}.jsonl").write_text(text)
+    (out / f"{stem}.log").write_text(log)
+    return rows[-1] if rows else {}
+
+
+def _figures(result: dict[str, Any], num_prompts: int) -> dict[str, Any]:
+    errors = [e for e in result.get("errors", []) or [] if e]
+    completed = int(result.get("completed", 0) or 0)
+    fig: dict[str, Any] = {
+        name: {
+            "p50": result.get(f"median_{key}_ms"),
+            "p95": result.get(f"p95_{key}_ms"),
+            "p99": result.get(f"p99_{key}_ms"),
+        }
+        for name, key in FIGURES
+    }
+    fig["req_per_s"] = result.get("request_throughput")
+    fig["completed"] = completed
+    fig["errors"] = max(len(errors), num_prompts - completed)
+    fig["output_tokens"] = result.get("total_output_tokens")
+    return fig
+
+
+def _median(values: list[Any]) -> float | None:
+    nums = [float(v) for v in values if isinstance(v, int | float)]
+    return statistics.median(nums) if nums else None
+
+
+def summarize(per_round: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Per arm: each figure's median over rounds; errors and completions summed; gateway/direct ratios."""
+    arms: dict[str, Any] = {}
+    for arm, rounds in per_round.items():
+        entry: dict[str, Any] = {
+            name: {p: _median([r[name][p] for r in rounds]) for p in ("p50", "p95", "p99")} for name, _ in FIGURES
+        }
+        entry["req_per_s"] = _median([r["req_per_s"] for r in rounds])
+        entry["completed"] = sum(r["completed"] for r in rounds)
+        entry["errors"] = sum(r["errors"] for r in rounds)
+        entry["output_tokens"] = sum(int(r["output_tokens"] or 0) for r in rounds)
+        arms[arm] = entry
+    ratios: dict[str, Any] = {}
+    if set(ARMS) <= arms.keys():
+        g, d = arms["gateway"], arms["direct"]
+        for name, _ in FIGURES:
+            ratios[name] = {p: _ratio(g[name][p], d[name][p]) for p in ("p50", "p95", "p99")}
+        ratios["req_per_s"] = _ratio(g["req_per_s"], d["req_per_s"])
+    return {"arms": arms, "gateway_vs_direct": ratios}
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def render(summary: dict[str, Any]) -> str:
+    lines = [f"{'figure':14s} {'direct':>10s} {'gateway':>10s} {'ratio':>7s}"]
+    arms, ratios = summary["arms"], summary["gateway_vs_direct"]
+    for name, _ in FIGURES:
+        for p in ("p50", "p95", "p99"):
+            d, g = arms["direct"][name][p], arms["gateway"][name][p]
+            r = ratios.get(name, {}).get(p)
+            lines.append(f"{name + ' ' + p:14s} {_fmt(d):>10s} {_fmt(g):>10s} {_fmt(r, 3) + 'x' if r else '-':>7s}")
+    r = ratios.get("req_per_s")
+    lines.append(
+        f"{'req/s':14s} {_fmt(arms['direct']['req_per_s']):>10s} {_fmt(arms['gateway']['req_per_s']):>10s} "
+        f"{_fmt(r, 3) + 'x' if r else '-':>7s}"
+    )
+    lines.append(f"{'completed':14s} {arms['direct']['completed']:>10d} {arms['gateway']['completed']:>10d}")
+    lines.append(f"{'errors':14s} {arms['direct']['errors']:>10d} {arms['gateway']['errors']:>10d}")
+    return "\n".join(lines)
+
+
+def _fmt(v: float | None, digits: int = 2) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from certify.bench_overhead import MODEL, _stack
+
+    python, tool_env = _runtime_python()
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    stack_args = argparse.Namespace(
+        engine=args.engine, model_dir=args.model_dir, open_streams=0, capture="off", profile_gateway=None, benchmark_lock=True
+    )
+    per_round: dict[str, list[dict[str, Any]]] = {a: [] for a in ARMS}
+    with tempfile.TemporaryDirectory(prefix="hitch-external-") as tmp, _stack(stack_args, Path(tmp)) as (arms, _info):
+        work = Path(tmp)
+        by_name = {a.name: a for a in arms}
+        tokenizer = str(Path(args.model_dir)) if args.model_dir else _tokenizer_dir(work)
+        secrets_ = [a.token for a in arms]
+        for r in range(args.rounds):
+            order = ARMS if r % 2 == 0 else ARMS[::-1]
+            for name in order:
+                arm = by_name[name]
+                base = arm.url.removesuffix("/").removesuffix("/v1")
+                raw = work / f"{name}_round{r + 1}.raw.jsonl"
+                env = {**tool_env, "OPENAI_API_KEY": arm.token, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+                env.pop("API_KEY", None)
+                proc = subprocess.run(
+                    _tool_argv(python, base, MODEL, tokenizer, raw, args),
+                    cwd=work,
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=args.timeout,
+                )
+                result = _keep(raw, proc.stdout + proc.stderr, out, f"{name}_round{r + 1}", secrets_)
+                if proc.returncode != 0 and not result:
+                    tail = (proc.stdout + proc.stderr)[-2000:]
+                    for s in secrets_:
+                        tail = tail.replace(s, "***")
+                    raise SystemExit(f"bench_serving failed on {name} (exit {proc.returncode}):\n{tail}")
+                per_round[name].append(_figures(result, args.num_prompts))
+                print(f"round {r + 1}/{args.rounds} {name} done", file=sys.stderr)
+    summary = summarize(per_round)
+    report = {
+        "schema_version": "1",
+        "kind": "external-benchmark",
+        "tool": args.tool,
+        "tool_args": {
+            "backend": "sglang-oai-chat",
+            "dataset": "random-ids",
+            "input_len": args.input_len,
+            "output_len": args.output_len,
+            "num_prompts": args.num_prompts,
+            "max_concurrency": args.max_concurrency,
+            "ignore_eos": not args.disable_ignore_eos,
+            "seed": args.seed,
+        },
+        "engine": args.engine,
+        "rounds": args.rounds,
+        "figures": "as the tool reports them per round (ms), median over rounds; errors and completions summed",
+        **summary,
+    }
+    (out / "summary.json").write_text(json.dumps(report, indent=2) + "\n")
+    return report
+
+
+def _tokenizer_dir(work: Path) -> str:
+    from certify.bench_overhead import _tiny_model
+
+    return str(_tiny_model(work))
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m certify.external", description=__doc__.split("\n\n")[0] if __doc__ else None)
+    p.add_argument("--tool", choices=TOOLS, default="bench_serving")
+    p.add_argument("--engine", choices=["fake", "sglang"], default="fake")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--num-prompts", type=int, default=16)
+    p.add_argument("--input-len", type=int, default=32)
+    p.add_argument("--output-len", type=int, default=32)
+    p.add_argument("--max-concurrency", type=int, default=1)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--disable-ignore-eos", action="store_true", help="passed to the tool (it then sends ignore_eos=false)")
+    p.add_argument("--model-dir", default=None, help="checkpoint dir (default: the tiny fixture)")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds per tool invocation")
+    p.add_argument("--out", type=Path, required=True, help="folder for the native outputs and summary.json")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.rounds < 1 or args.num_prompts < 1:
+        raise SystemExit("--rounds and --num-prompts must be at least 1")
+    report = run(args)
+    print(render(report))
+    print(f"\nwrote {args.out / 'summary.json'}")
+    return 0 if all(report["arms"][a]["errors"] == 0 for a in ARMS) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -7,6 +7,10 @@
 ``contract``    every required check passed against the fake engine: the harness is proven, the hardware not;
 ``failed``      any required check failed, errored, was skipped, or did not run at all.
 
+A check that ran and found its behaviour not applicable to the model (declared by the model-fixture catalog,
+e.g. a random checkpoint never ends a turn) passes with ``details.not_applicable``; the reasons name it, so the
+entry says what was not shown instead of hiding it.
+
 A skipped or missing required check is never a pass; a check whose result is not ``passed`` but that is not
 required only appears in the reasons.
 """
@@ -81,6 +85,8 @@ def evaluate(declared: dict[str, Check], results: dict[str, CheckResult], platfo
                 reasons.append(f"{cid}: required check {result.status}")
             else:
                 reasons.append(f"{cid}: optional check {result.status}")
+        elif result.details.get("not_applicable"):
+            reasons.append(f"{cid}: not applicable to this model: {result.details['not_applicable']}")
         rows.append(_row(result, required=required))
     if failed:
         return Evaluation("failed", reasons, rows)

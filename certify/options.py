@@ -52,7 +52,7 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--engine", default=None, choices=("sglang", "fake"), help="engine (default: best available)")
     group.addoption("--runtime", default=None, help="catalog runtime name or runtime_id")
     group.addoption("--launcher", default=None, choices=("oci", "process"), help="how the engine runs")
-    group.addoption("--model", default="fixture:tiny", help="PATH | local/ALIAS | fixture:tiny")
+    group.addoption("--model", default="fixture:tiny", help="PATH | local/ALIAS | fixture:tiny | fixture:smollm2")
     group.addoption("--profile", default="baseline", choices=("baseline", "throughput"), help="lock profile")
     group.addoption("--sign-key", default=None, help="Ed25519 private key (PEM); default: a dev key under HITCH_ROOT")
     group.addoption("--report-dir", default=None, help="where the signed entry and HTML pages go")

@@ -17,7 +17,12 @@ from typing import Any
 from certify.evaluate import CheckResult, Evaluation, Platform, evaluate
 from certify.options import REPO, CertifyOptions
 from certify.registry import all_checks
-from harness.contracts.certification import CertificationCheckV1, CertificationResultV1, EvidenceFileV1
+from harness.contracts.certification import (
+    CertificationCheckV1,
+    CertificationModelV1,
+    CertificationResultV1,
+    EvidenceFileV1,
+)
 from harness.devices import DoctorReportV1, fingerprint_of, run_doctor
 from harness.paths import atomic_write_json
 
@@ -105,6 +110,7 @@ def build_predicate(
         runtime_name=runtime_name or None,
         runtime_pinned_by=pinned_by,
         model_id=s.get("model_id") or None,
+        model=CertificationModelV1.model_validate(s["model"]) if s.get("model") else None,
         inference_id=s.get("inference_id") or None,
         profile=opts.profile,
         hardware=hardware,

@@ -1,14 +1,16 @@
 """The one engine of a certification session, behind the gateway, shared by every test (and xdist worker).
 
-:func:`open_session` imports the model (``fixture:tiny`` is built and imported under the alias
-``certify-tiny``), makes sure the runtime is installed (on demand), starts the root's daemon if needed and
+:func:`open_session` imports the model (a model fixture, ``fixture:tiny`` or ``fixture:smollm2``, is built
+once under ``$HITCH_ROOT/cache/fixtures`` and imported under the alias ``certify-<key>``), makes sure the
+runtime is installed (on demand), starts the root's daemon if needed and
 creates this process's run through it (``POST /v1/runs``: the daemon's single-flight acquire shares one
 engine service between xdist workers; each worker gets its own run and token). :class:`CertifyEnv` is what
 suites use: the run's gateway URL and token, the direct engine URL and key (for the perf suite's direct arm
 and for the checks that must look behind the gateway), the fake engine's control API, and helpers to make
 more runs. Teardown deletes the runs; the controller stops the service (and the daemon if it started it).
 
-Session facts every process agrees on (inference id, runtime, model id, service id) are written to
+Session facts every process agrees on (inference id, runtime, model id and what the model is, service id) are
+written to
 ``<report-dir>/session.json`` for the evaluator in the controlling process.
 """
 
@@ -26,9 +28,9 @@ from fixtures.fake_sglang.client import FakeControl
 from harness.daemon.client import DaemonClient, ensure_daemon
 from harness.paths import HitchRoot, atomic_write_json, ensure_private_dir, write_secret
 
-__all__ = ["CertifyEnv", "FakeControl", "RunHandle", "open_session", "session_key_dir"]
+__all__ = ["CertifyEnv", "FakeControl", "RunHandle", "fixture_checkpoint", "open_session", "session_key_dir"]
 
-TINY_ALIAS = "certify-tiny"
+FIXTURE_ALIAS_PREFIX = "certify-"
 
 
 @dataclass(frozen=True)
@@ -97,16 +99,34 @@ def session_key_dir(opts: CertifyOptions, session_key: str) -> Path:
     return ensure_private_dir(opts.root.root / "certify" / session_key)
 
 
+def fixture_checkpoint(ref: str, cache_dir: Path) -> Path:
+    """Build the model fixture ``ref`` (``fixture:tiny``, ``fixture:smollm2``) once under ``cache_dir``."""
+    from catalog.model_fixtures import fixture_by_key
+
+    key = fixture_by_key(ref).key  # an unknown fixture is a usage_error naming the known ones
+    if key == "smollm2":
+        from fixtures.smollm2 import smollm2_cached
+
+        return smollm2_cached(cache_dir)
+    if key == "tiny":
+        from fixtures.checkpoint import tiny_checkpoint_cached
+
+        return tiny_checkpoint_cached(cache_dir)
+    from harness.errors import HitchError
+
+    raise HitchError("usage_error", f"the model fixture {ref!r} has no builder in certify", {"fixture": ref})
+
+
 def _ensure_model(opts: CertifyOptions) -> str:
     from harness.store import import_model
 
     if opts.model.startswith("local/"):
         return opts.model
-    if opts.model == "fixture:tiny":
-        from fixtures.checkpoint import tiny_checkpoint_cached
+    if opts.model.startswith("fixture:"):
+        from catalog.model_fixtures import fixture_by_key
 
-        src = tiny_checkpoint_cached(opts.root.root / "cache" / "fixtures")
-        alias = TINY_ALIAS
+        src = fixture_checkpoint(opts.model, opts.root.root / "cache" / "fixtures")
+        alias = FIXTURE_ALIAS_PREFIX + fixture_by_key(opts.model).key
     else:
         src, alias = Path(opts.model).expanduser(), "certify-" + Path(opts.model).name.lower()[:40].strip("-_.") or "model"
     from filelock import FileLock
@@ -221,6 +241,7 @@ def open_session(opts: CertifyOptions, session_key: str, worker: str) -> Certify
     daemon = ensure_daemon(opts.root)
     run = _create_run(daemon, {**body, "run_id": f"certify-{session_key[:8]}-{worker}"})
     engine_url, engine_key = _engine_endpoint(opts.root, run.service_id)
+    from certify.model_facts import model_facts
     from harness.store import resolve_model
 
     model_id = resolve_model(opts.root, model_ref).model_id
@@ -233,6 +254,7 @@ def open_session(opts: CertifyOptions, session_key: str, worker: str) -> Certify
         "runtime_id": runtime_id,
         "model_ref": model_ref,
         "model_id": model_id,
+        "model": model_facts(opts.root, model_id, model_ref).to_json_dict(),
         "inference_id": run.inference_id,
         "service_id": run.service_id,
         "choice_reason": opts.choice_reason,

@@ -123,6 +123,7 @@ def collect_entries(
                 "reasons": [str(r) for r in predicate.get("reasons", []) if r],
                 "engine": str(predicate.get("engine", "")),
                 "runtime_name": str(predicate.get("runtime_name") or predicate["runtime_id"]),
+                "model": _model_words(predicate.get("model")),
                 "commit": predicate["project_commit"],
                 "date": date,
                 "date_signed": signed_date,
@@ -131,6 +132,20 @@ def collect_entries(
             }
         )
     return rows, rejected
+
+
+def _model_words(model: Any) -> dict[str, str] | None:
+    """The signed model facts as display strings (name, architecture, parameters, license, source), if any."""
+    if not isinstance(model, Mapping) or not model.get("name"):
+        return None
+    params = model.get("parameters")
+    return {
+        "name": str(model["name"]),
+        "architecture": str(model.get("architecture") or ""),
+        "parameters": f"{params / 1e6:.1f}M parameters" if isinstance(params, int) else "",
+        "license": str(model.get("license") or ""),
+        "source": str(model.get("source") or ""),
+    }
 
 
 def _href(target: Path, out_dir: Path) -> str:
@@ -151,7 +166,8 @@ def _matrix_rows(rows: list[dict[str, Any]], out_dir: Path) -> list[dict[str, An
         out.append(
             {
                 **{
-                    k: rec[k] for k in (*MATRIX_KEY, "runtime_name", "level", "reasons", "engine", "date", "date_signed", "keyid")
+                    k: rec[k]
+                    for k in (*MATRIX_KEY, "runtime_name", "model", "level", "reasons", "engine", "date", "date_signed", "keyid")
                 },
                 "commit": str(rec["commit"])[:12],
                 "entries": int(rec["entries"]),

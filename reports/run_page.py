@@ -36,6 +36,8 @@ EVIDENCE_DIR = "evidence"  # the run's evidence store beside the page (catalog.e
 EVIDENCE_PREVIEW_BYTES = 2048
 LIFECYCLE_BOUNDS = {"cancel_slot_free_ms": (5000.0, "ms"), "idle_stop_after_ttl_s": (10.0, "s")}
 
+MODEL_FACTS = ("name", "architecture", "parameters", "license", "source")
+
 
 def _invalid(message: str, **details: Any) -> HitchError:
     return HitchError("report_input_invalid", message, details)
@@ -274,6 +276,9 @@ def build_run_page(results: dict[str, Any], out_dir: Path, *, name: str = "run.h
         (k, results.get(k))
         for k in ("runtime_id", "model_id", "inference_id", "device", "engine", "profile", "suite_version", "project_commit")
     ]
+    model = results.get("model")
+    if isinstance(model, Mapping):  # the model in words, beside its digest (entries before schema 2 lack it)
+        facts[2:2] = [(f"model_{k}", model.get(k)) for k in MODEL_FACTS]
     return write_page(
         Path(out_dir),
         name,

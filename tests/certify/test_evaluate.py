@@ -89,3 +89,15 @@ def test_check_ids_need_a_suite_prefix_and_suites_declare_unique_ids() -> None:
         Check("bogus.thing")
     declared = all_checks()
     assert declared and all(cid.split(".", 1)[0] == c.suite for cid, c in declared.items())
+
+
+def test_a_check_not_applicable_to_the_model_passes_and_is_named_in_the_reasons() -> None:
+    why = "random weights: the end-of-turn token is never chosen"
+    results = {"protocol.chat.basic": CheckResult("protocol.chat.basic", "passed", details={"not_applicable": why})}
+    ev = evaluate(DECLARED, results, _platform())
+    assert ev.level == "certified"
+    assert f"protocol.chat.basic: not applicable to this model: {why}" in ev.reasons
+    assert next(c for c in ev.checks if c["id"] == "protocol.chat.basic")["details"] == {"not_applicable": why}
+    # a failed check stays failed whatever it says about applicability
+    results["protocol.chat.basic"] = CheckResult("protocol.chat.basic", "failed", details={"not_applicable": why})
+    assert evaluate(DECLARED, results, _platform()).level == "failed"

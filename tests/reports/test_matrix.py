@@ -98,3 +98,20 @@ def test_no_entries_gives_an_empty_matrix_and_a_missing_dir_is_an_input_error(tm
     with pytest.raises(HitchError) as err:
         build_matrix(tmp_path / "missing", tmp_path, tmp_path / "out")
     assert err.value.code == "report_input_invalid"
+
+
+def test_the_matrix_names_the_model(tmp_path: Path) -> None:
+    private, keys = sd.signing_key(tmp_path)
+    entries = tmp_path / "entries"
+    model = {"name": "SmolLM2-135M-Instruct", "architecture": "LlamaForCausalLM", "parameters": 134515008,
+             "license": "Apache-2.0", "source": "HuggingFaceTB/SmolLM2-135M-Instruct, Q4_1 GGUF"}  # fmt: skip
+    sd.sign_entry(entries, private, sd.predicate(model=model))
+    sd.sign_entry(entries, private, sd.predicate(profile="throughput"))  # an entry without model facts
+    html = build_matrix(entries, keys, tmp_path / "out").read_text()
+    rows = [html[s : html.index("</tr>", s)] for s in range(len(html)) if html.startswith('<tr class="matrix-row"', s)]
+    named = next(r for r in rows if ">baseline<" in r)
+    assert '<strong class="model-name">SmolLM2-135M-Instruct</strong>' in named
+    assert "LlamaForCausalLM · 134.5M parameters · Apache-2.0" in named
+    assert "HuggingFaceTB/SmolLM2-135M-Instruct, Q4_1 GGUF" in named and sd.digest("model")[:23] in named
+    bare = next(r for r in rows if ">throughput<" in r)
+    assert "model-name" not in bare and sd.digest("model")[:23] in bare

@@ -117,3 +117,15 @@ def test_evidence_is_linked_and_text_shown_inline(tmp_path: Path) -> None:
     assert (tmp_path / href).read_bytes() == log
     assert "engine started &lt;ok&gt; &amp; ready" in html and "(truncated; the link has the whole file)" in html
     assert 'protocol.chat.stream/requests.jsonl <span class="muted">(not kept here)</span>' in html
+
+
+def test_the_model_is_named_beside_its_digest(tmp_path: Path) -> None:
+    model = {"name": "SmolLM2-135M-Instruct", "architecture": "LlamaForCausalLM", "parameters": 134515008,
+             "license": "Apache-2.0", "source": "HuggingFaceTB/SmolLM2-135M-Instruct"}  # fmt: skip
+    html = build_run_page({**sd.results(), **sd.predicate(model=model)}, tmp_path).read_text()
+    facts = html[html.index('id="facts"') : html.index("</table>", html.index('id="facts"'))]
+    for key, value in model.items():
+        assert re.search(rf"<th>model_{key}</th><td class=\"mono\">[^<]*{re.escape(str(value)[:8])}", facts), key
+    assert facts.index("model_id") < facts.index("model_name")
+    bare = build_run_page(sd.results(), tmp_path / "bare").read_text()
+    assert "model_name" not in bare  # an entry without the facts shows its digest only

@@ -1,0 +1,49 @@
+"""The certified model in words (:class:`CertificationModelV1`): name, architecture, parameters, license, source.
+
+A model fixture's facts come from the committed catalog (``catalog/model_fixtures.toml``) when the model's
+``model_id`` is a pinned fixture's; any other checkpoint is described from its store manifest and its
+safetensors headers (the parameter count is the sum of the tensors' element counts, read without loading
+any tensor). The support matrix and the run page show these facts beside the digest (issue 10, item 6).
+"""
+
+from __future__ import annotations
+
+import math
+
+from catalog.model_fixtures import fixture_for_model_id
+from harness.contracts.certification import CertificationModelV1
+from harness.paths import HitchRoot
+
+__all__ = ["model_facts"]
+
+
+def model_facts(root: HitchRoot, model_id: str, model_ref: str) -> CertificationModelV1:
+    """What ``model_id`` (imported in ``root`` and named ``model_ref`` by the session) is."""
+    entry = fixture_for_model_id(model_id)
+    if entry is not None:
+        return CertificationModelV1(
+            name=entry.name,
+            architecture=entry.architecture,
+            parameters=entry.parameter_count,
+            license=entry.license,
+            source=entry.source,
+        )
+    from harness.store import model_files_dir, read_manifest
+    from harness.store.safetensors_check import read_safetensors_header
+
+    manifest = read_manifest(root, model_id)
+    files = model_files_dir(root, model_id)
+    parameters = sum(
+        math.prod(t.shape)
+        for shard in manifest.weights.shards
+        for t in read_safetensors_header(files / shard, shard).tensors.values()
+    )
+    alias = model_ref.removeprefix("local/")
+    provenance = manifest.provenance
+    return CertificationModelV1(
+        name=None if alias.startswith("sha256:") else alias,
+        architecture=(manifest.architecture.architectures or [manifest.architecture.model_type])[0],
+        parameters=parameters,
+        license=provenance.license,
+        source=f"a local checkpoint imported into the store (provenance: {provenance.source})",
+    )

@@ -1,0 +1,162 @@
+"""Helpers of the correctness suite: token keys, the greedy-parity comparison, the question set's scoring.
+
+Real SGLang names its tokens in logprobs two ways: chat completions give each token's raw ``bytes`` (the
+GPT-2 byte decoder applied to the vocabulary piece, ``token_id_to_bytes`` in SGLang 0.5.23) and Responses
+give its display text (``tokenizer.batch_decode([[id]])``, so a fragment of a multi-byte character is
+U+FFFD). :class:`TokenKeys` computes both from the checkpoint's ``tokenizer.json`` for the reference's ids,
+so engine and reference tokens are compared in the engine's own terms.
+
+:func:`compare_greedy` is the method of SGLang's and vLLM's model tests (``check_logprobs_close``): walk both
+greedy continuations; while the tokens agree, the chosen token's logprobs must agree within a tolerance; at
+the first divergence both tokens must be in the other side's top-k and the side that chose differently must
+see the two as a near tie (logprob gap within a tolerance); after a divergence the contexts differ, so the
+comparison ends there.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import string
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from tokenizers import Tokenizer
+
+from fixtures.reference import ReferencePromptResult
+
+__all__ = [
+    "Comparison",
+    "EngineToken",
+    "TokenKeys",
+    "chat_tokens",
+    "compare_greedy",
+    "exact_match",
+    "responses_tokens",
+]
+
+
+@cache
+def _byte_decoder() -> dict[str, int]:
+    """GPT-2's ``bytes_to_unicode`` inverted: vocabulary character -> byte."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars = list(printable)
+    extra = 0
+    for b in range(256):
+        if b not in printable:
+            printable.append(b)
+            chars.append(256 + extra)
+            extra += 1
+    return {chr(c): b for b, c in zip(printable, chars, strict=True)}
+
+
+# transformers' ``clean_up_tokenization``: what a decode does when the tokenizer config asks for it
+_CLEANUPS = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"), (" 'm", "'m"),
+             (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"))  # fmt: skip
+
+
+class TokenKeys:
+    """The engine's names of a token id, from the checkpoint's tokenizer (byte-level BPE)."""
+
+    def __init__(self, checkpoint: Path) -> None:
+        self._tok = Tokenizer.from_file(str(checkpoint / "tokenizer.json"))
+        config = json.loads((checkpoint / "tokenizer_config.json").read_text(encoding="utf-8"))
+        self._cleanup = bool(config.get("clean_up_tokenization_spaces", False))
+
+    def raw_bytes(self, token_id: int) -> tuple[int, ...]:
+        """What SGLang's chat logprobs put in ``bytes``."""
+        piece = self._tok.id_to_token(token_id)
+        decoder = _byte_decoder()
+        if piece is not None and piece and all(ch in decoder for ch in piece):
+            return tuple(decoder[ch] for ch in piece)
+        return tuple(self.display(token_id).encode("utf-8"))
+
+    def display(self, token_id: int) -> str:
+        """What SGLang's Responses logprobs put in ``token`` (one id decoded alone, specials kept)."""
+        text = self._tok.decode([token_id], skip_special_tokens=False)
+        if self._cleanup:
+            for old, new in _CLEANUPS:
+                text = text.replace(old, new)
+        return text
+
+
+@dataclass(frozen=True)
+class EngineToken:
+    key: Any  # bytes tuple (chat) or display text (Responses)
+    logprob: float
+    top: dict[Any, float]
+
+
+def chat_tokens(body: dict[str, Any]) -> list[EngineToken]:
+    """The generated tokens of a non-streamed chat completion asked with ``logprobs`` and ``top_logprobs``."""
+    content = ((body["choices"][0].get("logprobs") or {}).get("content")) or []
+    return [
+        EngineToken(tuple(t["bytes"]), float(t["logprob"]), {tuple(x["bytes"]): float(x["logprob"]) for x in t["top_logprobs"]})
+        for t in content
+    ]
+
+
+def responses_tokens(resp: dict[str, Any]) -> list[EngineToken]:
+    """The generated tokens of a Responses answer asked with ``include: [message.output_text.logprobs]``."""
+    out: list[EngineToken] = []
+    for item in resp.get("output") or []:
+        for part in item.get("content") or [] if item.get("type") == "message" else []:
+            for t in part.get("logprobs") or []:
+                out.append(
+                    EngineToken(t["token"], float(t["logprob"]), {x["token"]: float(x["logprob"]) for x in t["top_logprobs"]})
+                )
+    return out
+
+
+@dataclass
+class Comparison:
+    compared: int = 0  # positions where both sides chose the same token
+    diverged_at: int | None = None
+    max_match_gap: float = 0.0  # largest |engine - reference| logprob of an agreed token
+    tie_gap: float | None = None  # at the divergence: the larger of the two sides' preference for their own token
+    problems: list[str] = field(default_factory=list)
+
+
+def compare_greedy(
+    engine: list[EngineToken], ref: ReferencePromptResult, key: Any, *, match_tol: float, tie_tol: float
+) -> Comparison:
+    """Compare one greedy continuation of the engine with the reference's (``key``: id -> engine token name)."""
+    result = Comparison()
+    for i, (mine, ref_id) in enumerate(zip(engine, ref.token_ids, strict=False)):
+        ref_key = key(ref_id)
+        # keyed like SGLang's Responses top_logprobs: most likely first, a later equal name overwrites
+        ref_top = {key(t.id): t.logprob for t in ref.top_logprobs[i]}
+        if mine.key == ref_key:
+            ref_lp = next(t.logprob for t in ref.top_logprobs[i] if t.id == ref_id)
+            gap = abs(mine.logprob - ref_lp)
+            result.max_match_gap = max(result.max_match_gap, gap)
+            if gap > match_tol:
+                result.problems.append(f"position {i}: token {ref_key!r} logprob {mine.logprob:.4f} vs {ref_lp:.4f}")
+            result.compared += 1
+            continue
+        result.diverged_at = i
+        if ref_key not in mine.top:
+            result.problems.append(f"position {i}: the reference's {ref_key!r} is not in the engine's top-{len(mine.top)}")
+        if mine.key not in ref_top:
+            result.problems.append(f"position {i}: the engine's {mine.key!r} is not in the reference's top-{len(ref_top)}")
+        if not result.problems:
+            gaps = (ref_top[ref_key] - ref_top[mine.key], mine.top[mine.key] - mine.top[ref_key])
+            result.tie_gap = max(gaps)
+            if result.tie_gap > tie_tol:
+                result.problems.append(f"position {i}: {mine.key!r} vs {ref_key!r} is no near tie (gap {result.tie_gap:.4f})")
+        return result
+    if len(engine) != len(ref.token_ids):
+        result.problems.append(
+            f"the engine generated {len(engine)} tokens, the reference {len(ref.token_ids)}, with no divergence"
+        )
+    return result
+
+
+_PUNCT = re.compile(f"[{re.escape(string.punctuation)}]")
+
+
+def exact_match(answer: str, expected: str) -> bool:
+    """The answer is the expected one, ignoring case, punctuation and surrounding whitespace."""
+    return _PUNCT.sub("", answer).strip().lower() == _PUNCT.sub("", expected).strip().lower()

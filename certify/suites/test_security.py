@@ -399,7 +399,10 @@ def _rel(env: CertifyEnv, path: Path) -> Path:
 
 
 def _scan(env: CertifyEnv, logs_only: bool) -> tuple[list[str], int, list[str]]:
-    """(hits "file: secret names", files scanned, files skipped as too large)."""
+    """(hits "file: secret names", files scanned, files skipped as too large or removed while scanning).
+
+    Other checks run beside this one (xdist workers): a run that ends removes its 0600 token file between
+    the listing and the read. A file that is gone holds nothing at rest; it is named in the skipped list."""
     needles = {name: value.encode() for name, value in _secrets(env).items()}
     hits: list[str] = []
     skipped: list[str] = []
@@ -409,14 +412,18 @@ def _scan(env: CertifyEnv, logs_only: bool) -> tuple[list[str], int, list[str]]:
         log = _is_log(path)
         if logs_only != log:  # the two checks split the files: logs, and everything else
             continue
-        st = path.stat()
+        try:
+            st = path.stat()
+            if st.st_size > 256 << 20:
+                skipped.append(f"{rel} (too large)")
+                continue
+            data = path.read_bytes()
+        except FileNotFoundError:
+            skipped.append(f"{rel} (removed while scanning)")
+            continue
         mode = stat.S_IMODE(st.st_mode)
         exempt = not log and mode == 0o600 and "private" in rel.parts
-        if st.st_size > 256 << 20:
-            skipped.append(str(rel))
-            continue
         scanned += 1
-        data = path.read_bytes()
         found = [name for name, needle in needles.items() if needle in data]
         if found and exempt:
             private_hits += 1

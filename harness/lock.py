@@ -191,6 +191,7 @@ def build_lock(
 
     execution = ExecutionV1(
         platform=platform,
+        backend_certification="certified" if runtime.certifiable else "uncertified",
         dtype=dtype,
         quantization=quantization,
         context_tokens_per_request=context,

@@ -29,7 +29,7 @@ from harness.agents.codex_runner import CodexRun
 from harness.agents.evidence import run_inference_dir, write_harness_evidence
 from harness.agents.model_call import TOKEN_ENV, build_request, call_model, parse_input
 from harness.agents.profiles import CODEX_FIELDS, MODEL_CALL_FIELDS, ProfileStore, codex_key, model_call_key
-from harness.cli.output import JsonOpt, RootOpt, cli_command, emit, root_from
+from harness.cli.output import DEVICE_HELP, AllowUncertifiedOpt, JsonOpt, RootOpt, cli_command, emit, root_from
 from harness.contracts.harness_profile import FieldRuleV1, HarnessKeyV1
 from harness.contracts.lock import InferenceLockV1
 from harness.daemon import DaemonClient, ensure_daemon
@@ -56,27 +56,47 @@ def _run_body(
     launcher: str,
     runtime: str | None,
     offline: bool,
+    allow_uncertified: bool = False,
 ) -> dict[str, Any]:
-    from harness.cli.local_services import _ensure_runtime, service_runtime
+    from harness.cli.local_services import _ensure_runtime, device_argv, service_choice
 
     if inference is not None:
         if device is not None or profile is not None:
             raise HitchError("usage_error", "--inference pins the device and profile; drop --device/--profile", {})
         lock = load_sealed_lock(hroot, inference)
+        _same_model(hroot, model, lock)
         rt = get_runtime(lock.runtime_id)
         backend: str = lock.execution.platform.backend
         argv = [model or f"local/{lock.model_id}", "--device", backend, "--runtime", rt.name]
+        if lock.execution.backend_certification == "uncertified":
+            argv.append("--allow-uncertified")
         if engine == "sglang":
             _ensure_runtime(hroot, rt, offline, root, argv)
         return {"inference_id": inference, "engine": engine, "launcher": launcher, "runtime": rt.runtime_id, "device": backend}
     if model is None:
         raise HitchError("usage_error", "give --model local/ALIAS or --inference sha256:<id>", {})
-    dev, prof = device or "cpu", profile or "baseline"
-    rt = service_runtime(dev, prof, engine, launcher, runtime)
-    argv = [model, "--device", dev, "--profile", prof, "--runtime", rt.name]
+    prof = profile or "baseline"
+    chosen, rt = service_choice(device or "auto", prof, engine, launcher, runtime, allow_uncertified)
+    argv = [model, *device_argv(chosen), "--profile", prof, "--runtime", rt.name]
     if engine == "sglang":
         _ensure_runtime(hroot, rt, offline, root, argv)
-    return {"model": model, "device": dev, "profile": prof, "runtime": rt.runtime_id, "engine": engine, "launcher": launcher}
+    return {"model": model, "device": chosen.device, "device_choice": chosen.to_json(), "profile": prof,
+            "runtime": rt.runtime_id, "engine": engine, "launcher": launcher}  # fmt: skip
+
+
+def _same_model(hroot: HitchRoot, model: str | None, lock: InferenceLockV1) -> None:
+    """``--inference`` with ``--model``: the model must be the lock's, or the run would serve another one."""
+    if model is None:
+        return
+    from harness.store import resolve_model
+
+    given = resolve_model(hroot, model).model_id
+    if given != lock.model_id:
+        raise HitchError(
+            "inference_lock_mismatch",
+            f"--model {model} is not the model of {lock.inference_id}; drop --model or prepare a lock for it",
+            {"model": model, "model_id": given, "lock_model_id": lock.model_id, "inference_id": lock.inference_id},
+        )
 
 
 def _run_harness(
@@ -216,7 +236,8 @@ def register(app: typer.Typer) -> None:
         ] = None,
         model: Annotated[str | None, typer.Option("--model", help="local/ALIAS or local/sha256:<hex>")] = None,
         inference: Annotated[str | None, typer.Option("--inference", help="a prepared inference id sha256:<hex>")] = None,
-        device: Annotated[str | None, typer.Option("--device", help="cpu | cuda (default cpu)")] = None,
+        device: Annotated[str | None, typer.Option("--device", help=DEVICE_HELP + "; default auto")] = None,
+        allow_uncertified: AllowUncertifiedOpt = False,
         profile: Annotated[str | None, typer.Option("--profile", help="baseline | throughput")] = None,
         engine: Annotated[str, typer.Option("--engine", help="sglang | fake (contract runs)")] = "sglang",
         launcher: Annotated[str, typer.Option("--launcher", help="process | oci")] = "process",
@@ -260,7 +281,7 @@ def register(app: typer.Typer) -> None:
             if known is not None and known.terminal:  # idempotent: the same record, nothing runs again
                 _emit_record(as_json, hroot, known.to_json_dict())
                 return
-        body = _run_body(hroot, root, model, inference, device, profile, engine, launcher, runtime, offline)
+        body = _run_body(hroot, root, model, inference, device, profile, engine, launcher, runtime, offline, allow_uncertified)
         body.update(run_id=run_id or "run-" + secrets.token_hex(8), harness=harness, capture=capture)
         if capture_max_bytes is not None:
             body["capture_max_bytes"] = capture_max_bytes
@@ -335,10 +356,14 @@ def _execute(
         if error is not None and error.code == code:
             details = {**error.details, **details}
         raise HitchError(code, str(err.get("message", record["status"])), details)
+    sealed = load_sealed_lock(hroot, run["inference_id"])
     payload = {
         "kind": "run",
         "run_id": run_id,
         "inference_id": run["inference_id"],
+        "device": sealed.execution.platform.backend,
+        "profile": sealed.profile,
+        "backend_certification": sealed.execution.backend_certification,
         "evidence": str(out),
         "record": record,
         **outcome,

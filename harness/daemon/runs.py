@@ -41,7 +41,7 @@ from harness.contracts.events import LifecycleEventV1
 from harness.contracts.lock import InferenceLockV1
 from harness.contracts.run import RunRecordV1
 from harness.daemon.core import DaemonCore, load_sealed_lock
-from harness.daemon.prepare import PrepareRequest, prepare
+from harness.daemon.prepare import PrepareRequest, device_choice_of, prepare
 from harness.daemon.run_evidence import (
     EngineFacts,
     GatewayFacts,
@@ -84,6 +84,7 @@ class _Run:
 _CAPTURE_MODES = ("off", "metadata", "full")
 _REQUEST_FIELDS = (
     "model", "inference_id", "device", "profile", "runtime", "engine", "launcher", "fake_flags", "image", "capture_max_bytes",
+    "device_choice",
 )  # fmt: skip
 _CAPTURE_MAX = 1 << 30  # per request and direction: what one run may put on disk is bounded
 
@@ -152,7 +153,8 @@ class RunService:
         )
         sealed = _sealed_for_draft(self.core, draft.inference_id)
         if sealed is None:  # not prepared yet: prepare (start, verify, seal) first
-            result = await prepare(self.core, PrepareRequest(model, device, profile, runtime, choice))
+            req = PrepareRequest(model, device, profile, runtime, choice, device_choice=device_choice_of(body))
+            result = await prepare(self.core, req)
             sealed = str(result["inference_id"])
         return load_sealed_lock(root, sealed)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,6 +11,8 @@ import pytest
 
 from harness.contracts.evidence import InferenceExecutionEvidenceV1
 from harness.daemon import DaemonClient
+from harness.devices import run_doctor
+from harness.errors import ERROR_TABLE
 from harness.paths import HitchRoot
 from tests.harness.daemon.conftest import FAST, as_json, hitch, stop_quietly
 from tests.harness.engine.inputs import ServiceInputs, checkpoint_cache, service_inputs
@@ -89,7 +92,50 @@ def test_over_budget_and_uncertified_codex_are_refused_and_release(inputs: Servi
 
 
 def test_offline_without_the_runtime_names_the_prepare_command(inputs: ServiceInputs) -> None:
-    proc = hitch(inputs.root, "run", "--harness", "model-call", "--model", "local/tiny", "--offline", "--prompt", "x", "--json")
+    proc = hitch(inputs.root, "run", "--harness", "model-call", "--model", "local/tiny", "--allow-uncertified", "--offline",
+                 "--prompt", "x", "--json")  # fmt: skip
     err = json.loads(proc.stdout)["error"]
     assert err["code"] == "inference_runtime_unavailable"  # a fresh root has no runtime installed
-    assert any(cmd.startswith("hitch local prepare local/tiny") for cmd in err["details"]["run_first"])
+    assert any(
+        cmd.startswith("hitch local prepare local/tiny --device cpu --allow-uncertified") for cmd in err["details"]["run_first"]
+    )
+
+
+@pytest.mark.skipif(run_doctor("auto").selected is not None, reason="this machine has a certified backend")
+def test_auto_without_a_certified_backend_names_why_and_the_permission(inputs: ServiceInputs) -> None:
+    proc = hitch(inputs.root, "run", "--harness", "model-call", "--model", "local/tiny", "--prompt", "x", "--json")
+    err = json.loads(proc.stdout)["error"]
+    assert err["code"] == "inference_backend_uncertified"
+    assert proc.returncode == ERROR_TABLE["inference_backend_uncertified"].exit_code
+    assert "--allow-uncertified" in err["message"] and err["details"]["fallback"] == "cpu"
+    for argv in (("run", "--harness", "model-call", "--model", "local/tiny", "--device", "cpu", "--prompt", "x"),
+                 ("local", "prepare", "local/tiny", "--device", "cpu"), ("local", "serve", "local/tiny")):  # fmt: skip
+        refused = hitch(inputs.root, *argv, "--json")
+        assert json.loads(refused.stdout)["error"]["code"] == "inference_backend_uncertified", argv
+    assert as_json(hitch(inputs.root, "daemon", "status", "--json"))["running"] is False  # refused before any start
+
+
+def test_the_lock_records_an_uncertified_backend_and_pins_its_model(inputs: ServiceInputs) -> None:
+    root = inputs.root
+    as_json(hitch(root, "daemon", "start", "--json", *FAST))
+    prepared = as_json(hitch(root, "local", "prepare", "local/tiny", "--engine", "fake", "--json"))
+    assert prepared["device"] == "cpu" and prepared["profile"] == "evaluation-baseline-v1"
+    assert prepared["backend_certification"] == "uncertified"  # the generic-CPU runtime
+    assert prepared["device_choice"]["requested"] == "auto" and prepared["device_choice"]["reasons"]
+    lock = json.loads(Path(prepared["lock_path"]).read_text())
+    assert lock["execution"]["backend_certification"] == "uncertified"
+    events = [json.loads(line) for path in root.root.rglob("events.jsonl") for line in path.read_text().splitlines()]
+    preparing = [e for e in events if e["event"] == "inference.preparing" and e["inference_id"] == prepared["inference_id"]]
+    assert preparing and preparing[0]["details"]["device_choice"]["requested"] == "auto"
+    variant = root.root.parent / "other-checkpoint"
+    shutil.copytree(inputs.model_dir, variant)
+    config = json.loads((variant / "config.json").read_text())
+    (variant / "config.json").write_text(json.dumps({**config, "hitch_test_variant": 1}))  # another model id
+    as_json(hitch(root, "models", "add", str(variant), "--name", "other", "--json"))
+    wrong = hitch(root, "run", "--harness", "model-call", "--inference", prepared["inference_id"], "--model",
+                  "local/other", "--engine", "fake", "--prompt", "x", "--json")  # fmt: skip
+    err = json.loads(wrong.stdout)["error"]
+    assert err["code"] == "inference_lock_mismatch" and err["details"]["lock_model_id"] == lock["model_id"]
+    ok = as_json(hitch(root, "run", "--harness", "model-call", "--inference", prepared["inference_id"], "--model",
+                       "local/tiny", "--engine", "fake", "--prompt", "x", "--max-output-tokens", "4", "--json"))  # fmt: skip
+    assert ok["backend_certification"] == "uncertified" and ok["device"] == "cpu"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -37,21 +37,44 @@ def _ensure_runtime(
     hroot: HitchRoot, runtime: InferenceRuntimeManifestV1, offline: bool, root: Path | None, prepare_argv: list[str]
 ) -> None:
     if runtime.package.kind != "python-env":
-        if offline:
-            return  # the image must already be in Docker; the launcher reports it if not
-        install_runtime(hroot, runtime)  # pulls the pinned digest (progress on stderr)
-        return
+        if not offline:
+            install_runtime(hroot, runtime)  # pulls the pinned digest (progress on stderr)
+            return
+        missing = _offline_image_missing(runtime)
+        if missing is None:
+            return
+        _offline_refusal(runtime, root, prepare_argv, missing)
     if installed_runtime(hroot, runtime) is not None:
         return
     if offline:
-        commands = _commands(runtime, root, prepare_argv)
-        raise HitchError(
-            "inference_runtime_unavailable",
-            f"runtime {runtime.name} is not installed and --offline forbids installing it; run first:\n  "
-            + "\n  ".join(commands),
-            {"runtime": runtime.name, "runtime_id": runtime.runtime_id, "run_first": commands},
-        )
+        _offline_refusal(runtime, root, prepare_argv, "it is not installed")
     install_runtime(hroot, runtime)
+
+
+def _offline_image_missing(runtime: InferenceRuntimeManifestV1) -> str | None:
+    """Why an OCI runtime cannot start offline (never pulls), or None when its pinned image is in Docker."""
+    from harness.runtimes.pins import inspect_image
+
+    pkg = runtime.package
+    if pkg.kind != "oci" or pkg.digest is None:
+        return "it has no pinned digest"
+    try:
+        inspect_image(pkg.reference())
+    except HitchError as err:
+        return err.message
+    return None
+
+
+def _offline_refusal(runtime: InferenceRuntimeManifestV1, root: Path | None, prepare_argv: list[str], why: str) -> NoReturn:
+    commands = _commands(runtime, root, prepare_argv)
+    if runtime.package.kind == "oci" and runtime.package.digest is None:  # install refuses a tag: pin a local image
+        commands[0] = commands[0].replace("hitch runtime install", "hitch runtime pin", 1)
+    raise HitchError(
+        "inference_runtime_unavailable",
+        f"runtime {runtime.name} cannot run offline ({why}) and --offline forbids installing or pulling it; run first:\n  "
+        + "\n  ".join(commands),
+        {"runtime": runtime.name, "runtime_id": runtime.runtime_id, "run_first": commands, "why": why},
+    )
 
 
 def service_choice(

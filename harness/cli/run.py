@@ -28,7 +28,14 @@ from harness.agents.codex_install import find_codex
 from harness.agents.codex_runner import CodexRun
 from harness.agents.evidence import run_inference_dir, write_harness_evidence
 from harness.agents.model_call import TOKEN_ENV, build_request, call_model, parse_input
-from harness.agents.profiles import CODEX_FIELDS, MODEL_CALL_FIELDS, ProfileStore, codex_key, model_call_key
+from harness.agents.profiles import (
+    CODEX_FIELDS,
+    MODEL_CALL_FIELDS,
+    ProfileStore,
+    codex_key,
+    codex_key_of,
+    model_call_key,
+)
 from harness.cli.output import DEVICE_HELP, AllowUncertifiedOpt, JsonOpt, RootOpt, cli_command, emit, root_from
 from harness.contracts.harness_profile import FieldRuleV1, HarnessKeyV1
 from harness.contracts.lock import InferenceLockV1
@@ -75,6 +82,9 @@ def _run_body(
         return {"inference_id": inference, "engine": engine, "launcher": launcher, "runtime": rt.runtime_id, "device": backend}
     if model is None:
         raise HitchError("usage_error", "give --model local/ALIAS or --inference sha256:<id>", {})
+    from harness.store import resolve_model
+
+    resolve_model(hroot, model)  # the alias first: an unknown model fails before anything else is looked at
     prof = profile or "baseline"
     chosen, rt = service_choice(device or "auto", prof, engine, launcher, runtime, allow_uncertified)
     argv = [model, *device_argv(chosen), "--profile", prof, "--runtime", rt.name]
@@ -97,6 +107,19 @@ def _same_model(hroot: HitchRoot, model: str | None, lock: InferenceLockV1) -> N
             f"--model {model} is not the model of {lock.inference_id}; drop --model or prepare a lock for it",
             {"model": model, "model_id": given, "lock_model_id": lock.model_id, "inference_id": lock.inference_id},
         )
+
+
+def _codex_preflight(hroot: HitchRoot, body: dict[str, Any], model: str | None, engine: str) -> None:
+    """Codex needs a passing compatibility profile for this runtime and model: checked before the run is created."""
+    from harness.store import resolve_model
+
+    install = find_codex()
+    if "inference_id" in body:
+        model_id = load_sealed_lock(hroot, body["inference_id"]).model_id
+    else:
+        model_id = resolve_model(hroot, str(model)).model_id
+    key = codex_key_of(body["runtime"], model_id, install.artifact, install.version)
+    ProfileStore(hroot).require_passing(key, engine)
 
 
 def _run_harness(
@@ -287,8 +310,8 @@ def register(app: typer.Typer) -> None:
             body["capture_max_bytes"] = capture_max_bytes
         if fake_fault:
             body["fake_flags"] = [arg for fault in fake_fault for arg in ("--fault", fault)]
-        if harness == "codex":
-            find_codex()  # before any service starts: a missing harness fails fast
+        if harness == "codex":  # before any service starts: a missing harness or an uncertified profile fails fast
+            _codex_preflight(hroot, body, model, engine)
         client: DaemonClient = ensure_daemon(hroot)  # before blocking: a daemon spawned here must not inherit the mask
         # Ctrl-C while the run is being created is taken right after, inside _execute, so the run it
         # created is ended (cancelled), never left running

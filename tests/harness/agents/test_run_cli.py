@@ -12,8 +12,9 @@ import pytest
 from harness.contracts.evidence import InferenceExecutionEvidenceV1
 from harness.daemon import DaemonClient
 from harness.devices import run_doctor
-from harness.errors import ERROR_TABLE
+from harness.errors import ERROR_TABLE, HitchError
 from harness.paths import HitchRoot
+from tests.components import missing
 from tests.harness.daemon.conftest import FAST, as_json, hitch, stop_quietly
 from tests.harness.engine.inputs import ServiceInputs, checkpoint_cache, service_inputs
 from tests.harness.service.integration_support import LeakGuard, leak_guard_for
@@ -139,3 +140,29 @@ def test_the_lock_records_an_uncertified_backend_and_pins_its_model(inputs: Serv
     ok = as_json(hitch(root, "run", "--harness", "model-call", "--inference", prepared["inference_id"], "--model",
                        "local/tiny", "--engine", "fake", "--prompt", "x", "--max-output-tokens", "4", "--json"))  # fmt: skip
     assert ok["backend_certification"] == "uncertified" and ok["device"] == "cpu"
+
+
+def _nothing_started(root: HitchRoot) -> None:
+    assert not root.runs.exists() or list(root.runs.iterdir()) == []  # no run was even admitted
+    assert as_json(hitch(root, "daemon", "status", "--json"))["running"] is False
+
+
+def test_codex_without_a_certified_profile_is_refused_before_any_service(inputs: ServiceInputs) -> None:
+    from harness.agents.codex_install import find_codex
+
+    try:
+        find_codex()
+    except HitchError as err:
+        missing("codex", err.message)
+    proc = hitch(inputs.root, "run", "--harness", "codex", "--model", "local/tiny", "--engine", "fake", "--prompt", "x",
+                 "--json")  # fmt: skip
+    assert json.loads(proc.stdout)["error"]["code"] == "inference_harness_unsupported"
+    _nothing_started(inputs.root)
+
+
+def test_an_unknown_alias_is_refused_first(inputs: ServiceInputs) -> None:
+    # even with a device that does not exist: the alias is the first thing a run checks
+    proc = hitch(inputs.root, "run", "--harness", "model-call", "--model", "local/nope", "--device", "metal",
+                 "--prompt", "x", "--json")  # fmt: skip
+    assert json.loads(proc.stdout)["error"]["code"] == "local_model_not_found"
+    _nothing_started(inputs.root)

@@ -58,6 +58,7 @@ from harness.lock import build_lock
 from harness.paths import ensure_private_dir
 from harness.runtimes import get_runtime
 from harness.service.starter_supervisor import EngineChoice, SupervisedService
+from harness.service.state_store import ServiceStateStore
 from harness.store import model_files_dir, resolve_model
 
 __all__ = ["REVOKING_EVENTS", "RunService", "add_run_routes"]
@@ -318,8 +319,11 @@ class RunService:
         device = lock.execution.platform.backend
         if device not in self._hardware:
             self._hardware[device] = await asyncio.to_thread(hardware_fingerprint, device)
+        # the service's allocation (its leased GPU, or the CPU cores its engine was pinned to) goes with the hardware
+        kept = ServiceStateStore(self.core.root, binding.service_id).read()
+        hardware = {**self._hardware[device], "allocation": kept.allocation.to_json_dict() if kept is not None else None}
         execution = await asyncio.to_thread(
-            write_execution_evidence, self.core.root, record, lock, binding, facts, engine, self._hardware[device], reused_service
+            write_execution_evidence, self.core.root, record, lock, binding, facts, engine, hardware, reused_service
         )
         return self.store.note(record.run_id, evidence_complete=execution.complete)
 

@@ -14,6 +14,10 @@
   whole group, then SIGKILL the group; it returns only when the leader is reaped and no live member of the
   group (nor any descendant seen before the stop) remains.
   ``poll`` never reports an OOM: a plain process exit cannot be attributed to the OOM killer with certainty.
+- ``spec.cpu_cores`` (a CPU lock) pins the engine to those cores before it execs (``sched_setaffinity`` in the
+  child), so its threads stay on the leased cores of one NUMA node.
+- Not done here (recorded limitations, spec §11.2): no memory limit (this machine has cgroup v1 only, and no
+  cgroup v2 delegation), no network namespace (the engine must answer the gateway on the host's loopback).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
@@ -220,6 +225,18 @@ def _alive(proc: psutil.Process) -> bool:
         return False
 
 
+def _pin(cores: tuple[int, ...]) -> Callable[[], None] | None:
+    """Set the child's CPU affinity before it execs: every thread the engine starts inherits it."""
+    if not cores:
+        return None
+    wanted = set(cores)
+
+    def pin() -> None:
+        os.sched_setaffinity(0, wanted)
+
+    return pin
+
+
 class ProcessLauncher:
     """Starts engines as local process groups (implements ``Launcher``)."""
 
@@ -241,6 +258,7 @@ class ProcessLauncher:
                 stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True,
                 close_fds=True,
+                preexec_fn=_pin(spec.cpu_cores),
             )
         except OSError as exc:
             raise HitchError(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -68,6 +69,11 @@ def test_model_call_run_writes_evidence_and_releases(inputs: ServiceInputs) -> N
         assert (ev / name).is_file(), name
     execution = InferenceExecutionEvidenceV1.model_validate_json((ev / "execution.json").read_text())
     assert execution.requests == 1 and execution.inference_id == out["inference_id"]
+    # the engine ran pinned to cores of one NUMA node; they are in the evidence
+    allocation = execution.hardware["allocation"]
+    threads = json.loads((ev / "lock.json").read_text())["execution"]["platform"]["cpu_threads"]
+    assert allocation["device"] == "cpu" and len(allocation["cpu_cores"]) == threads
+    assert set(allocation["cpu_cores"]) <= os.sched_getaffinity(0)
     assert json.loads((ev / "harness.json").read_text())["key"]["harness"] == "model-call"
     assert _leases(root) == []
     # the same identity again, pinned: --device is refused, the pinned run works

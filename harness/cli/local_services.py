@@ -17,7 +17,7 @@ import typer
 from harness.cli.output import DEVICE_HELP, AllowUncertifiedOpt, JsonOpt, RootOpt, cli_command, emit, root_from
 from harness.contracts.runtime import InferenceRuntimeManifestV1
 from harness.daemon import DaemonClient, daemon_running, ensure_daemon
-from harness.devices.choice import DEVICE_CHOICES, DeviceChoice
+from harness.devices.choice import DeviceChoice
 from harness.errors import HitchError
 from harness.paths import HitchRoot
 from harness.runtimes import get_runtime, install_runtime, installed_runtime
@@ -86,10 +86,6 @@ def service_choice(
     from harness.devices.choice import choose_device
     from harness.runtimes import default_runtime
 
-    if device not in DEVICE_CHOICES:
-        raise HitchError(
-            "inference_device_unsupported", f"device {device!r} is not served in P0", {"choices": list(DEVICE_CHOICES)}
-        )
     if profile not in ("baseline", "throughput") or engine not in ("sglang", "fake") or launcher not in ("process", "oci"):
         raise HitchError("usage_error", "profile baseline|throughput, engine sglang|fake, launcher process|oci", {})
     given = get_runtime(runtime) if runtime else None

@@ -54,6 +54,7 @@ from harness.daemon.run_store import RunStore
 from harness.devices import probe_cpu
 from harness.devices.fingerprint import hardware_fingerprint
 from harness.errors import ERROR_TABLE, HitchError
+from harness.launch.process import isolation_facts
 from harness.lock import build_lock
 from harness.paths import ensure_private_dir
 from harness.runtimes import get_runtime
@@ -322,6 +323,8 @@ class RunService:
         # the service's allocation (its leased GPU, or the CPU cores its engine was pinned to) goes with the hardware
         kept = ServiceStateStore(self.core.root, binding.service_id).read()
         hardware = {**self._hardware[device], "allocation": kept.allocation.to_json_dict() if kept is not None else None}
+        if kept is not None and kept.process is not None and kept.process.launcher == "process":
+            hardware["isolation"] = isolation_facts(kept.allocation.cpu_cores)
         execution = await asyncio.to_thread(
             write_execution_evidence, self.core.root, record, lock, binding, facts, engine, hardware, reused_service
         )

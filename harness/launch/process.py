@@ -29,7 +29,7 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import psutil
 
@@ -37,7 +37,14 @@ from harness.contracts.service import ProcessIdentityV1
 from harness.engine.launch_spec import ExitInfo, LaunchSpec
 from harness.errors import HitchError
 
-__all__ = ["ProcessEngine", "ProcessLauncher", "is_our_process", "live_group_members", "secret_values"]
+__all__ = [
+    "ProcessEngine",
+    "ProcessLauncher",
+    "is_our_process",
+    "isolation_facts",
+    "live_group_members",
+    "secret_values",
+]
 
 _MIN_SECRET_LEN = 16
 _PUMP_CHUNK = 65536
@@ -223,6 +230,21 @@ def _alive(proc: psutil.Process) -> bool:
         return bool(proc.is_running()) and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+def isolation_facts(cpu_cores: list[int]) -> dict[str, Any]:
+    """What this launcher isolates and what it does not (spec §11.2): written into each run's evidence."""
+    cgroup2 = Path("/sys/fs/cgroup/cgroup.controllers").is_file()
+    return {
+        "launcher": "process",
+        "cpu_affinity": list(cpu_cores),
+        "offline_env": ["HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1"],
+        "memory_limit_bytes": None,
+        "memory_limit_limitation": "not enforced: "
+        + ("cgroup v2 is mounted but the launcher does not create a cgroup yet" if cgroup2 else "this machine has no cgroup v2"),
+        "network": "host",
+        "network_limitation": "no network namespace: the engine must answer the gateway on the host loopback",
+    }
 
 
 def _pin(cores: tuple[int, ...]) -> Callable[[], None] | None:

@@ -74,6 +74,9 @@ def test_model_call_run_writes_evidence_and_releases(inputs: ServiceInputs) -> N
     threads = json.loads((ev / "lock.json").read_text())["execution"]["platform"]["cpu_threads"]
     assert allocation["device"] == "cpu" and len(allocation["cpu_cores"]) == threads
     assert set(allocation["cpu_cores"]) <= os.sched_getaffinity(0)
+    isolation = execution.hardware["isolation"]  # what the process launcher does not isolate is said, not hidden
+    assert isolation["cpu_affinity"] == allocation["cpu_cores"] and isolation["network"] == "host"
+    assert isolation["memory_limit_bytes"] is None and isolation["memory_limit_limitation"].startswith("not enforced")
     assert json.loads((ev / "harness.json").read_text())["key"]["harness"] == "model-call"
     assert _leases(root) == []
     # the same identity again, pinned: --device is refused, the pinned run works

@@ -171,3 +171,14 @@ def test_provenance_never_moves_model_id_or_inference_id(source: str, license_: 
     b = build_lock(other, rt, device="cpu", profile="baseline", cpu_cores_per_node=2)
     assert other.model_id == base.model_id
     assert a.inference_id == b.inference_id
+
+
+def test_a_pre_quantized_checkpoint_is_refused_without_a_certified_method() -> None:
+    manifest = model_manifest()
+    data = manifest.to_json_dict()
+    data["architecture"]["quantization"] = "fp8"
+    quantized = type(manifest).model_validate(data)
+    with pytest.raises(HitchError) as exc:
+        build_lock(quantized, runtime_manifest(), device="cpu", profile="baseline", cpu_cores_per_node=2)
+    assert exc.value.code == "inference_quantization_uncertified"
+    assert exc.value.details == {"quantization": "fp8", "certified": []}

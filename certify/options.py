@@ -41,6 +41,9 @@ class CertifyOptions:
     canary: bool
     root: HitchRoot
     choice_reason: str = ""
+    # the one permission to certify on a backend the doctor does not certify (the generic-CPU runtime): the
+    # session then runs and its entry says so; without it such a session is blocked with the doctor's reasons
+    allow_uncertified: bool = False
     # set when the requested device cannot run here at all (cuda without a usable GPU): the session stops
     # before any suite and records a failed entry saying why, instead of certifying something else
     blocked: str | None = None
@@ -49,6 +52,12 @@ class CertifyOptions:
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("certify", "Hitch certification (pytest certify)")
     group.addoption("--device", default="auto", choices=("cpu", "cuda", "auto"), help="backend to certify")
+    group.addoption(
+        "--allow-uncertified",
+        action="store_true",
+        default=False,
+        help="allow a backend the doctor does not certify (generic-CPU runtime); recorded, never certified",
+    )
     group.addoption("--engine", default=None, choices=("sglang", "fake"), help="engine (default: best available)")
     group.addoption("--runtime", default=None, help="catalog runtime name or runtime_id")
     group.addoption("--launcher", default=None, choices=("oci", "process"), help="how the engine runs")
@@ -73,6 +82,7 @@ def options_from(config: pytest.Config) -> CertifyOptions:
         sign_key=Path(sign_key).expanduser() if sign_key else None,
         report_dir=Path(report).expanduser().resolve() if report else REPO / "reports" / "out" / stamp,
         canary=bool(config.getoption("--canary")),
+        allow_uncertified=bool(config.getoption("--allow-uncertified")),
         root=HitchRoot.at(os.environ.get("HITCH_ROOT")),
     )
 
@@ -95,7 +105,31 @@ def choose_engine(opts: CertifyOptions) -> CertifyOptions:
             blocked=f"--device cuda cannot run on this machine: {why}",
             choice_reason="fail closed: no usable GPU (no fake engine, no CPU fallback)",
         )
-    return chosen
+    return _require_certified(chosen, doctor)
+
+
+def _require_certified(chosen: CertifyOptions, doctor: Any) -> CertifyOptions:
+    """An SGLang session on a backend the doctor does not certify runs only with ``--allow-uncertified``."""
+    from harness.devices.choice import ALLOW_FLAG
+    from harness.runtimes import default_runtime, get_runtime
+
+    if chosen.engine != "sglang":
+        return chosen
+    verdict = doctor.devices.get(chosen.device)
+    runtime = get_runtime(chosen.runtime) if chosen.runtime else default_runtime(chosen.device)
+    why = list(verdict.reasons if verdict is not None and not verdict.certifiable else [])
+    if not runtime.certifiable:
+        why.append(f"runtime {runtime.name} is not certifiable")
+    if not why:
+        return chosen
+    if chosen.allow_uncertified:
+        return replace(chosen, choice_reason=f"{chosen.choice_reason}; uncertified backend allowed ({ALLOW_FLAG})")
+    return replace(
+        chosen,
+        blocked=f"no certified backend for --device {chosen.device} here ({'; '.join(why)}); "
+        f"pass {ALLOW_FLAG} to run the {runtime.name} runtime (recorded, never certified)",
+        choice_reason="fail closed: an uncertified backend needs explicit permission",
+    )
 
 
 def _any_runtime(device: str) -> str | None:

@@ -258,6 +258,7 @@ def open_session(opts: CertifyOptions, session_key: str, worker: str) -> Certify
         "inference_id": run.inference_id,
         "service_id": run.service_id,
         "choice_reason": opts.choice_reason,
+        "allow_uncertified": opts.allow_uncertified,
     }
     opts.report_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(opts.report_dir / "session.json", facts)

@@ -60,6 +60,12 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     # spec §12.2 — capability
     "inference_runtime_unavailable": _e("capability", False, 503, "install it with `hitch runtime install ID`"),
     "inference_device_unsupported": _e("capability", False, 400, "pick a device the doctor reports as supported"),
+    "inference_quantization_uncertified": _e(
+        "capability", False, 400, "import an unquantized checkpoint: no quantization method is certified"
+    ),
+    "inference_backend_uncertified": _e(
+        "capability", False, 400, "pass --allow-uncertified to run it anyway (recorded in the lock, never certified)"
+    ),
     # spec §12.2 — compatibility
     "inference_harness_unsupported": _e("compatibility", False, 400, "use a harness with a certified profile"),
     "inference_protocol_unsupported": _e("compatibility", False, 400, "use a protocol the lock enables"),

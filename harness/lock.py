@@ -31,6 +31,7 @@ from harness.errors import HitchError
 from harness.ids import digest_json
 
 __all__ = [
+    "CERTIFIED_QUANTIZATIONS",
     "DEFAULT_CONTEXT_TOKENS",
     "PROFILES",
     "Device",
@@ -50,6 +51,9 @@ PROFILES: dict[str, ProfileName] = {
 }
 
 DEFAULT_CONTEXT_TOKENS = 8192
+# The pre-quantized checkpoint methods (config.json ``quant_method``) a lock may pass to SGLang's
+# ``--quantization``; a method enters only with a certification that ran on it. None has yet.
+CERTIFIED_QUANTIZATIONS: frozenset[str] = frozenset()
 _MAX_OUTPUT_CAP = 2048
 _GIB = 1 << 30
 _MIB = 1 << 20
@@ -170,10 +174,15 @@ def build_lock(
             f"runtime {runtime.name} has no pinned digest; a lock never names a tag",
             {"runtime": runtime.name},
         )
-    if model.architecture.quantization is not None:
-        quantization: str | None = model.architecture.quantization
-    else:
-        quantization = None
+    quantization = model.architecture.quantization
+    if quantization is not None and quantization not in CERTIFIED_QUANTIZATIONS:
+        # spec §2.2: no implicit quantization; a pre-quantized checkpoint runs only with a certified method
+        raise HitchError(
+            "inference_quantization_uncertified",
+            f"the checkpoint is pre-quantized ({quantization}) and no quantization method is certified; "
+            "import an unquantized checkpoint",
+            {"quantization": quantization, "certified": sorted(CERTIFIED_QUANTIZATIONS)},
+        )
     if cpu_cores_per_node < 1:
         raise HitchError("inference_capacity_exceeded", "no CPU core available on one NUMA node", {"cores": cpu_cores_per_node})
 
@@ -195,6 +204,7 @@ def build_lock(
 
     execution = ExecutionV1(
         platform=platform,
+        backend_certification="certified" if runtime.certifiable else "uncertified",
         dtype=dtype,
         quantization=quantization,
         context_tokens_per_request=context,

@@ -28,6 +28,7 @@ __all__ = [
     "MODEL_CALL_VERSION",
     "ProfileStore",
     "codex_key",
+    "codex_key_of",
     "model_call_key",
     "profile_id",
     "result",
@@ -121,12 +122,17 @@ def profile_id(key: HarnessKeyV1) -> str:
 
 
 def codex_key(lock: InferenceLockV1, artifact: str, version: str) -> HarnessKeyV1:
+    return codex_key_of(lock.runtime_id, lock.model_id, artifact, version)
+
+
+def codex_key_of(runtime_id: str, model_id: str, artifact: str, version: str) -> HarnessKeyV1:
+    """The key before any lock is sealed: a preflight checks the profile before a service is acquired."""
     return HarnessKeyV1(
         harness="codex",
         artifact=artifact,
         version=version,
-        runtime_id=lock.runtime_id,
-        model_profile=lock.model_id,
+        runtime_id=runtime_id,
+        model_profile=model_id,
         protocol="responses",
     )
 

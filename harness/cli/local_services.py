@@ -10,18 +10,19 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 
-from harness.cli.output import JsonOpt, RootOpt, cli_command, emit, root_from
+from harness.cli.output import DEVICE_HELP, AllowUncertifiedOpt, JsonOpt, RootOpt, cli_command, emit, root_from
 from harness.contracts.runtime import InferenceRuntimeManifestV1
 from harness.daemon import DaemonClient, daemon_running, ensure_daemon
+from harness.devices.choice import DeviceChoice
 from harness.errors import HitchError
 from harness.paths import HitchRoot
 from harness.runtimes import get_runtime, install_runtime, installed_runtime
 
-__all__ = ["register"]
+__all__ = ["device_argv", "register", "service_choice"]
 
 
 def _commands(runtime: InferenceRuntimeManifestV1, root: Path | None, prepare_argv: list[str]) -> list[str]:
@@ -36,32 +37,70 @@ def _ensure_runtime(
     hroot: HitchRoot, runtime: InferenceRuntimeManifestV1, offline: bool, root: Path | None, prepare_argv: list[str]
 ) -> None:
     if runtime.package.kind != "python-env":
-        if offline:
-            return  # the image must already be in Docker; the launcher reports it if not
-        install_runtime(hroot, runtime)  # pulls the pinned digest (progress on stderr)
-        return
+        if not offline:
+            install_runtime(hroot, runtime)  # pulls the pinned digest (progress on stderr)
+            return
+        missing = _offline_image_missing(runtime)
+        if missing is None:
+            return
+        _offline_refusal(runtime, root, prepare_argv, missing)
     if installed_runtime(hroot, runtime) is not None:
         return
     if offline:
-        commands = _commands(runtime, root, prepare_argv)
-        raise HitchError(
-            "inference_runtime_unavailable",
-            f"runtime {runtime.name} is not installed and --offline forbids installing it; run first:\n  "
-            + "\n  ".join(commands),
-            {"runtime": runtime.name, "runtime_id": runtime.runtime_id, "run_first": commands},
-        )
+        _offline_refusal(runtime, root, prepare_argv, "it is not installed")
     install_runtime(hroot, runtime)
 
 
-def service_runtime(device: str, profile: str, engine: str, launcher: str, runtime: str | None) -> InferenceRuntimeManifestV1:
-    """Check the service choices a command was given and resolve its runtime (default: the device's best)."""
+def _offline_image_missing(runtime: InferenceRuntimeManifestV1) -> str | None:
+    """Why an OCI runtime cannot start offline (never pulls), or None when its pinned image is in Docker."""
+    from harness.runtimes.pins import inspect_image
+
+    pkg = runtime.package
+    if pkg.kind != "oci" or pkg.digest is None:
+        return "it has no pinned digest"
+    try:
+        inspect_image(pkg.reference())
+    except HitchError as err:
+        return err.message
+    return None
+
+
+def _offline_refusal(runtime: InferenceRuntimeManifestV1, root: Path | None, prepare_argv: list[str], why: str) -> NoReturn:
+    commands = _commands(runtime, root, prepare_argv)
+    if runtime.package.kind == "oci" and runtime.package.digest is None:  # install refuses a tag: pin a local image
+        commands[0] = commands[0].replace("hitch runtime install", "hitch runtime pin", 1)
+    raise HitchError(
+        "inference_runtime_unavailable",
+        f"runtime {runtime.name} cannot run offline ({why}) and --offline forbids installing or pulling it; run first:\n  "
+        + "\n  ".join(commands),
+        {"runtime": runtime.name, "runtime_id": runtime.runtime_id, "run_first": commands, "why": why},
+    )
+
+
+def service_choice(
+    device: str, profile: str, engine: str, launcher: str, runtime: str | None, allow_uncertified: bool
+) -> tuple[DeviceChoice, InferenceRuntimeManifestV1]:
+    """Check the service choices a command was given; resolve ``--device`` (``auto``: the doctor's certified
+    backend) and the runtime (default: the device's best). An uncertified backend needs ``allow_uncertified``."""
+    from harness.devices import run_doctor
+    from harness.devices.choice import choose_device
     from harness.runtimes import default_runtime
 
-    if device not in ("cpu", "cuda"):
-        raise HitchError("inference_device_unsupported", f"device {device!r} is not served in P0", {"choices": ["cpu", "cuda"]})
     if profile not in ("baseline", "throughput") or engine not in ("sglang", "fake") or launcher not in ("process", "oci"):
         raise HitchError("usage_error", "profile baseline|throughput, engine sglang|fake, launcher process|oci", {})
-    return get_runtime(runtime) if runtime else default_runtime(device)
+    given = get_runtime(runtime) if runtime else None
+    report = run_doctor("auto")
+    certifiable = given.certifiable if given is not None else None
+    choice = choose_device(device, report, engine=engine, allow_uncertified=allow_uncertified, runtime_certifiable=certifiable)
+    rt = given or default_runtime(choice.device)
+    if choice.certified and not rt.certifiable:  # the device is certifiable, but this catalog's runtime for it is not
+        choice = choose_device(device, report, engine=engine, allow_uncertified=allow_uncertified, runtime_certifiable=False)
+    return choice, rt
+
+
+def device_argv(choice: DeviceChoice) -> list[str]:
+    """The flags that repeat this choice in a printed command (the prepare command ``--offline`` names)."""
+    return ["--device", choice.device] + (["--allow-uncertified"] if choice.allow_uncertified else [])
 
 
 def run_image(runtime: InferenceRuntimeManifestV1, engine: str, launcher: str, image: str | None) -> str | None:
@@ -87,7 +126,8 @@ def register(app: typer.Typer) -> None:
     @cli_command
     def prepare_cmd(
         model: Annotated[str, typer.Argument(help="local/ALIAS or local/sha256:<hex>")],
-        device: Annotated[str, typer.Option("--device", help="cpu | cuda")] = "cpu",
+        device: Annotated[str, typer.Option("--device", help=DEVICE_HELP)] = "auto",
+        allow_uncertified: AllowUncertifiedOpt = False,
         profile: Annotated[str, typer.Option("--profile", help="baseline | throughput")] = "baseline",
         engine: Annotated[str, typer.Option("--engine", help="sglang | fake (contract runs)")] = "sglang",
         launcher: Annotated[str, typer.Option("--launcher", help="process | oci")] = "process",
@@ -98,9 +138,9 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
         root: RootOpt = None,
     ) -> None:
-        rt = service_runtime(device, profile, engine, launcher, runtime)
+        chosen, rt = service_choice(device, profile, engine, launcher, runtime, allow_uncertified)
         hroot = root_from(root)
-        argv = [model, "--device", device, "--profile", profile, "--runtime", rt.name]
+        argv = [model, *device_argv(chosen), "--profile", profile, "--runtime", rt.name]
         if engine != "sglang":
             argv += ["--engine", engine]
         if launcher != "process":
@@ -110,7 +150,8 @@ def register(app: typer.Typer) -> None:
             _ensure_runtime(hroot, rt, offline, root, argv)
         body: dict[str, Any] = {
             "model": model,
-            "device": device,
+            "device": chosen.device,
+            "device_choice": chosen.to_json(),
             "profile": profile,
             "runtime": rt.runtime_id,
             "engine": engine,
@@ -120,7 +161,12 @@ def register(app: typer.Typer) -> None:
         }
         result = ensure_daemon(hroot).prepare(body)
         result.pop("schema_version", None)
-        emit(as_json, result, f"inference_id: {result['inference_id']}\nlock: {result['lock_path']}")
+        why = "; ".join(chosen.reasons[:1])
+        emit(
+            as_json,
+            result,
+            f"inference_id: {result['inference_id']}\nlock: {result['lock_path']}\ndevice: {chosen.device} ({why})",
+        )
 
     @app.command("status", help="services of this root: state, epoch, leases, inference_id (no secrets)")
     @cli_command

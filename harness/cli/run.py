@@ -28,8 +28,15 @@ from harness.agents.codex_install import find_codex
 from harness.agents.codex_runner import CodexRun
 from harness.agents.evidence import run_inference_dir, write_harness_evidence
 from harness.agents.model_call import TOKEN_ENV, build_request, call_model, parse_input
-from harness.agents.profiles import CODEX_FIELDS, MODEL_CALL_FIELDS, ProfileStore, codex_key, model_call_key
-from harness.cli.output import JsonOpt, RootOpt, cli_command, emit, root_from
+from harness.agents.profiles import (
+    CODEX_FIELDS,
+    MODEL_CALL_FIELDS,
+    ProfileStore,
+    codex_key,
+    codex_key_of,
+    model_call_key,
+)
+from harness.cli.output import DEVICE_HELP, AllowUncertifiedOpt, JsonOpt, RootOpt, cli_command, emit, root_from
 from harness.contracts.harness_profile import FieldRuleV1, HarnessKeyV1
 from harness.contracts.lock import InferenceLockV1
 from harness.daemon import DaemonClient, ensure_daemon
@@ -57,31 +64,73 @@ def _run_body(
     runtime: str | None,
     offline: bool,
     image: str | None = None,
+    allow_uncertified: bool = False,
 ) -> dict[str, Any]:
-    from harness.cli.local_services import _ensure_runtime, run_image, service_runtime
+    from harness.cli.local_services import _ensure_runtime, device_argv, run_image, service_choice
 
     if inference is not None:
         if device is not None or profile is not None:
             raise HitchError("usage_error", "--inference pins the device and profile; drop --device/--profile", {})
         lock = load_sealed_lock(hroot, inference)
+        _same_model(hroot, model, lock)
         rt = get_runtime(lock.runtime_id)
         backend: str = lock.execution.platform.backend
         argv = [model or f"local/{lock.model_id}", "--device", backend, "--runtime", rt.name]
         pinned = run_image(rt, engine, launcher, image)
+        if lock.execution.backend_certification == "uncertified":
+            argv.append("--allow-uncertified")
         if engine == "sglang":
             _ensure_runtime(hroot, rt, offline, root, argv)
-        body = {"inference_id": inference, "engine": engine, "launcher": launcher, "runtime": rt.runtime_id, "device": backend}
+        body: dict[str, Any] = {
+            "inference_id": inference,
+            "engine": engine,
+            "launcher": launcher,
+            "runtime": rt.runtime_id,
+            "device": backend,
+        }
         return body | ({"image": pinned} if pinned else {})
     if model is None:
         raise HitchError("usage_error", "give --model local/ALIAS or --inference sha256:<id>", {})
-    dev, prof = device or "cpu", profile or "baseline"
-    rt = service_runtime(dev, prof, engine, launcher, runtime)
-    argv = [model, "--device", dev, "--profile", prof, "--runtime", rt.name]
+    from harness.store import resolve_model
+
+    resolve_model(hroot, model)  # the alias first: an unknown model fails before anything else is looked at
+    prof = profile or "baseline"
+    chosen, rt = service_choice(device or "auto", prof, engine, launcher, runtime, allow_uncertified)
+    argv = [model, *device_argv(chosen), "--profile", prof, "--runtime", rt.name]
     pinned = run_image(rt, engine, launcher, image)
     if engine == "sglang":
         _ensure_runtime(hroot, rt, offline, root, argv)
-    body = {"model": model, "device": dev, "profile": prof, "runtime": rt.runtime_id, "engine": engine, "launcher": launcher}
+    body = {"model": model, "device": chosen.device, "device_choice": chosen.to_json(), "profile": prof,
+            "runtime": rt.runtime_id, "engine": engine, "launcher": launcher}  # fmt: skip
     return body | ({"image": pinned} if pinned else {})
+
+
+def _same_model(hroot: HitchRoot, model: str | None, lock: InferenceLockV1) -> None:
+    """``--inference`` with ``--model``: the model must be the lock's, or the run would serve another one."""
+    if model is None:
+        return
+    from harness.store import resolve_model
+
+    given = resolve_model(hroot, model).model_id
+    if given != lock.model_id:
+        raise HitchError(
+            "inference_lock_mismatch",
+            f"--model {model} is not the model of {lock.inference_id}; drop --model or prepare a lock for it",
+            {"model": model, "model_id": given, "lock_model_id": lock.model_id, "inference_id": lock.inference_id},
+        )
+
+
+def _codex_preflight(hroot: HitchRoot, body: dict[str, Any], model: str | None, engine: str) -> None:
+    """Codex needs a passing compatibility profile for this runtime and model: checked before the run is created."""
+    from harness.store import resolve_model
+
+    install = find_codex()
+    if "inference_id" in body:
+        model_id = load_sealed_lock(hroot, body["inference_id"]).model_id
+    else:
+        model_id = resolve_model(hroot, str(model)).model_id
+    key = codex_key_of(body["runtime"], model_id, install.artifact, install.version)
+    ProfileStore(hroot).require_passing(key, engine)
 
 
 def _run_harness(
@@ -221,7 +270,8 @@ def register(app: typer.Typer) -> None:
         ] = None,
         model: Annotated[str | None, typer.Option("--model", help="local/ALIAS or local/sha256:<hex>")] = None,
         inference: Annotated[str | None, typer.Option("--inference", help="a prepared inference id sha256:<hex>")] = None,
-        device: Annotated[str | None, typer.Option("--device", help="cpu | cuda (default cpu)")] = None,
+        device: Annotated[str | None, typer.Option("--device", help=DEVICE_HELP + "; default auto")] = None,
+        allow_uncertified: AllowUncertifiedOpt = False,
         profile: Annotated[str | None, typer.Option("--profile", help="baseline | throughput")] = None,
         engine: Annotated[str, typer.Option("--engine", help="sglang | fake (contract runs)")] = "sglang",
         launcher: Annotated[str, typer.Option("--launcher", help="process | oci")] = "process",
@@ -266,14 +316,16 @@ def register(app: typer.Typer) -> None:
             if known is not None and known.terminal:  # idempotent: the same record, nothing runs again
                 _emit_record(as_json, hroot, known.to_json_dict())
                 return
-        body = _run_body(hroot, root, model, inference, device, profile, engine, launcher, runtime, offline, image)
+        body = _run_body(
+            hroot, root, model, inference, device, profile, engine, launcher, runtime, offline, image, allow_uncertified
+        )
         body.update(run_id=run_id or "run-" + secrets.token_hex(8), harness=harness, capture=capture)
         if capture_max_bytes is not None:
             body["capture_max_bytes"] = capture_max_bytes
         if fake_fault:
             body["fake_flags"] = [arg for fault in fake_fault for arg in ("--fault", fault)]
-        if harness == "codex":
-            find_codex()  # before any service starts: a missing harness fails fast
+        if harness == "codex":  # before any service starts: a missing harness or an uncertified profile fails fast
+            _codex_preflight(hroot, body, model, engine)
         client: DaemonClient = ensure_daemon(hroot)  # before blocking: a daemon spawned here must not inherit the mask
         # Ctrl-C while the run is being created is taken right after, inside _execute, so the run it
         # created is ended (cancelled), never left running
@@ -341,10 +393,14 @@ def _execute(
         if error is not None and error.code == code:
             details = {**error.details, **details}
         raise HitchError(code, str(err.get("message", record["status"])), details)
+    sealed = load_sealed_lock(hroot, run["inference_id"])
     payload = {
         "kind": "run",
         "run_id": run_id,
         "inference_id": run["inference_id"],
+        "device": sealed.execution.platform.backend,
+        "profile": sealed.profile,
+        "backend_certification": sealed.execution.backend_certification,
         "evidence": str(out),
         "record": record,
         **outcome,

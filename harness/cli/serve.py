@@ -20,7 +20,15 @@ from typing import Annotated, Any
 
 import typer
 
-from harness.cli.output import JSON_SCHEMA_VERSION, JsonOpt, RootOpt, cli_command, root_from
+from harness.cli.output import (
+    DEVICE_HELP,
+    JSON_SCHEMA_VERSION,
+    AllowUncertifiedOpt,
+    JsonOpt,
+    RootOpt,
+    cli_command,
+    root_from,
+)
 from harness.daemon import ensure_daemon
 from harness.errors import HitchError
 
@@ -53,7 +61,8 @@ def register(app: typer.Typer) -> None:
     @cli_command
     def serve_cmd(
         model: Annotated[str, typer.Argument(help="local/ALIAS or local/sha256:<hex>")],
-        device: Annotated[str, typer.Option("--device", help="cpu | cuda")] = "cpu",
+        device: Annotated[str, typer.Option("--device", help=DEVICE_HELP)] = "auto",
+        allow_uncertified: AllowUncertifiedOpt = False,
         profile: Annotated[str, typer.Option("--profile", help="baseline | throughput")] = "baseline",
         engine: Annotated[str, typer.Option("--engine", help="sglang | fake (contract runs)")] = "sglang",
         launcher: Annotated[str, typer.Option("--launcher", help="process | oci")] = "process",
@@ -66,15 +75,16 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
         root: RootOpt = None,
     ) -> None:
-        from harness.cli.local_services import run_image, service_runtime
+        from harness.cli.local_services import run_image, service_choice
 
         if capture not in ("off", "metadata", "full"):
             raise HitchError("usage_error", "--capture is off|metadata|full", {"capture": capture})
-        rt = service_runtime(device, profile, engine, launcher, runtime)
+        chosen, rt = service_choice(device, profile, engine, launcher, runtime, allow_uncertified)
         hroot = root_from(root)
         body: dict[str, Any] = {
             "model": model,
-            "device": device,
+            "device": chosen.device,
+            "device_choice": chosen.to_json(),
             "profile": profile,
             "runtime": rt.runtime_id,
             "engine": engine,

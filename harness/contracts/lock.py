@@ -75,6 +75,10 @@ class PrefixCacheV1(Record):
 
 class ExecutionV1(Record):
     platform: PlatformV1
+    backend_certification: Literal["certified", "uncertified"] = Field(
+        description="uncertified: a runtime the doctor never certifies; it runs only with --allow-uncertified (or the"
+        " fake engine), and this lock's identity says so"
+    )
     load_format: Literal["safetensors"] = "safetensors"
     dtype: Literal["bfloat16", "float16", "float32"] = Field(description="resolved; never auto")
     quantization: str | None = None

@@ -34,7 +34,7 @@ from harness.service.starter_supervisor import EngineChoice, SupervisedService
 from harness.service.state_store import ServiceStateStore
 from harness.store import resolve_model, verify_model_files
 
-__all__ = ["PrepareRequest", "prepare", "save_sealed", "with_pool"]
+__all__ = ["PrepareRequest", "device_choice_of", "prepare", "save_sealed", "with_pool"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,13 @@ class PrepareRequest:
     runtime: str
     choice: EngineChoice
     context_tokens: int | None = None
+    device_choice: dict[str, Any] | None = None  # the CLI's preflight resolution (requested, reasons), for the event
+
+
+def device_choice_of(body: dict[str, Any]) -> dict[str, Any] | None:
+    """A request body's ``device_choice`` (what the CLI resolved and why), when it sent one."""
+    value = body.get("device_choice")
+    return value if isinstance(value, dict) else None
 
 
 def with_pool(lock: InferenceLockV1, pool_tokens: int) -> InferenceLockV1:
@@ -106,7 +113,17 @@ async def prepare(core: Any, req: PrepareRequest) -> dict[str, Any]:
     )
     owner = "prepare-" + secrets.token_hex(6)
     lock = draft
-    _event(root, lock, owner, "inference.preparing", model=req.model, runtime=runtime.name, **req.choice.to_json())
+    _event(
+        root,
+        lock,
+        owner,
+        "inference.preparing",
+        model=req.model,
+        runtime=runtime.name,
+        backend_certification=lock.execution.backend_certification,
+        device_choice=req.device_choice or {"device": req.device, "reasons": ["given to the daemon directly"]},
+        **req.choice.to_json(),
+    )
     started = time.monotonic()
     try:
         lease: LeaseHandle = await core.acquire(lock, owner, req.choice)
@@ -131,6 +148,8 @@ async def prepare(core: Any, req: PrepareRequest) -> dict[str, Any]:
             "runtime_id": lock.runtime_id,
             "runtime": runtime.name,
             "device": req.device,
+            "device_choice": req.device_choice,
+            "backend_certification": lock.execution.backend_certification,
             "profile": lock.profile,
             "engine": req.choice.engine,
             "launcher": req.choice.launcher,
@@ -173,5 +192,9 @@ async def prepare(core: Any, req: PrepareRequest) -> dict[str, Any]:
         "stopped": stopped,
         "seconds": round(time.monotonic() - started, 3),
         "probed": validation["probed"],
+        "device": req.device,
+        "device_choice": req.device_choice,
+        "backend_certification": lock.execution.backend_certification,
+        "profile": lock.profile,
         "events": events,
     }

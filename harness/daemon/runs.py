@@ -41,7 +41,7 @@ from harness.contracts.events import LifecycleEventV1
 from harness.contracts.lock import InferenceLockV1
 from harness.contracts.run import RunRecordV1
 from harness.daemon.core import DaemonCore, load_sealed_lock
-from harness.daemon.prepare import PrepareRequest, prepare
+from harness.daemon.prepare import PrepareRequest, device_choice_of, prepare
 from harness.daemon.run_evidence import (
     EngineFacts,
     GatewayFacts,
@@ -54,10 +54,12 @@ from harness.daemon.run_store import RunStore
 from harness.devices import probe_cpu
 from harness.devices.fingerprint import hardware_fingerprint
 from harness.errors import ERROR_TABLE, HitchError
+from harness.launch.process import isolation_facts
 from harness.lock import build_lock
 from harness.paths import ensure_private_dir
 from harness.runtimes import get_runtime
 from harness.service.starter_supervisor import EngineChoice, SupervisedService
+from harness.service.state_store import ServiceStateStore
 from harness.store import model_files_dir, resolve_model
 
 __all__ = ["REVOKING_EVENTS", "RunService", "add_run_routes"]
@@ -84,6 +86,7 @@ class _Run:
 _CAPTURE_MODES = ("off", "metadata", "full")
 _REQUEST_FIELDS = (
     "model", "inference_id", "device", "profile", "runtime", "engine", "launcher", "fake_flags", "image", "capture_max_bytes",
+    "device_choice",
 )  # fmt: skip
 _CAPTURE_MAX = 1 << 30  # per request and direction: what one run may put on disk is bounded
 
@@ -152,7 +155,8 @@ class RunService:
         )
         sealed = _sealed_for_draft(self.core, draft.inference_id)
         if sealed is None:  # not prepared yet: prepare (start, verify, seal) first
-            result = await prepare(self.core, PrepareRequest(model, device, profile, runtime, choice))
+            req = PrepareRequest(model, device, profile, runtime, choice, device_choice=device_choice_of(body))
+            result = await prepare(self.core, req)
             sealed = str(result["inference_id"])
         return load_sealed_lock(root, sealed)
 
@@ -318,8 +322,13 @@ class RunService:
         device = lock.execution.platform.backend
         if device not in self._hardware:
             self._hardware[device] = await asyncio.to_thread(hardware_fingerprint, device)
+        # the service's allocation (its leased GPU, or the CPU cores its engine was pinned to) goes with the hardware
+        kept = ServiceStateStore(self.core.root, binding.service_id).read()
+        hardware = {**self._hardware[device], "allocation": kept.allocation.to_json_dict() if kept is not None else None}
+        if kept is not None and kept.process is not None and kept.process.launcher == "process":
+            hardware["isolation"] = isolation_facts(kept.allocation.cpu_cores)
         execution = await asyncio.to_thread(
-            write_execution_evidence, self.core.root, record, lock, binding, facts, engine, self._hardware[device], reused_service
+            write_execution_evidence, self.core.root, record, lock, binding, facts, engine, hardware, reused_service
         )
         return self.store.note(record.run_id, evidence_complete=execution.complete)
 

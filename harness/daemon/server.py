@@ -30,7 +30,7 @@ from typing import Any
 from aiohttp import web
 
 from harness.daemon.core import DaemonCore, lease_json, load_sealed_lock
-from harness.daemon.prepare import PrepareRequest, prepare
+from harness.daemon.prepare import PrepareRequest, device_choice_of, prepare
 from harness.daemon.runs import RunService, add_run_routes
 from harness.errors import HitchError
 from harness.lock import validate_lock
@@ -141,6 +141,7 @@ def build_app(core: DaemonCore, token: str, shutdown: Callable[[bool], None], ru
             runtime=str(body.get("runtime", "")),
             choice=_choice(body),
             context_tokens=context if isinstance(context, int) else None,
+            device_choice=device_choice_of(body),
         )
         return _json({"kind": "inference-prepare", **await prepare(core, req)})
 

@@ -4,6 +4,8 @@ The engine never inherits the caller's environment. Its variables are exactly:
 
 - ``PATH`` (a minimal system path), ``HOME`` (a private per-service directory), ``LANG``;
 - ``PYTHONUNBUFFERED=1`` so the engine log is written as it happens;
+- ``HF_HUB_OFFLINE=1`` and ``TRANSFORMERS_OFFLINE=1``: the model is a verified local directory, so the engine
+  never reaches a model hub (a missing file fails instead of being fetched);
 - ``SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=0``: the supervisor's ``/health`` polls take no queue slot;
 - the runtime's own variables (``SGLANG_USE_CPU_ENGINE=1``, ``PYTHONNOUSERSITE``, the shim's ``PYTHONPATH``);
 - what the lock decides: ``OMP_NUM_THREADS`` = ``cpu_threads`` on CPU, ``CUDA_VISIBLE_DEVICES`` = the leased
@@ -41,6 +43,8 @@ def engine_environment(
         "HOME": str(home),
         "LANG": "C.UTF-8",
         "PYTHONUNBUFFERED": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
     }
     env.update(runtime_env)
     # /health answers from the server process instead of queueing a 1-token generation (reference §1): the

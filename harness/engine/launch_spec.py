@@ -45,6 +45,7 @@ class LaunchSpec:
     gpu_uuid: str | None = None
     image: str | None = None  # oci only: image reference by digest or image ID
     secret_files: dict[str, Path] = field(default_factory=dict)
+    cpu_cores: tuple[int, ...] = ()  # cpu: the cores the engine's threads are pinned to (one NUMA node)
 
 
 @dataclass(frozen=True)

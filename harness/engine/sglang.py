@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from harness.contracts.lock import InferenceLockV1
+from harness.contracts.lock import CpuPlatformV1, InferenceLockV1
+from harness.devices.cores import pick_cores
 from harness.engine.argv import EngineProgram, engine_flags, wire_model_name
 from harness.engine.environment import engine_environment
 from harness.engine.keys import EngineKeys, KeyFiles, issue_keys
@@ -47,6 +48,14 @@ def owner_labels(root: HitchRoot, service_id: str, epoch: int, inference_id: str
         f"{OWNER_LABEL_PREFIX}.epoch": str(epoch),
         f"{OWNER_LABEL_PREFIX}.inference_id": inference_id,
     }
+
+
+def _cores(lock: InferenceLockV1) -> tuple[int, ...]:
+    """A CPU lock's engine runs on exactly ``cpu_threads`` cores of one NUMA node; a CUDA one is not pinned."""
+    platform = lock.execution.platform
+    if not isinstance(platform, CpuPlatformV1):
+        return ()
+    return tuple(pick_cores(platform.cpu_threads))
 
 
 def prepare_launch(
@@ -85,6 +94,7 @@ def prepare_launch(
         gpu_uuid=gpu_uuid,
         image=image,
         secret_files={config_seen: files.config},
+        cpu_cores=_cores(lock),
     )
     return EngineLaunch(
         spec=spec,

@@ -14,6 +14,10 @@
   whole group, then SIGKILL the group; it returns only when the leader is reaped and no live member of the
   group (nor any descendant seen before the stop) remains.
   ``poll`` never reports an OOM: a plain process exit cannot be attributed to the OOM killer with certainty.
+- ``spec.cpu_cores`` (a CPU lock) pins the engine to those cores before it execs (``sched_setaffinity`` in the
+  child), so its threads stay on the leased cores of one NUMA node.
+- Not done here (recorded limitations, spec §11.2): no memory limit (this machine has cgroup v1 only, and no
+  cgroup v2 delegation), no network namespace (the engine must answer the gateway on the host's loopback).
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import psutil
 
@@ -33,7 +38,14 @@ from harness.engine.launch_spec import ExitInfo, LaunchSpec
 from harness.engine.redaction import LineRedactor, secret_values
 from harness.errors import HitchError
 
-__all__ = ["ProcessEngine", "ProcessLauncher", "is_our_process", "live_group_members", "secret_values"]
+__all__ = [
+    "ProcessEngine",
+    "ProcessLauncher",
+    "is_our_process",
+    "isolation_facts",
+    "live_group_members",
+    "secret_values",
+]
 
 _PUMP_CHUNK = 65536
 _CONFIRM_S = 10.0
@@ -187,6 +199,33 @@ def _alive(proc: psutil.Process) -> bool:
         return False
 
 
+def isolation_facts(cpu_cores: list[int]) -> dict[str, Any]:
+    """What this launcher isolates and what it does not (spec §11.2): written into each run's evidence."""
+    cgroup2 = Path("/sys/fs/cgroup/cgroup.controllers").is_file()
+    return {
+        "launcher": "process",
+        "cpu_affinity": list(cpu_cores),
+        "offline_env": ["HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1"],
+        "memory_limit_bytes": None,
+        "memory_limit_limitation": "not enforced: "
+        + ("cgroup v2 is mounted but the launcher does not create a cgroup yet" if cgroup2 else "this machine has no cgroup v2"),
+        "network": "host",
+        "network_limitation": "no network namespace: the engine must answer the gateway on the host loopback",
+    }
+
+
+def _pin(cores: tuple[int, ...]) -> Callable[[], None] | None:
+    """Set the child's CPU affinity before it execs: every thread the engine starts inherits it."""
+    if not cores:
+        return None
+    wanted = set(cores)
+
+    def pin() -> None:
+        os.sched_setaffinity(0, wanted)
+
+    return pin
+
+
 class ProcessLauncher:
     """Starts engines as local process groups (implements ``Launcher``)."""
 
@@ -208,6 +247,7 @@ class ProcessLauncher:
                 stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True,
                 close_fds=True,
+                preexec_fn=_pin(spec.cpu_cores),
             )
         except OSError as exc:
             raise HitchError(

@@ -130,6 +130,7 @@ class ServiceSupervisor:
         self._created_at = time.time()
         self._record: InferenceServiceRecordV1 | None = None
         self._engine: LaunchedEngine | None = None
+        self._cpu_cores: tuple[int, ...] = ()  # the cores the current epoch's engine is pinned to (cpu)
         self._endpoint: ServiceEndpoint | None = None
         self._monitor: asyncio.Task[None] | None = None
         self.failure: HitchError | None = None
@@ -174,7 +175,9 @@ class ServiceSupervisor:
             "epoch": self._epoch,
             "owner": self.owner,
             "process": base.process if base is not None else None,
-            "allocation": DeviceAllocationV1(device=self.lock.execution.platform.backend, gpu_uuid=self.gpu_uuid),
+            "allocation": DeviceAllocationV1(
+                device=self.lock.execution.platform.backend, gpu_uuid=self.gpu_uuid, cpu_cores=list(self._cpu_cores)
+            ),
             "endpoint_ref": base.endpoint_ref if base is not None else None,
             "created_at": self._created_at,
             "updated_at": now,
@@ -239,6 +242,7 @@ class ServiceSupervisor:
             try:
                 launch = self._prepare(port)
                 self._log_header(launch.spec.log_path)
+                self._cpu_cores = launch.spec.cpu_cores
                 self._engine = await self.launcher.start(launch.spec)
                 self._write("starting", process=self._engine.identity)
                 report = await wait_ready(

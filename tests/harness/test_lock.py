@@ -194,3 +194,14 @@ def test_a_benchmark_lock_permits_the_controls_under_its_own_inference_id() -> N
     with pytest.raises(HitchError) as info:
         validate_lock(unknown)
     assert info.value.code == "inference_lock_invalid"
+
+
+def test_a_pre_quantized_checkpoint_is_refused_without_a_certified_method() -> None:
+    manifest = model_manifest()
+    data = manifest.to_json_dict()
+    data["architecture"]["quantization"] = "fp8"
+    quantized = type(manifest).model_validate(data)
+    with pytest.raises(HitchError) as exc:
+        build_lock(quantized, runtime_manifest(), device="cpu", profile="baseline", cpu_cores_per_node=2)
+    assert exc.value.code == "inference_quantization_uncertified"
+    assert exc.value.details == {"quantization": "fp8", "certified": []}

@@ -6,6 +6,8 @@ The image choices a run is refused for are answered with their codes before any 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -17,8 +19,11 @@ import pytest
 from harness.contracts.evidence import InferenceExecutionEvidenceV1
 from harness.contracts.service import InferenceServiceRecordV1
 from harness.daemon import DaemonClient, daemon_running
+from harness.devices import run_doctor
+from harness.errors import ERROR_TABLE, HitchError
 from harness.launch.oci_config import LABEL_ROOT, root_label
 from harness.paths import HitchRoot
+from tests.components import missing
 from tests.harness.daemon.conftest import FAST, HITCH, as_json, hitch, stop_quietly
 from tests.harness.docker_support import docker_client_or_skip, fake_image_id
 from tests.harness.engine.inputs import ServiceInputs, checkpoint_cache, service_inputs
@@ -73,6 +78,14 @@ def test_model_call_run_writes_evidence_and_releases(inputs: ServiceInputs) -> N
         assert (ev / name).is_file(), name
     execution = InferenceExecutionEvidenceV1.model_validate_json((ev / "execution.json").read_text())
     assert execution.requests == 1 and execution.inference_id == out["inference_id"]
+    # the engine ran pinned to cores of one NUMA node; they are in the evidence
+    allocation = execution.hardware["allocation"]
+    threads = json.loads((ev / "lock.json").read_text())["execution"]["platform"]["cpu_threads"]
+    assert allocation["device"] == "cpu" and len(allocation["cpu_cores"]) == threads
+    assert set(allocation["cpu_cores"]) <= os.sched_getaffinity(0)
+    isolation = execution.hardware["isolation"]  # what the process launcher does not isolate is said, not hidden
+    assert isolation["cpu_affinity"] == allocation["cpu_cores"] and isolation["network"] == "host"
+    assert isolation["memory_limit_bytes"] is None and isolation["memory_limit_limitation"].startswith("not enforced")
     assert json.loads((ev / "harness.json").read_text())["key"]["harness"] == "model-call"
     assert _leases(root) == []
     # the same identity again, pinned: --device is refused, the pinned run works
@@ -98,10 +111,13 @@ def test_over_budget_and_uncertified_codex_are_refused_and_release(inputs: Servi
 
 
 def test_offline_without_the_runtime_names_the_prepare_command(inputs: ServiceInputs) -> None:
-    proc = hitch(inputs.root, "run", "--harness", "model-call", "--model", "local/tiny", "--offline", "--prompt", "x", "--json")
+    proc = hitch(inputs.root, "run", "--harness", "model-call", "--model", "local/tiny", "--allow-uncertified", "--offline",
+                 "--prompt", "x", "--json")  # fmt: skip
     err = json.loads(proc.stdout)["error"]
     assert err["code"] == "inference_runtime_unavailable"  # a fresh root has no runtime installed
-    assert any(cmd.startswith("hitch local prepare local/tiny") for cmd in err["details"]["run_first"])
+    assert any(
+        cmd.startswith("hitch local prepare local/tiny --device cpu --allow-uncertified") for cmd in err["details"]["run_first"]
+    )
 
 
 def _oci_records(root: HitchRoot) -> list[InferenceServiceRecordV1]:
@@ -131,7 +147,7 @@ def _no_containers_left(root: HitchRoot) -> None:
         (["--engine", "fake", "--launcher", "oci", "--image", "hitch/fake-sglang:dev"], "inference_runtime_unpinned"),
         (["--engine", "fake", "--launcher", "oci"], "usage_error"),
         (["--engine", "fake", "--image", "sha256:" + "a" * 64], "usage_error"),
-        (["--launcher", "oci", "--offline"], "inference_runtime_unpinned"),  # the generic-CPU runtime has no image
+        (["--launcher", "oci", "--offline", "--allow-uncertified"], "inference_runtime_unpinned"),  # no image for it
     ],
 )
 def test_run_image_choices_are_refused_before_anything_starts(inputs: ServiceInputs, extra: list[str], code: str) -> None:
@@ -187,3 +203,69 @@ def test_local_serve_on_an_oci_engine(inputs: ServiceInputs, tmp_path_factory: p
         proc.communicate()
     hitch(root, "daemon", "stop", "--json")
     _no_containers_left(root)
+
+
+@pytest.mark.skipif(run_doctor("auto").selected is not None, reason="this machine has a certified backend")
+def test_auto_without_a_certified_backend_names_why_and_the_permission(inputs: ServiceInputs) -> None:
+    proc = hitch(inputs.root, "run", "--harness", "model-call", "--model", "local/tiny", "--prompt", "x", "--json")
+    err = json.loads(proc.stdout)["error"]
+    assert err["code"] == "inference_backend_uncertified"
+    assert proc.returncode == ERROR_TABLE["inference_backend_uncertified"].exit_code
+    assert "--allow-uncertified" in err["message"] and err["details"]["fallback"] == "cpu"
+    for argv in (("run", "--harness", "model-call", "--model", "local/tiny", "--device", "cpu", "--prompt", "x"),
+                 ("local", "prepare", "local/tiny", "--device", "cpu"), ("local", "serve", "local/tiny")):  # fmt: skip
+        refused = hitch(inputs.root, *argv, "--json")
+        assert json.loads(refused.stdout)["error"]["code"] == "inference_backend_uncertified", argv
+    assert as_json(hitch(inputs.root, "daemon", "status", "--json"))["running"] is False  # refused before any start
+
+
+def test_the_lock_records_an_uncertified_backend_and_pins_its_model(inputs: ServiceInputs) -> None:
+    root = inputs.root
+    as_json(hitch(root, "daemon", "start", "--json", *FAST))
+    prepared = as_json(hitch(root, "local", "prepare", "local/tiny", "--engine", "fake", "--json"))
+    assert prepared["device"] == "cpu" and prepared["profile"] == "evaluation-baseline-v1"
+    assert prepared["backend_certification"] == "uncertified"  # the generic-CPU runtime
+    assert prepared["device_choice"]["requested"] == "auto" and prepared["device_choice"]["reasons"]
+    lock = json.loads(Path(prepared["lock_path"]).read_text())
+    assert lock["execution"]["backend_certification"] == "uncertified"
+    events = [json.loads(line) for path in root.root.rglob("events.jsonl") for line in path.read_text().splitlines()]
+    preparing = [e for e in events if e["event"] == "inference.preparing" and e["inference_id"] == prepared["inference_id"]]
+    assert preparing and preparing[0]["details"]["device_choice"]["requested"] == "auto"
+    variant = root.root.parent / "other-checkpoint"
+    shutil.copytree(inputs.model_dir, variant)
+    config = json.loads((variant / "config.json").read_text())
+    (variant / "config.json").write_text(json.dumps({**config, "hitch_test_variant": 1}))  # another model id
+    as_json(hitch(root, "models", "add", str(variant), "--name", "other", "--json"))
+    wrong = hitch(root, "run", "--harness", "model-call", "--inference", prepared["inference_id"], "--model",
+                  "local/other", "--engine", "fake", "--prompt", "x", "--json")  # fmt: skip
+    err = json.loads(wrong.stdout)["error"]
+    assert err["code"] == "inference_lock_mismatch" and err["details"]["lock_model_id"] == lock["model_id"]
+    ok = as_json(hitch(root, "run", "--harness", "model-call", "--inference", prepared["inference_id"], "--model",
+                       "local/tiny", "--engine", "fake", "--prompt", "x", "--max-output-tokens", "4", "--json"))  # fmt: skip
+    assert ok["backend_certification"] == "uncertified" and ok["device"] == "cpu"
+
+
+def _nothing_started(root: HitchRoot) -> None:
+    assert not root.runs.exists() or list(root.runs.iterdir()) == []  # no run was even admitted
+    assert as_json(hitch(root, "daemon", "status", "--json"))["running"] is False
+
+
+def test_codex_without_a_certified_profile_is_refused_before_any_service(inputs: ServiceInputs) -> None:
+    from harness.agents.codex_install import find_codex
+
+    try:
+        find_codex()
+    except HitchError as err:
+        missing("codex", err.message)
+    proc = hitch(inputs.root, "run", "--harness", "codex", "--model", "local/tiny", "--engine", "fake", "--prompt", "x",
+                 "--json")  # fmt: skip
+    assert json.loads(proc.stdout)["error"]["code"] == "inference_harness_unsupported"
+    _nothing_started(inputs.root)
+
+
+def test_an_unknown_alias_is_refused_first(inputs: ServiceInputs) -> None:
+    # even with a device that does not exist: the alias is the first thing a run checks
+    proc = hitch(inputs.root, "run", "--harness", "model-call", "--model", "local/nope", "--device", "metal",
+                 "--prompt", "x", "--json")  # fmt: skip
+    assert json.loads(proc.stdout)["error"]["code"] == "local_model_not_found"
+    _nothing_started(inputs.root)

@@ -119,12 +119,24 @@ def test_local_stop_with_a_live_lease_is_in_use_unless_forced(inputs: ServiceInp
 
 
 def test_offline_prepare_without_the_runtime_fails_at_once_with_the_commands(inputs: ServiceInputs) -> None:
-    proc = hitch(inputs.root, "local", "prepare", "local/tiny", "--device", "cpu", "--profile", "baseline", "--offline", "--json")
+    proc = hitch(inputs.root, "local", "prepare", "local/tiny", "--device", "cpu", "--allow-uncertified", "--profile",
+                 "baseline", "--offline", "--json")  # fmt: skip
     err = as_json(proc, code=ERROR_TABLE["inference_runtime_unavailable"].exit_code)["error"]
     assert err["code"] == "inference_runtime_unavailable"
     install, prepare = err["details"]["run_first"]
     assert install.startswith("hitch runtime install sglang-0.5.23-cpu-generic --root ")
-    assert prepare.startswith("hitch local prepare local/tiny --device cpu --profile baseline")
-    human = hitch(inputs.root, "local", "prepare", "local/tiny", "--offline")
+    assert prepare.startswith("hitch local prepare local/tiny --device cpu --allow-uncertified --profile baseline")
+    human = hitch(inputs.root, "local", "prepare", "local/tiny", "--allow-uncertified", "--offline")
     assert "hitch runtime install sglang-0.5.23-cpu-generic" in human.stderr
+    assert as_json(hitch(inputs.root, "daemon", "status", "--json"))["running"] is False  # nothing was started
+
+
+def test_offline_with_an_oci_runtime_never_pulls_and_names_the_prepare_command(inputs: ServiceInputs) -> None:
+    proc = hitch(inputs.root, "local", "prepare", "local/tiny", "--device", "cpu", "--allow-uncertified", "--launcher", "oci",
+                 "--runtime", "sglang-0.5.15.post1-cpu", "--offline", "--json")  # fmt: skip
+    err = as_json(proc, code=ERROR_TABLE["inference_runtime_unavailable"].exit_code)["error"]
+    assert err["code"] == "inference_runtime_unavailable" and err["details"]["why"] == "it has no pinned digest"
+    install, prepare = err["details"]["run_first"]
+    assert install.startswith("hitch runtime pin sglang-0.5.15.post1-cpu")  # an unpinned image: pin a local one
+    assert prepare.startswith("hitch local prepare local/tiny --device cpu --allow-uncertified")
     assert as_json(hitch(inputs.root, "daemon", "status", "--json"))["running"] is False  # nothing was started

@@ -46,6 +46,8 @@ def test_environment_is_an_allow_list(inputs: ServiceInputs, tmp_path: Path, mon
         "OMP_NUM_THREADS": str(inputs.lock.execution.platform.cpu_threads),  # type: ignore[union-attr]
         "CUDA_VISIBLE_DEVICES": "",
         "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "0",
+        "HF_HUB_OFFLINE": "1",  # the engine never reaches a model hub
+        "TRANSFORMERS_OFFLINE": "1",
     }
     assert _mode(tmp_path / "home") == 0o700
     assert "leak" not in env.values() and os.environ["HF_TOKEN"] == "leak"

@@ -7,6 +7,7 @@ import os
 import stat
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
@@ -165,3 +166,18 @@ def test_secret_values_reads_yaml_lines_and_bare_values(tmp_path: Path) -> None:
     bare = tmp_path / "k"
     bare.write_text("hak-" + "9" * 40 + "\n")
     assert secret_values({"a": yaml_file, "b": bare, "c": tmp_path / "missing"}) == ["hek-" + "5" * 48, "hak-" + "9" * 40]
+
+
+def test_the_engine_and_its_children_run_on_the_leased_cores_only(tmp_path: Path) -> None:
+    leased = (sorted(os.sched_getaffinity(0))[-1],)  # one core: a strict subset wherever there are two or more
+
+    async def run() -> None:
+        engine = await ProcessLauncher().start(replace(_spec(tmp_path, "serve"), cpu_cores=leased))
+        kids = [int(p) for p in (await _wait_for_line(engine.spec.log_path, "kids:")).split()[1:]]
+        try:
+            for pid in (engine.pid, *kids):
+                assert os.sched_getaffinity(pid) == set(leased), pid
+        finally:
+            await engine.stop(5.0)
+
+    asyncio.run(run())

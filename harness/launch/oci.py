@@ -9,8 +9,11 @@ Owns the container lifecycle through the docker SDK (sync calls run in ``asyncio
   network id and subnet (:func:`verify_container_route` checks them against Docker before the gateway
   routes there). The engine's output is copied to ``spec.log_path`` (0600) while it runs, redacted line by
   line exactly as the process launcher's (:class:`harness.engine.redaction.LineRedactor`).
-- ``poll``: container state; an exit is ``ExitInfo(code, oom=State.OOMKilled)`` — a plain kill is 137 too,
-  so OOM is only what the engine confirms.
+- ``poll``: container state; an exit is ``ExitInfo(code, oom=...)`` where OOM is what the Docker daemon
+  confirms: ``State.OOMKilled``, or — because the daemon's exit handling can overwrite that flag when the
+  kernel's OOM event and the exit event race (seen here about once in a full test run) — an ``oom`` event
+  for this container in the daemon's own event log. A plain kill is 137 too, so an exit without either is
+  never called OOM.
 - ``stop``: SIGTERM, SIGKILL after the timeout, wait for the exit, remove the container and its network,
   and confirm both are gone.
 - ``list_owned_containers`` / ``remove_owned``: by ``dev.hitch.root`` label, for recovery; nothing without
@@ -24,7 +27,9 @@ import contextlib
 import math
 import os
 import threading
+import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -162,7 +167,15 @@ class OciEngine:
             if exc.details.get("status") == 404:
                 return ExitInfo(None, False, "the engine container is gone")
             raise
-        return _exit_from_state(attrs["State"])
+        return self._confirm_oom(_exit_from_state(attrs["State"]), attrs["State"])
+
+    def _confirm_oom(self, exit_info: ExitInfo | None, state: dict[str, Any]) -> ExitInfo | None:
+        if exit_info is None or exit_info.oom or exit_info.exit_code != 137:
+            return exit_info
+        if not daemon_logged_oom(self._client, self.container_id, str(state.get("StartedAt") or "")):
+            return exit_info
+        reason = "killed by the kernel OOM killer at the container memory limit (exit 137; the daemon's oom event)"
+        return ExitInfo(137, True, reason)
 
     def _stop_sync(self, timeout_s: float) -> ExitInfo:
         api = self._client.api
@@ -171,7 +184,8 @@ class OciEngine:
             try:
                 api.stop(self.container_id, timeout=max(0, math.ceil(timeout_s)))
                 api.wait(self.container_id, timeout=max(30, math.ceil(timeout_s) + 30))
-                exit_info = _exit_from_state(api.inspect_container(self.container_id)["State"])
+                state = api.inspect_container(self.container_id)["State"]
+                exit_info = self._confirm_oom(_exit_from_state(state), state)
             except docker.errors.NotFound:
                 exit_info = exit_info or ExitInfo(None, False, "the engine container is gone")
         self._log_thread.join(timeout=5)
@@ -267,6 +281,30 @@ def _exit_from_state(state: dict[str, Any]) -> ExitInfo | None:
     if state.get("Error"):
         reason += f": {state['Error']}"
     return ExitInfo(code, oom, reason)
+
+
+_OOM_EVENT_GRACE_S = 2
+
+
+def daemon_logged_oom(client: docker.DockerClient, container_id: str, started_at: str) -> bool:
+    """Whether the daemon's event log holds an ``oom`` event for this container since it started. The
+    query ends a short grace after now, so an OOM event still on its way from containerd is seen."""
+    since = _docker_time(started_at)
+    if since is None:
+        return False
+    until = int(time.time()) + _OOM_EVENT_GRACE_S
+    with contextlib.suppress(docker.errors.APIError, docker.errors.DockerException):
+        events = client.api.events(since=since, until=until, filters={"container": container_id, "event": "oom"}, decode=True)
+        return any(e.get("Action") == "oom" for e in events)
+    return False
+
+
+def _docker_time(text: str) -> int | None:
+    """Docker's RFC 3339 time with nanoseconds ("2026-12-01T19:20:01.123456789Z") → epoch seconds."""
+    try:
+        return int(datetime.fromisoformat(text[:19]).replace(tzinfo=UTC).timestamp())
+    except ValueError:
+        return None
 
 
 def _remove_quietly(client: docker.DockerClient, container_id: str | None, network_id: str | None) -> None:

@@ -26,7 +26,7 @@ import pytest
 from harness.contracts.lock import ResourceVectorV1
 from harness.engine.launch_spec import LaunchSpec
 from harness.errors import HitchError
-from harness.launch.oci import OciEngine, OciLauncher, list_owned_containers, remove_owned
+from harness.launch.oci import OciEngine, OciLauncher, daemon_logged_oom, list_owned_containers, remove_owned
 from harness.launch.oci_config import LABEL_EPOCH, LABEL_ROOT, LABEL_SERVICE, root_label
 from tests.harness.docker_support import docker_client_or_skip, fake_image_id, require_or_skip
 
@@ -253,6 +253,9 @@ def test_real_oom_reported_as_oom(root: Path, client: docker.DockerClient, image
     engine = _start(root, spec, client)
     try:
         info = _wait_exit(engine)
+        started = client.api.inspect_container(engine.container_id)["State"]["StartedAt"]
+        # the second source poll trusts when the State flag lost a race: the daemon's own oom event
+        assert daemon_logged_oom(client, engine.container_id, started) is True
     finally:
         final = asyncio.run(engine.stop(5))
     assert info.oom is True
@@ -276,6 +279,8 @@ def test_plain_kill_is_137_but_not_oom(root: Path, client: docker.DockerClient, 
     try:
         client.api.kill(engine.container_id, signal="SIGKILL")
         info = _wait_exit(engine)
+        started = client.api.inspect_container(engine.container_id)["State"]["StartedAt"]
+        assert daemon_logged_oom(client, engine.container_id, started) is False
     finally:
         asyncio.run(engine.stop(5))
     assert (info.exit_code, info.oom) == (137, False)

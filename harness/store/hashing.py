@@ -44,7 +44,18 @@ def _readinto(src: BinaryIO, buf: bytearray) -> int:
     return int(n or 0)
 
 
-def hash_stream(src: BinaryIO, *, chunk_size: int = CHUNK_SIZE, on_bytes: ByteCallback | None = None) -> FileDigest:
+def _write_all(dst: BinaryIO, data: memoryview) -> None:
+    while data:
+        written = dst.write(data)
+        if written is None:  # non-blocking raw file; never the case for regular files
+            raise OSError("short write to a non-blocking file")
+        data = data[written:]
+
+
+def hash_stream(
+    src: BinaryIO, *, chunk_size: int = CHUNK_SIZE, on_bytes: ByteCallback | None = None, dst: BinaryIO | None = None
+) -> FileDigest:
+    """sha256 and size of everything ``src`` yields; each piece is also written to ``dst`` when given."""
     h = hashlib.sha256()
     buf = bytearray(chunk_size)
     view = memoryview(buf)
@@ -53,7 +64,10 @@ def hash_stream(src: BinaryIO, *, chunk_size: int = CHUNK_SIZE, on_bytes: ByteCa
         n = _readinto(src, buf)
         if n == 0:
             break
-        h.update(view[:n])
+        chunk = view[:n]
+        h.update(chunk)
+        if dst is not None:
+            _write_all(dst, chunk)
         total += n
         if on_bytes is not None:
             on_bytes(n)
@@ -66,14 +80,6 @@ def hash_file(path: Path, *, chunk_size: int = CHUNK_SIZE, on_bytes: ByteCallbac
         return hash_stream(fh, chunk_size=chunk_size, on_bytes=on_bytes)
 
 
-def _write_all(dst: BinaryIO, data: memoryview) -> None:
-    while data:
-        written = dst.write(data)
-        if written is None:  # non-blocking raw file; never the case for regular files
-            raise OSError("short write to a non-blocking file")
-        data = data[written:]
-
-
 def copy_and_hash(
     src: BinaryIO, dst: BinaryIO, *, chunk_size: int = CHUNK_SIZE, on_bytes: ByteCallback | None = None
 ) -> FileDigest:
@@ -82,20 +88,7 @@ def copy_and_hash(
     Write failures (ENOSPC, EIO, ...) surface as plain ``OSError``; read failures as
     :class:`SourceReadError`.
     """
-    h = hashlib.sha256()
-    buf = bytearray(chunk_size)
-    view = memoryview(buf)
-    total = 0
-    while True:
-        n = _readinto(src, buf)
-        if n == 0:
-            break
-        chunk = view[:n]
-        h.update(chunk)
-        _write_all(dst, chunk)
-        total += n
-        if on_bytes is not None:
-            on_bytes(n)
+    digest = hash_stream(src, chunk_size=chunk_size, on_bytes=on_bytes, dst=dst)
     dst.flush()
     os.fsync(dst.fileno())
-    return FileDigest(total, h.hexdigest())
+    return digest

@@ -23,28 +23,19 @@ from __future__ import annotations
 
 import functools
 import json
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from jinja2 import TemplateError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
-from gateway.sglang_view import HF_EXTENSIONS, content_format, hf_tojson, supports_inline_system, template_view
+from gateway.sglang_view import content_format, supports_inline_system, template_view
 from gateway.template_bound import TemplateBound
+from harness.contracts.chat_template import hf_environment, raise_exception, strftime_now
 from harness.errors import HitchError
 
 __all__ = ["ContextChecker", "ContextVerdict"]
-
-
-def _raise_exception(message: str) -> None:
-    raise TemplateError(message)
-
-
-def _strftime_now(fmt: str) -> str:
-    return time.strftime(fmt)
 
 
 def _token_text(value: Any) -> str:
@@ -92,20 +83,16 @@ class ContextChecker:
         max_token_bytes: int | None = None,
     ) -> None:
         # the environment transformers' apply_chat_template renders in (SGLang's jinja path uses it)
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=HF_EXTENSIONS)
-        env.filters["tojson"] = hf_tojson
-        env.globals["raise_exception"] = _raise_exception
-        env.globals["strftime_now"] = _strftime_now
-        self._template = env.from_string(template)
+        self._template = hf_environment().from_string(template)
         self._tokenizer = tokenizer
         self._specials = specials
         self._byte_bounded = byte_bounded
         # the lower bound needs every byte covered by a token (byte-level BPE, no normalizer)
         self._max_token_bytes = max_token_bytes if byte_bounded else None
         self._format = content_format(template)
-        hf_globals = {"raise_exception": _raise_exception, "strftime_now": _strftime_now}
+        hf_globals = {"raise_exception": raise_exception, "strftime_now": strftime_now}
         self._inline_system = supports_inline_system(template, hf_globals)
-        self._bound = TemplateBound(template, {"raise_exception": _raise_exception}, specials) if byte_bounded else None
+        self._bound = TemplateBound(template, {"raise_exception": raise_exception}, specials) if byte_bounded else None
         self.renders = 0  # exact renders (the tests watch this)
         self.skipped = 0  # requests answered by the proven bound alone
         self.refused_untokenized = 0  # requests refused by the lower bound alone

@@ -35,12 +35,11 @@ from typing import Any
 from jinja2 import nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from harness.contracts.chat_template import hf_environment
 from harness.errors import HitchError
 
 __all__ = [
     "DEVELOPER_LABEL",
-    "HF_EXTENSIONS",
-    "hf_tojson",
     "chat_messages",
     "content_format",
     "responses_messages",
@@ -280,20 +279,8 @@ def template_tools(tools: list[dict[str, Any]] | None, tool_choice: Any, *, resp
 # ---------------------------------------------------------------- template side
 
 
-HF_EXTENSIONS = ["jinja2.ext.loopcontrols"]
-
-
-def hf_tojson(
-    value: Any, ensure_ascii: bool = False, indent: int | None = None, separators: Any = None, sort_keys: bool = False
-) -> str:
-    """transformers' ``tojson`` override: no HTML escaping, non-ASCII kept, keys in their given order."""
-    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
-
 def _hf_environment() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=HF_EXTENSIONS)
-    env.filters["tojson"] = hf_tojson
-    return env
+    return hf_environment(with_globals=False)
 
 
 def _reads(node: nodes.Node, varname: str, key: str) -> bool:

@@ -116,6 +116,21 @@ class HitchRoot:
         return self.root / "inference" / "private"
 
     @property
+    def daemon_dir(self) -> Path:
+        """The daemon's socket, token, info, lock and log (:class:`harness.daemon.paths.DaemonPaths`)."""
+        return self.root / "inference" / "daemon"
+
+    @property
+    def gateway_dir(self) -> Path:
+        """The daemon gateway's state: bindings, evidence rows, capture."""
+        return self.root / "inference" / "gateway"
+
+    @property
+    def harness_profiles(self) -> Path:
+        """Recorded agent-harness compatibility profiles."""
+        return self.root / "inference" / "harness-profiles"
+
+    @property
     def runtime_envs(self) -> Path:
         """Installed python-env runtimes (private venvs), one folder per runtime digest."""
         return self.root / "inference" / "runtimes"
@@ -131,6 +146,10 @@ class HitchRoot:
     @property
     def runs(self) -> Path:
         return self.root / "runs"
+
+    def run_inference_dir(self, run_id: str) -> Path:
+        """One run's inference evidence (``runs/<run id>/inference``)."""
+        return self.runs / run_id / "inference"
 
     def service_dir(self, service_id: str) -> Path:
         return self.services / service_id

@@ -118,7 +118,7 @@ def test_cancel_frees_slot(certify_env: CertifyEnv, certify_record: Any) -> None
         _, freed = close_held_stream(env, run)
         freed_ms = round(freed, 1)
         _record(certify_record, "cancel_slot_free_ms", freed_ms)
-        rows = evidence_rows(env.root.root / "inference" / "gateway", run.binding_id)
+        rows = evidence_rows(env.root.gateway_dir, run.binding_id)
         certify_record.detail("evidence_status", rows[-1]["status"])
         assert rows[-1]["status"] == "cancelled"
         assert freed_ms <= CANCEL_BOUND_S * 1000

@@ -445,8 +445,7 @@ def test_secrets_in_files(certify_env: CertifyEnv, certify_record: Any) -> None:
 
 @check("security.secrets.logs", description="no engine key or run token in the daemon, engine or gateway logs")
 def test_secrets_in_logs(certify_env: CertifyEnv, certify_record: Any) -> None:
-    root = certify_env.root.root
-    daemon_log = root / "inference" / "daemon" / "daemon.log"
+    daemon_log = certify_env.root.daemon_dir / "daemon.log"
     assert daemon_log.exists(), "no daemon log under the root"
     hits, scanned, _ = _scan(certify_env, logs_only=True)
     logs = [str(_rel(certify_env, p)) for p in _files(certify_env) if _is_log(p)]

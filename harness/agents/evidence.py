@@ -19,7 +19,7 @@ __all__ = ["run_inference_dir", "write_harness_evidence"]
 
 
 def run_inference_dir(root: HitchRoot, run_id: str) -> Path:
-    return root.runs / run_id / "inference"
+    return root.run_inference_dir(run_id)
 
 
 def write_harness_evidence(

@@ -152,7 +152,7 @@ class ProfileStore:
     """One JSON file per profile under ``<root>/inference/harness-profiles/`` (sha256 hex names)."""
 
     def __init__(self, root: HitchRoot) -> None:
-        self.dir = root.root / "inference" / "harness-profiles"
+        self.dir = root.harness_profiles
 
     def _path(self, pid: str) -> Path:
         return self.dir / (pid.split(":", 1)[1] + ".json")

@@ -31,7 +31,7 @@ class DaemonPaths:
 
     @property
     def dir(self) -> Path:
-        return self.root.root / "inference" / "daemon"
+        return self.root.daemon_dir
 
     def ensure(self) -> Path:
         return ensure_private_dir(self.dir)

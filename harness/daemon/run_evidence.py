@@ -132,14 +132,14 @@ def _attempts_detail(ledger: AttemptLedgerV1, gateway: GatewayFacts) -> str:
 
 def write_start_facts(root: HitchRoot, run_id: str, binding: ModelEndpointBindingV1, engine: EngineFacts) -> None:
     """At bind time: the binding and the engine's facts are on disk even if the daemon dies with the run."""
-    out = ensure_private_dir(root.runs / run_id / "inference")
+    out = ensure_private_dir(root.run_inference_dir(run_id))
     atomic_write_json(out / "binding.json", binding.to_json_dict())
     atomic_write_json(out / "server-info.json", {"server_info": engine.server_info, "at": engine.server_info_at})
 
 
 def facts_after_death(root: HitchRoot, run_id: str) -> tuple[ModelEndpointBindingV1, EngineFacts] | None:
     """What :func:`write_start_facts` kept of a run whose daemon died (None when it never bound)."""
-    out = root.runs / run_id / "inference"
+    out = root.run_inference_dir(run_id)
     try:
         binding = ModelEndpointBindingV1.model_validate_json((out / "binding.json").read_text(encoding="utf-8"))
         info = json.loads((out / "server-info.json").read_text(encoding="utf-8"))
@@ -181,7 +181,7 @@ def write_execution_evidence(
     reused_service: bool,
 ) -> InferenceExecutionEvidenceV1:
     """Write the daemon's evidence files of a terminal run; returns the execution record written."""
-    out = ensure_private_dir(root.runs / record.run_id / "inference")
+    out = ensure_private_dir(root.run_inference_dir(record.run_id))
     atomic_write_json(out / "lock.json", lock.to_json_dict())
     atomic_write_json(out / "model.json", read_manifest(root, lock.model_id).to_json_dict())
     atomic_write_json(out / "runtime.json", get_runtime(lock.runtime_id).to_json_dict())

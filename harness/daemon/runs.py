@@ -96,7 +96,7 @@ class RunService:
 
     def __init__(self, core: DaemonCore, gateway: Gateway | None = None) -> None:
         self.core = core
-        state_dir = core.root.root / "inference" / "gateway"
+        state_dir = core.root.gateway_dir
         self.gateway = gateway or Gateway(GatewayConfig(state_dir=state_dir, host="127.0.0.1", port=0))
         self.runs: dict[str, _Run] = {}
         self.store = RunStore(core.root)

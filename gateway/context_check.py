@@ -32,7 +32,7 @@ from tokenizers import Tokenizer
 
 from gateway.sglang_view import content_format, supports_inline_system, template_view
 from gateway.template_bound import TemplateBound
-from harness.contracts.chat_template import hf_environment, raise_exception, strftime_now
+from harness.chat_template import hf_environment, raise_exception, strftime_now
 from harness.errors import HitchError
 
 __all__ = ["ContextChecker", "ContextVerdict"]

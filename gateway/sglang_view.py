@@ -35,7 +35,7 @@ from typing import Any
 from jinja2 import nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from harness.contracts.chat_template import hf_environment
+from harness.chat_template import hf_environment
 from harness.errors import HitchError
 
 __all__ = [

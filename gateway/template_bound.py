@@ -41,7 +41,7 @@ from jinja2 import nodes
 from jinja2.runtime import Macro, Undefined
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from harness.contracts.chat_template import HF_EXTENSIONS, hf_tojson
+from harness.chat_template import HF_EXTENSIONS, hf_tojson
 
 __all__ = ["Shape", "TemplateBound"]
 

@@ -1,9 +1,12 @@
-"""Fixtures every test package shares: one tiny checkpoint per test session (built once, byte-stable)."""
+"""Fixtures every test package shares: one tiny checkpoint per test session (built once, byte-stable), and
+the real Docker engine's client and the fake engine image for the tests that need them."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
+import docker
 import pytest
 
 from fixtures.checkpoint import tiny_checkpoint_cached
@@ -13,3 +16,21 @@ from fixtures.checkpoint import tiny_checkpoint_cached
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny random-weight Llama checkpoint (``fixture:tiny``); under xdist each worker shares one cache."""
     return tiny_checkpoint_cached(tmp_path_factory.getbasetemp().parent / "tiny-ckpt")
+
+
+@pytest.fixture(scope="session")
+def docker_api() -> Iterator[docker.DockerClient]:
+    """A client of the real Docker engine (skip, or fail under HITCH_REQUIRE_DOCKER=1, when there is none)."""
+    from tests.harness.docker_support import docker_client_or_skip
+
+    c = docker_client_or_skip()
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="session")
+def fake_image(docker_api: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The fake engine image's ID (built once per session; the build script is idempotent and serialised)."""
+    from tests.harness.docker_support import fake_image_id
+
+    return fake_image_id(tmp_path_factory)

@@ -5,7 +5,6 @@ and the recorded container id, stops and removes it, and rotates the keys. Needs
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import docker
@@ -16,7 +15,6 @@ from harness.daemon import DaemonClient, start_daemon
 from harness.service.state_store import ServiceStateStore
 from tests.harness.daemon.conftest import FAST
 from tests.harness.daemon.test_recovery import _kill9
-from tests.harness.docker_support import docker_client_or_skip, fake_image_id
 from tests.harness.engine.inputs import ServiceInputs
 from tests.harness.service.integration_support import LeakGuard
 
@@ -25,16 +23,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.needs_docker]
 REPO = Path(__file__).resolve().parents[3]
 
 
-@pytest.fixture(scope="module")
-def client() -> Iterator[docker.DockerClient]:
-    c = docker_client_or_skip()
-    yield c
-    c.close()
+@pytest.fixture(scope="session")
+def client(docker_api: docker.DockerClient) -> docker.DockerClient:
+    return docker_api
 
 
-@pytest.fixture(scope="module")
-def image_id(client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory) -> str:
-    return fake_image_id(tmp_path_factory)
+@pytest.fixture(scope="session")
+def image_id(fake_image: str) -> str:
+    return fake_image
 
 
 def _status(container_id: str) -> str:

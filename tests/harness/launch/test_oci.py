@@ -28,7 +28,7 @@ from harness.engine.launch_spec import LaunchSpec
 from harness.errors import HitchError
 from harness.launch.oci import OciEngine, OciLauncher, daemon_logged_oom, list_owned_containers, remove_owned
 from harness.launch.oci_config import LABEL_EPOCH, LABEL_ROOT, LABEL_SERVICE, root_label
-from tests.harness.docker_support import docker_client_or_skip, fake_image_id, require_or_skip
+from tests.harness.docker_support import require_or_skip
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_docker]
 
@@ -38,16 +38,13 @@ MiB = 1024 * 1024
 
 
 @pytest.fixture(scope="session")
-def client() -> Iterator[docker.DockerClient]:
-    c = docker_client_or_skip()
-    yield c
-    c.close()
+def client(docker_api: docker.DockerClient) -> docker.DockerClient:
+    return docker_api
 
 
 @pytest.fixture(scope="session")
-def image_id(client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The fake engine image's ID (built once; the build script is idempotent and serialised here)."""
-    return fake_image_id(tmp_path_factory)
+def image_id(fake_image: str) -> str:
+    return fake_image
 
 
 @pytest.fixture(scope="session")

@@ -31,7 +31,6 @@ from harness.launch.oci import verify_container_route
 from harness.launch.oci_config import LABEL_EPOCH, LABEL_ROOT, LABEL_SERVICE, root_label
 from harness.service.starter_supervisor import EngineChoice, SupervisedService
 from harness.service.state_store import ServiceStateStore
-from tests.harness.docker_support import docker_client_or_skip, fake_image_id
 from tests.harness.engine.inputs import ServiceInputs, checkpoint_cache, service_inputs
 from tests.harness.service.integration_support import LeakGuard, fake_manager, leak_guard_for
 from tests.harness.service.manager_fakes import run
@@ -42,16 +41,14 @@ REPO = Path(__file__).resolve().parents[3]
 MiB = 1024 * 1024
 
 
-@pytest.fixture(scope="module")
-def client() -> Iterator[docker.DockerClient]:
-    c = docker_client_or_skip()
-    yield c
-    c.close()
+@pytest.fixture(scope="session")
+def client(docker_api: docker.DockerClient) -> docker.DockerClient:
+    return docker_api
 
 
-@pytest.fixture(scope="module")
-def image_id(client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory) -> str:
-    return fake_image_id(tmp_path_factory)
+@pytest.fixture(scope="session")
+def image_id(fake_image: str) -> str:
+    return fake_image
 
 
 @pytest.fixture

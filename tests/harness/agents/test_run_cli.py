@@ -10,7 +10,6 @@ import os
 import shutil
 import signal
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -24,24 +23,13 @@ from harness.errors import ERROR_TABLE, HitchError
 from harness.launch.oci_config import LABEL_ROOT, root_label
 from harness.paths import HitchRoot
 from tests.components import missing
-from tests.harness.daemon.conftest import FAST, HITCH, as_json, hitch, stop_quietly
+from tests.harness.daemon.conftest import FAST, HITCH, as_json, hitch, inputs, leak_guard
 from tests.harness.docker_support import docker_client_or_skip, fake_image_id
-from tests.harness.engine.inputs import ServiceInputs, checkpoint_cache, service_inputs
-from tests.harness.service.integration_support import LeakGuard, leak_guard_for
+from tests.harness.engine.inputs import ServiceInputs
 
 pytestmark = pytest.mark.integration
 
-
-@pytest.fixture(autouse=True)
-def leak_guard(tmp_path: Path) -> Iterator[LeakGuard]:
-    yield from leak_guard_for(tmp_path)
-
-
-@pytest.fixture
-def inputs(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceInputs]:
-    made = service_inputs(tmp_path / "root", checkpoint_cache(tmp_path_factory.getbasetemp()))
-    yield made
-    stop_quietly(made.root)
+__all__ = ["inputs", "leak_guard"]  # the daemon tests' fixtures: a root holding local/tiny, the leak guard
 
 
 def _leases(root: HitchRoot) -> list[object]:

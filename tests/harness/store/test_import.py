@@ -158,21 +158,27 @@ def _failing_copy(exc: BaseException, after_files: int) -> Any:
     return copy
 
 
-def test_disk_full_during_copy(monkeypatch: pytest.MonkeyPatch, checkpoint: Path, hroot: HitchRoot) -> None:
-    monkeypatch.setattr(hashing, "copy_and_hash", _failing_copy(OSError(errno.ENOSPC, "No space left on device"), 2))
+@pytest.mark.parametrize(
+    ("exc", "after_files", "detail"),
+    [
+        (OSError(errno.ENOSPC, "No space left on device"), 2, ("errno", "ENOSPC")),
+        (KeyboardInterrupt(), 1, ("reason", "interrupted")),
+    ],
+    ids=["disk_full", "keyboard_interrupt"],
+)
+def test_a_failure_mid_copy_publishes_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+    checkpoint: Path,
+    hroot: HitchRoot,
+    exc: BaseException,
+    after_files: int,
+    detail: tuple[str, str],
+) -> None:
+    monkeypatch.setattr(hashing, "copy_and_hash", _failing_copy(exc, after_files))
     with pytest.raises(HitchError) as info:
         import_model(hroot, checkpoint, "m")
     assert info.value.code == "storage_write_failed"
-    assert info.value.details["errno"] == "ENOSPC"
-    assert_nothing_published(hroot)
-
-
-def test_keyboard_interrupt_mid_copy(monkeypatch: pytest.MonkeyPatch, checkpoint: Path, hroot: HitchRoot) -> None:
-    monkeypatch.setattr(hashing, "copy_and_hash", _failing_copy(KeyboardInterrupt(), 1))
-    with pytest.raises(HitchError) as info:
-        import_model(hroot, checkpoint, "m")
-    assert info.value.code == "storage_write_failed"
-    assert info.value.details["reason"] == "interrupted"
+    assert info.value.details[detail[0]] == detail[1]
     assert_nothing_published(hroot)
 
 

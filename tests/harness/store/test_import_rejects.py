@@ -82,28 +82,27 @@ def test_rejected_checkpoint(case: str, checkpoint: Path, hroot: HitchRoot) -> N
     assert_nothing_published(hroot)
 
 
+def _edit_weight_map(ckpt: Path, edit: Callable[[dict[str, str]], dict[str, str]]) -> None:
+    path = ckpt / "model.safetensors.index.json"
+    index = json.loads(path.read_text())
+    index["weight_map"] = edit(index["weight_map"])
+    path.write_text(json.dumps(index))
+
+
 def _index_references_missing_shard(ckpt: Path) -> None:
-    index = json.loads((ckpt / "model.safetensors.index.json").read_text())
-    index["weight_map"]["lm_head.weight"] = "model-00003-of-00002.safetensors"
-    (ckpt / "model.safetensors.index.json").write_text(json.dumps(index))
+    _edit_weight_map(ckpt, lambda m: {**m, "lm_head.weight": "model-00003-of-00002.safetensors"})
 
 
 def _index_misses_a_shard(ckpt: Path) -> None:
-    index = json.loads((ckpt / "model.safetensors.index.json").read_text())
-    index["weight_map"] = {k: v for k, v in index["weight_map"].items() if v.startswith("model-00001")}
-    (ckpt / "model.safetensors.index.json").write_text(json.dumps(index))
+    _edit_weight_map(ckpt, lambda m: {k: v for k, v in m.items() if v.startswith("model-00001")})
 
 
 def _index_maps_absent_tensor(ckpt: Path) -> None:
-    index = json.loads((ckpt / "model.safetensors.index.json").read_text())
-    index["weight_map"]["model.norm.weight"] = "model-00002-of-00002.safetensors"
-    (ckpt / "model.safetensors.index.json").write_text(json.dumps(index))
+    _edit_weight_map(ckpt, lambda m: {**m, "model.norm.weight": "model-00002-of-00002.safetensors"})
 
 
 def _index_maps_tensor_to_wrong_shard(ckpt: Path) -> None:
-    index = json.loads((ckpt / "model.safetensors.index.json").read_text())
-    index["weight_map"]["lm_head.weight"] = "model-00001-of-00002.safetensors"
-    (ckpt / "model.safetensors.index.json").write_text(json.dumps(index))
+    _edit_weight_map(ckpt, lambda m: {**m, "lm_head.weight": "model-00001-of-00002.safetensors"})
 
 
 SHARDED_CASES: dict[str, Mutation] = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.devices.docker_probe import DockerApi, probe_docker
+from harness.devices.docker_probe import CONTAINER_HOST_LIMIT, DockerApi, probe_docker
 from tests.harness.devices.fakes import FakeDocker
 
 
@@ -46,6 +46,7 @@ def test_reachable_engine_facts() -> None:
     assert docker.cgroup_driver == "systemd"
     assert docker.cgroup_version == "2"
     assert (docker.os_type, docker.architecture) == ("linux", "x86_64")
+    assert docker.limits == [CONTAINER_HOST_LIMIT]  # what container isolation does not close is stated
     assert client.closed
 
 

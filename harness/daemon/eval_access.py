@@ -1,12 +1,14 @@
 """Container-facing runs of the daemon: eval containers reach the gateway, and nothing else (spec §11.1).
 
 :class:`EvalAccess` owns, for one daemon, hitch's eval network (:mod:`harness.launch.eval_network`), the
-gateway's listener on that network's bridge address, and the probes: before a container-facing run admits
-anything, a throwaway container of the run's eval image must reach the gateway there
-(:meth:`EvalAccess.prepare`); once the run's service is known, the same kind of container must *not* reach
-its engine — neither the engine's own address nor its port on the bridge address (:meth:`EvalAccess.check_engine`,
-once per service epoch). Either failure is ``local_inference_topology_unsupported``. At daemon stop the
-listener closes and the network is removed unless a container still uses it (a later daemon adopts it).
+gateway's listener on that network's bridge address, the host firewall rules that leave that listener the
+only host service a container there reaches (:mod:`harness.launch.host_guard`; root with iptables, else the
+doctor's stated limit), and the probes: before a container-facing run admits anything, a throwaway
+container of the run's eval image must reach the gateway there (:meth:`EvalAccess.prepare`); once the run's
+service is known, the same kind of container must *not* reach its engine — neither the engine's own address
+nor its port on the bridge address (:meth:`EvalAccess.check_engine`, once per service epoch). Either failure
+is ``local_inference_topology_unsupported``. At daemon stop the listener closes and the network (with its
+rules) is removed unless a container still uses it (a later daemon adopts it).
 """
 
 from __future__ import annotations
@@ -33,12 +35,23 @@ from harness.launch.eval_network import (
     require_engine_unreachable,
     require_gateway_reachable,
 )
+from harness.launch.host_guard import guard_bridge, guard_unavailable
 from harness.launch.oci_config import require_pinned_image
 
 __all__ = ["EvalAccess"]
 
 _log = logging.getLogger(__name__)
 _LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+def _guard(net: EvalNetwork, origin: str) -> str:
+    """Host rules for the eval bridge: only the gateway's listener answers there (see harness.launch.host_guard)."""
+    why = guard_unavailable()
+    if why is not None:
+        _log.warning("eval network %s: other host services stay reachable from it: %s", net.name, why)
+        return why
+    guard_bridge(net.bridge, [(net.gateway_ip, int(urlsplit(origin).port or 0))])
+    return "installed"
 
 
 class EvalAccess:
@@ -52,6 +65,7 @@ class EvalAccess:
         self._lock = asyncio.Lock()
         self._engine_checked: dict[tuple[str, int], ProbeResult] = {}
         self.last_probe: dict[str, Any] | None = None
+        self.host_guard: str | None = None  # "installed", or why the host's other services stay reachable
 
     def _docker(self) -> docker.DockerClient:
         if self._client is None:
@@ -69,6 +83,8 @@ class EvalAccess:
                 self.network = await asyncio.to_thread(ensure_eval_network, self.root, client=client)
             net = self.network
             origin = await self.gateway.listen_on(net.gateway_ip)
+            if self.host_guard != "installed":
+                self.host_guard = await asyncio.to_thread(_guard, net, origin)
         url = f"{origin}{run_path_prefix('bprobe')}/models"
         probe = await asyncio.to_thread(probe_network, self.root, net, ref, url, [], client=client)
         self.last_probe = probe.to_json()

@@ -3,7 +3,8 @@
 One labelled ``internal=True`` bridge network per HITCH_ROOT (``hitch-<root8>-eval``): no egress, no DNS, and
 the host reachable only at the bridge's gateway address, where the daemon's gateway opens a second listener
 for container-facing run bindings. :func:`ensure_eval_network` creates it (or adopts the one this root
-already made), :func:`remove_eval_network` removes it once no container is attached.
+already made), :func:`remove_eval_network` removes it (and its host firewall rules,
+:mod:`harness.launch.host_guard`) once no container is attached.
 
 :func:`probe_network` runs a throwaway container on that network (the eval image itself, so the probe proves
 what that image sees) and reports whether the gateway answers as hitch's gateway (a 401 with
@@ -30,6 +31,7 @@ import docker.errors
 from harness.engine.launch_spec import OWNER_LABEL_PREFIX
 from harness.errors import HitchError
 from harness.launch.docker_errors import docker_client, translate_docker_errors
+from harness.launch.host_guard import unguard_bridge
 from harness.launch.oci_config import LABEL_ROOT, require_pinned_image, root_label
 
 __all__ = [
@@ -172,6 +174,7 @@ def remove_eval_network(root: Path, *, client: docker.DockerClient | None = None
                 continue
             if attrs.get("Containers"):
                 return False
+            unguard_bridge(f"br-{net['Id'][:12]}")
             with contextlib.suppress(docker.errors.NotFound):
                 client.api.remove_network(net["Id"])
     return True

@@ -1,11 +1,13 @@
 """hitch's eval network against a real Docker engine: the gateway's bridge listener is reachable from a
 container on it, a loopback-only one is not (``local_inference_topology_unsupported``), a host service that
 listens where containers look is seen by the probe (so the probe can fail), a loopback engine is not, and a
-same-named network hitch did not make is refused. Every network and probe container is removed."""
+same-named network hitch did not make is refused, and with hitch's host rules on the bridge only the gateway's
+listener answers there. Every network, probe container and host rule is removed."""
 
 from __future__ import annotations
 
 import http.server
+import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,8 +29,9 @@ from harness.launch.eval_network import (
     require_engine_unreachable,
     require_gateway_reachable,
 )
+from harness.launch.host_guard import chain_for, guard_bridge, guard_unavailable, guarded
 from harness.launch.oci_config import LABEL_ROOT, root_label
-from tests.harness.docker_support import docker_client_or_skip, trial_image_id
+from tests.harness.docker_support import docker_client_or_skip, require_or_skip, trial_image_id
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_docker]
 
@@ -129,3 +132,27 @@ def test_a_same_named_network_hitch_did_not_make_is_refused(root: Path, client: 
         assert err.value.code == "local_inference_topology_unsupported"
     finally:
         foreign.remove()
+
+
+def test_host_guard_leaves_only_the_gateway_listener_reachable(
+    root: Path, client: docker.DockerClient, image: str, network: EvalNetwork, gateway: GatewayThread
+) -> None:
+    if guard_unavailable() is not None:
+        require_or_skip(f"host firewall rules: {guard_unavailable()}")
+    exposed = http.server.ThreadingHTTPServer(("0.0.0.0", 0), http.server.SimpleHTTPRequestHandler)
+    thread = threading.Thread(target=exposed.serve_forever, daemon=True)
+    thread.start()
+    try:
+        origin = gateway.run(gateway.gw.listen_on(network.gateway_ip))
+        guard_bridge(network.bridge, [(network.gateway_ip, int(origin.rsplit(":", 1)[1]))])
+        assert guarded(network.bridge)
+        target = [f"{network.gateway_ip}:{exposed.server_address[1]}"]
+        seen = probe_network(root, network, image, _probe_url(origin), target, client=client)
+        assert seen.gateway_reached and seen.engine_reached == []  # the host service on all interfaces is not
+        assert remove_eval_network(root, client=client) is True
+        assert not guarded(network.bridge)
+        listed = subprocess.run(["iptables", "-w", "-S"], capture_output=True, text=True, check=True).stdout
+        assert chain_for(network.bridge) not in listed
+    finally:
+        exposed.shutdown()
+        exposed.server_close()

@@ -11,29 +11,21 @@ connection is reset and anything else dropped. :func:`unguard_bridge` removes th
 Only hitch's chains on hitch's bridges are ever touched.
 
 Needs root and ``iptables`` (Docker 20.10 with its iptables backend); without them
-:func:`guard_unavailable` says why and the gap stays a stated limit (the doctor names it).
+:func:`guard_unavailable` says why and the gap stays a stated limit (the doctor names it, from the same
+function).
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 
+from harness.devices.docker_probe import host_rules_unavailable as guard_unavailable
 from harness.errors import HitchError
 
 __all__ = ["chain_for", "guard_bridge", "guard_unavailable", "guarded", "unguard_bridge"]
 
 _TIMEOUT_S = 30
-
-
-def guard_unavailable() -> str | None:
-    """Why host rules cannot be installed here, or None."""
-    if os.geteuid() != 0:
-        return "host firewall rules need root"
-    if shutil.which("iptables") is None:
-        return "iptables is not installed"
-    return None
 
 
 def chain_for(bridge: str) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn
 
@@ -30,6 +31,20 @@ def docker_client_or_skip() -> docker.DockerClient:
     except HitchError as exc:
         require_or_skip(exc.message)
         raise  # unreachable: require_or_skip always raises
+
+
+@pytest.fixture(scope="module", name="client")
+def client_fixture() -> Iterator[docker.DockerClient]:
+    """A module's Docker client (the fixture ``client``; import ``client_fixture`` to use it)."""
+    c = docker_client_or_skip()
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="module", name="trial_image")
+def trial_image_fixture(client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The eval trial image's ID (the fixture ``trial_image``; import ``trial_image_fixture`` to use it)."""
+    return trial_image_id(tmp_path_factory)
 
 
 def fake_image_id(tmp_path_factory: pytest.TempPathFactory) -> str:

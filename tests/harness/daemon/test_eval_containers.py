@@ -30,24 +30,12 @@ from harness.launch.eval_network import LABEL_ROLE, eval_network_name
 from harness.launch.oci_config import LABEL_ROOT, root_label
 from harness.paths import HitchRoot
 from tests.harness.daemon.conftest import FAST, HITCH, as_json, hitch
-from tests.harness.docker_support import docker_client_or_skip, trial_image_id
+from tests.harness.docker_support import client_fixture, trial_image_fixture  # noqa: F401 (fixtures client, trial_image)
 from tests.harness.engine.inputs import GENERIC_RUNTIME, ServiceInputs
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_docker]
 
 _WAIT_S = 180.0
-
-
-@pytest.fixture(scope="module")
-def client() -> Iterator[docker.DockerClient]:
-    c = docker_client_or_skip()
-    yield c
-    c.close()
-
-
-@pytest.fixture(scope="module")
-def image(client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory) -> str:
-    return trial_image_id(tmp_path_factory)
 
 
 @pytest.fixture
@@ -95,16 +83,16 @@ def _rows(root: HitchRoot, run_id: str) -> list[dict[str, Any]]:
 
 
 def test_two_trials_share_one_service_and_a_cancelled_trial_leaves_the_other_alone(
-    inputs: ServiceInputs, client: docker.DockerClient, image: str, trials: list[Any]
+    inputs: ServiceInputs, client: docker.DockerClient, trial_image: str, trials: list[Any]
 ) -> None:
     root = inputs.root
     as_json(hitch(root, "daemon", "start", "--json", *FAST))
     daemon = DaemonClient(root)
     itl = ("--fake-itl-ms", "100")  # a long answer takes budget x 0.1 s: trial A is still streaming when cancelled
     t0 = time.monotonic()
-    run_a = daemon.request("POST", "/v1/runs", _body("trial-a", image, *itl), timeout_s=600)
+    run_a = daemon.request("POST", "/v1/runs", _body("trial-a", trial_image, *itl), timeout_s=600)
     t1 = time.monotonic()
-    run_b = daemon.request("POST", "/v1/runs", _body("trial-b", image, *itl), timeout_s=600)
+    run_b = daemon.request("POST", "/v1/runs", _body("trial-b", trial_image, *itl), timeout_s=600)
     t2 = time.monotonic()
     assert run_a["service_id"] == run_b["service_id"] and run_a["binding_id"] != run_b["binding_id"]
     assert Path(run_a["token_file"]).read_text() != Path(run_b["token_file"]).read_text()
@@ -124,10 +112,10 @@ def test_two_trials_share_one_service_and_a_cancelled_trial_leaves_the_other_alo
     long_answer = int(budget["generation"]["max_output_tokens"])
     # one running slot (baseline): B's short answer is relayed, then A's long one streams; each client holds
     # its stream open after the first text delta
-    b = _trial(client, root, image, run_b, 8, "b")
+    b = _trial(client, root, trial_image, run_b, 8, "b")
     trials.append(b)
     wait_event(b, "first_delta")
-    a = _trial(client, root, image, run_a, long_answer, "a")
+    a = _trial(client, root, trial_image, run_a, long_answer, "a")
     trials.append(a)
     wait_event(a, "first_delta")  # A is mid-stream for long_answer x 0.1 s; B's stream is open, unread
 
@@ -158,7 +146,7 @@ def test_two_trials_share_one_service_and_a_cancelled_trial_leaves_the_other_alo
 
 
 def test_serve_for_containers_prints_the_container_url(
-    inputs: ServiceInputs, client: docker.DockerClient, image: str, trials: list[Any], tmp_path: Path
+    inputs: ServiceInputs, client: docker.DockerClient, trial_image: str, trials: list[Any], tmp_path: Path
 ) -> None:
     import subprocess
 
@@ -168,7 +156,7 @@ def test_serve_for_containers_prints_the_container_url(
     assert refused.returncode == 2 and json.loads(refused.stdout)["error"]["code"] == "usage_error"
     out, err = tmp_path / "serve.out", tmp_path / "serve.err"
     argv = [*HITCH, "local", "serve", "local/tiny", "--device", "cpu", "--engine", "fake", "--run-id", "served",
-            "--for-containers", "--eval-image", image, "--json", "--root", str(root.root)]  # fmt: skip
+            "--for-containers", "--eval-image", trial_image, "--json", "--root", str(root.root)]  # fmt: skip
     with out.open("w") as fh, err.open("w") as eh:
         proc = subprocess.Popen(argv, stdout=fh, stderr=eh, text=True)
     try:
@@ -178,7 +166,7 @@ def test_serve_for_containers_prints_the_container_url(
         assert out.read_text().strip(), err.read_text()
         run = json.loads(out.read_text().splitlines()[0])
         assert run["for_containers"] is True and run["eval_network"] == eval_network_name(root.root)
-        trial = _trial(client, root, image, run, 4, "served")
+        trial = _trial(client, root, trial_image, run, 4, "served")
         trials.append(trial)
         wait_event(trial, "first_delta")
         release(trial)
@@ -204,14 +192,14 @@ def daemon_loopback_origin(root: HitchRoot) -> str:
 
 
 def test_a_network_hitch_did_not_make_fails_the_run_before_anything_starts(
-    inputs: ServiceInputs, client: docker.DockerClient, image: str, trials: list[Any]
+    inputs: ServiceInputs, client: docker.DockerClient, trial_image: str, trials: list[Any]
 ) -> None:
     root = inputs.root
     as_json(hitch(root, "daemon", "start", "--json", *FAST))
     foreign = client.networks.create(eval_network_name(root.root), driver="bridge")
     try:
         with pytest.raises(HitchError) as err:
-            DaemonClient(root).request("POST", "/v1/runs", _body("topo", image), timeout_s=600)
+            DaemonClient(root).request("POST", "/v1/runs", _body("topo", trial_image), timeout_s=600)
     finally:
         foreign.remove()
     assert err.value.code == "local_inference_topology_unsupported"

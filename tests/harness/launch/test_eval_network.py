@@ -31,21 +31,13 @@ from harness.launch.eval_network import (
 )
 from harness.launch.host_guard import chain_for, guard_bridge, guard_unavailable, guarded
 from harness.launch.oci_config import LABEL_ROOT, root_label
-from tests.harness.docker_support import docker_client_or_skip, require_or_skip, trial_image_id
+from tests.harness.docker_support import (  # noqa: F401 (fixtures client, trial_image)
+    client_fixture,
+    require_or_skip,
+    trial_image_fixture,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_docker]
-
-
-@pytest.fixture(scope="module")
-def client() -> Iterator[docker.DockerClient]:
-    c = docker_client_or_skip()
-    yield c
-    c.close()
-
-
-@pytest.fixture(scope="module")
-def image(client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory) -> str:
-    return trial_image_id(tmp_path_factory)
 
 
 @pytest.fixture
@@ -85,16 +77,16 @@ def test_network_is_internal_labelled_and_adopted(root: Path, client: docker.Doc
 
 
 def test_gateway_on_the_bridge_is_reached_and_loopback_is_not(
-    root: Path, client: docker.DockerClient, image: str, network: EvalNetwork, gateway: GatewayThread
+    root: Path, client: docker.DockerClient, trial_image: str, network: EvalNetwork, gateway: GatewayThread
 ) -> None:
     origin = gateway.run(gateway.gw.listen_on(network.gateway_ip))
     assert origin.startswith(f"http://{network.gateway_ip}:")
-    seen = probe_network(root, network, image, _probe_url(origin), client=client)
+    seen = probe_network(root, network, trial_image, _probe_url(origin), client=client)
     assert (seen.gateway_status, seen.gateway_code) == (401, "inference_token_invalid")
     require_gateway_reachable(seen, network)
     # the loopback listener of the same gateway, addressed from the container, is nothing it can reach
     loopback = f"http://{network.gateway_ip}:{gateway.gw.port}"
-    missed = probe_network(root, network, image, _probe_url(loopback), client=client)
+    missed = probe_network(root, network, trial_image, _probe_url(loopback), client=client)
     assert not missed.gateway_reached and missed.gateway_error
     with pytest.raises(HitchError) as err:
         require_gateway_reachable(missed, network)
@@ -103,7 +95,7 @@ def test_gateway_on_the_bridge_is_reached_and_loopback_is_not(
 
 
 def test_probe_sees_a_host_service_on_the_bridge_and_not_a_loopback_one(
-    root: Path, client: docker.DockerClient, image: str, network: EvalNetwork, gateway: GatewayThread
+    root: Path, client: docker.DockerClient, trial_image: str, network: EvalNetwork, gateway: GatewayThread
 ) -> None:
     exposed = http.server.ThreadingHTTPServer((network.gateway_ip, 0), http.server.SimpleHTTPRequestHandler)
     hidden = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
@@ -113,7 +105,7 @@ def test_probe_sees_a_host_service_on_the_bridge_and_not_a_loopback_one(
     try:
         origin = gateway.run(gateway.gw.listen_on(network.gateway_ip))
         targets = [f"{network.gateway_ip}:{exposed.server_address[1]}", f"{network.gateway_ip}:{hidden.server_address[1]}"]
-        seen = probe_network(root, network, image, _probe_url(origin), targets, client=client)
+        seen = probe_network(root, network, trial_image, _probe_url(origin), targets, client=client)
     finally:
         for s in (exposed, hidden):
             s.shutdown()
@@ -135,7 +127,7 @@ def test_a_same_named_network_hitch_did_not_make_is_refused(root: Path, client: 
 
 
 def test_host_guard_leaves_only_the_gateway_listener_reachable(
-    root: Path, client: docker.DockerClient, image: str, network: EvalNetwork, gateway: GatewayThread
+    root: Path, client: docker.DockerClient, trial_image: str, network: EvalNetwork, gateway: GatewayThread
 ) -> None:
     if guard_unavailable() is not None:
         require_or_skip(f"host firewall rules: {guard_unavailable()}")
@@ -147,7 +139,7 @@ def test_host_guard_leaves_only_the_gateway_listener_reachable(
         guard_bridge(network.bridge, [(network.gateway_ip, int(origin.rsplit(":", 1)[1]))])
         assert guarded(network.bridge)
         target = [f"{network.gateway_ip}:{exposed.server_address[1]}"]
-        seen = probe_network(root, network, image, _probe_url(origin), target, client=client)
+        seen = probe_network(root, network, trial_image, _probe_url(origin), target, client=client)
         assert seen.gateway_reached and seen.engine_reached == []  # the host service on all interfaces is not
         assert remove_eval_network(root, client=client) is True
         assert not guarded(network.bridge)

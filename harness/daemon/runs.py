@@ -13,6 +13,11 @@ record first, then the engine's ``/metrics``, the binding revoked (requests in f
 completed), the lease released and the execution evidence written (:mod:`harness.daemon.run_evidence`).
 At start, runs a dead daemon left live end ``interrupted``; at stop, live runs end ``interrupted`` too.
 
+A run asked ``for_containers`` (with its ``eval_image``) is served to eval containers: its binding answers
+only on the gateway's listener on hitch's eval network (:mod:`harness.daemon.eval_access`), whose
+reachability is probed before the run is admitted; its engine is probed unreachable from there before the
+binding is registered; the answer names the network (``eval_network``) and a base URL containers can use.
+
 When the manager takes a service out of use (``inference.failed`` after the supervisor's ``on_failure``,
 ``inference.draining`` on a stop or the idle TTL, ``inference.stopped``), :meth:`RunService.on_event`
 revokes every binding of that service at once, so the next request is refused instead of reaching a dead

@@ -136,8 +136,12 @@ def test_host_guard_leaves_only_the_gateway_listener_reachable(
     thread.start()
     try:
         origin = gateway.run(gateway.gw.listen_on(network.gateway_ip))
-        guard_bridge(network.bridge, [(network.gateway_ip, int(origin.rsplit(":", 1)[1]))])
+        allow = [(network.gateway_ip, int(origin.rsplit(":", 1)[1]))]
+        guard_bridge(network.bridge, allow)
+        guard_bridge(network.bridge, allow)  # a later daemon rewrites the chain: still one jump, same rules
         assert guarded(network.bridge)
+        rules = subprocess.run(["iptables", "-w", "-S", "INPUT"], capture_output=True, text=True, check=True).stdout
+        assert rules.count(f"-j {chain_for(network.bridge)}") == 1
         target = [f"{network.gateway_ip}:{exposed.server_address[1]}"]
         seen = probe_network(root, network, trial_image, _probe_url(origin), target, client=client)
         assert seen.gateway_reached and seen.engine_reached == []  # the host service on all interfaces is not

@@ -26,6 +26,7 @@ runtime: venv
 docker: venv
 	-scripts/ci/docker_engine.sh
 	-$(PY) scripts/ci/build_fake_image.py
+	-$(PY) scripts/ci/build_trial_image.py
 
 # Debian's headless Chromium for the report DOM tests.
 browser:

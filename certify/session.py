@@ -157,6 +157,16 @@ def _ensure_runtime(opts: CertifyOptions) -> str:
 def fake_engine_image(lock_dir: Path) -> str:
     """The fake engine image's ID (``scripts/ci/build_fake_image.py``: idempotent, serialised by a file lock
     in ``lock_dir``); ``inference_runtime_unavailable`` when it cannot be built (no Docker, no packages)."""
+    return _built_image("build_fake_image.py", "the fake engine image", lock_dir)
+
+
+def eval_trial_image(lock_dir: Path) -> str:
+    """The eval trial image's ID (``scripts/ci/build_trial_image.py``: the fake engine image plus the trial
+    client; idempotent, under the same lock)."""
+    return _built_image("build_trial_image.py", "the eval trial image", lock_dir)
+
+
+def _built_image(script_name: str, what: str, lock_dir: Path) -> str:
     import subprocess
     import sys
 
@@ -164,12 +174,12 @@ def fake_engine_image(lock_dir: Path) -> str:
 
     from harness.errors import HitchError
 
-    script = Path(__file__).resolve().parents[1] / "scripts" / "ci" / "build_fake_image.py"
+    script = Path(__file__).resolve().parents[1] / "scripts" / "ci" / script_name
     with FileLock(str(ensure_private_dir(lock_dir) / "fake-image.lock")):
         out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=False)
     image = next((ln.split("=", 1)[1] for ln in out.stdout.splitlines() if ln.startswith("IMAGE_ID=")), None)
     if out.returncode != 0 or image is None:
-        raise HitchError("inference_runtime_unavailable", f"the fake engine image could not be built: {out.stderr[-300:]}", {})
+        raise HitchError("inference_runtime_unavailable", f"{what} could not be built: {out.stderr[-300:]}", {})
     return image
 
 

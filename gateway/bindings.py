@@ -135,6 +135,7 @@ class Binding:
     queue_timeout_ms: int
     checker: ContextChecker
     capture: RunCapture | None = None  # this run's own capture (None: the gateway's); never changed
+    listen_host: str | None = None  # a container-facing binding: the only listener address that serves it
 
     @property
     def binding_id(self) -> str:
@@ -170,8 +171,11 @@ class BindingRegistry:
         *,
         queue_timeout_ms: int | None = None,
         capture: RunCapture | None = None,
+        origin: str | None = None,
+        listen_host: str | None = None,
     ) -> ModelEndpointBindingV1:
-        """Bind ``run_id`` to ``target``; returns the record (the token is in the file it names)."""
+        """Bind ``run_id`` to ``target``; returns the record (the token is in the file it names). ``origin``
+        replaces the gateway's for a binding served on another listener (``listen_host``)."""
         if not run_id or len(run_id) > 200:
             raise HitchError("usage_error", "a run id is 1..200 characters", {})
         if run_id in self._active_run:
@@ -195,14 +199,14 @@ class BindingRegistry:
             inference_id=target.inference_id,
             epoch=target.epoch,
             wire_model=target.wire_model,
-            base_url=self._origin + run_path_prefix(binding_id),
+            base_url=(origin.rstrip("/") if origin else self._origin) + run_path_prefix(binding_id),
             token_ref=str(token_path),
             state="active",
             created_at=time.time(),
         )
         timeout = queue_timeout_ms if queue_timeout_ms is not None else target.lock.execution.queue_timeout_ms
         checker = ContextChecker.for_dir(target.tokenizer_dir)
-        self._by_id[binding_id] = Binding(record, token.encode(), target, timeout, checker, capture)
+        self._by_id[binding_id] = Binding(record, token.encode(), target, timeout, checker, capture, listen_host)
         self._active_run[run_id] = binding_id
         return record
 

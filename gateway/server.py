@@ -7,7 +7,9 @@ check → fair admission (one permit per engine running slot, per-run round-robi
 POST to the engine, relayed byte for byte → one evidence row, metrics and capture. The upstream client
 never reads the environment (``trust_env=False``), keeps no cookies and never retries.
 
-The gateway binds loopback by default; metrics are served on a second loopback port.
+The gateway binds loopback by default; metrics are served on a second loopback port. A container-facing
+listener (:meth:`Gateway.listen_on`, the Docker bridge address of hitch's eval network) serves only the
+bindings registered for it.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from aiohttp.web_protocol import RequestHandler
 
 from gateway.admission import FairQueue
 from gateway.auth import bearer_token, engine_headers
-from gateway.bindings import BindingRegistry, UpstreamTarget
+from gateway.bindings import Binding, BindingRegistry, UpstreamTarget
 from gateway.capture import CaptureLedger, CaptureMode, RequestCapture, RunCapture
 from gateway.evidence import EvidenceLog
 from gateway.intake import body_limit, read_body
@@ -118,6 +120,8 @@ class Gateway:
         self._metrics_runner: web.AppRunner | None = None
         self.port: int | None = None
         self.metrics_port: int | None = None
+        # container-facing listeners (host -> site, origin): only bindings registered for one are served there
+        self._extra_sites: dict[str, tuple[web.TCPSite, str]] = {}
 
     # -- management (called by the manager / daemon on the gateway's loop) --
 
@@ -128,10 +132,50 @@ class Gateway:
         *,
         queue_timeout_ms: int | None = None,
         capture: RunCapture | None = None,
+        listen_host: str | None = None,
     ) -> ModelEndpointBindingV1:
-        """Bind a run; ``capture`` replaces the gateway's capture for this run only."""
+        """Bind a run; ``capture`` replaces the gateway's capture for this run only; ``listen_host`` makes it a
+        container-facing binding, served only on that listener (:meth:`listen_on` first)."""
         timeout = queue_timeout_ms if queue_timeout_ms is not None else self.config.queue_timeout_ms
-        return self.registry.register(run_id, target, queue_timeout_ms=timeout, capture=capture)
+        origin = None
+        if listen_host is not None:
+            known = self._extra_sites.get(listen_host)
+            if known is None:
+                raise HitchError("internal_error", f"the gateway does not listen on {listen_host}", {})
+            origin = known[1]
+        return self.registry.register(
+            run_id, target, queue_timeout_ms=timeout, capture=capture, origin=origin, listen_host=listen_host
+        )
+
+    async def listen_on(self, host: str) -> str:
+        """Also accept connections on ``host`` (the Docker bridge address eval containers reach); returns that
+        listener's origin. A binding registered with this origin is served only there, and nothing else is.
+        A host this machine cannot bind (remote or rootless Docker) is ``local_inference_topology_unsupported``."""
+        known = self._extra_sites.get(host)
+        if known is not None:
+            return known[1]
+        if self._runner is None:
+            raise HitchError("internal_error", "the gateway is not started", {})
+        before = set(self._runner.addresses)
+        site = web.TCPSite(self._runner, host, 0, backlog=1024)
+        try:
+            await site.start()
+        except OSError as exc:
+            raise HitchError(
+                "local_inference_topology_unsupported",
+                f"the gateway cannot listen on the container-facing address {host}: {exc.strerror or exc}",
+                {"host": host},
+            ) from exc
+        ports = [int(a[1]) for a in self._runner.addresses if a not in before and isinstance(a, tuple) and len(a) >= 2]
+        origin = f"http://{_url_host(host)}:{ports[0]}"
+        self._extra_sites[host] = (site, origin)
+        return origin
+
+    async def stop_listening(self, host: str) -> None:
+        """Close a container-facing listener (its bindings are unreachable from then on)."""
+        known = self._extra_sites.pop(host, None)
+        if known is not None:
+            await known[0].stop()
 
     def abort(self, binding_id: str) -> int:
         """Revoke the binding and cancel its requests in flight (a cancelled run); returns how many."""
@@ -192,6 +236,7 @@ class Gateway:
             self.metrics_port = _bound_port(self._metrics_runner)
 
     async def stop(self) -> None:
+        self._extra_sites.clear()  # the runner's cleanup stops every site
         if self._runner is not None:
             await self._runner.cleanup()
         if self._metrics_runner is not None:
@@ -260,6 +305,7 @@ class Gateway:
             return error_reply("inference_route_unavailable", "no such route on this gateway")
         try:
             binding = self.registry.resolve(route.binding_id, bearer_token(request.headers.get("Authorization")))
+            self._require_own_listener(request, binding)
         except HitchError as exc:
             self.metrics.refusals[exc.code] += 1
             return hitch_error_reply(exc)
@@ -339,6 +385,17 @@ class Gateway:
                 self.unrecorded -= 1
                 if task is not None:
                     self.in_flight.get(bid, set()).discard(task)
+
+    def _require_own_listener(self, request: web.BaseRequest, binding: Binding) -> None:
+        """A container-facing binding answers only on its listener, and that listener serves nothing else:
+        a token that leaks to the other side is refused like an unknown one."""
+        if binding.listen_host is None and not self._extra_sites:
+            return
+        sockname = request.transport.get_extra_info("sockname") if request.transport is not None else None
+        local = str(sockname[0]) if isinstance(sockname, tuple) and sockname else None
+        on_extra = local in self._extra_sites
+        if (binding.listen_host is not None and local != binding.listen_host) or (binding.listen_host is None and on_extra):
+            raise HitchError("inference_token_invalid", "missing or invalid run token", {})
 
     def _models(self, ex: Exchange) -> web.Response:
         rec, lock = ex.binding.record, ex.binding.target.lock

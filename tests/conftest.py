@@ -34,3 +34,11 @@ def fake_image(docker_api: docker.DockerClient, tmp_path_factory: pytest.TempPat
     from tests.harness.docker_support import fake_image_id
 
     return fake_image_id(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def trial_image(docker_api: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The eval trial image's ID (the fake engine image plus ``fixtures/eval_trial``; idempotent)."""
+    from tests.harness.docker_support import trial_image_id
+
+    return trial_image_id(tmp_path_factory)

@@ -71,6 +71,8 @@ def _facts_table(report: DoctorReportV1) -> Table:
             f"{docker.server_version} (API {docker.api_version}) {docker.os_type}/{docker.architecture} "
             f"runtimes: {', '.join(docker.runtimes) or '-'}; cgroup {docker.cgroup_driver} v{docker.cgroup_version}",
         )
+        for limit in docker.limits:
+            table.add_row("docker limit", limit)
     else:
         table.add_row("docker", docker.reason or "unreachable")
     return table

@@ -3,7 +3,10 @@
 Starts the root's daemon if none runs, creates a run through it (``POST /v1/runs``: the service is
 acquired with the run as lease owner — prepared first when this model/device/profile has no sealed lock —
 and the run is registered on the daemon's gateway), then prints the gateway base URL, the wire model name
-and the path of the 0600 file that holds the run token. The token itself is never printed. The lease is
+and the path of the 0600 file that holds the run token. The token itself is never printed. With
+``--for-containers`` the base URL is the one a container on hitch's eval network must use (the gateway's
+listener on that network's bridge address); the run is refused with ``local_inference_topology_unsupported``
+when a probe container of ``--eval-image`` cannot reach it, or can reach the engine. The lease is
 held while this command runs; SIGINT or SIGTERM deletes the run (binding revoked, lease released) and the
 command exits 0.
 
@@ -38,9 +41,10 @@ _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
 def _human(run: dict[str, Any]) -> str:
+    reach = f"  (for containers on Docker network {run['eval_network']})" if run.get("for_containers") else ""
     return "\n".join(
         [
-            f"base_url:   {run['base_url']}",
+            f"base_url:   {run['base_url']}{reach}",
             f"model:      {run['wire_model']}",
             f"token_file: {run['token_file']}  (send it as: Authorization: Bearer $(cat FILE))",
             f"run:        {run['run_id']} (lease {run['lease_id']})",
@@ -72,6 +76,17 @@ def register(app: typer.Typer) -> None:
         capture: Annotated[
             str, typer.Option("--capture", help="off | metadata | full (payloads 0600 under the run)")
         ] = "metadata",
+        for_containers: Annotated[
+            bool,
+            typer.Option(
+                "--for-containers",
+                help="serve containers: the URL is on the bridge address of hitch's eval network (probed from "
+                "--eval-image first; the engine must be unreachable from there)",
+            ),
+        ] = False,
+        eval_image: Annotated[
+            str | None, typer.Option("--eval-image", help="with --for-containers: the eval containers' image (ID or digest)")
+        ] = None,
         as_json: JsonOpt = False,
         root: RootOpt = None,
     ) -> None:
@@ -96,6 +111,12 @@ def register(app: typer.Typer) -> None:
             body["image"] = pinned
         if run_id is not None:
             body["run_id"] = run_id
+        if for_containers:
+            if eval_image is None:
+                raise HitchError("usage_error", "--for-containers needs --eval-image (the image the eval containers run)", {})
+            body.update(for_containers=True, eval_image=eval_image)
+        elif eval_image is not None:
+            raise HitchError("usage_error", "--eval-image goes with --for-containers", {})
         client = ensure_daemon(hroot)  # before blocking: a daemon spawned here must not inherit the mask
         signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
         run = client.request("POST", "/v1/runs", body, timeout_s=900.0)

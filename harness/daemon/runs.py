@@ -13,6 +13,11 @@ record first, then the engine's ``/metrics``, the binding revoked (requests in f
 completed), the lease released and the execution evidence written (:mod:`harness.daemon.run_evidence`).
 At start, runs a dead daemon left live end ``interrupted``; at stop, live runs end ``interrupted`` too.
 
+A run asked ``for_containers`` (with its ``eval_image``) is served to eval containers: its binding answers
+only on the gateway's listener on hitch's eval network (:mod:`harness.daemon.eval_access`), whose
+reachability is probed before the run is admitted; its engine is probed unreachable from there before the
+binding is registered; the answer names the network (``eval_network``) and a base URL containers can use.
+
 When the manager takes a service out of use (``inference.failed`` after the supervisor's ``on_failure``,
 ``inference.draining`` on a stop or the idle TTL, ``inference.stopped``), :meth:`RunService.on_event`
 revokes every binding of that service at once, so the next request is refused instead of reaching a dead
@@ -41,6 +46,7 @@ from harness.contracts.events import LifecycleEventV1
 from harness.contracts.lock import InferenceLockV1
 from harness.contracts.run import RunRecordV1
 from harness.daemon.core import DaemonCore, load_sealed_lock
+from harness.daemon.eval_access import EvalAccess
 from harness.daemon.prepare import PrepareRequest, device_choice_of, prepare
 from harness.daemon.run_evidence import (
     EngineFacts,
@@ -81,12 +87,13 @@ class _Run:
     engine_key: str | None = field(default=None, repr=False)
     reused_service: bool = False
     engine: EngineFacts = field(default_factory=EngineFacts)
+    eval_image: str | None = None  # a container-facing run: the eval image its probes ran in
 
 
 _CAPTURE_MODES = ("off", "metadata", "full")
 _REQUEST_FIELDS = (
     "model", "inference_id", "device", "profile", "runtime", "engine", "launcher", "fake_flags", "image", "capture_max_bytes",
-    "device_choice",
+    "device_choice", "for_containers", "eval_image",
 )  # fmt: skip
 _CAPTURE_MAX = 1 << 30  # per request and direction: what one run may put on disk is bounded
 
@@ -101,6 +108,7 @@ class RunService:
         self.runs: dict[str, _Run] = {}
         self.store = RunStore(core.root)
         self._hardware: dict[str, dict[str, Any]] = {}
+        self.eval_access = EvalAccess(core.root.root, self.gateway)
 
     async def start(self) -> None:
         # before anything is served: no run of a dead daemon stays live, and each gets its evidence
@@ -126,6 +134,7 @@ class RunService:
         err = HitchError("run_interrupted", "the daemon was stopped while this run was live", {})
         for run_id in list(self.runs):
             await self.finish(run_id, "interrupted", err)
+        await self.eval_access.close()
         await self.gateway.stop()
 
     def on_event(self, event: LifecycleEventV1) -> None:
@@ -178,14 +187,19 @@ class RunService:
         limit = body.get("capture_max_bytes")
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= _CAPTURE_MAX):
             raise HitchError("usage_error", f"capture_max_bytes is 1..{_CAPTURE_MAX}", {"capture_max_bytes": limit})
+        for_containers = body.get("for_containers", False)
+        if not isinstance(for_containers, bool):
+            raise HitchError("usage_error", "for_containers is a boolean", {})
         existing = self.store.read(run_id)
         if run_id in self.runs or (existing is not None and not existing.terminal):
             raise HitchError("run_in_progress", f"run {run_id!r} is live", {"run_id": run_id})
         if existing is not None:
             return {"run_id": run_id, "existing": True, "record": existing.to_json_dict()}
+        if for_containers:  # before anything else starts: containers must reach the gateway where we listen
+            await self.eval_access.prepare(body.get("eval_image"))
         request = {k: body[k] for k in _REQUEST_FIELDS if k in body}
         self.store.admit(run_id, harness, request, capture)
-        run = self.runs[run_id] = _Run(run_id)
+        run = self.runs[run_id] = _Run(run_id, eval_image=body["eval_image"] if for_containers else None)
         try:
             return await self._bind(run, body, choice, capture, limit)
         except BaseException as exc:
@@ -226,6 +240,8 @@ class RunService:
             process=process,
         )
         run.engine_url, run.engine_key = endpoint.base_url, engine_key
+        if run.eval_image is not None:
+            await self.eval_access.check_engine(run.eval_image, endpoint.service_id, endpoint.epoch, endpoint.base_url)
         try:
             admin_key = endpoint.key_files.admin_key.read_text(encoding="utf-8").strip()
         except OSError:
@@ -241,7 +257,8 @@ class RunService:
             with contextlib.suppress(OSError):  # a folder that cannot be made fails each capture write: evidence incomplete
                 ensure_private_dir(capture_dir)
         own = RunCapture(capture, capture_dir, capture_limit)  # type: ignore[arg-type]  # checked against _CAPTURE_MODES
-        record = self.gateway.register(run_id, target, capture=own)
+        net = self.eval_access.network if run.eval_image is not None else None
+        record = self.gateway.register(run_id, target, capture=own, listen_host=net.gateway_ip if net is not None else None)
         run.binding_id = record.binding_id
         await asyncio.to_thread(write_start_facts, self.core.root, run_id, record, run.engine)
         self.store.advance(
@@ -265,6 +282,7 @@ class RunService:
             "wire_model": record.wire_model,
             "token_file": record.token_ref,
             "capture": capture,
+            **({"for_containers": True, "eval_network": net.name, "eval_network_id": net.network_id} if net is not None else {}),
         }
 
     async def finish(self, run_id: str, status: str, error: HitchError | None) -> dict[str, Any]:

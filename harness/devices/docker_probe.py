@@ -9,13 +9,38 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from harness.devices.report import DockerFactsV1
 
-__all__ = ["DEFAULT_DOCKER_HOST", "DOCKER_TIMEOUT_S", "DockerApi", "probe_docker"]
+__all__ = [
+    "CONTAINER_HOST_LIMIT",
+    "DEFAULT_DOCKER_HOST",
+    "DOCKER_TIMEOUT_S",
+    "DockerApi",
+    "host_rules_unavailable",
+    "probe_docker",
+]
+
+CONTAINER_HOST_LIMIT = (
+    "an internal Docker network still routes to this host's own addresses, and hitch cannot install its host "
+    "firewall rules here ({why}): a host service listening on all interfaces or on a bridge address is reachable "
+    "from engine and eval containers (they have no other egress; hitch's gateway listens there with run-token "
+    "authentication, and probes that the engine itself is unreachable)"
+)
+
+
+def host_rules_unavailable() -> str | None:
+    """Why hitch cannot install host firewall rules for its Docker networks (root and iptables), or None."""
+    if os.geteuid() != 0:
+        return "host firewall rules need root"
+    if shutil.which("iptables") is None:
+        return "iptables is not installed"
+    return None
+
 
 DOCKER_TIMEOUT_S = 5
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
@@ -97,4 +122,5 @@ def probe_docker(factory: Callable[[], DockerApi] | None = None) -> DockerFactsV
         nvidia_runtime="nvidia" in runtimes,
         cgroup_driver=_str_or_none(info.get("CgroupDriver")),
         cgroup_version=_str_or_none(info.get("CgroupVersion")),
+        limits=[CONTAINER_HOST_LIMIT.format(why=why)] if (why := host_rules_unavailable()) is not None else [],
     )

@@ -106,6 +106,9 @@ class DockerFactsV1(Record):
     nvidia_runtime: bool = False
     cgroup_driver: str | None = None
     cgroup_version: str | None = None
+    limits: list[str] = Field(
+        default_factory=list, description="stated limits of container isolation on this engine (what hitch does not close)"
+    )
 
 
 class DeviceVerdictV1(Record):

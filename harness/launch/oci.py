@@ -7,8 +7,10 @@ Owns the container lifecycle through the docker SDK (sync calls run in ``asyncio
   reaches the engine at the container's IP on that network (port publishing is silently dropped on
   internal networks), so ``base_url`` is ``http://<container ip>:<port>``; the identity records the
   network id and subnet (:func:`verify_container_route` checks them against Docker before the gateway
-  routes there). The engine's output is copied to ``spec.log_path`` (0600) while it runs, redacted line by
-  line exactly as the process launcher's (:class:`harness.engine.redaction.LineRedactor`).
+  routes there). As root with iptables, host firewall rules on the network's bridge
+  (:mod:`harness.launch.host_guard`) keep the engine from every host service; replies to the host pass.
+  The engine's output is copied to ``spec.log_path`` (0600) while it runs, redacted line by line exactly
+  as the process launcher's (:class:`harness.engine.redaction.LineRedactor`).
 - ``poll``: container state; an exit is ``ExitInfo(code, oom=...)`` where OOM is what the Docker daemon
   confirms: ``State.OOMKilled``, or — because the daemon's exit handling can overwrite that flag when the
   kernel's OOM event and the exit event race (seen here about once in a full test run) — an ``oom`` event
@@ -41,6 +43,7 @@ from harness.engine.launch_spec import ExitInfo, LaunchSpec
 from harness.engine.redaction import LineRedactor, secret_values
 from harness.errors import HitchError
 from harness.launch.docker_errors import docker_client, translate_docker_errors
+from harness.launch.host_guard import guard_bridge, guard_unavailable, unguard_bridge
 from harness.launch.oci_config import (
     LABEL_EPOCH,
     LABEL_INFERENCE_ID,
@@ -89,6 +92,8 @@ class OciLauncher:
             network = client.networks.create(name, driver="bridge", internal=True, labels=labels, check_duplicate=True)
         container = None
         try:
+            if guard_unavailable() is None:  # the engine reaches no host service (replies to the host still pass)
+                guard_bridge(_bridge(network.id), [])
             with translate_docker_errors("create the engine container"):
                 container = client.containers.create(**kwargs)
             with translate_docker_errors("start the engine container"):
@@ -313,8 +318,14 @@ def _remove_quietly(client: docker.DockerClient, container_id: str | None, netwo
         with contextlib.suppress(docker.errors.NotFound):
             client.api.remove_container(container_id, v=True, force=True)
     if network_id is not None:
+        unguard_bridge(_bridge(network_id))
         with contextlib.suppress(docker.errors.NotFound):
             client.api.remove_network(network_id)
+
+
+def _bridge(network_id: str) -> str:
+    """The host interface Docker gives a bridge network."""
+    return f"br-{network_id[:12]}"
 
 
 @dataclass(frozen=True)
@@ -385,6 +396,7 @@ def remove_owned(
                 continue
             detail = client.api.inspect_network(net["Id"])
             if not detail.get("Containers"):
+                unguard_bridge(_bridge(net["Id"]))
                 with contextlib.suppress(docker.errors.NotFound):
                     client.api.remove_network(net["Id"])
     return removed

@@ -1,5 +1,5 @@
 """Shared by the tests that need a real Docker engine: the client (skip, or fail under
-HITCH_REQUIRE_DOCKER=1) and the fake-engine image built once by its idempotent script."""
+HITCH_REQUIRE_DOCKER=1), the fake-engine image and the eval trial image, each built by its idempotent script."""
 
 from __future__ import annotations
 
@@ -34,12 +34,20 @@ def docker_client_or_skip() -> docker.DockerClient:
 
 def fake_image_id(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The fake engine image's ID (the build script is idempotent; serialised across xdist workers)."""
+    return _built_image("build_fake_image.py", tmp_path_factory)
+
+
+def trial_image_id(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The eval trial image's ID (the fake engine image plus ``fixtures/eval_trial``; idempotent)."""
+    return _built_image("build_trial_image.py", tmp_path_factory)
+
+
+def _built_image(script: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    # one lock for both scripts: the trial image's build runs the fake image's
     lock = Path(tmp_path_factory.getbasetemp()).parent / "hitch-fake-image.lock"
     with FileLock(str(lock)):
-        out = subprocess.run(
-            [sys.executable, str(REPO / "scripts/ci/build_fake_image.py")], capture_output=True, text=True, check=False
-        )
+        out = subprocess.run([sys.executable, str(REPO / "scripts/ci" / script)], capture_output=True, text=True, check=False)
     match = re.search(r"^IMAGE_ID=(sha256:[0-9a-f]{64})$", out.stdout, re.M)
     if out.returncode != 0 or not match:
-        pytest.fail(f"building the fake engine image failed:\n{out.stdout}\n{out.stderr}", pytrace=False)
+        pytest.fail(f"{script} failed:\n{out.stdout}\n{out.stderr}", pytrace=False)
     return match.group(1)

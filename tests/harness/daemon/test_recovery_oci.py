@@ -23,16 +23,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.needs_docker]
 REPO = Path(__file__).resolve().parents[3]
 
 
-@pytest.fixture(scope="session")
-def client(docker_api: docker.DockerClient) -> docker.DockerClient:
-    return docker_api
-
-
-@pytest.fixture(scope="session")
-def image_id(fake_image: str) -> str:
-    return fake_image
-
-
 def _status(container_id: str) -> str:
     """Through the docker CLI: here the SDK left a pooled unix connection unclosed (a ResourceWarning, an error)."""
     out = subprocess.run(

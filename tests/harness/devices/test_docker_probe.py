@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.devices.docker_probe import DockerApi, probe_docker
+from harness.devices import docker_probe
+from harness.devices.docker_probe import CONTAINER_HOST_LIMIT, DockerApi, host_rules_unavailable, probe_docker
 from tests.harness.devices.fakes import FakeDocker
 
 
@@ -46,6 +47,9 @@ def test_reachable_engine_facts() -> None:
     assert docker.cgroup_driver == "systemd"
     assert docker.cgroup_version == "2"
     assert (docker.os_type, docker.architecture) == ("linux", "x86_64")
+    # what container isolation does not close is stated: here (root with iptables) hitch closes it itself
+    why = host_rules_unavailable()
+    assert docker.limits == ([] if why is None else [CONTAINER_HOST_LIMIT.format(why=why)])
     assert client.closed
 
 
@@ -53,3 +57,11 @@ def test_engine_without_nvidia_runtime() -> None:
     docker = probe_docker(lambda: FakeDocker(runtimes=("runc",)))
     assert docker.reachable
     assert not docker.nvidia_runtime
+
+
+def test_without_host_rules_the_gap_is_a_stated_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(docker_probe.shutil, "which", lambda _name: None)
+    monkeypatch.setattr(docker_probe.os, "geteuid", lambda: 0)
+    facts = probe_docker(FakeDocker)
+    assert facts.limits == [CONTAINER_HOST_LIMIT.format(why="iptables is not installed")]
+    assert "reachable from engine and eval containers" in facts.limits[0]

@@ -41,16 +41,6 @@ REPO = Path(__file__).resolve().parents[3]
 MiB = 1024 * 1024
 
 
-@pytest.fixture(scope="session")
-def client(docker_api: docker.DockerClient) -> docker.DockerClient:
-    return docker_api
-
-
-@pytest.fixture(scope="session")
-def image_id(fake_image: str) -> str:
-    return fake_image
-
-
 @pytest.fixture
 def inputs(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> ServiceInputs:
     return service_inputs(tmp_path / "root", checkpoint_cache(tmp_path_factory.getbasetemp()))

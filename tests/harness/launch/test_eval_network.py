@@ -87,7 +87,9 @@ def test_gateway_on_the_bridge_is_reached_and_loopback_is_not(
     with pytest.raises(HitchError) as err:
         require_gateway_reachable(missed, network)
     assert err.value.code == "local_inference_topology_unsupported"
-    assert client.api.containers(all=True, filters={"label": f"{LABEL_ROLE}=eval-probe"}) == []
+    # this root's probes only: another test's probe may be running beside this one
+    mine = [f"{LABEL_ROLE}=eval-probe", f"{LABEL_ROOT}={root_label(root)}"]
+    assert client.api.containers(all=True, filters={"label": mine}) == []
 
 
 def test_probe_sees_a_host_service_on_the_bridge_and_not_a_loopback_one(

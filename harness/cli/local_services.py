@@ -145,9 +145,9 @@ def register(app: typer.Typer) -> None:
             argv += ["--engine", engine]
         if launcher != "process":
             argv += ["--launcher", launcher]
-        image = run_image(rt, engine, launcher, image)
-        if engine == "sglang":
+        if engine == "sglang":  # first: --offline names the pin/prepare commands before an unpinned image is refused
             _ensure_runtime(hroot, rt, offline, root, argv)
+        image = run_image(rt, engine, launcher, image)
         body: dict[str, Any] = {
             "model": model,
             "device": chosen.device,

@@ -76,11 +76,11 @@ def _run_body(
         rt = get_runtime(lock.runtime_id)
         backend: str = lock.execution.platform.backend
         argv = [model or f"local/{lock.model_id}", "--device", backend, "--runtime", rt.name]
-        pinned = run_image(rt, engine, launcher, image)
         if lock.execution.backend_certification == "uncertified":
             argv.append("--allow-uncertified")
-        if engine == "sglang":
+        if engine == "sglang":  # first: --offline names the pin/prepare commands before an unpinned image is refused
             _ensure_runtime(hroot, rt, offline, root, argv)
+        pinned = run_image(rt, engine, launcher, image)
         body: dict[str, Any] = {
             "inference_id": inference,
             "engine": engine,
@@ -97,9 +97,9 @@ def _run_body(
     prof = profile or "baseline"
     chosen, rt = service_choice(device or "auto", prof, engine, launcher, runtime, allow_uncertified)
     argv = [model, *device_argv(chosen), "--profile", prof, "--runtime", rt.name]
-    pinned = run_image(rt, engine, launcher, image)
     if engine == "sglang":
         _ensure_runtime(hroot, rt, offline, root, argv)
+    pinned = run_image(rt, engine, launcher, image)
     body = {"model": model, "device": chosen.device, "device_choice": chosen.to_json(), "profile": prof,
             "runtime": rt.runtime_id, "engine": engine, "launcher": launcher}  # fmt: skip
     return body | ({"image": pinned} if pinned else {})

@@ -210,7 +210,8 @@ def isolation_facts(cpu_cores: list[int]) -> dict[str, Any]:
         "memory_limit_limitation": "not enforced: "
         + ("cgroup v2 is mounted but the launcher does not create a cgroup yet" if cgroup2 else "this machine has no cgroup v2"),
         "network": "host",
-        "network_limitation": "no network namespace: the engine must answer the gateway on the host loopback",
+        "network_limitation": "no network namespace: the engine must answer the gateway on the host loopback "
+        "(certification check security.network.engine_offline proves it serves in a namespace with loopback only)",
     }
 
 

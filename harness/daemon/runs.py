@@ -326,7 +326,7 @@ class RunService:
         kept = ServiceStateStore(self.core.root, binding.service_id).read()
         hardware = {**self._hardware[device], "allocation": kept.allocation.to_json_dict() if kept is not None else None}
         if kept is not None and kept.process is not None and kept.process.launcher == "process":
-            hardware["isolation"] = isolation_facts(kept.allocation.cpu_cores)
+            hardware["isolation"] = isolation_facts(kept.allocation.cpu_cores, lock.resources.memory_bytes)
         execution = await asyncio.to_thread(
             write_execution_evidence, self.core.root, record, lock, binding, facts, engine, hardware, reused_service
         )

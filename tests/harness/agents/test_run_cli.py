@@ -86,6 +86,8 @@ def test_model_call_run_writes_evidence_and_releases(inputs: ServiceInputs) -> N
     isolation = execution.hardware["isolation"]  # what the process launcher does not isolate is said, not hidden
     assert isolation["cpu_affinity"] == allocation["cpu_cores"] and isolation["network"] == "host"
     assert isolation["memory_limit_bytes"] is None and isolation["memory_limit_limitation"].startswith("not enforced")
+    lock_resources = json.loads((ev / "lock.json").read_text())["resources"]
+    assert isolation["memory_limit_stated_bytes"] == lock_resources["memory_bytes"]  # the budget, stated
     assert json.loads((ev / "harness.json").read_text())["key"]["harness"] == "model-call"
     assert _leases(root) == []
     # the same identity again, pinned: --device is refused, the pinned run works

@@ -10,7 +10,9 @@ resolved ``chunked_prefill_size`` / ``max_prefill_tokens``, with the attention a
 
 The pool is sealed with :data:`POOL_HEADROOM` held back: SGLang sizes it from the memory free at that moment,
 and a later start passing ``--max-total-tokens`` gets ``min(what memory holds then, the sealed pool)``. Without
-headroom, any later start that finds a few megabytes less free would report a smaller pool and be refused.
+headroom, any later start that finds a few megabytes less free would report a smaller pool and be refused. A
+CPU engine shares the host's RAM with everything else on it (its pool is a fraction of what is *available*),
+so it holds back half; a CUDA engine's leased GPU varies far less.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ PROBED_EXECUTION_FIELDS: dict[str, str] = {
     "attention_backend": "attention_backend",
     "sampling_backend": "sampling_backend",
 }
-POOL_HEADROOM = 0.10  # the share of the probed pool a later start may find missing and still reproduce the lock
+# The share of the probed pool a later start may find missing and still reproduce the lock, per backend.
+POOL_HEADROOM: dict[str, float] = {"cpu": 0.5, "cuda": 0.1}
 _NUMBERS = ("max_total_tokens", "chunked_prefill_size", "max_prefill_tokens")
 
 
@@ -54,9 +57,9 @@ def probed_values(info: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-def sealed_pool(probed_pool: int, context_tokens: int) -> int:
+def sealed_pool(probed_pool: int, context_tokens: int, backend: str) -> int:
     """The pool a lock seals from the engine's: :data:`POOL_HEADROOM` held back, never below one request."""
-    return max(context_tokens, probed_pool - int(probed_pool * POOL_HEADROOM))
+    return max(context_tokens, probed_pool - int(probed_pool * POOL_HEADROOM[backend]))
 
 
 def seal_probed(draft: InferenceLockV1, probed: dict[str, Any]) -> InferenceLockV1:
@@ -73,7 +76,7 @@ def seal_probed(draft: InferenceLockV1, probed: dict[str, Any]) -> InferenceLock
         )
     data = draft.to_json_dict()
     data["execution"].update({field: probed[field] for field in PROBED_EXECUTION_FIELDS})
-    data["execution"]["max_total_tokens"] = sealed_pool(pool, ex.context_tokens_per_request)
+    data["execution"]["max_total_tokens"] = sealed_pool(pool, ex.context_tokens_per_request, ex.platform.backend)
     data.pop("inference_id", None)
     data["inference_id"] = compute_inference_id(data)
     return InferenceLockV1.model_validate(data)

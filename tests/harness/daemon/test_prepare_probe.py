@@ -18,6 +18,8 @@ from harness.runtimes import get_runtime
 from tests.harness.daemon.conftest import FAST
 from tests.harness.engine.inputs import GENERIC_RUNTIME, ServiceInputs
 
+pytestmark = pytest.mark.integration
+
 
 def _prepare(client: DaemonClient, pool: int) -> dict[str, Any]:
     return client.prepare(

@@ -3,8 +3,9 @@
 The defaults are the table of spec §6.2, not SGLang's own defaults. A draft lock is a
 pure function of (model manifest, runtime manifest, device, profile, cores of one NUMA
 node, optional context): nothing starts and no machine-specific identity (UUIDs,
-driver, ports) enters it. Token-pool values are concrete numbers the engine is launched
-with and that ``local prepare`` verifies against ``/server_info`` before sealing.
+driver, ports) enters it. The token pool and prefill sizes of a draft are placeholders
+(the pool: one full-context request); ``local prepare`` starts the engine with the
+memory budget alone and seals the numbers SGLang chose (``harness/engine/probe.py``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from harness.ids import digest_json
 
 __all__ = [
     "CERTIFIED_QUANTIZATIONS",
+    "CPU_MEM_FRACTION_STATIC",
     "DEFAULT_CONTEXT_TOKENS",
     "PROFILES",
     "Device",
@@ -54,6 +56,9 @@ DEFAULT_CONTEXT_TOKENS = 8192
 # The pre-quantized checkpoint methods (config.json ``quant_method``) a lock may pass to SGLang's
 # ``--quantization``; a method enters only with a certification that ran on it. None has yet.
 CERTIFIED_QUANTIZATIONS: frozenset[str] = frozenset()
+# On a CPU, SGLang sizes the token pool from this fraction of one NUMA node's free RAM (minus what the weights
+# took); a small value keeps it from reserving most of the node. Prepare seals the pool it yields.
+CPU_MEM_FRACTION_STATIC = 0.05
 _MAX_OUTPUT_CAP = 2048
 _GIB = 1 << 30
 _MIB = 1 << 20
@@ -190,13 +195,20 @@ def build_lock(
     running = _max_running(device, profile)
     dtype = resolve_dtype(model.architecture.torch_dtype)
     dtype_bytes = 4 if dtype == "float32" else 2
-    pool_tokens = context * running
+    # Only the resource estimate assumes every running request at full context; the token pool is not derived
+    # (spec §6.2): the draft names the floor (one full-context request) and prepare seals what SGLang chose.
+    kv_estimate_tokens = context * running
     cpu_threads = min(8, cpu_cores_per_node)
 
     platform: CpuPlatformV1 | CudaPlatformV1
     if device == "cpu":
         amx = runtime.cpu_feature_requirement == "amx"
-        platform = CpuPlatformV1(backend="cpu", cpu_threads=cpu_threads, cpu_feature_requirement="amx" if amx else "none")
+        platform = CpuPlatformV1(
+            backend="cpu",
+            cpu_threads=cpu_threads,
+            cpu_feature_requirement="amx" if amx else "none",
+            mem_fraction_static=CPU_MEM_FRACTION_STATIC,
+        )
         attention, sampling, chunk = ("intel_amx" if amx else "torch_native"), "pytorch", 2048
     else:
         platform = CudaPlatformV1(backend="cuda", mem_fraction_static=0.80, overlap_schedule=True, cuda_graph="enabled")
@@ -210,7 +222,7 @@ def build_lock(
         context_tokens_per_request=context,
         max_running_requests=running,
         max_queued_requests=running,
-        max_total_tokens=pool_tokens,
+        max_total_tokens=context,
         chunked_prefill_size=min(chunk, context),
         max_prefill_tokens=max(context, 16384),
         kv_cache_dtype="auto",
@@ -252,7 +264,7 @@ def build_lock(
         "execution": execution.to_json_dict(),
         "generation": generation.to_json_dict(),
         "protocol": protocol.to_json_dict(),
-        "resources": _resources(device, model, cpu_threads, pool_tokens, dtype_bytes).to_json_dict(),
+        "resources": _resources(device, model, cpu_threads, kv_estimate_tokens, dtype_bytes).to_json_dict(),
     }
     fields["inference_id"] = compute_inference_id(fields)
     return InferenceLockV1.model_validate(fields)

@@ -6,7 +6,8 @@ engine none of them reaches the engine), run tokens (missing, malformed or wrong
 ``inference_token_invalid``; run A's token is useless on run B's binding; a deleted run's token is refused
 with its code), headers (the caller's ``Authorization``, ``x-api-key``, cookies and proxy headers never
 reach the engine; the engine key is injected by the gateway), and a secrets scan (no engine key, admin key
-or run token in any file under HITCH_ROOT except the 0600 files of ``private`` folders, nor in any log).
+or run token in any file under HITCH_ROOT except the 0600 files of ``private`` folders, nor in any log), and
+an engine that serves with the network cut (``security.network.engine_offline``, spec §8.2/§11.2).
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from certify.offline_engine import run_offline
 from certify.registry import check
 from certify.session import CertifyEnv, RunHandle
+from certify.suites._support_engines import session_lock
 from certify.suites._support_protocol import gw_post
 
 ROUTE_CODE = "inference_route_unavailable"
@@ -452,3 +455,48 @@ def test_secrets_in_logs(certify_env: CertifyEnv, certify_record: Any) -> None:
     certify_record.detail("logs", logs[:50])
     certify_record.detail("logs_scanned", scanned)
     assert not hits, f"secrets found in logs: {hits[:10]}"
+
+
+def _container_networks(container_id: str) -> dict[str, bool]:
+    import docker
+
+    client = docker.from_env()
+    try:
+        attached = client.containers.get(container_id).attrs["NetworkSettings"]["Networks"]
+        return {name: bool(client.networks.get(name).attrs.get("Internal")) for name in attached}
+    finally:
+        client.close()
+
+
+@check(
+    "security.network.engine_offline",
+    description="with no route off the machine the lock's engine starts, passes readiness and answers a request: "
+    "process launcher, a network namespace holding only loopback (every TCP/DNS attempt out fails); oci, the "
+    "session's container on internal networks only",
+)
+def test_engine_answers_with_the_network_cut(certify_env: CertifyEnv, certify_record: Any) -> None:
+    from harness.service.state_store import ServiceStateStore
+
+    record = ServiceStateStore(certify_env.root, certify_env.run.service_id).read()
+    process = record.process if record is not None else None
+    if process is not None and process.launcher == "oci":
+        assert process.container_id, "the oci service record names no container"
+        networks = _container_networks(process.container_id)
+        certify_record.detail("networks_internal", networks)
+        assert networks and all(networks.values()), networks  # no egress, no DNS: docker's internal networks
+        resp = gw_post(certify_env.run, "/chat/completions", {"model": certify_env.run.wire_model,
+                       "messages": [{"role": "user", "content": "hello"}], "max_tokens": 8})  # fmt: skip
+        assert resp.status_code == 200, resp.text
+        return
+    facts = run_offline(certify_env.root, session_lock(certify_env).to_json_dict(), certify_env.engine)
+    certify_record.evidence("offline-engine.log", str(facts.pop("engine_log", "")).encode())
+    certify_record.detail("offline", facts)
+    assert "error" not in facts, facts
+    outbound = facts["outbound"]
+    assert outbound["interfaces"] == ["lo"], outbound["interfaces"]
+    assert all(route.get("dev") == "lo" for route in outbound["routes"]), outbound["routes"]
+    assert outbound["tcp"] and not [a for a, result in outbound["tcp"].items() if result == "connected"], outbound["tcp"]
+    assert outbound["dns"] != "resolved"
+    assert facts["ready_steps"][-1] == "flush_cache", facts["ready_steps"]
+    assert facts["status"] == 200 and (facts["completion_tokens"] or 0) >= 1, facts
+    assert facts["engine_env_offline"] == {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}

@@ -45,6 +45,12 @@ class CpuPlatformV1(Record):
     cpu_threads: int = Field(ge=1)
     numa_policy: Literal["single-node"] = "single-node"
     cpu_feature_requirement: Literal["amx", "none"]
+    mem_fraction_static: float = Field(
+        gt=0,
+        le=1,
+        description="SGLang's static memory fraction (of one NUMA node's free RAM): the memory budget the engine sizes"
+        " its token pool from at prepare; every later start passes it unchanged",
+    )
     overlap_schedule: Literal[False] = False
 
 
@@ -88,9 +94,11 @@ class ExecutionV1(Record):
     context_tokens_per_request: int = Field(ge=16)
     max_running_requests: int = Field(ge=1)
     max_queued_requests: int = Field(ge=1)
-    max_total_tokens: int = Field(ge=16, description="physical token pool, verified at prepare")
-    chunked_prefill_size: int = Field(ge=-1, description="-1 disables chunked prefill")
-    max_prefill_tokens: int = Field(ge=1)
+    max_total_tokens: int = Field(
+        ge=16, description="physical token pool: the number SGLang chose from the memory budget at prepare (sealed)"
+    )
+    chunked_prefill_size: int = Field(ge=-1, description="-1 disables chunked prefill; sealed from the prepare probe")
+    max_prefill_tokens: int = Field(ge=1, description="sealed from the prepare probe")
     kv_cache_dtype: str
     attention_backend: str
     sampling_backend: str

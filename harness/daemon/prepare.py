@@ -1,20 +1,22 @@
-"""``hitch local prepare`` inside the daemon (spec §5 rule 7, issue item 7).
+"""``hitch local prepare`` inside the daemon (spec §5 rule 7, §6.2 "probe, then seal").
 
-The same supervisor path as a real acquire: draft lock → start with a temporary lease → readiness
-(health, ``/server_info`` against the lock, Responses + SSE probes, ``/flush_cache``) → seal → save →
-release → stop the service when nobody else holds it.
+The same supervisor path as a real acquire, twice:
 
-Sealing with probed token-pool values: the engine is launched with the draft's explicit
-``--max-total-tokens`` and readiness compares the effective pool ``/server_info.max_total_num_tokens``
-with it. When the engine reports a *different* pool (and that is the only mismatch), the draft cannot be
-what runs: the lock is re-drafted with the probed ``max_total_tokens`` — a new ``inference_id`` — and
-that lock is started and verified in turn; only a lock an engine has verified is sealed. ``validation.json``
-records the draft id, the probed values and the readiness timings. Files go to
-``store/inference-locks/sha256/<inference hex>/{lock.json,validation.json}``, each written atomically.
+1. **probe** — the draft lock starts with its memory budget but without a token pool or prefill sizes
+   (``EngineChoice.probe``): SGLang sizes them itself; readiness checks everything else against the draft;
+   the values it chose are read from ``/server_info`` (``harness/engine/probe.py``); the probe service stops.
+2. **seal** — those values become the lock's numbers (a new ``inference_id`` when they differ from the
+   draft's); the sealed lock starts with them passed explicitly and must report them again
+   (``inference_lock_mismatch`` otherwise) before it is saved. Every later start is checked the same way.
+
+A pool that cannot hold one full-context request fails prepare (``inference_capacity_exceeded``).
+``validation.json`` records the draft id, the draft's and the probed values and the readiness timings.
+Files go to ``store/inference-locks/sha256/<inference hex>/{lock.json,validation.json}``, each written atomically.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 import time
 from dataclasses import dataclass
@@ -22,10 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.contracts.events import LifecycleEventName, LifecycleEventV1
-from harness.contracts.lock import InferenceLockV1, compute_inference_id
+from harness.contracts.lock import InferenceLockV1
 from harness.devices import probe_cpu
+from harness.engine.probe import PROBED_EXECUTION_FIELDS, probed_values, seal_probed
 from harness.errors import HitchError
-from harness.lock import Device, ProfileShort, build_lock
+from harness.lock import Device, ProfileShort, build_lock, validate_lock
 from harness.paths import HitchRoot, atomic_write_json
 from harness.runtimes import get_runtime
 from harness.service.isolation import service_key
@@ -34,7 +37,7 @@ from harness.service.starter_supervisor import EngineChoice, SupervisedService
 from harness.service.state_store import ServiceStateStore
 from harness.store import resolve_model, verify_model_files
 
-__all__ = ["PrepareRequest", "device_choice_of", "prepare", "save_sealed", "with_pool"]
+__all__ = ["PrepareRequest", "device_choice_of", "prepare", "save_sealed"]
 
 
 @dataclass(frozen=True)
@@ -54,15 +57,6 @@ def device_choice_of(body: dict[str, Any]) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def with_pool(lock: InferenceLockV1, pool_tokens: int) -> InferenceLockV1:
-    """``lock`` with the probed token pool, under its new inference id."""
-    data = lock.to_json_dict()
-    data["execution"]["max_total_tokens"] = pool_tokens
-    data.pop("inference_id", None)
-    data["inference_id"] = compute_inference_id(data)
-    return InferenceLockV1.model_validate(data)
-
-
 def save_sealed(root: HitchRoot, lock: InferenceLockV1, validation: dict[str, Any]) -> tuple[Path, Path]:
     folder = root.digest_dir(root.locks, lock.inference_id)
     lock_path, validation_path = folder / "lock.json", folder / "validation.json"
@@ -71,15 +65,25 @@ def save_sealed(root: HitchRoot, lock: InferenceLockV1, validation: dict[str, An
     return lock_path, validation_path
 
 
-def _probed_pool(err: HitchError) -> int | None:
-    """The engine's pool when it is the only value that differs from the draft; None otherwise."""
-    if err.code != "inference_lock_mismatch":
-        return None
-    mismatches = err.details.get("mismatches") or []
-    if [m.get("field") for m in mismatches] != ["max_total_num_tokens"]:
-        return None
-    actual = mismatches[0].get("actual")
-    return actual if isinstance(actual, int) and actual > 0 else None
+def _service(lease: LeaseHandle) -> SupervisedService:
+    service = lease.service
+    if not isinstance(service, SupervisedService):
+        raise HitchError("internal_error", "prepare needs a supervised service", {})
+    return service
+
+
+async def _release_and_stop(core: Any, lease: LeaseHandle) -> bool:
+    """Release ``lease``; stop its service now when nobody else holds it (spec §5 rule 7), not after the TTL."""
+    await core.release(lease.lease_id)
+    if any(s.service_id == lease.service_id and s.owners for s in core.manager.services()):
+        return False
+    try:
+        stopped: bool = await core.stop_service(lease.service_id, force=False)
+    except HitchError as err:
+        if err.code != "inference_in_use":
+            raise
+        return False
+    return stopped
 
 
 def _event(root: HitchRoot, lock: InferenceLockV1, owner: str, name: LifecycleEventName, **details: Any) -> None:
@@ -112,33 +116,26 @@ async def prepare(core: Any, req: PrepareRequest) -> dict[str, Any]:
         context_tokens=req.context_tokens,
     )
     owner = "prepare-" + secrets.token_hex(6)
-    lock = draft
-    _event(
-        root,
-        lock,
-        owner,
-        "inference.preparing",
-        model=req.model,
-        runtime=runtime.name,
-        backend_certification=lock.execution.backend_certification,
-        device_choice=req.device_choice or {"device": req.device, "reasons": ["given to the daemon directly"]},
+    preparing: dict[str, Any] = {
+        "model": req.model,
+        "runtime": runtime.name,
+        "backend_certification": draft.execution.backend_certification,
+        "device_choice": req.device_choice or {"device": req.device, "reasons": ["given to the daemon directly"]},
         **req.choice.to_json(),
-    )
+    }
+    _event(root, draft, owner, "inference.preparing", **preparing, probe=True)
     started = time.monotonic()
+    probe_lease: LeaseHandle = await core.acquire(draft, owner, dataclasses.replace(req.choice, probe=True))
     try:
-        lease: LeaseHandle = await core.acquire(lock, owner, req.choice)
-    except HitchError as err:
-        pool = _probed_pool(err)
-        if pool is None or pool < lock.execution.context_tokens_per_request:
-            raise
-        lock = with_pool(draft, pool)
-        _event(root, lock, owner, "inference.preparing", resealed_from=draft.inference_id, max_total_tokens=pool)
-        lease = await core.acquire(lock, owner, req.choice)
+        probed = probed_values(_service(probe_lease).readiness.engine_choices)
+    finally:
+        probe_stopped = await _release_and_stop(core, probe_lease)
+    lock = validate_lock(seal_probed(draft, probed).to_json_dict())
+    if lock.inference_id != draft.inference_id:
+        _event(root, lock, owner, "inference.preparing", **preparing, resealed_from=draft.inference_id, probed=probed)
+    lease: LeaseHandle = await core.acquire(lock, owner, req.choice)
     try:
-        service = lease.service
-        if not isinstance(service, SupervisedService):
-            raise HitchError("internal_error", "prepare needs a supervised service", {})
-        report = service.readiness
+        report = _service(lease).readiness
         validation = {
             "schema_version": "1",
             "kind": "inference-validation",
@@ -154,8 +151,10 @@ async def prepare(core: Any, req: PrepareRequest) -> dict[str, Any]:
             "engine": req.choice.engine,
             "launcher": req.choice.launcher,
             "engine_version": report.engine_version,
-            "probed": {"max_total_num_tokens": report.max_total_num_tokens},
-            "draft": {"max_total_tokens": draft.execution.max_total_tokens},
+            "probed": probed,
+            "draft": {field: getattr(draft.execution, field) for field in PROBED_EXECUTION_FIELDS},
+            "probe": {"service_id": probe_lease.service_id, "epoch": probe_lease.epoch, "stopped": probe_stopped},
+            "reproduced": {"max_total_num_tokens": report.max_total_num_tokens},
             "readiness": {
                 "steps": report.steps,
                 "health_s": report.health_s,
@@ -171,15 +170,7 @@ async def prepare(core: Any, req: PrepareRequest) -> dict[str, Any]:
         }
         lock_path, validation_path = save_sealed(root, lock, validation)
     finally:
-        await core.release(lease.lease_id)
-    # Nobody else holds it: stop now rather than idling for the TTL (spec §5 rule 7).
-    stopped = False
-    if not any(s.service_id == lease.service_id and s.owners for s in core.manager.services()):
-        try:
-            stopped = await core.stop_service(lease.service_id, force=False)
-        except HitchError as err:
-            if err.code != "inference_in_use":
-                raise
+        stopped = await _release_and_stop(core, lease)
     events = [e.event for e in ServiceStateStore(root, lease.service_id).events() if e.inference_id == lock.inference_id]
     return {
         "inference_id": lock.inference_id,

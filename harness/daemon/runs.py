@@ -344,7 +344,7 @@ class RunService:
         kept = ServiceStateStore(self.core.root, binding.service_id).read()
         hardware = {**self._hardware[device], "allocation": kept.allocation.to_json_dict() if kept is not None else None}
         if kept is not None and kept.process is not None and kept.process.launcher == "process":
-            hardware["isolation"] = isolation_facts(kept.allocation.cpu_cores)
+            hardware["isolation"] = isolation_facts(kept.allocation.cpu_cores, lock.resources.memory_bytes)
         execution = await asyncio.to_thread(
             write_execution_evidence, self.core.root, record, lock, binding, facts, engine, hardware, reused_service
         )
@@ -380,23 +380,23 @@ class RunService:
 
 
 def _sealed_for_draft(core: DaemonCore, draft_id: str) -> str | None:
-    """The sealed inference id prepared from this draft lock (itself, or its resealed pool variant)."""
+    """The sealed inference id prepared from this draft lock: itself, or the newest lock sealed from its probe."""
     root = core.root
     if (root.digest_dir(root.locks, draft_id) / "lock.json").is_file():
         return draft_id
-    folder = root.locks / "sha256"
-    if not folder.is_dir():
+    if not root.locks.is_dir():
         return None
-    for validation in sorted(folder.glob("*/validation.json")):
+    found: list[tuple[float, str]] = []
+    for validation in root.locks.glob("*/validation.json"):
         try:
             data = json.loads(validation.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
         if isinstance(data, dict) and data.get("draft_inference_id") == draft_id and (validation.parent / "lock.json").is_file():
-            found = data.get("inference_id")
-            if isinstance(found, str):
-                return found
-    return None
+            sealed, at = data.get("inference_id"), data.get("validated_at")
+            if isinstance(sealed, str):
+                found.append((at if isinstance(at, int | float) else 0.0, sealed))
+    return max(found)[1] if found else None
 
 
 def add_run_routes(

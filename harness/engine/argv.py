@@ -22,7 +22,6 @@ from harness.errors import HitchError
 from harness.runtimes import InstalledRuntime
 
 __all__ = [
-    "CPU_GENERIC_MEM_FRACTION",
     "FAKE_ENGINE_MODULE",
     "EngineKind",
     "EngineProgram",
@@ -32,9 +31,6 @@ __all__ = [
 
 EngineKind = Literal["sglang", "fake"]
 FAKE_ENGINE_MODULE = "fixtures.fake_sglang"
-# On a CPU the static fraction only sizes SGLang's memory estimate; the explicit --max-total-tokens decides
-# the pool. A small value keeps SGLang from reserving most of one NUMA node's RAM.
-CPU_GENERIC_MEM_FRACTION = 0.05
 
 
 def wire_model_name(model_id: str) -> str:
@@ -64,15 +60,12 @@ class EngineProgram:
         return cls("fake", (python or sys.executable, "-m", FAKE_ENGINE_MODULE, *extra_flags))
 
 
-def _mem_fraction(lock: InferenceLockV1) -> float:
-    platform = lock.execution.platform
-    if isinstance(platform, CudaPlatformV1):
-        return platform.mem_fraction_static
-    return CPU_GENERIC_MEM_FRACTION
-
-
-def engine_flags(lock: InferenceLockV1, model_dir: Path, host: str, port: int, config_path: str) -> list[str]:
-    """Every SGLang flag for ``lock``; ``config_path`` is the secrets YAML as the engine sees it."""
+def engine_flags(
+    lock: InferenceLockV1, model_dir: Path, host: str, port: int, config_path: str, *, probe: bool = False
+) -> list[str]:
+    """Every SGLang flag for ``lock``; ``config_path`` is the secrets YAML as the engine sees it. ``probe``
+    (prepare's first start of a draft) leaves out the pool and prefill sizes: SGLang sizes them from the memory
+    budget (``probe.py``). Every other start passes the sealed numbers, which the engine must reproduce."""
     ex = lock.execution
     platform = ex.platform
     if not isinstance(platform, CpuPlatformV1 | CudaPlatformV1):
@@ -90,15 +83,18 @@ def engine_flags(lock: InferenceLockV1, model_dir: Path, host: str, port: int, c
         "--context-length", str(ex.context_tokens_per_request),
         "--max-running-requests", str(ex.max_running_requests),
         "--max-queued-requests", str(ex.max_queued_requests),
-        "--max-total-tokens", str(ex.max_total_tokens),
-        "--chunked-prefill-size", str(ex.chunked_prefill_size),
-        "--max-prefill-tokens", str(ex.max_prefill_tokens),
         "--attention-backend", ex.attention_backend,
         "--sampling-backend", ex.sampling_backend,
         "--random-seed", str(lock.generation.seed),
-        "--mem-fraction-static", str(_mem_fraction(lock)),
+        "--mem-fraction-static", str(platform.mem_fraction_static),
         "--enable-metrics",
     ]  # fmt: skip
+    if not probe:
+        flags += [
+            "--max-total-tokens", str(ex.max_total_tokens),
+            "--chunked-prefill-size", str(ex.chunked_prefill_size),
+            "--max-prefill-tokens", str(ex.max_prefill_tokens),
+        ]  # fmt: skip
     if ex.quantization is not None:
         flags += ["--quantization", ex.quantization]
     if ex.prefix_cache.mode == "disabled":

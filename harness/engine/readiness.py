@@ -30,6 +30,7 @@ import httpx
 
 from harness.engine.keys import EngineKeys
 from harness.engine.launch_spec import LaunchedEngine
+from harness.engine.probe import PROBED_EXECUTION_FIELDS
 from harness.engine.verify import verify_server_info
 from harness.errors import HitchError
 
@@ -57,6 +58,8 @@ class ReadinessReport:
     flushed_s: float | None = None
     engine_version: str | None = None
     max_total_num_tokens: int | None = None
+    # what the engine reported for the values prepare seals (no secret among them; see probe.py)
+    engine_choices: dict[str, Any] = field(default_factory=dict)
     probe_output_tokens: int | None = None
     steps: list[str] = field(default_factory=list)
 
@@ -236,6 +239,7 @@ async def _probe(
         report.engine_version = str(info.get("version")) if info.get("version") is not None else None
         pool = info.get("max_total_num_tokens")
         report.max_total_num_tokens = pool if isinstance(pool, int) else None
+        report.engine_choices = {key: info.get(key) for key in PROBED_EXECUTION_FIELDS.values()}
         report.steps.append("server_info")
         await _check_alive(engine, "responses")
         report.probe_output_tokens = await _responses(client, keys, wire_model, deadline)

@@ -71,12 +71,14 @@ def prepare_launch(
     launcher: Literal["process", "oci"] = "process",
     gpu_uuid: str | None = None,
     image: str | None = None,
+    probe: bool = False,
 ) -> EngineLaunch:
-    """Fresh keys for ``epoch`` and the exact launch of ``lock`` on ``host:port``."""
+    """Fresh keys for ``epoch`` and the exact launch of ``lock`` on ``host:port`` (``probe``: prepare's probe
+    start, where SGLang chooses the pool and prefill sizes; see ``probe.py``)."""
     keys, files = issue_keys(root, service_id)
     # A process sees the host file; a container sees it where the OCI launcher mounts ``secret_files``.
     config_seen = str(files.config) if launcher == "process" else f"{CONTAINER_SECRETS_DIR}/{files.config.name}"
-    flags = engine_flags(lock, model_dir, host, port, config_seen)
+    flags = engine_flags(lock, model_dir, host, port, config_seen, probe=probe)
     env = engine_environment(lock, program.runtime_env, root.private_dir(service_id) / "home", gpu_uuid)
     spec = LaunchSpec(
         service_id=service_id,
@@ -101,6 +103,6 @@ def prepare_launch(
         keys=keys,
         key_files=files,
         wire_model=wire_model_name(lock.model_id),
-        expected=expected_server_info(lock, model_dir, port),
+        expected=expected_server_info(lock, model_dir, port, probe=probe),
         program=program,
     )

@@ -13,7 +13,7 @@ import hmac
 from pathlib import Path
 from typing import Any
 
-from harness.contracts.lock import CpuPlatformV1, InferenceLockV1
+from harness.contracts.lock import CpuPlatformV1, InferenceLockV1, MetalPlatformV1
 from harness.engine.argv import wire_model_name
 from harness.engine.keys import EngineKeys
 from harness.errors import HitchError
@@ -21,8 +21,10 @@ from harness.errors import HitchError
 __all__ = ["expected_server_info", "verify_server_info"]
 
 
-def expected_server_info(lock: InferenceLockV1, model_dir: Path, port: int) -> dict[str, Any]:
-    """Field → value the engine must report for ``lock`` (server args and effective values)."""
+def expected_server_info(lock: InferenceLockV1, model_dir: Path, port: int, *, probe: bool = False) -> dict[str, Any]:
+    """Field → value the engine must report for ``lock`` (server args and effective values). On prepare's
+    ``probe`` start the pool and prefill sizes are SGLang's to choose: only their being unset as arguments
+    is checked (``harness/engine/probe.py`` reads what SGLang chose)."""
     ex = lock.execution
     expected: dict[str, Any] = {
         "model_path": str(model_dir),
@@ -40,11 +42,16 @@ def expected_server_info(lock: InferenceLockV1, model_dir: Path, port: int) -> d
         "max_total_num_tokens": ex.max_total_tokens,
         "chunked_prefill_size": ex.chunked_prefill_size,
         "max_prefill_tokens": ex.max_prefill_tokens,
+        "mem_fraction_static": ex.platform.mem_fraction_static if not isinstance(ex.platform, MetalPlatformV1) else None,
         "random_seed": lock.generation.seed,
         "disable_radix_cache": ex.prefix_cache.mode == "disabled",
     }
     if isinstance(ex.platform, CpuPlatformV1):
         expected["disable_overlap_schedule"] = True
+    if probe:
+        for name in ("max_total_num_tokens", "chunked_prefill_size", "max_prefill_tokens"):
+            del expected[name]
+        expected["max_total_tokens"] = None
     return expected
 
 

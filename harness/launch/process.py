@@ -17,7 +17,10 @@
 - ``spec.cpu_cores`` (a CPU lock) pins the engine to those cores before it execs (``sched_setaffinity`` in the
   child), so its threads stay on the leased cores of one NUMA node.
 - Not done here (recorded limitations, spec §11.2): no memory limit (this machine has cgroup v1 only, and no
-  cgroup v2 delegation), no network namespace (the engine must answer the gateway on the host's loopback).
+  cgroup v2 delegation; SGLang sizes a CPU pool from host memory and reads only v2 limits, so a v1 limit would
+  kill the engine rather than bound the pool prepare seals: the lock's budget is stated in the evidence), no
+  network namespace (the engine must answer the gateway on the host's loopback; the certification check
+  ``security.network.engine_offline`` proves the engine serves with no route out).
 """
 
 from __future__ import annotations
@@ -199,7 +202,7 @@ def _alive(proc: psutil.Process) -> bool:
         return False
 
 
-def isolation_facts(cpu_cores: list[int]) -> dict[str, Any]:
+def isolation_facts(cpu_cores: list[int], stated_memory_bytes: int | None = None) -> dict[str, Any]:
     """What this launcher isolates and what it does not (spec §11.2): written into each run's evidence."""
     cgroup2 = Path("/sys/fs/cgroup/cgroup.controllers").is_file()
     return {
@@ -207,10 +210,19 @@ def isolation_facts(cpu_cores: list[int]) -> dict[str, Any]:
         "cpu_affinity": list(cpu_cores),
         "offline_env": ["HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1"],
         "memory_limit_bytes": None,
+        "memory_limit_stated_bytes": stated_memory_bytes,
         "memory_limit_limitation": "not enforced: "
-        + ("cgroup v2 is mounted but the launcher does not create a cgroup yet" if cgroup2 else "this machine has no cgroup v2"),
+        + (
+            "cgroup v2 is mounted but the launcher does not create a cgroup yet"
+            if cgroup2
+            # SGLang sizes a CPU pool from host free memory and reads only cgroup v2 limits: a v1 limit would
+            # kill the engine instead of bounding the pool it seals, so the lock's budget is stated, not enforced.
+            else "this machine has no cgroup v2 (SGLang sizes its pool from host memory and ignores v1 limits); "
+            "the lock's memory budget is stated"
+        ),
         "network": "host",
-        "network_limitation": "no network namespace: the engine must answer the gateway on the host loopback",
+        "network_limitation": "no network namespace: the engine must answer the gateway on the host loopback "
+        "(certification check security.network.engine_offline proves it serves in a namespace with loopback only)",
     }
 
 

@@ -57,9 +57,18 @@ class EngineChoice:
     launcher: LauncherName = "process"
     image: str | None = None  # oci: image ID or digest reference
     fake_flags: tuple[str, ...] = ()
+    probe: bool = False  # prepare's probe start of a draft lock (harness/engine/probe.py); never a run's
 
     def to_json(self) -> dict[str, object]:
-        return {"engine": self.engine, "launcher": self.launcher, "image": self.image, "fake_flags": list(self.fake_flags)}
+        out: dict[str, object] = {
+            "engine": self.engine,
+            "launcher": self.launcher,
+            "image": self.image,
+            "fake_flags": list(self.fake_flags),
+        }
+        if self.probe:
+            out["probe"] = True
+        return out
 
 
 def engine_program(root: HitchRoot, lock: InferenceLockV1, choice: EngineChoice) -> EngineProgram:
@@ -184,6 +193,7 @@ class SupervisorStarter:
             monitor_interval_s=self.monitor_interval_s,
             stop_timeout_s=self.stop_timeout_s,
             stop_events=False,  # the manager records draining/stopped itself (with leases and exit details)
+            probe=choice.probe,
         )
         self.supervisors[req.service_id] = sup
         end = time.monotonic() + deadline

@@ -102,6 +102,7 @@ class ServiceSupervisor:
         health_timeout_s: float = 20.0,
         health_failures: int = 3,
         stop_events: bool = True,
+        probe: bool = False,
     ) -> None:
         self.root = root
         self.service_id = service_id
@@ -116,6 +117,7 @@ class ServiceSupervisor:
         self.port = port
         self.gpu_uuid = gpu_uuid
         self.image = image
+        self.probe = probe  # prepare's probe start: SGLang sizes the pool and prefill (engine/probe.py)
         self.monitor_interval_s = monitor_interval_s
         self.startup_timeout_s = startup_timeout_s if startup_timeout_s is not None else lock.execution.startup_timeout_ms / 1000
         self.stop_timeout_s = stop_timeout_s
@@ -314,6 +316,7 @@ class ServiceSupervisor:
             launcher=self.launcher.kind,
             gpu_uuid=self.gpu_uuid,
             image=self.image,
+            probe=self.probe,
         )
 
     def _write_endpoint_ref(self, endpoint: ServiceEndpoint) -> Path:

@@ -99,7 +99,7 @@ def test_unpinned_runtime_and_wrong_backend_are_refused() -> None:
     [
         pytest.param(lambda d: d.update(extra_field=1), id="unknown-top-level-field"),
         pytest.param(lambda d: d["execution"].update(gpu_layers=3), id="unknown-execution-field"),
-        pytest.param(lambda d: d["execution"]["platform"].update(mem_fraction_static=0.8), id="cuda-field-on-cpu"),
+        pytest.param(lambda d: d["execution"]["platform"].update(cuda_graph="enabled"), id="cuda-field-on-cpu"),
         pytest.param(lambda d: d["execution"].update(dtype="auto"), id="unresolved-dtype"),
         pytest.param(lambda d: d["execution"].update(tensor_parallel_size=2), id="tp-2"),
         pytest.param(lambda d: d["generation"].update(override_policy="allow"), id="override-policy"),

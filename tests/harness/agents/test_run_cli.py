@@ -74,6 +74,8 @@ def test_model_call_run_writes_evidence_and_releases(inputs: ServiceInputs) -> N
     isolation = execution.hardware["isolation"]  # what the process launcher does not isolate is said, not hidden
     assert isolation["cpu_affinity"] == allocation["cpu_cores"] and isolation["network"] == "host"
     assert isolation["memory_limit_bytes"] is None and isolation["memory_limit_limitation"].startswith("not enforced")
+    lock_resources = json.loads((ev / "lock.json").read_text())["resources"]
+    assert isolation["memory_limit_stated_bytes"] == lock_resources["memory_bytes"]  # the budget, stated
     assert json.loads((ev / "harness.json").read_text())["key"]["harness"] == "model-call"
     assert _leases(root) == []
     # the same identity again, pinned: --device is refused, the pinned run works
@@ -156,7 +158,8 @@ def test_model_call_run_on_an_oci_engine(inputs: ServiceInputs, tmp_path_factory
         (root.runs / "oci-1" / "inference" / "execution.json").read_text()
     )
     assert execution.requests == 1 and execution.inference_id == out["inference_id"]
-    (record,) = _oci_records(root)
+    # prepare's probe service (the draft lock) ran on the image too, and stopped
+    (record,) = [r for r in _oci_records(root) if r.inference_id == out["inference_id"]]
     assert record.process is not None and record.process.image_id == image and record.process.network_subnet
     assert [lease for s in DaemonClient(root).services()["services"] for lease in s["leases"]] == []
     hitch(root, "daemon", "stop", "--json")
@@ -181,7 +184,7 @@ def test_local_serve_on_an_oci_engine(inputs: ServiceInputs, tmp_path_factory: p
             trust_env=False,
         )
         assert reply.status_code == 200, reply.text
-        assert len(_oci_records(root)) == 1
+        assert len([r for r in _oci_records(root) if r.state != "stopped"]) == 1  # not prepare's stopped probe
         proc.send_signal(signal.SIGTERM)
         rest, _ = proc.communicate(timeout=60)
         assert proc.returncode == 0 and json.loads(rest.splitlines()[-1])["signal"] == "SIGTERM"

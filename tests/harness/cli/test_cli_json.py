@@ -79,7 +79,7 @@ def test_lock_file_round_trips_through_check_lock(imported: tuple[Path, str], tm
     path = tmp_path / "lock.json"
     path.write_text(json.dumps(lock))
     assert _json(_run(root, "local", "check-lock", str(path), "--json"))["valid"] is True
-    lock["execution"]["platform"]["mem_fraction_static"] = 0.8  # a cuda field on a cpu lock
+    lock["execution"]["platform"]["cuda_graph"] = "enabled"  # a cuda field on a cpu lock
     path.write_text(json.dumps(lock))
     bad = _run(root, "local", "check-lock", str(path), "--json")
     assert bad.returncode == 2

@@ -72,9 +72,11 @@ def test_prepare_with_fake_engine_seals_the_lock_and_stops_the_service(inputs: S
     assert lock.inference_id == iid and out["lock_path"] == str(folder / "lock.json")
     validation = __import__("json").loads((folder / "validation.json").read_text())
     assert validation["inference_id"] == iid and validation["engine"] == "fake"
-    assert validation["probed"]["max_total_num_tokens"] == lock.execution.max_total_tokens
+    # the fake's memory holds more than the draft's one-request floor: prepare seals what it chose
+    assert validation["reproduced"]["max_total_num_tokens"] == lock.execution.max_total_tokens
+    assert validation["probed"]["max_total_tokens"] > validation["draft"]["max_total_tokens"]
     assert validation["readiness"]["steps"] == ["health", "server_info", "responses", "responses_stream", "flush_cache"]
-    assert out["stopped"] is True and out["resealed"] is False
+    assert out["stopped"] is True and out["resealed"] is True
     events: list[LifecycleEventV1] = ServiceStateStore(inputs.root, out["service_id"]).events()
     names = [e.event for e in events]
     expected = ["inference.preparing", "inference.queued", "inference.starting", "inference.ready", "inference.acquired"]

@@ -23,14 +23,15 @@ app = typer.Typer(no_args_is_help=True, help="benchmarks (figures, not pass/fail
 @app.command(
     "overhead",
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-    help="gateway vs direct vs bare reference proxy; extra options go to certify.bench_overhead (see --help there)",
+    help="gateway vs direct vs bare reference proxy (certify.perf); extra options go to python -m certify.perf: "
+    "--rounds, --requests, --max-tokens, --fake-itl-ms, --profile-gateway ... (see --help there)",
 )
 def overhead(
     ctx: typer.Context,
     out: Annotated[Path | None, typer.Option("--out", help="write the figures as JSON here")] = None,
     engine: Annotated[str, typer.Option("--engine", help="fake | sglang")] = "fake",
 ) -> None:
-    argv = [sys.executable, "-m", "certify.bench_overhead", "--engine", engine, *ctx.args]
+    argv = [sys.executable, "-m", "certify.perf", "--engine", engine, *ctx.args]
     if out is not None:
         argv += ["--out", str(out)]
     raise typer.Exit(subprocess.call(argv))

@@ -198,7 +198,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     one_round = _aiperf_round if args.tool == "aiperf" else _bench_serving_round
     opts = StackOptions(engine=args.engine, model_dir=Path(args.model_dir) if args.model_dir else None,
-                        max_tokens=args.output_len, benchmark_lock=True)  # fmt: skip
+                        max_tokens=args.output_len, benchmark_lock=True, fake_itl_ms=args.fake_itl_ms)  # fmt: skip
     per_round: dict[str, list[dict[str, Any]]] = {a: [] for a in ARMS}
     with tempfile.TemporaryDirectory(prefix="hitch-external-") as tmp, started_stack(opts, Path(tmp)) as stack:
         work = Path(tmp)
@@ -247,6 +247,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--output-len", type=int, default=32)
     p.add_argument("--max-concurrency", type=int, default=1)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--fake-itl-ms", type=float, default=0.0, help="fake engine: pause between tokens (one chunk each)")
     p.add_argument("--disable-ignore-eos", action="store_true", help="passed to the tool (it then sends ignore_eos=false)")
     p.add_argument("--model-dir", default=None, help="checkpoint dir (default: the tiny fixture)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per tool invocation")

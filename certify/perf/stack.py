@@ -36,7 +36,7 @@ from certify.processes import stop_process
 from harness.contracts.lock import InferenceLockV1
 from harness.paths import ensure_private_dir, write_secret
 
-__all__ = ["MODEL", "ROUTE", "Stack", "StackOptions", "bench_lock", "started_stack", "tiny_model"]
+__all__ = ["MODEL", "ROUTE", "Stack", "StackOptions", "bench_lock", "caller_body", "started_stack", "tiny_model"]
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "bench-model"

@@ -113,3 +113,29 @@ def test_overhead_benchmark_runs_all_arms_on_the_fake_engine(tmp_path: Path, cap
     assert all(len(raw[arm]) == 3 for arm in ("direct", "gateway", "reference"))
     assert report["results"]["gateway_rss_bytes_per_open_stream"] is not None
     assert "UNRELIABLE (n=3 < 100)" in capsys.readouterr().out
+
+
+@pytest.mark.integration
+def test_a_200_stream_with_an_in_band_error_is_never_a_served_sample(tiny_model: Path, tmp_path: Path) -> None:
+    import asyncio
+
+    import aiohttp
+
+    from certify.perf.loops import Arm, one
+    from certify.perf.stack import MODEL, caller_body
+    from fixtures.fake_sglang.client import start_fake_engine
+
+    fake = start_fake_engine(tiny_model, tmp_path, served=MODEL)
+    try:
+        fake.faults("inband_error:after=1")
+        body = {"stream": caller_body("stream", 8)}
+        arm = Arm("direct", fake.base + "/v1/chat/completions", {**fake.headers(), "Content-Type": "application/json"}, body)
+
+        async def go() -> None:
+            async with aiohttp.ClientSession() as session:
+                await one(session, arm, "stream", {})
+
+        with pytest.raises(AssertionError, match="in-band error after 200"):
+            asyncio.run(go())
+    finally:
+        fake.stop()

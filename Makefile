@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 export HITCH_ROOT ?= $(HOME)/.local/share/hitch
 CPU_RUNTIME := sglang-0.5.23-cpu-generic
 
-.PHONY: certify test check setup venv runtime docker browser codex lint typecheck schemas unit fast
+.PHONY: certify test check setup venv runtime aiperf docker browser codex lint typecheck schemas unit fast
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,11 @@ venv: $(VENV)/.installed
 # The generic-CPU SGLang runtime (private venv under HITCH_ROOT, from the committed hash-pinned lock).
 runtime: venv
 	$(VENV)/bin/hitch runtime install $(CPU_RUNTIME)
+
+# NVIDIA AIPerf for `hitch bench external --tool aiperf` (a ~1.2 GB private venv under HITCH_ROOT/tools;
+# optional: its test skips without it unless HITCH_REQUIRE_AIPERF=1).
+aiperf: venv
+	$(PY) -m certify.external --install-aiperf
 
 # A real Docker engine (started without systemd) and the local fake-engine image, built from Debian
 # packages. Needs root; elsewhere the OCI tests skip unless HITCH_REQUIRE_DOCKER=1 (CI sets it).

@@ -1,6 +1,6 @@
 """The field's own benchmark tools, gateway vs direct (issue 13 item 4): ``python -m certify.external``.
 
-Run by ``hitch bench external --tool bench_serving``. The stack is :mod:`certify.bench_overhead`'s (the fake
+Run by ``hitch bench external --tool bench_serving``. The stack is :mod:`certify.perf.stack`'s (the fake
 engine or the generic-CPU SGLang runtime, our gateway as a separate process with one registered run) with a
 **benchmark lock** (``generation.benchmark_controls``: the tool's ``ignore_eos`` passes). Both arms get the
 same stock tool invocation, in interleaved rounds (the first arm alternates per round), with identical
@@ -39,7 +39,7 @@ from typing import Any
 
 __all__ = ["main", "summarize"]
 
-TOOLS = ("bench_serving",)
+TOOLS = ("bench_serving", "aiperf")
 ARMS = ("direct", "gateway")
 FIGURES = (("ttft_ms", "ttft"), ("itl_ms", "itl"), ("e2e_ms", "e2e_latency"))
 STRIPPED = "stripped by hitch (SGLang's /server_info echoes engine keys)"
@@ -149,44 +149,69 @@ def _fmt(v: float | None, digits: int = 2) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    from certify.bench_overhead import MODEL, _stack
+def _masked(text: str, secrets_: list[str]) -> str:
+    for s in secrets_:
+        text = text.replace(s, "***")
+    return text
+
+
+def _bench_serving_round(
+    args: argparse.Namespace, name: str, base: str, token: str, tokenizer: str, work: Path, stem: str, secrets_: list[str]
+) -> dict[str, Any]:
+    from certify.perf.stack import MODEL
 
     python, tool_env = _runtime_python()
+    raw = work / f"{stem}.raw.jsonl"
+    env = {**tool_env, "OPENAI_API_KEY": token, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env.pop("API_KEY", None)
+    proc = subprocess.run(_tool_argv(python, base, MODEL, tokenizer, raw, args), cwd=work, env=env, capture_output=True,
+                          text=True, timeout=args.timeout)  # fmt: skip
+    result = _keep(raw, proc.stdout + proc.stderr, args.out, stem, secrets_)
+    if proc.returncode != 0 and not result:
+        tail = _masked((proc.stdout + proc.stderr)[-2000:], secrets_)
+        raise SystemExit(f"bench_serving failed on {name} (exit {proc.returncode}):\n{tail}")
+    return _figures(result, args.num_prompts)
+
+
+def _aiperf_round(
+    args: argparse.Namespace, name: str, base: str, token: str, tokenizer: str, work: Path, stem: str, secrets_: list[str]
+) -> dict[str, Any]:
+    from certify.aiperf import aiperf_command, aiperf_figures, keep_aiperf_outputs
+
+    artifacts = work / stem
+    argv, env = aiperf_command(args, base, tokenizer, artifacts)
+    # AIPerf 0.13 takes the key only as --api-key on its command line (no file, no variable): it is the
+    # scratch run token of this stack (dies with it), and it is masked in everything we keep.
+    proc = subprocess.run([*argv, "--api-key", token], cwd=work, env=env, capture_output=True, text=True,
+                          timeout=args.timeout)  # fmt: skip
+    log = _masked(proc.stdout + proc.stderr, secrets_)
+    export = keep_aiperf_outputs(artifacts, args.out / stem, log, secrets_)
+    if proc.returncode != 0 and export is None:
+        raise SystemExit(f"aiperf failed on {name} (exit {proc.returncode}):\n{log[-2000:]}")
+    return aiperf_figures(export or {}, args.num_prompts)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from certify.perf.stack import StackOptions, started_stack
+
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
-    stack_args = argparse.Namespace(
-        engine=args.engine, model_dir=args.model_dir, open_streams=0, capture="off", profile_gateway=None, benchmark_lock=True
-    )
+    one_round = _aiperf_round if args.tool == "aiperf" else _bench_serving_round
+    opts = StackOptions(engine=args.engine, model_dir=Path(args.model_dir) if args.model_dir else None,
+                        max_tokens=args.output_len, benchmark_lock=True, fake_itl_ms=args.fake_itl_ms)  # fmt: skip
     per_round: dict[str, list[dict[str, Any]]] = {a: [] for a in ARMS}
-    with tempfile.TemporaryDirectory(prefix="hitch-external-") as tmp, _stack(stack_args, Path(tmp)) as (arms, _info):
+    with tempfile.TemporaryDirectory(prefix="hitch-external-") as tmp, started_stack(opts, Path(tmp)) as stack:
         work = Path(tmp)
-        by_name = {a.name: a for a in arms}
-        tokenizer = str(Path(args.model_dir)) if args.model_dir else _tokenizer_dir(work)
-        secrets_ = [a.token for a in arms]
+        tokens = {name: arm.headers["Authorization"].removeprefix("Bearer ") for name, arm in stack.arms.items()}
+        secrets_ = list(tokens.values())
         for r in range(args.rounds):
             order = ARMS if r % 2 == 0 else ARMS[::-1]
             for name in order:
-                arm = by_name[name]
-                base = arm.url.removesuffix("/").removesuffix("/v1")
-                raw = work / f"{name}_round{r + 1}.raw.jsonl"
-                env = {**tool_env, "OPENAI_API_KEY": arm.token, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-                env.pop("API_KEY", None)
-                proc = subprocess.run(
-                    _tool_argv(python, base, MODEL, tokenizer, raw, args),
-                    cwd=work,
-                    env=env,
-                    capture_output=True,
-                    text=True,
-                    timeout=args.timeout,
-                )
-                result = _keep(raw, proc.stdout + proc.stderr, out, f"{name}_round{r + 1}", secrets_)
-                if proc.returncode != 0 and not result:
-                    tail = (proc.stdout + proc.stderr)[-2000:]
-                    for s in secrets_:
-                        tail = tail.replace(s, "***")
-                    raise SystemExit(f"bench_serving failed on {name} (exit {proc.returncode}):\n{tail}")
-                per_round[name].append(_figures(result, args.num_prompts))
+                # both tools want the base URL without /v1 (they append /v1/chat/completions and probe /v1/models)
+                base = stack.arms[name].url.removesuffix("/chat/completions").removesuffix("/v1")
+                stem = f"{name}_round{r + 1}"
+                figures = one_round(args, name, base, tokens[name], str(stack.model_dir), work, stem, secrets_)
+                per_round[name].append(figures)
                 print(f"round {r + 1}/{args.rounds} {name} done", file=sys.stderr)
     summary = summarize(per_round)
     report = {
@@ -194,8 +219,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "kind": "external-benchmark",
         "tool": args.tool,
         "tool_args": {
-            "backend": "sglang-oai-chat",
-            "dataset": "random-ids",
+            "backend": "sglang-oai-chat" if args.tool == "bench_serving" else "chat (streaming)",
+            "dataset": "random-ids" if args.tool == "bench_serving" else "synthetic",
             "input_len": args.input_len,
             "output_len": args.output_len,
             "num_prompts": args.num_prompts,
@@ -212,12 +237,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
-def _tokenizer_dir(work: Path) -> str:
-    from certify.bench_overhead import _tiny_model
-
-    return str(_tiny_model(work))
-
-
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m certify.external", description=__doc__.split("\n\n")[0] if __doc__ else None)
     p.add_argument("--tool", choices=TOOLS, default="bench_serving")
@@ -228,15 +247,24 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--output-len", type=int, default=32)
     p.add_argument("--max-concurrency", type=int, default=1)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--fake-itl-ms", type=float, default=0.0, help="fake engine: pause between tokens (one chunk each)")
     p.add_argument("--disable-ignore-eos", action="store_true", help="passed to the tool (it then sends ignore_eos=false)")
     p.add_argument("--model-dir", default=None, help="checkpoint dir (default: the tiny fixture)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per tool invocation")
-    p.add_argument("--out", type=Path, required=True, help="folder for the native outputs and summary.json")
+    p.add_argument("--out", type=Path, help="folder for the native outputs and summary.json")
+    p.add_argument("--install-aiperf", action="store_true", help="install AIPerf (pinned) into its private venv and exit")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.install_aiperf:
+        from certify.aiperf import install_aiperf
+
+        print(f"AIPerf installed: {install_aiperf()}")
+        return 0
+    if args.out is None:
+        raise SystemExit("--out is required")
     if args.rounds < 1 or args.num_prompts < 1:
         raise SystemExit("--rounds and --num-prompts must be at least 1")
     report = run(args)

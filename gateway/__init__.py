@@ -4,8 +4,7 @@ Modules: ``bindings`` (runs, tokens, upstream targets), ``routes`` (allow-list),
 headers), ``policy`` (lock parameters and budgets), ``sglang_view`` (the messages and tools SGLang hands the
 chat template), ``context_check`` (tokenizer + chat template), ``template_bound`` (proven prompt sizes),
 ``admission`` (fair queue), ``transport`` (the engine hop), ``sse`` (incremental parser), ``capture``,
-``evidence``, ``metrics``, ``writer``, ``server`` (the app), ``standalone`` (run one from a spec file),
-``reference_proxy`` (the bare floor used by ``bench``).
+``evidence``, ``metrics``, ``writer``, ``server`` (the app), ``standalone`` (run one from a spec file).
 """
 
 from gateway.bindings import BindingRegistry, UpstreamTarget

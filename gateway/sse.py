@@ -22,10 +22,20 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-__all__ = ["Outcome", "SseEvent", "SseParser", "StreamObserver", "Usage", "parse_events", "usage_from", "unary_outcome"]
+__all__ = [
+    "TEXT_DELTAS",
+    "Outcome",
+    "SseEvent",
+    "SseParser",
+    "StreamObserver",
+    "Usage",
+    "parse_events",
+    "unary_outcome",
+    "usage_from",
+]
 
 Api = Literal["chat", "responses"]
-_TEXT_DELTAS = frozenset(
+TEXT_DELTAS = frozenset(
     {
         "response.output_text.delta",
         "response.reasoning_text.delta",
@@ -278,10 +288,10 @@ class StreamObserver:
                     self.status = _TERMINAL[etype]
                 if etype == "response.failed":
                     self.error = "response.failed"
-            if self.first_text_at is None and etype in _TEXT_DELTAS and obj.get("delta"):
+            if self.first_text_at is None and etype in TEXT_DELTAS and obj.get("delta"):
                 self.first_text_at = now
             return
-        if self.first_text_at is None and etype in _TEXT_DELTAS and b'"delta":""' not in data:
+        if self.first_text_at is None and etype in TEXT_DELTAS and b'"delta":""' not in data:
             self.first_text_at = now
 
     def finish(self) -> Outcome:

@@ -136,6 +136,11 @@ class HitchRoot:
         return self.root / "inference" / "runtimes"
 
     @property
+    def tool_envs(self) -> Path:
+        """Benchmark tools in private venvs (e.g. ``aiperf-0.13.0``), one folder per tool and version."""
+        return self.root / "tools"
+
+    @property
     def cache(self) -> Path:
         return self.root / "cache" / "inference"
 

@@ -1,7 +1,7 @@
 """The per-run page: checks, evidence (linked and previewed), hardware fingerprint, gateway-overhead plots, lifecycle timings.
 
 Input is one run's ``results.json``: a DESIGN §6 predicate plus, optionally, ``overhead`` (the JSON that
-``python -m certify.bench_overhead --out`` writes: ``results.{unary,stream}.{gateway,reference,direct}``) and
+``python -m certify.perf --out`` writes: ``results.{unary,stream}.{gateway,reference,direct}``) and
 ``lifecycle`` (a mapping of timing name to number, possibly nested). Where an arm carries
 ``added_latency_ci_ms`` (bootstrap 95 % intervals, :func:`certify.stats.added_intervals`) each added figure
 shows its interval, the §15.4 badge is decided on the interval's upper end, and the page says when a figure is
@@ -94,7 +94,7 @@ def _arm(section: Mapping[str, Any], arm: str, field: str) -> Mapping[str, Any]:
 
 
 def _overhead(results: Mapping[str, Any]) -> tuple[list[Markup], list[dict[str, Any]], dict[str, Any]]:
-    """Charts, figure rows and run facts from the bench_overhead JSON, or from the predicate's metrics alone."""
+    """Charts, figure rows and run facts from the certify.perf JSON, or from the predicate's metrics alone."""
     overhead = results.get("overhead")
     metrics = results.get("metrics") if isinstance(results.get("metrics"), Mapping) else {}
     charts: list[Markup] = []
@@ -116,7 +116,7 @@ def _overhead(results: Mapping[str, Any]) -> tuple[list[Markup], list[dict[str, 
             )
         return charts, rows, {}
     if not isinstance(overhead, Mapping) or not isinstance(overhead.get("results"), Mapping):
-        raise _invalid("results.overhead must be the JSON written by certify.bench_overhead (with a 'results' object)")
+        raise _invalid("results.overhead must be the JSON written by certify.perf (with a 'results' object)")
     res = overhead["results"]
     rps: dict[str, list[float | None]] = {"direct": [], "gateway": [], "reference": []}
     kinds = [k for k in ("unary", "stream") if isinstance(res.get(k), Mapping)]

@@ -2,7 +2,7 @@
 
 ``python -m certify.load`` (run by ``hitch bench load``). Targets come from one of two places:
 
-- **started here** (default): the stack of :mod:`certify.bench_overhead` — the fake engine
+- **started here** (default): the stack of :mod:`certify.perf.stack` — the fake engine
   (``--engine fake``) or the generic-CPU SGLang runtime (``--engine sglang``), a real draft lock, and our
   gateway as a separate process with one registered run. *direct* is the engine's ``/v1`` with its key and
   the body the gateway would forward (the lock's policy applied); *gateway* is the run's base URL with
@@ -47,19 +47,12 @@ from certify.load.schedule import (
 )
 from certify.load.summary import build_summary, render_table
 from harness.errors import HitchError
+from harness.paths import write_secret
 
 __all__ = ["main"]
 
 REPO = Path(__file__).resolve().parents[2]
 RUNNER_GRACE_S = 120.0
-
-
-def _secret_file(path: Path, value: str) -> str:
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(value)
-    return str(path)
 
 
 def _bodies(schedule: LoadSchedule, model: str, policy: Callable[[bytes], bytes] | None = None) -> list[str]:
@@ -72,38 +65,26 @@ def _bodies(schedule: LoadSchedule, model: str, policy: Callable[[bytes], bytes]
 
 @contextmanager
 def _started_targets(args: argparse.Namespace, schedule: LoadSchedule, work: Path) -> Iterator[dict[str, TargetPlan]]:
-    """The engine + gateway stack of the overhead benchmark; yields one plan per arm we use."""
-    from certify.bench_overhead import MODEL, _stack
+    """The overhead measurement's stack (:mod:`certify.perf.stack`); yields one plan per arm we use."""
+    from certify.perf.stack import MODEL, StackOptions, started_stack
     from gateway.policy import apply_policy
-    from harness.contracts.lock import InferenceLockV1
 
-    stack_args = argparse.Namespace(
-        engine=args.engine, model_dir=args.model_dir, open_streams=schedule.users, capture="off", profile_gateway=None
-    )
+    opts = StackOptions(engine=args.engine, model_dir=Path(args.model_dir) if args.model_dir else None,
+                        permits=max(64, schedule.users + 8), max_tokens=schedule.max_tokens)  # fmt: skip
     route = route_for(schedule.api)
-    with _stack(stack_args, work) as (arms, _info):
-        lock = InferenceLockV1.model_validate_json((work / "lock.json").read_text())
-        by_name = {a.name: a for a in arms}
+    with started_stack(opts, work) as stack:
 
         def policy(raw: bytes) -> bytes:
-            return apply_policy(route, raw, lock, MODEL).body  # type: ignore[arg-type]
+            return apply_policy(route, raw, stack.lock, MODEL).body  # type: ignore[arg-type]
 
-        plans = {
-            "direct": TargetPlan(
-                "direct",
-                by_name["direct"].url,
-                _secret_file(work / "private" / "direct.token", by_name["direct"].token),
-                _bodies(schedule, MODEL, policy),
-                schedule,
-            ),
-            "gateway": TargetPlan(
-                "gateway",
-                by_name["gateway"].url,
-                _secret_file(work / "private" / "gateway.token", by_name["gateway"].token),
-                _bodies(schedule, MODEL),
-                schedule,
-            ),
-        }
+        plans = {}
+        for name, bodies in (("direct", _bodies(schedule, MODEL, policy)), ("gateway", _bodies(schedule, MODEL))):
+            arm = stack.arms[name]
+            token = arm.headers["Authorization"].removeprefix("Bearer ")
+            base = arm.url.removesuffix("/chat/completions")
+            token_file = work / "private" / f"{name}.token"
+            write_secret(token_file, token)
+            plans[name] = TargetPlan(name, base, str(token_file), bodies, schedule)
         yield plans
 
 

@@ -23,14 +23,15 @@ app = typer.Typer(no_args_is_help=True, help="benchmarks (figures, not pass/fail
 @app.command(
     "overhead",
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-    help="gateway vs direct vs bare reference proxy; extra options go to certify.bench_overhead (see --help there)",
+    help="gateway vs direct vs bare reference proxy (certify.perf); extra options go to python -m certify.perf: "
+    "--rounds, --requests, --max-tokens, --fake-itl-ms, --profile-gateway ... (see --help there)",
 )
 def overhead(
     ctx: typer.Context,
     out: Annotated[Path | None, typer.Option("--out", help="write the figures as JSON here")] = None,
     engine: Annotated[str, typer.Option("--engine", help="fake | sglang")] = "fake",
 ) -> None:
-    argv = [sys.executable, "-m", "certify.bench_overhead", "--engine", engine, *ctx.args]
+    argv = [sys.executable, "-m", "certify.perf", "--engine", engine, *ctx.args]
     if out is not None:
         argv += ["--out", str(out)]
     raise typer.Exit(subprocess.call(argv))
@@ -39,19 +40,23 @@ def overhead(
 @app.command(
     "external",
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-    help="the field's own tool (--tool bench_serving: stock sglang.bench_serving from the runtime's venv) against "
-    "direct and our gateway (a benchmark lock) in interleaved rounds; native outputs + summary.json into --out. "
-    "Quirks: URL without /v1, key via OPENAI_API_KEY, random-ids dataset (random downloads ShareGPT), its "
-    "/server_info echo of engine keys is stripped. Extra options go to certify.external (see --help there)",
+    help="the field's own tool against direct and our gateway (a benchmark lock) in interleaved rounds; native "
+    "outputs + summary.json into --out. --tool bench_serving: stock sglang.bench_serving from the runtime's venv "
+    "(URL without /v1, key via OPENAI_API_KEY, random-ids dataset since random downloads ShareGPT, its "
+    "/server_info echo of engine keys stripped). --tool aiperf: AIPerf 0.13.0 from its private venv (make aiperf; "
+    "URL without /v1; the key only as its --api-key argument, the stack's scratch run token, masked in what is "
+    "kept; HF_HUB_OFFLINE/TRANSFORMERS_OFFLINE removed so the local tokenizer path loads; its timing process "
+    "spins a core, so keep to the fake engine or few requests beside a CPU engine). Extra options go to "
+    "certify.external (see --help there)",
 )
 def external(
     ctx: typer.Context,
     out: Annotated[Path, typer.Option("--out", help="folder for the native outputs and summary.json")],
-    tool: Annotated[str, typer.Option("--tool", help="bench_serving (aiperf: not yet; see issue 13)")] = "bench_serving",
+    tool: Annotated[str, typer.Option("--tool", help="bench_serving | aiperf")] = "bench_serving",
     engine: Annotated[str, typer.Option("--engine", help="fake | sglang")] = "fake",
 ) -> None:
-    if tool != "bench_serving":
-        raise typer.BadParameter("only bench_serving is supported so far", param_hint="--tool")
+    if tool not in ("bench_serving", "aiperf"):
+        raise typer.BadParameter("bench_serving or aiperf", param_hint="--tool")
     argv = [sys.executable, "-m", "certify.external", "--tool", tool, "--engine", engine, "--out", str(out), *ctx.args]
     raise typer.Exit(subprocess.call(argv))
 

@@ -1,4 +1,4 @@
-"""Report inputs for the tests: a DESIGN §6 predicate, a bench_overhead JSON, locust CSVs, signed entries."""
+"""Report inputs for the tests: a DESIGN §6 predicate, a certify.perf JSON, locust CSVs, signed entries."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def predicate(**overrides: Any) -> dict[str, Any]:
 
 
 def overhead() -> dict[str, Any]:
-    """The shape ``python -m certify.bench_overhead --out`` writes."""
+    """The shape ``python -m certify.perf --out`` writes."""
 
     def arm(p50: float, rps: float, stream: bool) -> dict[str, Any]:
         entry: dict[str, Any] = {

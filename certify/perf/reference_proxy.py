@@ -1,6 +1,6 @@
 """The bare reference proxy: the measured Python floor the benchmark compares the gateway with.
 
-Owns ``python -m gateway.reference_proxy``: an aiohttp server + aiohttp client on uvloop that does the
+Owns ``python -m certify.perf.reference_proxy``: an aiohttp server + aiohttp client on uvloop that does the
 minimum any authenticating pass-through must do (reference/gateway-overhead-floor.md): parse the JSON body
 once, check a bearer token in constant time, swap ``Authorization`` for the engine key, forward the
 original bytes over a keep-alive pool, and relay the answer chunk by chunk, scanning SSE for the first
@@ -90,7 +90,7 @@ async def _serve(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m gateway.reference_proxy")
+    p = argparse.ArgumentParser(prog="python -m certify.perf.reference_proxy")
     p.add_argument("--upstream", required=True)
     p.add_argument("--engine-key-file", required=True)
     p.add_argument("--token-file", required=True)

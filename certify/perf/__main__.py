@@ -1,0 +1,3 @@
+from certify.perf.bench import main
+
+raise SystemExit(main())

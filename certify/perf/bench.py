@@ -1,0 +1,122 @@
+"""``python -m certify.perf`` (run by ``hitch bench overhead``): the overhead measurement on a stack started here.
+
+Arms: direct, gateway and (unless ``--no-reference``) the bare reference proxy, on the fake engine or the
+generic-CPU SGLang runtime (:mod:`certify.perf.stack`); loops and figures are the perf suite's
+(:mod:`certify.perf.loops`, :mod:`certify.perf.summary`). The defaults give ``--rounds x --requests`` =
+500 pooled samples per arm per kind, so p99 has 5 samples beyond it (a p99 from < 100 is marked
+unreliable). ``--max-tokens 128 --fake-itl-ms 2`` measures the per-token cost (each token its own chunk);
+``--open-streams N`` adds the gateway's memory per open stream (fake engine only: streams held by its stall
+fault); ``--profile-gateway F`` writes a cProfile (thread CPU time) of the gateway process.
+
+Figures go to stdout and, with ``--out``, to a JSON file (summary plus the raw samples). Targets on the fake
+engine: added p50 <= 0.8 ms and p99 <= 2.5 ms at c=1, TTFT added p50 <= 0.8 ms, CPU <= 1.5x reference,
+c=32 throughput >= 0.8x reference. A benchmark prints figures; nothing here asserts on time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import psutil
+import uvloop
+
+from certify.perf.loops import Arm, Plan, as_json, measure
+from certify.perf.stack import Stack, StackOptions, started_stack
+from certify.perf.summary import render, summarize
+
+__all__ = ["main"]
+
+
+async def _open_streams(arm: Arm, stack: Stack, n: int) -> float | None:
+    """Gateway RSS growth per open stream, streams held open by the fake's stall fault."""
+    ctl = stack.fake_control
+    if ctl is None or arm.pid is None or n <= 0:
+        return None
+    proc = psutil.Process(arm.pid)
+    ctl.faults("stall_mid_stream:t=20,after=2")
+    try:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+            rss0 = proc.memory_info().rss
+            responses = []
+            for _ in range(n):
+                resp = await session.post(arm.url, data=arm.body["stream"], headers=arm.headers)
+                await resp.content.readany()
+                responses.append(resp)
+            rss1 = proc.memory_info().rss
+            for resp in responses:
+                resp.close()
+    finally:
+        ctl.reset()
+    return float(rss1 - rss0) / n
+
+
+async def _run(args: argparse.Namespace, stack: Stack, plan: Plan) -> dict[str, Any]:
+    rounds, retries = await measure(stack.arms, plan, progress=True)
+    report = summarize(rounds, plan, retries, stack.lock.execution.max_running_requests)
+    report["results"]["gateway_rss_bytes_per_open_stream"] = await _open_streams(stack.arms["gateway"], stack, args.open_streams)
+    report["raw_rounds_s"] = as_json(rounds)
+    return report
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m certify.perf", description=__doc__.split("\n\n")[0] if __doc__ else None)
+    p.add_argument("--engine", choices=["fake", "sglang"], default="fake")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--requests", type=int, default=100, help="requests per arm per kind per round at c=1")
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--concurrency", type=int, default=32)
+    p.add_argument("--concurrent-requests", type=int, default=256, help="requests per arm per kind per round at c=C")
+    p.add_argument("--max-tokens", type=int, default=16)
+    p.add_argument("--fake-itl-ms", type=float, default=0.0, help="fake engine: pause between tokens (one chunk each)")
+    p.add_argument("--no-reference", action="store_true", help="leave out the bare reference proxy arm")
+    p.add_argument("--open-streams", type=int, default=100)
+    p.add_argument("--capture", choices=["off", "metadata", "full"], default="off")
+    p.add_argument("--model-dir", type=Path, default=None, help="checkpoint dir (default: the tiny fixture)")
+    p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--profile-gateway", type=Path, default=None, help="write a cProfile of the gateway process here")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.rounds < 1 or args.requests < 1:
+        raise SystemExit("--rounds and --requests must be at least 1")
+    plan = Plan(args.rounds, args.warmup, args.requests, args.concurrency, args.concurrent_requests, args.max_tokens)
+    if plan.pooled < 100:
+        print(f"note: {plan.pooled} samples per arm: p99 is shown as unreliable (needs 100)", file=sys.stderr)
+    opts = StackOptions(
+        engine=args.engine,
+        model_dir=args.model_dir,
+        permits=max(64, args.open_streams + 8, args.concurrency),
+        max_tokens=args.max_tokens,
+        fake_itl_ms=args.fake_itl_ms,
+        capture=args.capture,
+        reference=not args.no_reference,
+        profile_gateway=args.profile_gateway,
+    )
+    with tempfile.TemporaryDirectory(prefix="hitch-bench-") as tmp, started_stack(opts, Path(tmp)) as stack:
+        report = uvloop.run(_run(args, stack, plan))
+    report |= {
+        "engine": args.engine,
+        "fake_itl_ms": args.fake_itl_ms if args.engine == "fake" else None,
+        "capture": args.capture,
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
+        "targets": {"added_p50_ms": 0.8, "added_p99_ms": 2.5, "ttft_added_p50_ms": 0.8, "cpu_vs_reference": 1.5,
+                    "throughput_vs_reference_c32": 0.8},
+    }  # fmt: skip
+    print(render(report))
+    rss = report["results"]["gateway_rss_bytes_per_open_stream"]
+    if rss is not None:
+        print(f"gateway memory per open stream: {rss / 1024:.1f} KiB")
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"\nwrote {args.out}")
+    return 0

@@ -1,0 +1,206 @@
+"""The arms and the loops of the overhead measurement.
+
+An :class:`Arm` is one way to reach the same engine: **direct** (the engine's URL and key; the body is what
+the gateway would forward, the caller's body after the lock's policy), **gateway** (a run's base URL and
+token; the caller's body) and, in ``hitch bench overhead``, **reference** (the bare pass-through of
+:mod:`certify.perf.reference_proxy`). Chat completions, stream and non-stream (the two *kinds*).
+
+- Concurrency 1: after a warm-up, each round sends ``n_c1`` requests per arm, *alternating* arm by arm
+  (the first arm rotates per round), so drift in the machine's load hits every arm alike.
+- Concurrency C: ``n_conc`` requests per arm per round taken by C workers; throughput = n / elapsed. The
+  gateway admits the lock's ``max_running_requests + max_queued_requests`` and refuses more with 429, as
+  the engine refuses beyond its own queue; each arm's workers share a client-side semaphore of the size
+  its target holds (``Arm.admitted``; 0: unbounded).
+- The engine's queue-full refusals (its 503, or a 200 stream whose only event is its in-band "queue is
+  full" error) and the gateway's queue-full 429 (another client of a shared engine filled a queue; nothing
+  ran) are re-sent and counted (``retries``); any other non-200, and a 200 carrying another in-band error,
+  fails the measurement: a refusal is never counted as a served request.
+
+Each arm with a ``pid`` (a proxy process of ours) also gets the CPU time that process spent per request.
+Times are ``time.perf_counter`` seconds; TTFT and ITL as :mod:`certify.perf.reading` defines them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import psutil
+
+from certify.perf.reading import StreamClock
+
+__all__ = ["KINDS", "Arm", "Plan", "Round", "Sample", "as_json", "measure", "one", "pooled"]
+
+KINDS = ("unary", "stream")
+ENGINE_QUEUE_FULL = b"The request queue is full."
+GATEWAY_QUEUE_FULL = b'"code":"inference_queue_full"'
+
+
+@dataclass(frozen=True)
+class Plan:
+    rounds: int
+    warmup: int
+    n_c1: int  # requests per arm per kind per round at concurrency 1
+    concurrency: int
+    n_conc: int  # requests per arm per kind per round at concurrency C
+    max_tokens: int
+
+    @property
+    def pooled(self) -> int:
+        """Samples per arm per kind behind each pooled percentile."""
+        return self.rounds * self.n_c1
+
+
+@dataclass(frozen=True)
+class Arm:
+    name: str
+    url: str  # the full chat completions URL
+    headers: dict[str, str] = field(repr=False)
+    body: dict[str, bytes]  # kind -> request bytes
+    admitted: int = 0  # requests the target holds at once (running + queued); more wait client-side
+    pid: int | None = None  # our proxy process, whose CPU time is measured
+
+
+@dataclass
+class Sample:
+    e2e: float
+    ttft: float | None = None
+    itl: float | None = None
+    tokens: int | None = None  # completion tokens (unary: the usage; stream: text events)
+
+
+@dataclass
+class Round:
+    """One round: per kind, per arm, the c=1 samples, the c=C throughput and CPU ms per request."""
+
+    c1: dict[str, dict[str, list[Sample]]] = field(default_factory=dict)
+    rps: dict[str, dict[str, float]] = field(default_factory=dict)
+    cpu_ms_c1: dict[str, dict[str, float]] = field(default_factory=dict)
+    cpu_ms_conc: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+def _usage_tokens(raw: bytes) -> int | None:
+    usage = json.loads(raw).get("usage") or {}
+    tokens = usage.get("completion_tokens")
+    return int(tokens) if isinstance(tokens, int) else None
+
+
+async def one(session: aiohttp.ClientSession, arm: Arm, kind: str, retries: dict[str, int]) -> Sample:
+    """One request, timed. Queue-full refusals are re-sent and counted; anything else that is not a served
+    answer raises ``AssertionError`` (the suites' failure; the benchmark's crash)."""
+    for _ in range(100):
+        t0 = time.perf_counter()
+        async with session.post(arm.url, data=arm.body[kind], headers=arm.headers) as resp:
+            if resp.status in (503, 429):
+                body = await resp.read()
+                if ENGINE_QUEUE_FULL in body or GATEWAY_QUEUE_FULL in body:
+                    retries[arm.name] = retries.get(arm.name, 0) + 1
+                    await asyncio.sleep(0.005)
+                    continue
+                raise AssertionError(f"{arm.name} {kind}: HTTP {resp.status}: {body[:300]!r}")
+            if resp.status != 200:
+                raise AssertionError(f"{arm.name} {kind}: HTTP {resp.status}: {(await resp.read())[:300]!r}")
+            if kind == "unary":
+                return Sample(time.perf_counter() - t0, tokens=_usage_tokens(await resp.read()))
+            clock = StreamClock("chat", t0)
+            async for chunk in resp.content.iter_any():
+                clock.feed(chunk, time.perf_counter())
+            e2e = time.perf_counter() - t0
+            errors = [data for _name, data in clock.events if data.startswith(b'{"error"')]
+            if errors and ENGINE_QUEUE_FULL in errors[0]:  # SGLang's in-band refusal: nothing ran, like its 503
+                retries[arm.name] = retries.get(arm.name, 0) + 1
+                await asyncio.sleep(0.005)
+                continue
+            if errors:  # a refusal is never counted as a served request
+                raise AssertionError(f"{arm.name} {kind}: in-band error after 200: {errors[0][:300]!r}")
+            if not clock.events or clock.events[-1][1] != b"[DONE]":
+                raise AssertionError(f"{arm.name} {kind}: the stream ended without [DONE]")
+            return Sample(e2e, clock.ttft, clock.itl, len(clock.text_times))
+    raise AssertionError(f"{arm.name} {kind}: refused 100 times in a row (queue full)")
+
+
+def _cpu_s(pid: int | None) -> float:
+    if pid is None:
+        return 0.0
+    t = psutil.Process(pid).cpu_times()
+    return float(t.user + t.system)
+
+
+async def _concurrent(
+    session: aiohttp.ClientSession, arm: Arm, kind: str, plan: Plan, retries: dict[str, int]
+) -> tuple[float, float]:
+    left = plan.n_conc
+    gate = asyncio.Semaphore(arm.admitted) if arm.admitted else None
+
+    async def worker() -> None:
+        nonlocal left
+        while left > 0:
+            left -= 1
+            if gate is None:
+                await one(session, arm, kind, retries)
+            else:
+                async with gate:
+                    await one(session, arm, kind, retries)
+
+    cpu0 = _cpu_s(arm.pid)
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(plan.concurrency)))
+    elapsed = time.perf_counter() - t0
+    return plan.n_conc / elapsed, (_cpu_s(arm.pid) - cpu0) * 1000 / plan.n_conc
+
+
+async def measure(arms: dict[str, Arm], plan: Plan, progress: bool = False) -> tuple[list[Round], dict[str, int]]:
+    """Warm-up, then ``plan.rounds`` rounds of both loops for both kinds; returns the rounds and the retries."""
+    retries: dict[str, int] = {}
+    rounds: list[Round] = []
+    names = list(arms)
+    sessions = {name: aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) for name in names}
+    try:
+        for kind in KINDS:  # warm-up: connections, tokenizer caches, the engine's first-request paths
+            for _ in range(plan.warmup):
+                for name in names:
+                    await one(sessions[name], arms[name], kind, retries)
+        for r in range(plan.rounds):
+            order = names[r % len(names) :] + names[: r % len(names)]
+            rd = Round()
+            for kind in KINDS:
+                samples: dict[str, list[Sample]] = {name: [] for name in names}
+                cpu0 = {name: _cpu_s(arms[name].pid) for name in names}
+                for _ in range(plan.n_c1):
+                    for name in order:
+                        samples[name].append(await one(sessions[name], arms[name], kind, retries))
+                rd.cpu_ms_c1[kind] = {name: (_cpu_s(arms[name].pid) - cpu0[name]) * 1000 / plan.n_c1 for name in names}
+                rd.c1[kind] = samples
+                rd.rps[kind], rd.cpu_ms_conc[kind] = {}, {}
+                for name in order:
+                    rps, cpu = await _concurrent(sessions[name], arms[name], kind, plan, retries)
+                    rd.rps[kind][name], rd.cpu_ms_conc[kind][name] = rps, cpu
+            rounds.append(rd)
+            if progress:
+                print(f"round {r + 1}/{plan.rounds} done", flush=True)
+    finally:
+        for s in sessions.values():
+            await s.close()
+    return rounds, retries
+
+
+def pooled(rounds: list[Round], kind: str, arm: str, field_: str) -> list[float]:
+    """One arm's samples of one field over every round (Nones left out)."""
+    return [v for rd in rounds for s in rd.c1[kind][arm] if (v := getattr(s, field_)) is not None]
+
+
+def as_json(rounds: list[Round]) -> list[dict[str, Any]]:
+    """The raw rounds for a JSON file (seconds)."""
+    return [
+        {
+            "c1": {k: {a: [[s.e2e, s.ttft, s.itl, s.tokens] for s in v] for a, v in per.items()} for k, per in rd.c1.items()},
+            "rps": rd.rps,
+            "cpu_ms_c1": rd.cpu_ms_c1,
+            "cpu_ms_conc": rd.cpu_ms_conc,
+        }
+        for rd in rounds
+    ]

@@ -1,0 +1,141 @@
+"""The one overhead measurement (certify.perf): its TTFT/ITL definition, its summary and a short run.
+
+No timed assertions: the figures are computed from chosen samples, and the short run on the fake engine
+asserts shapes, counts and the work done, never how long anything took."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from certify.perf.loops import Plan, Round, Sample
+from certify.perf.reading import StreamClock, carries_text
+from certify.perf.summary import over_bound, render, summarize
+
+
+def _chat(delta: dict[str, object]) -> bytes:
+    return b"data: " + json.dumps({"id": "x", "choices": [{"index": 0, "delta": delta}]}).encode() + b"\n\n"
+
+
+def test_ttft_is_the_first_event_carrying_text_and_itl_the_mean_gap() -> None:
+    clock = StreamClock("chat", t0=1.0)
+    clock.feed(_chat({"role": "assistant", "content": ""}), 1.1)  # the role chunk is no token
+    clock.feed(_chat({"content": ""}), 1.2)
+    clock.feed(_chat({"content": "a"})[:10], 1.25)  # an event counts once complete
+    clock.feed(_chat({"content": "a"})[10:], 1.3)
+    clock.feed(_chat({"tool_calls": [{"index": 0, "function": {"arguments": "{"}}]}), 1.5)
+    clock.feed(_chat({"reasoning_content": "hm"}) + b"data: [DONE]\n\n", 1.7)
+    assert clock.ttft == pytest.approx(0.3)
+    assert clock.itl == pytest.approx((1.7 - 1.3) / 2)
+    assert clock.events[-1] == (None, b"[DONE]")
+
+
+def test_responses_text_events_need_a_non_empty_delta() -> None:
+    assert carries_text("responses", b"response.output_text.delta", b'{"delta": "x"}')
+    assert not carries_text("responses", b"response.output_text.delta", b'{"delta": ""}')
+    assert not carries_text("responses", b"response.created", b'{"response": {}}')
+    assert carries_text("responses", None, b'{"type": "response.function_call_arguments.delta", "delta": "{"}')
+
+
+def _rounds(n: int, added_s: float, rounds: int = 2) -> list[Round]:
+    out = []
+    for r in range(rounds):
+        rd = Round()
+        for kind in ("unary", "stream"):
+            base = [0.010 + 0.0001 * ((i * 7 + r) % 13) for i in range(n)]
+            stream = kind == "stream"
+            rd.c1[kind] = {
+                "direct": [Sample(b, b / 2 if stream else None, b / 20 if stream else None, 8) for b in base],
+                "gateway": [
+                    Sample(b + added_s, (b + added_s) / 2 if stream else None, b / 20 if stream else None, 8) for b in base
+                ],
+            }
+            rd.rps[kind] = {"direct": 100.0, "gateway": 95.0}
+            rd.cpu_ms_c1[kind] = {"direct": 0.0, "gateway": 0.5}
+            rd.cpu_ms_conc[kind] = {"direct": 0.0, "gateway": 0.4}
+        out.append(rd)
+    return out
+
+
+def test_summary_states_samples_intervals_and_the_bound_on_the_interval() -> None:
+    plan = Plan(rounds=2, warmup=0, n_c1=60, concurrency=4, n_conc=8, max_tokens=8)
+    report = summarize(_rounds(60, 0.002), plan, {})
+    gw = report["results"]["unary"]["gateway"]
+    assert report["samples_per_arm"] == 120
+    ci = gw["added_latency_ci_ms"]
+    assert ci["p50"]["estimate"] == pytest.approx(2.0)
+    assert ci["p50"]["low"] > 0 and not ci["p50"]["noise"]  # a constant 2 ms is told apart from noise
+    assert ci["p99"]["reliable"] and ci["p50"]["n"] == 120
+    assert gw["e2e_ratio"]["p50"] == pytest.approx(
+        (report["results"]["unary"]["direct"]["p50_ms"] + 2.0) / report["results"]["unary"]["direct"]["p50_ms"]
+    )
+    assert not over_bound(gw, "added_latency_ci_ms", "bound_ms", "")
+    stream = report["results"]["stream"]["gateway"]
+    assert stream["itl_added_ci_ms"]["p50"]["noise"]  # same ITL in both arms
+    assert stream["ttft_added_ci_ms"]["p50"]["estimate"] == pytest.approx(1.0)
+
+    slow = summarize(_rounds(60, 0.050), plan, {})["results"]["unary"]["gateway"]
+    assert [line.split(":")[0] for line in over_bound(slow, "added_latency_ci_ms", "bound_ms", "")] == ["p50", "p95"]
+
+
+def test_few_samples_make_p99_unreliable_and_a_negative_difference_noise() -> None:
+    plan = Plan(rounds=1, warmup=0, n_c1=30, concurrency=4, n_conc=8, max_tokens=8)
+    report = summarize(_rounds(30, -0.00001, rounds=1), plan, {})
+    ci = report["results"]["unary"]["gateway"]["added_latency_ci_ms"]
+    assert not ci["p99"]["reliable"] and ci["p95"]["noise"]
+    text = render(report)
+    assert "UNRELIABLE (n=30 < 100)" in text
+    assert "noise (negative: not a speed-up)" in text
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_overhead_benchmark_runs_all_arms_on_the_fake_engine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from certify.perf.bench import main
+
+    out = tmp_path / "overhead.json"
+    argv = ["--rounds", "1", "--requests", "3", "--warmup", "1", "--concurrency", "2", "--concurrent-requests", "4",
+            "--max-tokens", "8", "--open-streams", "2", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    report = json.loads(out.read_text())
+    assert report["samples_per_arm"] == 3 and report["engine"] == "fake"
+    for kind in ("unary", "stream"):
+        section = report["results"][kind]
+        assert {"direct", "gateway", "reference", "gateway_vs_reference"} <= section.keys()
+        assert section["gateway"]["added_latency_ci_ms"]["p99"]["reliable"] is False
+        # the three arms did the same work
+        assert section["direct"]["completion_tokens"] == section["gateway"]["completion_tokens"]
+        assert section["reference"]["completion_tokens"] == section["gateway"]["completion_tokens"]
+    assert all(0 < t <= 8 for t in report["results"]["unary"]["direct"]["completion_tokens"])
+    raw = report["raw_rounds_s"][0]["c1"]["stream"]
+    assert all(len(raw[arm]) == 3 for arm in ("direct", "gateway", "reference"))
+    assert report["results"]["gateway_rss_bytes_per_open_stream"] is not None
+    assert "UNRELIABLE (n=3 < 100)" in capsys.readouterr().out
+
+
+@pytest.mark.integration
+def test_a_200_stream_with_an_in_band_error_is_never_a_served_sample(tiny_model: Path, tmp_path: Path) -> None:
+    import asyncio
+
+    import aiohttp
+
+    from certify.perf.loops import Arm, one
+    from certify.perf.stack import MODEL, caller_body
+    from fixtures.fake_sglang.client import start_fake_engine
+
+    fake = start_fake_engine(tiny_model, tmp_path, served=MODEL)
+    try:
+        fake.faults("inband_error:after=1")
+        body = {"stream": caller_body("stream", 8)}
+        arm = Arm("direct", fake.base + "/v1/chat/completions", {**fake.headers(), "Content-Type": "application/json"}, body)
+
+        async def go() -> None:
+            async with aiohttp.ClientSession() as session:
+                await one(session, arm, "stream", {})
+
+        with pytest.raises(AssertionError, match="in-band error after 200"):
+            asyncio.run(go())
+    finally:
+        fake.stop()

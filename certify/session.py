@@ -219,10 +219,22 @@ def _engine_endpoint(root: HitchRoot, service_id: str) -> tuple[str, str]:
     return str(ref["base_url"]), key
 
 
-def open_session(opts: CertifyOptions, session_key: str, worker: str) -> CertifyEnv:
-    """Create this process's run on the session's shared engine (started by the first caller)."""
+def open_session(opts: CertifyOptions, session_key: str, worker: str, *, references: bool = False) -> CertifyEnv:
+    """Create this process's run on the session's shared engine (started by the first caller).
+
+    ``references``: the session runs correctness checks on a real engine; their reference runs are computed (or
+    found cached) first, while no engine spins a core (:func:`certify.reference_set.prepare_references`).
+    """
+    from harness.store import resolve_model
+
     model_ref = _ensure_model(opts)
     runtime_id = _ensure_runtime(opts)
+    model_id = resolve_model(opts.root, model_ref).model_id
+    prepared: dict[str, Any] | None = None
+    if references and opts.engine == "sglang":
+        from certify.reference_set import prepare_references
+
+        prepared = prepare_references(opts.root, model_id)
     body: dict[str, Any] = {
         "model": model_ref,
         "device": opts.device,
@@ -252,9 +264,7 @@ def open_session(opts: CertifyOptions, session_key: str, worker: str) -> Certify
     run = _create_run(daemon, {**body, "run_id": f"certify-{session_key[:8]}-{worker}"})
     engine_url, engine_key = _engine_endpoint(opts.root, run.service_id)
     from certify.model_facts import model_facts
-    from harness.store import resolve_model
 
-    model_id = resolve_model(opts.root, model_ref).model_id
     env = CertifyEnv(opts, opts.root, daemon, model_ref, model_id, runtime_id, run, engine_url, engine_key, fake, body, [run])
     facts = {
         "engine": opts.engine,
@@ -269,6 +279,7 @@ def open_session(opts: CertifyOptions, session_key: str, worker: str) -> Certify
         "service_id": run.service_id,
         "choice_reason": opts.choice_reason,
         "allow_uncertified": opts.allow_uncertified,
+        "reference": prepared,
     }
     opts.report_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(opts.report_dir / "session.json", facts)

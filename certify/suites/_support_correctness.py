@@ -16,8 +16,7 @@ comparison ends there.
 from __future__ import annotations
 
 import json
-import re
-import string
+import unicodedata
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -33,7 +32,8 @@ __all__ = [
     "TokenKeys",
     "chat_tokens",
     "compare_greedy",
-    "exact_match",
+    "answer_matches",
+    "answer_words",
     "responses_tokens",
 ]
 
@@ -154,9 +154,21 @@ def compare_greedy(
     return result
 
 
-_PUNCT = re.compile(f"[{re.escape(string.punctuation)}]")
+def answer_words(text: str) -> list[str]:
+    """The words of ``text``'s first non-empty line: NFKC, case-folded, every punctuation character a space."""
+    line = next((ln for ln in unicodedata.normalize("NFKC", text).casefold().splitlines() if ln.strip()), "")
+    return "".join(" " if unicodedata.category(ch)[0] in "PS" else ch for ch in line).split()
 
 
-def exact_match(answer: str, expected: str) -> bool:
-    """The answer is the expected one, ignoring case, punctuation and surrounding whitespace."""
-    return _PUNCT.sub("", answer).strip().lower() == _PUNCT.sub("", expected).strip().lower()
+def answer_matches(answer: str, accepted: tuple[str, ...]) -> bool:
+    """Normalised exact match: one accepted answer's words occur as consecutive whole words in the answer's first line.
+
+    "The capital of France is Paris." matches ``("Paris",)``; "Parisian" or "Par is" do not, nor does an answer
+    that only names it on a later line (the question asks for one word; a list of guesses is no answer).
+    """
+    words = answer_words(answer)
+    for expected in accepted:
+        want = answer_words(expected)
+        if want and any(words[i : i + len(want)] == want for i in range(len(words) - len(want) + 1)):
+            return True
+    return False

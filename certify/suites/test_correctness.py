@@ -2,7 +2,9 @@
 
 Every request goes through the gateway with the run's token; the reference is Hugging Face transformers on
 the same checkpoint (the store's copy of ``model_id``), run in the reference runtime's venv and cached per
-model and prompt set (:mod:`fixtures.reference`). Checks:
+model and prompt set (:mod:`fixtures.reference`). The session computes it before it starts the engine
+(:func:`certify.reference_set.prepare_references`); the prompt sets live in :mod:`certify.reference_set`.
+Checks:
 
 - ``correctness.parity.{chat,responses}``: greedy parity on eight fixed prompts, 32 tokens each, compared
   token by token (:func:`certify.suites._support_correctness.compare_greedy`, the method of SGLang's and
@@ -12,8 +14,12 @@ model and prompt set (:mod:`fixtures.reference`). Checks:
 - ``correctness.determinism``: three identical temperature-0 requests give identical tokens;
 - ``correctness.natural_stop``: where the reference ends its turn on the end-of-turn token, the engine ends
   it too (finish_reason ``stop`` / status ``completed``, the same last token);
-- ``correctness.eval``: twenty short questions with one-word answers, exact match, scored on the engine and
-  the reference; the engine may not score below the reference minus :data:`EVAL_MARGIN`.
+- ``correctness.eval``: 22 short questions with one-word answers, scored on the engine and the reference by
+  normalised exact match (:func:`certify.suites._support_correctness.answer_matches`: NFKC, case-folded,
+  punctuation dropped; an accepted answer occurs as whole words in the answer's first line, so "The capital of
+  France is Paris." is right and "Parisian" is not); the engine may not score below the reference minus
+  :data:`EVAL_MARGIN`, and where the model can answer questions the reference must answer at least
+  :data:`EVAL_MIN_REFERENCE` (a set the reference cannot answer would pass any engine).
 
 Tolerances (natural-log units, nats) and why:
 
@@ -26,8 +32,12 @@ Tolerances (natural-log units, nats) and why:
 - :data:`TIE_TOL` = 0.5: at a divergence each side's preference for its own token over the other's must be
   within this; greedy continuations may part where the two best tokens are within kernel noise of each
   other, never where one side is clearly sure (vLLM checks top-k membership only; the gap makes it strict).
-- :data:`EVAL_MARGIN` = 2 of 20: a near tie flipped by kernel noise may change up to a couple of answers of a
-  small model; a wrong engine loses far more.
+- :data:`EVAL_MARGIN` = 3 of 22: a near tie flipped by kernel noise changes an answer of a small model.
+  Measured on SmolLM2-135M (generic-CPU SGLang, bfloat16, against the float32 reference): reference 14,
+  engine 12 (two answers parted at a near tie after identical prefixes); one more answer of headroom for
+  other CPU kernels (AMX). A wrong engine loses far more (a wrong weight, template or position id answers
+  almost nothing), and :data:`EVAL_MIN_REFERENCE` = 10 keeps the comparison meaningful: the engine must
+  still answer at least 7 of 22.
 
 What a model cannot show is read from the model-fixture catalog's ``not_applicable`` (a random checkpoint
 never ends a turn by itself and answers no question): the check still runs, records
@@ -37,73 +47,43 @@ reasons (``<check>: not applicable to this model: ...``), so it is declared, nev
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
 
-from catalog.model_fixtures import fixture_for_model_id
+from certify.reference_set import (
+    EVAL_SET,
+    EVAL_TOKENS,
+    PARITY_PROMPTS,
+    PARITY_TOKENS,
+    STOP_QUESTION,
+    STOP_TOKENS,
+    TOP_K,
+    chat_messages,
+    eval_messages,
+    not_applicable,
+    reference_run,
+)
 from certify.registry import check
 from certify.session import CertifyEnv
 from certify.suites._support_correctness import (
     Comparison,
     EngineToken,
     TokenKeys,
+    answer_matches,
     chat_tokens,
     compare_greedy,
-    exact_match,
     responses_tokens,
 )
 from certify.suites._support_protocol import gw_post
-from fixtures.reference import REFERENCE_RUNTIME, ReferenceParams, ReferenceRunV1, reference_cache_dir, run_reference
+from fixtures.reference import ReferenceRunV1
 
-PARITY_TOKENS = 32
-TOP_K = 5
 MATCH_TOL = 0.25
 TIE_TOL = 0.5
-EVAL_MARGIN = 2
-EVAL_TOKENS = 12
-
-# user-only prompts: chat and Responses render them through the same template (no system folding)
-PARITY_PROMPTS = [
-    "Write a short story about a robot who learns to paint.",
-    "Explain how photosynthesis works to a ten year old.",
-    "List five tips for staying healthy and explain each one.",
-    "Describe the water cycle in detail.",
-    "What are the benefits of reading books every day?",
-    "Write a poem about the ocean at night.",
-    "How does a computer store information? Explain step by step.",
-    "Give me a recipe for a simple vegetable soup.",
-]
-EVAL_SYSTEM = "Answer with a single word only."
-EVAL_SET = [
-    ("What is the capital of France?", "Paris"),
-    ("What is the capital of Japan?", "Tokyo"),
-    ("What is the capital of Italy?", "Rome"),
-    ("What is the capital of Germany?", "Berlin"),
-    ("What is the capital of Spain?", "Madrid"),
-    ("What color is the sky on a clear day?", "Blue"),
-    ("What color is grass?", "Green"),
-    ("What color is snow?", "White"),
-    ("How many legs does a spider have?", "Eight"),
-    ("What is the opposite of hot?", "Cold"),
-    ("What is the opposite of up?", "Down"),
-    ("What is the largest planet in our solar system?", "Jupiter"),
-    ("What planet do we live on?", "Earth"),
-    ("What is frozen water called?", "Ice"),
-    ("Which animal is known as the king of the jungle?", "Lion"),
-    ("What do bees make?", "Honey"),
-    ("What is the first day of the week after Sunday?", "Monday"),
-    ("What gas do humans need to breathe to live?", "Oxygen"),
-    ("What is the chemical symbol for gold?", "Au"),
-    ("What is the largest ocean on Earth?", "Pacific"),
-]
-
-
-def _chat(text: str, system: str | None = None) -> list[dict[str, Any]]:
-    return [*([{"role": "system", "content": system}] if system else []), {"role": "user", "content": text}]
+EVAL_MARGIN = 3
+EVAL_MIN_REFERENCE = 10
 
 
 def _ok(r: httpx.Response) -> dict[str, Any]:
@@ -113,34 +93,18 @@ def _ok(r: httpx.Response) -> dict[str, Any]:
     return body
 
 
-def _not_applicable(env: CertifyEnv, behaviour: str) -> str | None:
-    entry = fixture_for_model_id(env.model_id)
-    return None if entry is None else entry.not_applicable.get(behaviour)  # type: ignore[call-overload]
-
-
 class Bench:
-    """The engine's and the reference's answers, computed once per module."""
+    """The engine's answers through the gateway, and the reference's (computed before the engine started)."""
 
     def __init__(self, env: CertifyEnv) -> None:
-        from harness.runtimes import get_runtime
-        from harness.runtimes.install import installed_runtime
         from harness.store import model_files_dir
 
         self.env = env
-        self.checkpoint = model_files_dir(env.root, env.model_id)
-        self.keys = TokenKeys(self.checkpoint)
-        runtime = installed_runtime(env.root, get_runtime(REFERENCE_RUNTIME))
-        assert runtime is not None, f"the reference runtime {REFERENCE_RUNTIME} is not installed under {env.root.root}"
-        self.runtime = runtime
-        self.seconds: dict[str, float] = {}
+        self.keys = TokenKeys(model_files_dir(env.root, env.model_id))
 
-    def reference(self, prompts: list[list[dict[str, Any]]], max_new: int) -> ReferenceRunV1:
-        started = time.monotonic()
-        run, cached = run_reference(
-            self.runtime, self.checkpoint, self.env.model_id, prompts, ReferenceParams(max_new_tokens=max_new, top_k=TOP_K),
-            cache_dir=reference_cache_dir(self.env.root),
-        )  # fmt: skip
-        self.seconds[f"reference_{len(prompts)}x{max_new}{'_cached' if cached else ''}"] = round(time.monotonic() - started, 2)
+    def reference(self, name: str) -> ReferenceRunV1:
+        # normally a cache hit: the session prepared every set before it started the engine
+        run, _ = reference_run(self.env.root, self.env.model_id, name)
         return run
 
     def chat(self, messages: list[dict[str, Any]], max_tokens: int) -> dict[str, Any]:
@@ -161,13 +125,13 @@ def bench(certify_env: CertifyEnv) -> Bench:
 
 @pytest.fixture(scope="module")
 def parity_ref(bench: Bench) -> ReferenceRunV1:
-    return bench.reference([_chat(p) for p in PARITY_PROMPTS], PARITY_TOKENS)
+    return bench.reference("parity")
 
 
 @pytest.fixture(scope="module")
 def parity_answers(bench: Bench) -> dict[str, list[dict[str, Any]]]:
     return {
-        "chat": [bench.chat(_chat(p), PARITY_TOKENS) for p in PARITY_PROMPTS],
+        "chat": [bench.chat(chat_messages(p), PARITY_TOKENS) for p in PARITY_PROMPTS],
         "responses": [bench.responses(p, PARITY_TOKENS) for p in PARITY_PROMPTS],
     }
 
@@ -233,7 +197,7 @@ def test_prompt_tokens(parity_ref: ReferenceRunV1, parity_answers: dict[str, lis
 
 @check("correctness.determinism", engines=("sglang",), description="three identical temperature-0 requests give identical tokens")
 def test_determinism(bench: Bench, certify_record: Any) -> None:
-    messages = _chat(PARITY_PROMPTS[0])
+    messages = chat_messages(PARITY_PROMPTS[0])
     runs = [[t.key for t in chat_tokens(bench.chat(messages, PARITY_TOKENS))] for _ in range(3)]
     certify_record.detail("tokens", [len(r) for r in runs])
     assert runs[0], "no tokens"
@@ -242,20 +206,19 @@ def test_determinism(bench: Bench, certify_record: Any) -> None:
 
 @pytest.fixture(scope="module")
 def eval_ref(bench: Bench) -> ReferenceRunV1:
-    return bench.reference([_chat(q, EVAL_SYSTEM) for q, _ in EVAL_SET], EVAL_TOKENS)
+    return bench.reference("eval")
 
 
 @check("correctness.natural_stop", engines=("sglang",), description="the engine ends its turn where the reference does")
 def test_natural_stop(bench: Bench, certify_record: Any) -> None:
-    reason = _not_applicable(bench.env, "natural_stop")
+    reason = not_applicable(bench.env.model_id, "natural_stop")
     if reason is not None:
         certify_record.detail("not_applicable", reason)
         return
-    question = EVAL_SET[0][0]
-    ref = bench.reference([_chat(question)], 48).results[0]
-    assert ref.finish_reason == "stop", f"the reference did not end its turn in 48 tokens: {ref.text!r}"
-    chat = bench.chat(_chat(question), 48)
-    resp = bench.responses(question, 48)
+    ref = bench.reference("natural_stop").results[0]
+    assert ref.finish_reason == "stop", f"the reference did not end its turn in {STOP_TOKENS} tokens: {ref.text!r}"
+    chat = bench.chat(chat_messages(STOP_QUESTION), STOP_TOKENS)
+    resp = bench.responses(STOP_QUESTION, STOP_TOKENS)
     tokens = chat_tokens(chat)
     certify_record.detail("reference_tokens", len(ref.token_ids))
     certify_record.detail("engine_tokens", len(tokens))
@@ -267,21 +230,34 @@ def test_natural_stop(bench: Bench, certify_record: Any) -> None:
 
 
 @check(
-    "correctness.eval", engines=("sglang",), description=f"{len(EVAL_SET)} short questions: engine >= reference - {EVAL_MARGIN}"
+    "correctness.eval",
+    engines=("sglang",),
+    description=f"{len(EVAL_SET)} short questions, normalised exact match: engine >= reference - {EVAL_MARGIN}",
 )
 def test_question_set(bench: Bench, eval_ref: ReferenceRunV1, certify_record: Any) -> None:
     engine_answers = [
-        str(bench.chat(_chat(q, EVAL_SYSTEM), EVAL_TOKENS)["choices"][0]["message"].get("content") or "") for q, _ in EVAL_SET
+        str(bench.chat(eval_messages(q), EVAL_TOKENS)["choices"][0]["message"].get("content") or "") for q, _ in EVAL_SET
     ]
-    engine_score = sum(exact_match(a, want) for a, (_, want) in zip(engine_answers, EVAL_SET, strict=True))
-    ref_score = sum(exact_match(r.text, want) for r, (_, want) in zip(eval_ref.results, EVAL_SET, strict=True))
-    score = {"engine": engine_score, "reference": ref_score, "items": len(EVAL_SET), "margin": EVAL_MARGIN}
+    engine_ok = [answer_matches(a, accepted) for a, (_, accepted) in zip(engine_answers, EVAL_SET, strict=True)]
+    ref_ok = [answer_matches(r.text, accepted) for r, (_, accepted) in zip(eval_ref.results, EVAL_SET, strict=True)]
+    score = {"engine": sum(engine_ok), "reference": sum(ref_ok), "items": len(EVAL_SET), "margin": EVAL_MARGIN}
     certify_record.metric("correctness_eval", score)
     certify_record.detail("score", score)
+    certify_record.detail("match", "normalised exact match (certify.suites._support_correctness.answer_matches)")
     certify_record.detail(
-        "answers", [[q, want, a, r.text] for (q, want), a, r in zip(EVAL_SET, engine_answers, eval_ref.results, strict=True)]
+        "answers",
+        [
+            {"question": q, "accepted": list(accepted), "engine": a, "engine_ok": e, "reference": r.text, "reference_ok": o}
+            for (q, accepted), a, e, r, o in zip(EVAL_SET, engine_answers, engine_ok, eval_ref.results, ref_ok, strict=True)
+        ],
     )
-    reason = _not_applicable(bench.env, "question_answering")
+    reason = not_applicable(bench.env.model_id, "question_answering")
     if reason is not None:  # scored all the same (0 and 0 on random weights): the figures say what ran
         certify_record.detail("not_applicable", reason)
-    assert engine_score >= ref_score - EVAL_MARGIN, f"engine {engine_score}/{len(EVAL_SET)}, reference {ref_score}"
+    else:  # a set the reference cannot answer compares nothing: it would pass any engine
+        assert score["reference"] >= EVAL_MIN_REFERENCE, (
+            f"the reference answers {score['reference']} of {len(EVAL_SET)} (< {EVAL_MIN_REFERENCE}): the question set "
+            "cannot tell a wrong engine from a right one; declare question_answering not applicable for this model"
+        )
+    engine, reference = score["engine"], score["reference"]
+    assert engine >= reference - EVAL_MARGIN, f"engine {engine}/{len(EVAL_SET)} < reference {reference} - {EVAL_MARGIN}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from certify.suites._support_correctness import EngineToken, TokenKeys, compare_greedy, exact_match
+from certify.suites._support_correctness import EngineToken, TokenKeys, answer_matches, answer_words, compare_greedy
 from fixtures.reference import ReferencePromptResult, TokenLogprob
 
 
@@ -75,6 +75,25 @@ def test_token_names_follow_sglangs_byte_and_display_forms(tiny_model: Path) -> 
     assert bytes(keys.raw_bytes(special)) == keys.display(special).encode()
 
 
-def test_exact_match_ignores_case_punctuation_and_whitespace() -> None:
-    assert exact_match(" Paris.", "Paris") and exact_match("blue", "Blue") and exact_match("Au", "au")
-    assert not exact_match("The capital is Paris.", "Paris") and not exact_match("", "Paris")
+def test_answer_match_is_a_normalised_whole_word_match_on_the_first_line() -> None:
+    assert answer_matches(" Paris.", ("Paris",)) and answer_matches("BLUE!", ("blue",)) and answer_matches("Au", ("au",))
+    assert answer_matches("The capital of France is Paris.", ("Paris",))
+    assert answer_matches("A spider has 8 legs.", ("eight", "8"))
+    assert answer_matches("It is the Pacific Ocean", ("Pacific Ocean",))
+    assert answer_matches("\uff30\uff21\uff32\uff29\uff33", ("Paris",))  # NFKC: full-width letters are letters
+    assert not answer_matches("", ("Paris",)) and not answer_matches("Parisian food", ("Paris",))
+    assert not answer_matches("Par is", ("Paris",)) and not answer_matches("Pacific", ("Pacific Ocean",))
+    assert not answer_matches("I do not know.\nParis", ("Paris",))  # only the first non-empty line counts
+    assert answer_matches("\n\nParis\nLondon", ("Paris",))
+    assert not answer_matches("Paris", ("",))
+
+
+def test_the_question_set_is_fixed_and_unambiguous() -> None:
+    from certify.reference_set import EVAL_SET
+
+    assert len(EVAL_SET) >= 20
+    assert len({q for q, _ in EVAL_SET}) == len(EVAL_SET)
+    for question, accepted in EVAL_SET:
+        assert accepted and all(answer_words(a) for a in accepted), question
+        # an accepted answer that the question itself contains would match an answer that merely repeats it
+        assert not any(answer_matches(question, (a,)) for a in accepted), question

@@ -184,6 +184,7 @@ def scripted_gateway(env: CertifyEnv, turns: list[dict[str, Any]], workdir: Path
     from gateway.server import GatewayConfig
     from gateway.testing import GatewayThread
     from harness.daemon.core import load_sealed_lock
+    from harness.engine.argv import parser_flags
     from harness.store import model_files_dir
 
     workdir.mkdir(parents=True, exist_ok=True)
@@ -192,7 +193,7 @@ def scripted_gateway(env: CertifyEnv, turns: list[dict[str, Any]], workdir: Path
     lock = load_sealed_lock(env.root, env.run.inference_id)
     model_dir = model_files_dir(env.root, env.model_id)
     served = env.run.wire_model
-    engine = start_fake_engine(model_dir, workdir, "--fake-script", str(script), served=served)
+    engine = start_fake_engine(model_dir, workdir, "--fake-script", str(script), *parser_flags(lock), served=served)
     gateway: GatewayThread | None = None
     try:
         gateway = GatewayThread(GatewayConfig(state_dir=workdir / "gateway", metrics_port=None))

@@ -29,6 +29,12 @@ from certify.registry import check
 from certify.session import CertifyEnv
 from certify.suites._prompt_cases import CASES, prompt_counts
 from certify.suites._support_protocol import (
+    CALL_BUDGET,
+    FORCED_PROMPT,
+    FORECAST_TOOL,
+    OTHER_TOOL,
+    arguments_problem,
+    chat_stream_calls,
     chat_usage_problems,
     engine_running,
     evidence_row,
@@ -471,47 +477,6 @@ def test_tools_accepted(certify_env: CertifyEnv, certify_record: Any) -> None:
     certify_record.detail("chat_finish_reason", chat["choices"][0]["finish_reason"])
 
 
-# The schema a forced call must satisfy. ``strict`` asks SGLang to hold the arguments to it (xgrammar); the
-# enums bound every value, so even a random checkpoint's forced call ends within a small budget.
-_FORECAST_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {"city": {"type": "string", "enum": ["Paris", "London", "Tokyo"]}, "unit": {"enum": ["celsius", "fahrenheit"]}},
-    "required": ["city", "unit"],
-    "additionalProperties": False,
-}
-_FORECAST = {"name": "get_forecast", "description": "Weather forecast for a city", "parameters": _FORECAST_SCHEMA, "strict": True}
-_OTHER = {"name": "get_time", "description": "Local time in a city", "parameters": {"type": "object", "properties": {}}}
-_CALL_BUDGET = 64
-_FORCED_PROMPT = "What is the weather forecast in Paris, in celsius?"
-
-
-def _arguments_problem(arguments: Any) -> str | None:
-    import jsonschema  # type: ignore[import-untyped,unused-ignore]
-
-    try:
-        jsonschema.validate(json.loads(arguments), _FORECAST_SCHEMA)
-    except (TypeError, ValueError, jsonschema.ValidationError) as exc:
-        return f"arguments {arguments!r} do not validate: {str(exc)[:200]}"
-    return None
-
-
-def _chat_stream_calls(raw: bytes) -> tuple[list[dict[str, str]], str]:
-    """(name, arguments) of each call a chat stream's deltas assemble, and its finish reason."""
-    calls: dict[int, dict[str, str]] = {}
-    finish = ""
-    for e in parse_events(raw):
-        if e.data == "[DONE]":
-            continue
-        for choice in e.json().get("choices") or []:
-            for d in (choice.get("delta") or {}).get("tool_calls") or []:
-                call = calls.setdefault(int(d["index"]), {"name": "", "arguments": ""})
-                fn = d.get("function") or {}
-                call["name"] += fn.get("name") or ""
-                call["arguments"] += fn.get("arguments") or ""
-            finish = choice.get("finish_reason") or finish
-    return [calls[i] for i in sorted(calls)], finish
-
-
 def _chat_calls(message: dict[str, Any]) -> list[dict[str, str]]:
     return [{"name": c["function"]["name"], "arguments": c["function"]["arguments"]} for c in message.get("tool_calls") or []]
 
@@ -544,8 +509,8 @@ def test_tools_forced(certify_env: CertifyEnv, certify_record: Any) -> None:
         r = httpx.post(certify_env.engine_url + "/v1" + path, json=body, headers=certify_env.engine_headers(), timeout=600)
         return _ok(r)
 
-    chat_tools = [{"type": "function", "function": t} for t in (_FORECAST, _OTHER)]
-    resp_tools = [{"type": "function", **t} for t in (_FORECAST, _OTHER)]
+    chat_tools = [{"type": "function", "function": t} for t in (FORECAST_TOOL, OTHER_TOOL)]
+    resp_tools = [{"type": "function", **t} for t in (FORECAST_TOOL, OTHER_TOOL)]
     choices: dict[str, tuple[Any, Any]] = {
         "required": ("required", "required"),
         "named": ({"type": "function", "function": {"name": "get_forecast"}}, {"type": "function", "name": "get_forecast"}),
@@ -555,10 +520,10 @@ def test_tools_forced(certify_env: CertifyEnv, certify_record: Any) -> None:
     for label, (chat_choice, resp_choice) in choices.items():
         chat_body = {
             "model": run.wire_model,
-            "messages": [{"role": "user", "content": _FORCED_PROMPT}],
+            "messages": [{"role": "user", "content": FORCED_PROMPT}],
             "tools": chat_tools,
             "tool_choice": chat_choice,
-            "max_tokens": _CALL_BUDGET,
+            "max_tokens": CALL_BUDGET,
         }
         r = gw_post(run, "/chat/completions", chat_body)
         chat = _ok(r)
@@ -569,16 +534,16 @@ def test_tools_forced(certify_env: CertifyEnv, certify_record: Any) -> None:
         seen[f"chat.{label}"] = {"calls": calls, "finish": chat["choices"][0]["finish_reason"], "content": message.get("content")}
         problems += _forced_problems(f"chat {label}", calls, engine, row)
         _, raw = gw_stream(run, "/chat/completions", {**chat_body, "stream": True})
-        calls, finish = _chat_stream_calls(raw)
+        calls, finish = chat_stream_calls(raw)
         seen[f"chat.{label}.stream"] = {"calls": calls, "finish": finish}
         problems += _forced_problems(f"chat {label} stream", calls, engine, None)
 
         resp_body = {
             "model": run.wire_model,
-            "input": _FORCED_PROMPT,
+            "input": FORCED_PROMPT,
             "tools": resp_tools,
             "tool_choice": resp_choice,
-            "max_output_tokens": _CALL_BUDGET,
+            "max_output_tokens": CALL_BUDGET,
         }
         r = gw_post(run, "/responses", resp_body)
         resp = _ok(r)
@@ -604,14 +569,14 @@ def _forced_problems(
     arguments that do not validate, a call other than the engine's own answer, an evidence row not counting it."""
     if len(calls) != 1 or calls[0]["name"] != "get_forecast":
         return [f"{what}: expected one structured get_forecast call, got {calls}"]
-    problem = _arguments_problem(calls[0]["arguments"])
+    problem = arguments_problem(calls[0]["arguments"])
     if problem:
         return [f"{what}: {problem}"]
     out = []
     if (
         len(engine) != 1
         or engine[0]["name"] != calls[0]["name"]
-        or _arguments_problem(engine[0]["arguments"])
+        or arguments_problem(engine[0]["arguments"])
         or (json.loads(engine[0]["arguments"]) != json.loads(calls[0]["arguments"]))
     ):
         out.append(f"{what}: the gateway's call {calls[0]} differs from the engine's {engine}")

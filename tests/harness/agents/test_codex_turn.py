@@ -15,10 +15,8 @@ import pytest
 
 from certify.suites.agents_rig import AgentRig
 from harness.agents.codex_home import CodexBinding
-from harness.agents.codex_install import CodexInstall, find_codex
+from harness.agents.codex_install import CodexInstall
 from harness.agents.codex_runner import CodexOutcome, CodexRun
-from harness.errors import HitchError
-from tests.components import missing
 from tests.gateway.support import make_lock
 
 _STARTED = {"type": "turn.started"}
@@ -54,14 +52,6 @@ def _message(text: str) -> dict[str, Any]:
 def test_turn_problem_names_what_went_wrong(events: list[dict[str, Any]], returncode: int, problem: str | None) -> None:
     outcome = CodexOutcome(returncode=returncode, events=events, cancelled=False)
     assert outcome.turn_problem() == problem
-
-
-@pytest.fixture(scope="module")
-def codex() -> CodexInstall:
-    try:
-        return find_codex()
-    except HitchError as exc:
-        missing("codex", f"Codex not installed: {exc.message}")
 
 
 def _turn(codex: CodexInstall, tmp_path: Path, tiny_model: Path, script: list[dict[str, Any]]) -> CodexOutcome:

@@ -487,15 +487,15 @@ def _item_calls(output: list[dict[str, Any]]) -> list[dict[str, str]]:
 
 @check(
     "protocol.tools.forced",
-    engines=("sglang",),
     description="tool_choice required and named: structured tool_calls / function_call items whose arguments "
     "validate, stream and non-stream, relayed unchanged and counted in evidence",
 )
 def test_tools_forced(certify_env: CertifyEnv, certify_record: Any) -> None:
     """Real SGLang parses a forced call only with the lock's ``--tool-call-parser`` (without one, chat returns
-    the call as message text). Each answer through the gateway must hold exactly one structured call of the
-    forced tool whose arguments validate against its schema; the same request sent to the engine directly
-    (temperature 0) gives the same call, so the gateway relayed it unchanged; the evidence row counts it."""
+    the call as message text); the fake answers a forced call the same way (the smallest valid arguments).
+    Each answer through the gateway must hold exactly one structured call of the forced tool whose arguments
+    validate against its schema; the same request sent to the engine directly (temperature 0) gives the same
+    call, so the gateway relayed it unchanged; the evidence row counts it."""
     from harness.daemon.core import load_sealed_lock
 
     run = certify_env.run

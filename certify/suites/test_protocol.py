@@ -523,6 +523,7 @@ def test_tools_forced(certify_env: CertifyEnv, certify_record: Any) -> None:
             "messages": [{"role": "user", "content": FORCED_PROMPT}],
             "tools": chat_tools,
             "tool_choice": chat_choice,
+            "temperature": 0.0,  # the lock's: the direct engine request then samples like the gateway's
             "max_tokens": CALL_BUDGET,
         }
         r = gw_post(run, "/chat/completions", chat_body)
@@ -543,6 +544,7 @@ def test_tools_forced(certify_env: CertifyEnv, certify_record: Any) -> None:
             "input": FORCED_PROMPT,
             "tools": resp_tools,
             "tool_choice": resp_choice,
+            "temperature": 0.0,
             "max_output_tokens": CALL_BUDGET,
         }
         r = gw_post(run, "/responses", resp_body)

@@ -372,6 +372,13 @@ def _empty_answer_diagnosis(env: CertifyEnv, body: dict[str, Any]) -> dict[str, 
         seen[f"without {name}"] = answer(probe)
     fields = [name for name in _EMPTY_ANSWER_PROBES if seen[f"without {name}"].get("items")]
     tokens = seen["as sent"].get("output_tokens")
-    ended = f"the model generated {tokens} token(s) and returned no text" if tokens is not None else "the request failed"
+    # Measured on SGLang 0.5.23 + SmolLM2 (Codex's third request, after two tool round trips): 1 output token,
+    # with and without tools: the model ends its turn at once and SGLang completes with no output item.
+    if tokens is None:
+        ended = "the request failed"
+    elif tokens <= 1:
+        ended = f"the model ended its turn at once ({tokens} output token: its end-of-turn) and SGLang sent no item"
+    else:
+        ended = f"the model generated {tokens} tokens and SGLang returned no text"
     cause = f"{ended}; it answers when the request is sent without: {', '.join(fields) or 'none of the probed fields'}"
     return {"cause": cause, "fields": ", ".join(fields) or None, "probes": seen}

@@ -12,9 +12,17 @@ import math
 
 from catalog.model_fixtures import fixture_for_model_id
 from harness.contracts.certification import CertificationModelV1
+from harness.contracts.model_fixture import FixtureBehaviour
 from harness.paths import HitchRoot
 
-__all__ = ["model_facts"]
+__all__ = ["model_facts", "not_applicable"]
+
+
+def not_applicable(model_id: str, behaviour: FixtureBehaviour) -> str | None:
+    """The catalog's reason ``model_id`` (a pinned model fixture) cannot show ``behaviour``; None when it can
+    or when the model is no fixture (a check then holds it to the behaviour)."""
+    entry = fixture_for_model_id(model_id)
+    return None if entry is None else entry.not_applicable.get(behaviour)
 
 
 def model_facts(root: HitchRoot, model_id: str, model_ref: str) -> CertificationModelV1:

@@ -11,6 +11,8 @@ reads is never decoded half-way; an unterminated tail at close is reported as a 
   output tokens and are never added), and the terminal state: chat ends with ``data: [DONE]``; Responses
   ends with ``response.completed`` / ``response.incomplete`` / ``response.failed``. An in-band error,
   ``response.failed``, a partial event or an end without the terminal event is a failure even after 200.
+- the tool calls the answer holds (evidence): chat, the calls a ``delta.tool_calls`` entry opens (the one
+  with the call's ``id``); Responses, the ``function_call`` items of the terminal response.
 
 Per-event cost is kept low: JSON is decoded only for events that can change the outcome (the first
 events until text arrives, errors, finish and usage chunks, Responses lifecycle events).
@@ -29,6 +31,7 @@ __all__ = [
     "SseParser",
     "StreamObserver",
     "Usage",
+    "function_calls",
     "parse_events",
     "unary_outcome",
     "usage_from",
@@ -44,7 +47,7 @@ TEXT_DELTAS = frozenset(
         "response.refusal.delta",
     }
 )
-_CHAT_MARKERS = (b'"finish_reason":"', b'"usage"', b"[DONE]", b'"error"', b'"finish_reason": "')
+_CHAT_MARKERS = (b'"finish_reason":"', b'"usage"', b"[DONE]", b'"error"', b'"finish_reason": "', b'"tool_calls"')
 _RESPONSES_MARKERS = (b"response.completed", b"response.incomplete", b"response.failed", b"event: error", b'"type":"error"')
 _TERMINAL = {"response.completed": "completed", "response.incomplete": "incomplete", "response.failed": "failed"}
 
@@ -150,12 +153,16 @@ class Outcome:
     usage: Usage | None
     error_code: str | None
     detail: str | None = None
+    tool_calls: int | None = None
 
 
 class StreamObserver:
     """Watches one SSE stream; :meth:`feed` per upstream read, :meth:`finish` at the end."""
 
-    __slots__ = ("_api", "_markers", "_parser", "_tail", "done", "engine_rid", "error", "first_text_at", "status", "usage")
+    __slots__ = (
+        "_api", "_call_ids", "_markers", "_parser", "_tail", "done", "engine_rid", "error", "first_text_at", "status",
+        "tool_calls", "usage",
+    )  # fmt: skip
 
     def __init__(self, api: Api) -> None:
         self._api = api
@@ -166,6 +173,8 @@ class StreamObserver:
         self.status: str | None = None  # completed | incomplete | failed once known
         self.error: str | None = None
         self.done = False
+        self.tool_calls: int | None = None  # Responses: from the terminal response
+        self._call_ids: set[str] = set()  # chat: the ids of the calls the deltas opened
         self._markers = _CHAT_MARKERS if api == "chat" else _RESPONSES_MARKERS
         self._tail = b""  # fast path: the unterminated tail after the last blank line
 
@@ -236,6 +245,7 @@ class StreamObserver:
             and b'"usage": {' not in data
             and b'"finish_reason":"' not in data
             and b'"finish_reason": "' not in data
+            and b'"tool_calls"' not in data
         ):
             return
         try:
@@ -257,6 +267,9 @@ class StreamObserver:
             delta = choice.get("delta") or {}
             if self.first_text_at is None and (delta.get("content") or delta.get("reasoning_content") or delta.get("tool_calls")):
                 self.first_text_at = now
+            for call in delta.get("tool_calls") or ():
+                if isinstance(call, dict) and isinstance(call.get("id"), str) and call["id"]:
+                    self._call_ids.add(call["id"])
             finish = choice.get("finish_reason")
             if finish is not None and self.status != "failed":
                 self.status = "incomplete" if finish == "length" else "failed" if finish == "abort" else "completed"
@@ -280,6 +293,8 @@ class StreamObserver:
                     self.engine_rid = response["id"]
                 if response.get("usage"):
                     self.usage = usage_from(response["usage"])
+                if etype in _TERMINAL:
+                    self.tool_calls = function_calls(response)
             if etype == "error":
                 self.status, self.error = "failed", "in-band error"
             elif etype in _TERMINAL:
@@ -309,10 +324,19 @@ class StreamObserver:
 
         Used as is when the client went away after the terminal event (``[DONE]``, ``response.completed``…) had
         been relayed: the exchange ended as the engine said, it was not cancelled."""
+        calls = len(self._call_ids) if self._api == "chat" else self.tool_calls
         if self.status == "failed":
-            return Outcome("failed", self.engine_rid, self.usage, "inference_upstream_failed", self.error)
+            return Outcome("failed", self.engine_rid, self.usage, "inference_upstream_failed", self.error, calls)
         status: Literal["completed", "incomplete"] = "incomplete" if self.status == "incomplete" else "completed"
-        return Outcome(status, self.engine_rid, self.usage, None)
+        return Outcome(status, self.engine_rid, self.usage, None, tool_calls=calls)
+
+
+def function_calls(response: dict[str, Any]) -> int:
+    """The ``function_call`` items of a Responses response object."""
+    output = response.get("output")
+    if not isinstance(output, list):
+        return 0
+    return sum(1 for item in output if isinstance(item, dict) and item.get("type") == "function_call")
 
 
 def unary_outcome(api: Api, http_status: int, body: bytes) -> Outcome:
@@ -332,13 +356,18 @@ def unary_outcome(api: Api, http_status: int, body: bytes) -> Outcome:
     usage = usage_from(obj.get("usage"))
     if api == "responses":
         status = obj.get("status")
+        calls = function_calls(obj)
         if status == "failed":
-            return Outcome("failed", rid, usage, "inference_upstream_failed", "status failed")
-        return Outcome("incomplete" if status == "incomplete" else "completed", rid, usage, None)
+            return Outcome("failed", rid, usage, "inference_upstream_failed", "status failed", calls)
+        return Outcome("incomplete" if status == "incomplete" else "completed", rid, usage, None, tool_calls=calls)
     finish = None
+    calls = 0
     choices = obj.get("choices")
     if isinstance(choices, list) and choices and isinstance(choices[0], dict):
         finish = choices[0].get("finish_reason")
+        answer = choices[0].get("message")
+        listed = answer.get("tool_calls") if isinstance(answer, dict) else None
+        calls = len(listed) if isinstance(listed, list) else 0
     if finish == "abort":
-        return Outcome("failed", rid, usage, "inference_upstream_failed", "engine aborted the request")
-    return Outcome("incomplete" if finish == "length" else "completed", rid, usage, None)
+        return Outcome("failed", rid, usage, "inference_upstream_failed", "engine aborted the request", calls)
+    return Outcome("incomplete" if finish == "length" else "completed", rid, usage, None, tool_calls=calls)

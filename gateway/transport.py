@@ -67,6 +67,7 @@ class Exchange:
     capture: RequestCapture | None = None
     detail: str | None = field(default=None, repr=False)
     benchmark_controls: dict[str, bool | int] | None = None
+    tool_calls: int | None = None
     settled: bool = False  # the engine's answer reached its end (or its terminal event reached the client)
 
     def apply(self, outcome: Outcome) -> None:
@@ -76,6 +77,7 @@ class Exchange:
         self.usage = outcome.usage
         self.error_code = outcome.error_code
         self.detail = outcome.detail
+        self.tool_calls = outcome.tool_calls
 
     def evidence_fields(self) -> dict[str, Any]:
         rec = self.binding.record
@@ -100,6 +102,7 @@ class Exchange:
             "http_status": self.http_status,
             "error_code": self.error_code,
             "benchmark_controls": self.benchmark_controls,
+            "tool_calls": self.tool_calls,
         }
 
 

@@ -247,10 +247,13 @@ def build_lock(
         max_output_tokens=min(_MAX_OUTPUT_CAP, context // 4),
         benchmark_controls=list(BENCHMARK_CONTROLS) if benchmark else [],
     )
+    # Without a parser SGLang hands a tool call back as message text: the lock claims tool calls only with one.
+    parser = model.chat_template.tool_call_parser
     protocol = ProtocolV1(
         api="responses",
         streaming=True,
-        tool_calls=True,
+        tool_calls=parser is not None,
+        tool_call_parser=parser,
         parallel_tool_calls=False,
         input_modalities=["text"],
         compatibility_profile_id=digest_json(_PROTOCOL_PROFILE),
@@ -293,6 +296,8 @@ def validate_lock(data: Any) -> InferenceLockV1:
         problems.append("benchmark_controls names a control twice")
     if lock.generation.max_output_tokens >= ex.context_tokens_per_request:
         problems.append("max_output_tokens must be below the context")
+    if lock.protocol.tool_calls != (lock.protocol.tool_call_parser is not None):
+        problems.append("tool_calls is true exactly when a tool_call_parser is named")
     if ex.deterministic_inference and ex.platform.backend == "cpu":
         problems.append("deterministic_inference is refused on cpu (SGLang rejects it at startup)")
     if lock.profile == "evaluation-baseline-v1" and (ex.prefix_cache.mode != "disabled" or ex.max_running_requests != 1):

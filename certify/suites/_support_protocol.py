@@ -23,10 +23,18 @@ import httpx
 
 from certify.session import CertifyEnv, RunHandle
 from fixtures.fake_sglang.client import FakeEngineProcess, start_fake_engine
+from gateway.sse import parse_events
 
 __all__ = [
+    "CALL_BUDGET",
+    "FORCED_PROMPT",
+    "FORECAST_SCHEMA",
+    "FORECAST_TOOL",
+    "OTHER_TOOL",
     "REPO",
     "ScriptedGateway",
+    "arguments_problem",
+    "chat_stream_calls",
     "chat_usage_problems",
     "engine_running",
     "evidence_row",
@@ -156,6 +164,60 @@ def evidence_row(env: CertifyEnv, run: RunHandle, request_id: str, timeout_s: fl
     return found[0] if found else None
 
 
+# -- forced tool calls (tool_choice required / named) -----------------------------------------------------
+
+
+# The schema a forced call must satisfy. ``strict`` asks SGLang to hold the arguments to it (xgrammar); the
+# enums bound every value, so even a random checkpoint's forced call ends within a small budget.
+FORECAST_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "enum": ["Paris", "London", "Tokyo"]}, "unit": {"enum": ["celsius", "fahrenheit"]}},
+    "required": ["city", "unit"],
+    "additionalProperties": False,
+}
+FORECAST_TOOL: dict[str, Any] = {
+    "name": "get_forecast",
+    "description": "Weather forecast for a city",
+    "parameters": FORECAST_SCHEMA,
+    "strict": True,
+}
+OTHER_TOOL: dict[str, Any] = {
+    "name": "get_time",
+    "description": "Local time in a city",
+    "parameters": {"type": "object", "properties": {}},
+}
+CALL_BUDGET = 64
+FORCED_PROMPT = "What is the weather forecast in Paris, in celsius?"
+
+
+def arguments_problem(arguments: Any) -> str | None:
+    """Why ``arguments`` (a call's JSON string) does not validate against the forced tool's schema, or None."""
+    import jsonschema  # type: ignore[import-untyped,unused-ignore]
+
+    try:
+        jsonschema.validate(json.loads(arguments), FORECAST_SCHEMA)
+    except (TypeError, ValueError, jsonschema.ValidationError) as exc:
+        return f"arguments {arguments!r} do not validate: {str(exc)[:200]}"
+    return None
+
+
+def chat_stream_calls(raw: bytes) -> tuple[list[dict[str, str]], str]:
+    """(name, arguments) of each call a chat stream's deltas assemble, and its finish reason."""
+    calls: dict[int, dict[str, str]] = {}
+    finish = ""
+    for e in parse_events(raw):
+        if e.data == "[DONE]":
+            continue
+        for choice in e.json().get("choices") or []:
+            for d in (choice.get("delta") or {}).get("tool_calls") or []:
+                call = calls.setdefault(int(d["index"]), {"name": "", "arguments": ""})
+                fn = d.get("function") or {}
+                call["name"] += fn.get("name") or ""
+                call["arguments"] += fn.get("arguments") or ""
+            finish = choice.get("finish_reason") or finish
+    return [calls[i] for i in sorted(calls)], finish
+
+
 # -- a private scripted fake engine behind its own gateway ---------------------------------------------------
 
 
@@ -184,6 +246,7 @@ def scripted_gateway(env: CertifyEnv, turns: list[dict[str, Any]], workdir: Path
     from gateway.server import GatewayConfig
     from gateway.testing import GatewayThread
     from harness.daemon.core import load_sealed_lock
+    from harness.engine.argv import parser_flags
     from harness.store import model_files_dir
 
     workdir.mkdir(parents=True, exist_ok=True)
@@ -192,7 +255,7 @@ def scripted_gateway(env: CertifyEnv, turns: list[dict[str, Any]], workdir: Path
     lock = load_sealed_lock(env.root, env.run.inference_id)
     model_dir = model_files_dir(env.root, env.model_id)
     served = env.run.wire_model
-    engine = start_fake_engine(model_dir, workdir, "--fake-script", str(script), served=served)
+    engine = start_fake_engine(model_dir, workdir, "--fake-script", str(script), *parser_flags(lock), served=served)
     gateway: GatewayThread | None = None
     try:
         gateway = GatewayThread(GatewayConfig(state_dir=workdir / "gateway", metrics_port=None))

@@ -19,6 +19,7 @@ from gateway.server import GatewayConfig
 from gateway.testing import GatewayThread
 from harness.contracts.lock import InferenceLockV1
 from harness.contracts.model import LocalModelManifestV1
+from harness.engine.argv import parser_flags
 from harness.lock import build_lock
 from harness.runtimes import get_runtime
 
@@ -46,9 +47,8 @@ class AgentRig:
         script_file = workdir / "script.jsonl"
         script_file.write_text("".join(json.dumps(turn) + "\n" for turn in script), encoding="utf-8")
         context = lock.execution.context_tokens_per_request
-        self.engine = start_fake_engine(
-            model_dir, workdir, "--fake-script", str(script_file), *extra, served=self.served, context=context
-        )
+        flags = ["--fake-script", str(script_file), *parser_flags(lock), *extra]
+        self.engine = start_fake_engine(model_dir, workdir, *flags, served=self.served, context=context)
         self._gateway: GatewayThread | None = None
         try:
             self._gateway = GatewayThread(GatewayConfig(state_dir=workdir / "gateway", capture="full"))

@@ -29,6 +29,12 @@ from certify.registry import check
 from certify.session import CertifyEnv
 from certify.suites._prompt_cases import CASES, prompt_counts
 from certify.suites._support_protocol import (
+    CALL_BUDGET,
+    FORCED_PROMPT,
+    FORECAST_TOOL,
+    OTHER_TOOL,
+    arguments_problem,
+    chat_stream_calls,
     chat_usage_problems,
     engine_running,
     evidence_row,
@@ -469,6 +475,116 @@ def test_tools_accepted(certify_env: CertifyEnv, certify_record: Any) -> None:
     certify_record.detail("first_output_types", [i["type"] for i in resp["output"]])
     certify_record.detail("input_tokens", [resp["usage"]["input_tokens"], answer["usage"]["input_tokens"]])
     certify_record.detail("chat_finish_reason", chat["choices"][0]["finish_reason"])
+
+
+def _chat_calls(message: dict[str, Any]) -> list[dict[str, str]]:
+    return [{"name": c["function"]["name"], "arguments": c["function"]["arguments"]} for c in message.get("tool_calls") or []]
+
+
+def _item_calls(output: list[dict[str, Any]]) -> list[dict[str, str]]:
+    return [{"name": i["name"], "arguments": i["arguments"]} for i in output if i["type"] == "function_call"]
+
+
+@check(
+    "protocol.tools.forced",
+    description="tool_choice required and named: structured tool_calls / function_call items whose arguments "
+    "validate, stream and non-stream, relayed unchanged and counted in evidence",
+)
+def test_tools_forced(certify_env: CertifyEnv, certify_record: Any) -> None:
+    """Real SGLang parses a forced call only with the lock's ``--tool-call-parser`` (without one, chat returns
+    the call as message text); the fake answers a forced call the same way (the smallest valid arguments).
+    Each answer through the gateway must hold exactly one structured call of the forced tool whose arguments
+    validate against its schema; the same request sent to the engine directly (temperature 0) gives the same
+    call, so the gateway relayed it unchanged; the evidence row counts it."""
+    from harness.daemon.core import load_sealed_lock
+
+    run = certify_env.run
+    lock = load_sealed_lock(certify_env.root, run.inference_id)
+    assert lock.protocol.tool_calls and lock.protocol.tool_call_parser, (
+        f"the lock claims no tool calls (parser {lock.protocol.tool_call_parser!r}): the model's chat template "
+        "names no tool-call format; give one at `hitch models add --tool-call-parser`"
+    )
+
+    def direct(path: str, body: dict[str, Any]) -> dict[str, Any]:
+        r = httpx.post(certify_env.engine_url + "/v1" + path, json=body, headers=certify_env.engine_headers(), timeout=600)
+        return _ok(r)
+
+    chat_tools = [{"type": "function", "function": t} for t in (FORECAST_TOOL, OTHER_TOOL)]
+    resp_tools = [{"type": "function", **t} for t in (FORECAST_TOOL, OTHER_TOOL)]
+    choices: dict[str, tuple[Any, Any]] = {
+        "required": ("required", "required"),
+        "named": ({"type": "function", "function": {"name": "get_forecast"}}, {"type": "function", "name": "get_forecast"}),
+    }
+    seen: dict[str, Any] = {}
+    problems: list[str] = []
+    for label, (chat_choice, resp_choice) in choices.items():
+        chat_body = {
+            "model": run.wire_model,
+            "messages": [{"role": "user", "content": FORCED_PROMPT}],
+            "tools": chat_tools,
+            "tool_choice": chat_choice,
+            "temperature": 0.0,  # the lock's: the direct engine request then samples like the gateway's
+            "max_tokens": CALL_BUDGET,
+        }
+        r = gw_post(run, "/chat/completions", chat_body)
+        chat = _ok(r)
+        message = _check_chat(chat)["message"]
+        calls = _chat_calls(message)
+        engine = _chat_calls(direct("/chat/completions", chat_body)["choices"][0]["message"])
+        row = evidence_row(certify_env, run, r.headers["x-hitch-request-id"])
+        seen[f"chat.{label}"] = {"calls": calls, "finish": chat["choices"][0]["finish_reason"], "content": message.get("content")}
+        problems += _forced_problems(f"chat {label}", calls, engine, row)
+        _, raw = gw_stream(run, "/chat/completions", {**chat_body, "stream": True})
+        calls, finish = chat_stream_calls(raw)
+        seen[f"chat.{label}.stream"] = {"calls": calls, "finish": finish}
+        problems += _forced_problems(f"chat {label} stream", calls, engine, None)
+
+        resp_body = {
+            "model": run.wire_model,
+            "input": FORCED_PROMPT,
+            "tools": resp_tools,
+            "tool_choice": resp_choice,
+            "temperature": 0.0,
+            "max_output_tokens": CALL_BUDGET,
+        }
+        r = gw_post(run, "/responses", resp_body)
+        resp = _ok(r)
+        _check_response(resp)
+        calls = _item_calls(resp["output"])
+        engine = _item_calls(direct("/responses", resp_body)["output"])
+        row = evidence_row(certify_env, run, r.headers["x-hitch-request-id"])
+        seen[f"responses.{label}"] = {"calls": calls, "output_types": [i["type"] for i in resp["output"]]}
+        problems += _forced_problems(f"responses {label}", calls, engine, row)
+        _, raw = gw_stream(run, "/responses", {**resp_body, "stream": True})
+        calls = _item_calls(_responses_stream(parse_events(raw))["output"])
+        seen[f"responses.{label}.stream"] = {"calls": calls}
+        problems += _forced_problems(f"responses {label} stream", calls, engine, None)
+    certify_record.detail("tool_call_parser", lock.protocol.tool_call_parser)
+    certify_record.detail("answers", seen)
+    assert not problems, problems
+
+
+def _forced_problems(
+    what: str, calls: list[dict[str, str]], engine: list[dict[str, str]], row: dict[str, Any] | None
+) -> list[str]:
+    """What is wrong with the calls of one answer: not exactly one structured call of the forced tool,
+    arguments that do not validate, a call other than the engine's own answer, an evidence row not counting it."""
+    if len(calls) != 1 or calls[0]["name"] != "get_forecast":
+        return [f"{what}: expected one structured get_forecast call, got {calls}"]
+    problem = arguments_problem(calls[0]["arguments"])
+    if problem:
+        return [f"{what}: {problem}"]
+    out = []
+    if (
+        len(engine) != 1
+        or engine[0]["name"] != calls[0]["name"]
+        or arguments_problem(engine[0]["arguments"])
+        or (json.loads(engine[0]["arguments"]) != json.loads(calls[0]["arguments"]))
+    ):
+        out.append(f"{what}: the gateway's call {calls[0]} differs from the engine's {engine}")
+    if row is not None and row.get("tool_calls") != 1:
+        out.append(f"{what}: the evidence row counts {row.get('tool_calls')!r} tool calls")
+    return out
 
 
 # -- cancellation and the model list -------------------------------------------------------------------------

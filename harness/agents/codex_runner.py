@@ -70,6 +70,22 @@ class CodexOutcome:
         ]
         return texts[-1] if texts else None
 
+    def turn_problem(self) -> str | None:
+        """Why this turn did not end with an answer (None when it did): Codex reported a failed turn or an
+        error, exited non-zero, never completed the turn, or its final agent message is empty."""
+        if self.cancelled:
+            return "the run was cancelled"
+        if self.errors:
+            return f"Codex reported a failed turn: {self.errors[-1][:500]}"
+        if self.returncode != 0:
+            return f"codex exited with {self.returncode}"
+        if not any(ev.get("type") == "turn.completed" for ev in self.events):
+            return "no turn.completed event"
+        answer = self.final_message
+        if answer is None or not answer.strip():
+            return "the turn completed with an empty answer (no agent message text)"
+        return None
+
     def commands(self) -> list[dict[str, Any]]:
         return [
             ev["item"]

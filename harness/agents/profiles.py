@@ -70,7 +70,8 @@ CODEX_FIELDS: tuple[FieldRuleV1, ...] = (
         "tools[].type=function",
         "exec_command, write_stdin, request_user_input, view_image (strict=false)",
         "forward",
-        "the lock enables tool calls",
+        "needs a lock naming a tool-call parser (from the model's chat template), else refused with "
+        "inference_parameter_conflict; SGLang returns calls as text without one",
     ),
     _rule(
         "tools[].type!=function",

@@ -77,6 +77,13 @@ def _aliases_by_model(aliases: dict[str, str]) -> dict[str, list[str]]:
 def add(
     directory: Annotated[Path, typer.Argument(help="checkpoint directory (HF safetensors)")],
     name: Annotated[str, typer.Option("--name", help="alias: [a-z0-9][a-z0-9._-]{0,63}")],
+    tool_call_parser: Annotated[
+        str | None,
+        typer.Option(
+            "--tool-call-parser",
+            help="SGLang's tool-call parser for this model (e.g. hermes, llama3), or none; default: from the chat template",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
     root: RootOpt = None,
 ) -> None:
@@ -84,7 +91,7 @@ def add(
     hroot = root_from(root)
     show_bar = not as_json and sys.stderr.isatty()
     with RichImportProgress() if show_bar else contextlib.nullcontext() as bar:
-        result = import_model(hroot, directory, name, progress=bar)
+        result = import_model(hroot, directory, name, progress=bar, tool_call_parser=tool_call_parser)
     payload = {
         "model_id": result.model_id,
         "alias": result.alias,
@@ -99,6 +106,7 @@ def add(
         lines.append(f"alias {result.alias}: {result.previous_model_id} -> {result.model_id}")
     else:
         lines.append(f"alias {result.alias} -> {result.model_id}")
+    lines.append(f"tool-call parser: {result.manifest.chat_template.tool_call_parser or 'none (its locks claim no tool calls)'}")
     lines.append(f"use it as --model local/{result.alias}")
     emit(as_json, payload, "\n".join(lines))
 

@@ -60,3 +60,8 @@ class RequestEvidenceV1(Record):
     benchmark_controls: dict[str, bool | int] | None = Field(
         default=None, description="benchmark sampling controls the caller set to other than SGLang's default"
     )
+    tool_calls: int | None = Field(
+        default=None,
+        description="structured tool calls in the answer (chat message.tool_calls; Responses function_call items); "
+        "null when no answer was read",
+    )

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, SerializationInfo, SerializerFunctionWrapHandler, model_serializer
 
 from harness.contracts.base import Record, Sha256
+from harness.contracts.model import ToolCallParserName
 from harness.ids import digest_json
 
 __all__ = [
@@ -141,10 +142,12 @@ class GenerationV1(Record):
 class ProtocolV1(Record):
     api: Literal["responses", "chat-completions"]
     streaming: bool
-    tool_calls: bool
+    tool_calls: bool = Field(description="true exactly when tool_call_parser names one (SGLang returns calls as text without)")
     parallel_tool_calls: bool
     input_modalities: list[Literal["text"]] = Field(min_length=1, max_length=1)
-    tool_call_parser: str | None = None
+    tool_call_parser: ToolCallParserName | None = Field(
+        default=None, description="SGLang's --tool-call-parser, from the model's chat template (manifest)"
+    )
     reasoning_parser: str | None = None
     compatibility_profile_id: Sha256
 

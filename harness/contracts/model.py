@@ -7,7 +7,7 @@ quantization changes give a new id; aliases, timestamps and source paths never a
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import Field
 
@@ -15,11 +15,13 @@ from harness.contracts.base import Record, Sha256
 from harness.ids import digest_json
 
 __all__ = [
+    "SGLANG_TOOL_CALL_PARSERS",
     "ChatTemplateRef",
     "LocalModelManifestV1",
     "ModelArchitecture",
     "ModelFileEntry",
     "ModelProvenance",
+    "ToolCallParserName",
     "WeightIndex",
     "compute_model_id",
     "model_identity_part",
@@ -51,9 +53,27 @@ class ModelArchitecture(Record):
     num_hidden_layers: int | None
 
 
+# The ``--tool-call-parser`` choices of SGLang 0.5.23 (``sglang.srt.function_call.parser_names``): a lock may
+# name only a parser the pinned engine has, and the fake engine refuses any other like SGLang's argparse.
+ToolCallParserName = Literal[
+    "apertus2509", "beam", "cohere_command4", "deepseekv3", "deepseekv31", "deepseekv32", "deepseekv4",
+    "deepseekv41", "dots", "glm", "glm45", "glm47", "gpt-oss", "k2_horizon", "kimi_k2", "kimi_k3", "lfm2",
+    "ling3", "llama3", "mimo", "minicpm5", "mistral", "muse", "poolside_v1", "pythonic", "qwen", "qwen25",
+    "qwen3_coder", "spark25", "step3", "step3p5", "minimax-m2", "minimax-m3", "nanbeige", "trinity", "interns1",
+    "hermes", "hunyuan", "gigachat3", "gigachat35", "gemma4", "inkling", "iquest_q1", "response_template",
+]  # fmt: skip
+SGLANG_TOOL_CALL_PARSERS: tuple[str, ...] = get_args(ToolCallParserName)
+
+
 class ChatTemplateRef(Record):
     source: Literal["tokenizer_config.json", "chat_template.jinja", "chat_template.json"]
     sha256: Sha256 = Field(description="sha256 of the template text")
+    tool_call_parser: ToolCallParserName | None = Field(
+        default=None,
+        description="the SGLang tool-call parser for the template's tool-call format: derived from the template "
+        "family at import, or given at `hitch models add`; null = no known format (the model's locks then claim "
+        "no tool calls). A serving choice, not checkpoint bytes: never part of model_id.",
+    )
 
 
 class ModelProvenance(Record):
@@ -78,8 +98,13 @@ class LocalModelManifestV1(Record):
 
 
 def model_identity_part(manifest_fields: dict[str, Any]) -> dict[str, Any]:
-    """The fields ``model_id`` is computed over (JSON form, without id and provenance)."""
-    return {k: v for k, v in manifest_fields.items() if k not in ("model_id", "provenance")}
+    """The fields ``model_id`` is computed over (JSON form, without id, provenance and the tool-call parser)."""
+    part = {k: v for k, v in manifest_fields.items() if k not in ("model_id", "provenance")}
+    template = part.get("chat_template")
+    if isinstance(template, dict):
+        # Dropped, not nulled: manifests written before the field existed keep their ids.
+        part["chat_template"] = {k: v for k, v in template.items() if k != "tool_call_parser"}
+    return part
 
 
 def compute_model_id(manifest_fields: dict[str, Any]) -> str:

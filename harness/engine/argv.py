@@ -26,6 +26,7 @@ __all__ = [
     "EngineKind",
     "EngineProgram",
     "engine_flags",
+    "parser_flags",
     "wire_model_name",
 ]
 
@@ -108,8 +109,13 @@ def engine_flags(
         flags += ["--cuda-graph-max-bs-decode", str(ex.max_running_requests)]
     if ex.deterministic_inference:
         flags.append("--enable-deterministic-inference")
-    if lock.protocol.tool_call_parser is not None:
-        flags += ["--tool-call-parser", lock.protocol.tool_call_parser]
+    flags += parser_flags(lock)
     if lock.protocol.reasoning_parser is not None:
         flags += ["--reasoning-parser", lock.protocol.reasoning_parser]
     return flags
+
+
+def parser_flags(lock: InferenceLockV1) -> list[str]:
+    """The tool-call parser flag of ``lock`` (also given to a scripted fake standing in for its engine: without
+    it SGLang, and the fake, answer a tool call as text)."""
+    return ["--tool-call-parser", lock.protocol.tool_call_parser] if lock.protocol.tool_call_parser is not None else []

@@ -45,6 +45,8 @@ def expected_server_info(lock: InferenceLockV1, model_dir: Path, port: int, *, p
         "mem_fraction_static": ex.platform.mem_fraction_static if not isinstance(ex.platform, MetalPlatformV1) else None,
         "random_seed": lock.generation.seed,
         "disable_radix_cache": ex.prefix_cache.mode == "disabled",
+        # An engine started without the parser answers tool calls as text while the lock claims them.
+        "tool_call_parser": lock.protocol.tool_call_parser,
     }
     if isinstance(ex.platform, CpuPlatformV1):
         expected["disable_overlap_schedule"] = True

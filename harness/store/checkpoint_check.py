@@ -16,9 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from harness.contracts.model import ToolCallParserName
 from harness.errors import HitchError
 from harness.ids import digest_bytes, digest_json
 from harness.store.safetensors_check import SafetensorsHeader, read_safetensors_header
+from harness.store.tool_call_format import tool_call_parser_for
 
 __all__ = [
     "BANNED_SUFFIXES",
@@ -115,6 +117,7 @@ def scan_checkpoint(src: Path) -> list[ScannedFile]:
 class ChatTemplateFacts:
     source: Literal["tokenizer_config.json", "chat_template.jinja", "chat_template.json"]
     text_sha256: str  # sha256:<hex> of the template text (canonical JSON for named templates)
+    tool_call_parser: ToolCallParserName | None = None  # read from the template text (tool_call_format)
 
 
 @dataclass(frozen=True)
@@ -158,18 +161,20 @@ def _chat_template(base: Path, names: set[str], tokenizer_config: dict[str, Any]
         text = (base / "chat_template.jinja").read_bytes()
         if not text.strip():
             raise _invalid("chat_template.jinja is empty", file="chat_template.jinja")
-        return ChatTemplateFacts("chat_template.jinja", digest_bytes(text))
+        return ChatTemplateFacts("chat_template.jinja", digest_bytes(text), tool_call_parser_for(text.decode("utf-8", "replace")))
     if "chat_template.json" in names:
         data = _load_json(base / "chat_template.json", "chat_template.json")
         template = data.get("chat_template") if isinstance(data, dict) else None
         if not isinstance(template, str) or not template.strip():
             raise _invalid("chat_template.json has no chat_template string", file="chat_template.json")
-        return ChatTemplateFacts("chat_template.json", digest_bytes(template.encode()))
+        return ChatTemplateFacts("chat_template.json", digest_bytes(template.encode()), tool_call_parser_for(template))
     template = tokenizer_config.get("chat_template")
     if isinstance(template, str) and template.strip():
-        return ChatTemplateFacts("tokenizer_config.json", digest_bytes(template.encode()))
+        return ChatTemplateFacts("tokenizer_config.json", digest_bytes(template.encode()), tool_call_parser_for(template))
     if isinstance(template, list) and template and all(isinstance(t, dict) for t in template):
-        return ChatTemplateFacts("tokenizer_config.json", digest_json(template))
+        # Named templates (default, tool_use, ...): the family shows in any of them.
+        texts = "\n".join(str(t.get("template", "")) for t in template)
+        return ChatTemplateFacts("tokenizer_config.json", digest_json(template), tool_call_parser_for(texts))
     raise _invalid("no chat template: need tokenizer_config.json chat_template, chat_template.jinja or chat_template.json")
 
 

@@ -26,6 +26,7 @@ from harness.store.checkpoint_check import ScannedFile, check_checkpoint, scan_c
 from harness.store.manifest import build_manifest, manifest_path, model_files_dir, read_manifest
 from harness.store.progress import ImportProgress
 from harness.store.staging import StagingDir, model_lock, remove_tree
+from harness.store.tool_call_format import resolve_tool_call_parser
 
 __all__ = ["ImportResult", "import_model"]
 
@@ -120,7 +121,10 @@ def _publish(root: HitchRoot, stage: StagingDir, manifest: LocalModelManifestV1,
     with model_lock(root, model_id):
         already = mpath.is_file()
         if already:
-            read_manifest(root, model_id)  # an unreadable or forged manifest is not "the same object"
+            stored = read_manifest(root, model_id)  # an unreadable or forged manifest is not "the same object"
+            if stored.chat_template.tool_call_parser != manifest.chat_template.tool_call_parser:
+                # Same bytes, another serving choice (the parser is no part of model_id): the new one holds.
+                atomic_write_json(mpath, stored.model_copy(update={"chat_template": manifest.chat_template}).to_json_dict())
         if not files_dir.is_dir() or not already:
             if files_dir.exists() or files_dir.is_symlink():
                 # Left by a publish that died before writing its manifest: never trusted, replaced.
@@ -154,13 +158,16 @@ def import_model(
     progress: ImportProgress | None = None,
     provenance: ModelProvenance | None = None,
     on_file_copied: FileHook | None = None,
+    tool_call_parser: str | None = None,
 ) -> ImportResult:
-    """Import the checkpoint directory ``src`` and point ``alias`` at it.
+    """Import the checkpoint directory ``src`` and point ``alias`` at it. ``tool_call_parser`` (a parser name,
+    or ``none``) overrides the one the chat template shows.
 
     ``on_file_copied`` is called with each relative path right after its copy (tests use
     it to change the source mid-import; nothing else should need it).
     """
     validate_alias(alias)
+    resolve_tool_call_parser(None, tool_call_parser)  # an unknown name is refused before any copy
     src = Path(src)
     scanned = scan_checkpoint(src)
     check_checkpoint(src.resolve(), [f.rel for f in scanned])
@@ -173,7 +180,7 @@ def import_model(
                 raise HitchError("local_model_source_changed", "files were added, removed or relinked during the import")
             _verify_copy(stage.files, digests, progress)
             facts = check_checkpoint(stage.files, sorted(digests))
-            manifest = build_manifest(facts, digests, provenance)
+            manifest = build_manifest(facts, digests, provenance, tool_call_parser)
             already, previous = _publish(root, stage, manifest, alias)
     except HitchError:
         raise

@@ -27,6 +27,7 @@ from harness.ids import is_sha256_id
 from harness.paths import HitchRoot
 from harness.store.checkpoint_check import CheckpointFacts
 from harness.store.hashing import FileDigest, hash_file
+from harness.store.tool_call_format import resolve_tool_call_parser
 
 __all__ = [
     "build_manifest",
@@ -86,9 +87,13 @@ def _architecture(config: dict[str, Any]) -> ModelArchitecture:
 
 
 def build_manifest(
-    facts: CheckpointFacts, digests: dict[str, FileDigest], provenance: ModelProvenance | None = None
+    facts: CheckpointFacts,
+    digests: dict[str, FileDigest],
+    provenance: ModelProvenance | None = None,
+    tool_call_parser: str | None = None,
 ) -> LocalModelManifestV1:
-    """The manifest of a checked checkpoint whose every file was hashed into ``digests``."""
+    """The manifest of a checked checkpoint whose every file was hashed into ``digests``; ``tool_call_parser``
+    is the operator's choice (a parser name or ``none``), else the one the chat template shows."""
     files = [ModelFileEntry(path=rel, size=digests[rel].size, sha256=digests[rel].sha256_id) for rel in sorted(facts.files)]
     tensors = [t for header in facts.shards for t in header.tensors.values()]
     weights = WeightIndex(
@@ -108,7 +113,9 @@ def build_manifest(
         "generation_config_sha256": digests[facts.generation_config].sha256_id if facts.generation_config else None,
         "tokenizer_files": list(facts.tokenizer_files),
         "chat_template": ChatTemplateRef(
-            source=facts.chat_template.source, sha256=facts.chat_template.text_sha256
+            source=facts.chat_template.source,
+            sha256=facts.chat_template.text_sha256,
+            tool_call_parser=resolve_tool_call_parser(facts.chat_template.tool_call_parser, tool_call_parser),
         ).to_json_dict(),
     }
     model_id = compute_model_id(fields)

@@ -9,7 +9,10 @@ from harness.contracts.runtime import InferenceRuntimeManifestV1
 from harness.ids import digest_bytes, digest_json
 
 
-def model_manifest(max_positions: int | None = 32768, torch_dtype: str | None = "bfloat16") -> LocalModelManifestV1:
+def model_manifest(
+    max_positions: int | None = 32768, torch_dtype: str | None = "bfloat16", tool_call_parser: str | None = "hermes"
+) -> LocalModelManifestV1:
+    """The tiny fixture's manifest (its ChatML template renders Hermes <tool_call> markup: parser hermes)."""
     fields: dict[str, Any] = {
         "schema_version": "1",
         "format": "hf-safetensors",
@@ -39,7 +42,11 @@ def model_manifest(max_positions: int | None = 32768, torch_dtype: str | None = 
         "config_sha256": digest_bytes(b"config"),
         "generation_config_sha256": None,
         "tokenizer_files": ["tokenizer.json", "tokenizer_config.json"],
-        "chat_template": {"source": "tokenizer_config.json", "sha256": digest_bytes(b"template")},
+        "chat_template": {
+            "source": "tokenizer_config.json",
+            "sha256": digest_bytes(b"template"),
+            "tool_call_parser": tool_call_parser,
+        },
     }
     fields["model_id"] = compute_model_id(fields)
     return LocalModelManifestV1.model_validate(fields)

@@ -205,3 +205,33 @@ def test_a_pre_quantized_checkpoint_is_refused_without_a_certified_method() -> N
         build_lock(quantized, runtime_manifest(), device="cpu", profile="baseline", cpu_cores_per_node=2)
     assert exc.value.code == "inference_quantization_uncertified"
     assert exc.value.details == {"quantization": "fp8", "certified": []}
+
+
+def test_the_lock_names_the_templates_parser_and_claims_tool_calls_only_with_it() -> None:
+    rt = runtime_manifest()
+    with_parser = build_lock(model_manifest(), rt, device="cpu", profile="baseline", cpu_cores_per_node=2)
+    assert with_parser.protocol.tool_call_parser == "hermes" and with_parser.protocol.tool_calls is True
+    without = build_lock(model_manifest(tool_call_parser=None), rt, device="cpu", profile="baseline", cpu_cores_per_node=2)
+    assert without.protocol.tool_call_parser is None and without.protocol.tool_calls is False
+    # the parser is the serving choice, not the checkpoint: same model_id, another inference id
+    assert without.model_id == with_parser.model_id and without.inference_id != with_parser.inference_id
+    validate_lock(without.to_json_dict())
+
+
+@pytest.mark.parametrize(("tool_calls", "parser"), [(True, None), (False, "hermes")])
+def test_tool_calls_and_the_parser_must_agree(tool_calls: bool, parser: str | None) -> None:
+    data = _lock_dict()
+    data["protocol"] = {**data["protocol"], "tool_calls": tool_calls, "tool_call_parser": parser}
+    data["inference_id"] = compute_inference_id(data)
+    with pytest.raises(HitchError) as err:
+        validate_lock(data)
+    assert err.value.code == "inference_lock_invalid" and "tool_call_parser" in err.value.message
+
+
+def test_a_parser_the_pinned_sglang_lacks_is_refused() -> None:
+    data = _lock_dict()
+    data["protocol"] = {**data["protocol"], "tool_call_parser": "hermes2"}
+    data["inference_id"] = compute_inference_id(data)
+    with pytest.raises(HitchError) as err:
+        validate_lock(data)
+    assert err.value.code == "inference_lock_invalid"

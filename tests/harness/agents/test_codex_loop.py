@@ -13,21 +13,12 @@ import pytest
 
 from certify.suites.agents_rig import AgentRig
 from harness.agents.codex_home import CodexBinding
-from harness.agents.codex_install import CodexInstall, find_codex
+from harness.agents.codex_install import CodexInstall
 from harness.agents.codex_runner import CodexRun
 from harness.errors import HitchError
-from tests.components import missing
 from tests.gateway.support import make_lock
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def codex() -> CodexInstall:
-    try:
-        return find_codex()
-    except HitchError as exc:
-        missing("codex", f"Codex not installed: {exc.message}")
 
 
 @pytest.fixture

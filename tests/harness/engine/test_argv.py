@@ -97,3 +97,12 @@ def test_fake_program_refuses_sglang_flags() -> None:
     with pytest.raises(HitchError) as info:
         EngineProgram.fake(("--api-key", "x"))
     assert info.value.code == "usage_error"
+
+
+def test_the_locks_tool_call_parser_reaches_the_engine(inputs: ServiceInputs) -> None:
+    lock = inputs.lock
+    assert lock.protocol.tool_call_parser == "hermes"  # the tiny fixture's template renders <tool_call> markup
+    flags = engine_flags(lock, inputs.model_dir, "127.0.0.1", 31234, "/private/engine-config.yaml")
+    assert _pairs(flags)["--tool-call-parser"] == "hermes"
+    plain = lock.model_copy(update={"protocol": lock.protocol.model_copy(update={"tool_call_parser": None, "tool_calls": False})})
+    assert "--tool-call-parser" not in engine_flags(plain, inputs.model_dir, "127.0.0.1", 31234, "/private/engine-config.yaml")

@@ -1,0 +1,373 @@
+"""faults (process): the engine hangs, crashes, exits after N requests or N seconds, or never gets ready.
+
+On the fake engine each check uses the fake's fault mode; on real SGLang the same fault is a signal to the
+engine's process group (:mod:`fixtures.process_faults`): SIGSTOP during a stream (a hang), SIGKILL mid-stream,
+after the N-th answer or after N seconds (a crash), SIGSTOP before it is ready (a start that hangs). The
+outcome asserted is the same on both: the client's error, the evidence row, the service failed and its binding
+revoked, the engine's processes gone, and a new run getting a new epoch.
+
+A stall runs on the session's engine (a private gateway with a short request timeout; the engine continues
+afterwards); a crash runs on the private daemon (its own HITCH_ROOT), never the session's engine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from certify.registry import check
+from certify.session import CertifyEnv, RunHandle
+from certify.suites._support_engines import (
+    PrivateDaemon,
+    RawStream,
+    chat_body,
+    evidence_rows,
+    hold_stream,
+    kill_pid,
+    pid_alive,
+    private_daemon_fixture,  # noqa: F401 (the fixture ``private_daemon``)
+    wait_until,
+)
+from certify.suites._support_faults import (
+    FAKE,
+    MODE_CHECKS,
+    SHORT_TIMEOUT_MS,
+    assert_crashed,
+    engine_proxy,  # noqa: F401 (the fixture)
+    failed_event,
+    fault_front,
+    revoked,
+    row,
+    serves,
+    stream,
+)
+from fixtures.fault_proxy import FaultProxy
+from fixtures.process_faults import frozen, group_alive, kill_group, kill_group_after, kill_group_when, stop_group
+from harness.errors import HitchError
+
+
+def _pgid(pid: int) -> int:
+    return os.getpgid(pid)
+
+
+def _session_engine_pid(env: CertifyEnv) -> int:
+    from harness.service.state_store import ServiceStateStore
+
+    record = ServiceStateStore(env.root, env.run.service_id).read()
+    assert record is not None and record.process is not None and record.process.pid is not None
+    return int(record.process.pid)
+
+
+# -- a hang mid-stream: the session's engine, a private gateway with a short request timeout --------------
+
+
+@pytest.mark.exclusive_engine
+@check(
+    MODE_CHECKS["stall_mid_stream"],
+    description="a stalled stream hits the request timeout; upstream aborted, the engine serves again "
+    "(SGLang: its process group SIGSTOPped mid-stream)",
+)
+def test_stall_mid_stream(
+    certify_env: CertifyEnv,
+    certify_record: Any,
+    engine_proxy: FaultProxy | None,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    with fault_front(certify_env, tmp_path, engine_proxy, private=True, timeout_ms=SHORT_TIMEOUT_MS) as front:
+        if front.proxy is None:
+            front.arm(("stall_mid_stream:t=30,after=2",), ())
+            status, _, broken = front.chat_stream()
+        else:
+            front.faults = ["SIGSTOP engine group after 2 events"]
+            body = chat_body(front.wire_model, stream=True, max_tokens=None, content="Tell a long story.")
+            held = RawStream(front.base_url, front.token, "/chat/completions", body)
+            try:
+                held.read_events(2)
+                assert held.status == 200 and not held.done_seen, "the stream ended before the engine could be stopped"
+                with frozen(_pgid(_session_engine_pid(certify_env))) as stopped:
+                    certify_record.detail("stopped_processes", len(stopped))
+                    held.read_all()  # ends when the gateway's request timeout breaks the stream
+                front.t_fault_end = time.monotonic()
+            finally:
+                held.close()
+            status, broken = held.status, not held.clean_end
+        got = row(front.rows())
+        front.record(certify_record, {"status": status, "broken": broken}, got)
+        assert (status, broken) == (200, True)
+        assert (got["status"], got["error_code"]) == ("failed", "inference_upstream_failed")
+        front.recovered(certify_record)
+
+
+# -- crashes: the private daemon -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def pdaemon(private_daemon: PrivateDaemon) -> Iterator[PrivateDaemon]:
+    yield private_daemon
+    for run in list(private_daemon.runs.values()):  # nothing of this check stays leased
+        if run.run_id != private_daemon.shared.get("warm_run_id"):
+            with contextlib.suppress(Exception):
+                private_daemon.delete_run(run)
+
+
+def _engine(daemon: PrivateDaemon, run: RunHandle) -> int:
+    pid = daemon.engine_pid(run.service_id)
+    assert pid is not None
+    return pid
+
+
+def _record_crash(certify_record: Any, details: dict[str, Any], t_fault: float, client: dict[str, Any]) -> None:
+    certify_record.detail("client", client)
+    certify_record.detail("failed_event", details)
+    certify_record.detail("recovery_ms", round((time.monotonic() - t_fault) * 1000, 1))
+
+
+@check(
+    MODE_CHECKS["crash_mid_stream"],
+    description="engine exits mid-stream: process_exited, service failed, binding revoked, a new epoch serves "
+    "(SGLang: SIGKILL to its process group mid-stream)",
+)
+def test_crash_mid_stream(pdaemon: PrivateDaemon, certify_record: Any) -> None:
+    run = pdaemon.create_run()
+    pid = _engine(pdaemon, run)
+    if pdaemon.fake is not None:
+        pdaemon.fake.faults("crash_mid_stream:after=2,code=1")
+        status, _, broken = stream(run.base_url, "/chat/completions", chat_body(run.wire_model, stream=True), run.headers())
+        t_fault = time.monotonic()
+    else:
+        held = hold_stream(run)
+        try:
+            t_fault = time.monotonic()
+            kill_group(_pgid(pid))
+            held.read_all()
+        finally:
+            held.close()
+        status, broken = held.status, not held.clean_end
+    got = row(evidence_rows(pdaemon.gateway_dir, run.binding_id))
+    certify_record.detail("evidence", {k: got[k] for k in ("status", "error_code", "http_status")})
+    assert (status, broken) == (200, True)
+    assert (got["status"], got["error_code"]) == ("failed", "inference_process_exited")
+    details = assert_crashed(pdaemon, run, pid, "inference_process_exited")
+    again = pdaemon.create_run()
+    assert again.epoch > run.epoch and serves(again.base_url, again.headers(), again.wire_model) == 200
+    _record_crash(certify_record, details, t_fault, {"status": status, "broken": broken})
+    pdaemon.shared["warm_run_id"] = again.run_id  # the next check's run shares this service
+
+
+def _warm_run(daemon: PrivateDaemon) -> RunHandle:
+    """The warm service's run when there is one (no engine start paid), else a new run."""
+    warm = daemon.runs.get(str(daemon.shared.pop("warm_run_id", None)))
+    return warm if warm is not None else daemon.create_run()
+
+
+@check(
+    MODE_CHECKS["exit_after_requests"],
+    description="engine exits after answering: exit code recorded, binding revoked (SGLang: SIGKILL once the answer is recorded)",
+)
+def test_exit_after_requests(pdaemon: PrivateDaemon, certify_record: Any) -> None:
+    run = _warm_run(pdaemon)
+    pid = _engine(pdaemon, run)
+    if pdaemon.fake is not None:
+        pdaemon.fake.reset()
+        pdaemon.fake.faults("exit_after_requests:n=1,code=3")
+        assert serves(run.base_url, run.headers(), run.wire_model) == 200  # answered, then the engine exits
+        t_fault = time.monotonic()
+    else:
+        before = _answered(pdaemon, run)
+        assert serves(run.base_url, run.headers(), run.wire_model) == 200
+        kill_group_when(_pgid(pid), lambda: _answered(pdaemon, run) > before, timeout_s=30)
+        t_fault = time.monotonic()
+    details = assert_crashed(pdaemon, run, pid, "inference_process_exited", need=("code", "exit_code"))
+    _record_crash(certify_record, details, t_fault, {"status": 200, "answered": True})
+    assert details.get("exit_code") == (3 if pdaemon.fake is not None else -9)
+
+
+def _answered(daemon: PrivateDaemon, run: RunHandle) -> int:
+    """Exchanges of ``run`` the gateway has recorded so far (the N of "exit after N requests")."""
+    path = daemon.gateway_dir / "evidence" / f"{run.binding_id}.requests.jsonl"
+    return sum(1 for line in path.read_text().splitlines() if line.strip()) if path.exists() else 0
+
+
+@check(
+    MODE_CHECKS["exit_after_seconds"],
+    description="engine dies while idle: the monitor fails the service, binding revoked (SGLang: SIGKILL after 1 s idle)",
+)
+def test_exit_after_seconds(pdaemon: PrivateDaemon, certify_record: Any) -> None:
+    run = pdaemon.create_run()
+    pid = _engine(pdaemon, run)
+    t_fault = time.monotonic()
+    if pdaemon.fake is not None:
+        with contextlib.suppress(httpx.HTTPError):  # t=0: the engine exits at once, maybe before it answers
+            pdaemon.fake.faults("exit_after_seconds:t=0,code=4")
+    else:
+        kill_group_after(_pgid(pid), 1.0).join(30)
+    details = assert_crashed(pdaemon, run, pid, "inference_process_exited", need=("code", "exit_code"))
+    _record_crash(certify_record, details, t_fault, {"idle": True, "next_request": 403})
+    assert details.get("exit_code") == (4 if pdaemon.fake is not None else -9)
+
+
+@check(
+    MODE_CHECKS["wrong_model"],
+    engines=FAKE,
+    description="an engine serving another model is refused before any prompt",
+    reason="the daemon launches real SGLang from the sealed lock only (no argv hook in the product path); "
+    "fixtures.process_faults.wrong_model_argv with the engine's own verification covers real SGLang in the tests",
+)
+def test_wrong_model(pdaemon: PrivateDaemon, certify_record: Any) -> None:
+    first = pdaemon.create_run()  # the lock is sealed; then no service of it may be live
+    pdaemon.stop_service(first.service_id)
+    t0 = time.monotonic()
+    with pytest.raises(HitchError) as caught:
+        pdaemon.create_run(extra_flags=("--fault", "wrong_model:name=not-the-locked-model"))
+    certify_record.metric("wrong_model_refused_s", round(time.monotonic() - t0, 2))
+    certify_record.detail("client", {"code": caught.value.code})
+    assert caught.value.code == "inference_lock_mismatch"
+    record = pdaemon.record(first.service_id)
+    assert record is not None and record.state in ("failed", "stopped")
+    pid = record.process.pid if record.process is not None else None
+    if pid is not None:
+        wait_until(lambda: not pid_alive(pid), 15.0, what="the refused engine gone")
+    assert [e for e in pdaemon.events(first.service_id) if e.event == "inference.ready" and e.epoch == record.epoch] == []
+
+
+@check(
+    MODE_CHECKS["startup_hang"],
+    description="never ready: inference_start_timeout and the process is gone (SGLang: SIGSTOP before ready)",
+)
+def test_startup_hang(pdaemon: PrivateDaemon, certify_record: Any) -> None:
+    from harness.service.isolation import service_key
+
+    inference_id = pdaemon.body.get("inference_id")
+    if inference_id is None:  # no lock copied from the session: seal one (a start of the engine)
+        base = pdaemon.create_run()
+        inference_id = base.inference_id
+        pdaemon.delete_run(base)
+    lock = pdaemon.sealed_lock(str(inference_id))
+    timeout_ms = 3000 if pdaemon.fake is not None else 15000  # SGLang: time to see its pid and stop it first
+    variant = pdaemon.seal_variant(lock, execution={"startup_timeout_ms": timeout_ms})
+    sid = service_key(variant, "x", None).service_id
+    flags = ("--fault", "startup_hang") if pdaemon.fake is not None else ()
+    caught: list[BaseException] = []
+
+    def create() -> None:
+        try:
+            pdaemon.create_run(inference_id=variant.inference_id, extra_flags=flags)
+        except BaseException as exc:
+            caught.append(exc)
+
+    t0 = time.monotonic()
+    starter = threading.Thread(target=create, daemon=True)
+    starter.start()
+    if pdaemon.fake is None:
+        hung = wait_until(lambda: pdaemon.engine_pid(sid), 60.0, interval_s=0.01, what="the engine's pid")
+        stop_group(_pgid(hung))  # before it can be ready
+        certify_record.detail("fault", {"via": "SIGSTOP", "pid_seen_after_s": round(time.monotonic() - t0, 2)})
+    starter.join(120)
+    assert not starter.is_alive()
+    certify_record.metric("startup_hang_refused_s", round(time.monotonic() - t0, 2))
+    assert len(caught) == 1 and isinstance(caught[0], HitchError), caught
+    certify_record.detail("client", {"code": caught[0].code})
+    assert caught[0].code == "inference_start_timeout"
+    record = pdaemon.record(sid)
+    assert record is not None and record.state in ("failed", "stopped")
+    pid = record.process.pid if record.process is not None else None
+    if pid is not None:
+        wait_until(lambda: not group_alive(pid), 30.0, what="the hung engine's group gone")
+    certify_record.detail("recovery_ms", round((time.monotonic() - t0) * 1000, 1))
+
+
+# -- a real kill, both engines ---------------------------------------------------------------------------
+
+
+@dataclass
+class KillOutcome:
+    run: RunHandle
+    status: int
+    clean_end: bool
+    row: dict[str, Any]
+    failed: dict[str, Any]
+    revoked: dict[str, Any]
+    record_state: str
+    pid_gone: bool
+    again: RunHandle
+    again_status: int
+    detect_ms: float
+    reacquire_s: float
+
+
+def _in_flight_stream(daemon: PrivateDaemon, run: RunHandle) -> RawStream:
+    """A stream that is still generating (a real engine: the lock's whole budget; the fake: stalled)."""
+    if daemon.fake is not None:
+        daemon.fake.faults("stall_mid_stream:t=60,after=2")
+    return hold_stream(run)
+
+
+@pytest.fixture(scope="module")
+def killed(private_daemon: PrivateDaemon) -> KillOutcome:
+    daemon = private_daemon
+    run = _warm_run(daemon)
+    pid = daemon.engine_pid(run.service_id)
+    assert pid is not None
+    stream_ = _in_flight_stream(daemon, run)
+    try:
+        t_kill = time.monotonic()
+        kill_pid(pid)
+        stream_.read_all()
+    finally:
+        stream_.close()
+    got = row(evidence_rows(daemon.gateway_dir, run.binding_id, at_least=1))
+    failed = failed_event(daemon, run.service_id, run.epoch, 30.0)
+    detect_ms = (time.monotonic() - t_kill) * 1000
+    gone = revoked(run)
+    record = daemon.record(run.service_id)
+    pid_gone = not pid_alive(pid)
+    daemon.runs.pop(run.run_id, None)
+    if daemon.fake is not None:
+        with contextlib.suppress(Exception):
+            daemon.fake.reset()
+    t0 = time.monotonic()
+    again = daemon.create_run()
+    reacquire_s = time.monotonic() - t0
+    again_status = serves(again.base_url, again.headers(), again.wire_model)
+    daemon.shared["warm_run_id"] = again.run_id  # the next checks (and the lifecycle suite) use this service
+    return KillOutcome(
+        run, stream_.status, stream_.clean_end, got, failed, gone, record.state if record else "absent", pid_gone, again,
+        again_status, detect_ms, reacquire_s,
+    )  # fmt: skip
+
+
+@check(
+    "faults.engine_killed.in_flight", description="SIGKILL mid-stream: broken client stream, evidence inference_process_exited"
+)
+def test_engine_killed_in_flight(killed: KillOutcome, certify_record: Any) -> None:
+    certify_record.detail("client", {"status": killed.status, "broken": not killed.clean_end})
+    certify_record.detail("evidence", {k: killed.row[k] for k in ("status", "error_code", "http_status")})
+    assert killed.status == 200 and not killed.clean_end, "the client must see a broken stream"
+    assert (killed.row["status"], killed.row["error_code"]) == ("failed", "inference_process_exited")
+
+
+@check("faults.engine_killed.service_failed", description="after SIGKILL the service is failed and the binding revoked")
+def test_engine_killed_service_failed(killed: KillOutcome, certify_record: Any) -> None:
+    certify_record.metric("kill_to_failed_ms", round(killed.detect_ms, 1))
+    certify_record.detail("failed_event", killed.failed)
+    certify_record.detail("client", killed.revoked)
+    assert killed.failed.get("code") == "inference_process_exited"
+    assert killed.record_state in ("failed", "stopped") and killed.pid_gone
+    assert killed.revoked == {"status": 403, "code": "inference_binding_revoked"}
+
+
+@check("faults.engine_killed.new_epoch", description="after SIGKILL a new run gets a new epoch and is served")
+def test_engine_killed_new_epoch(killed: KillOutcome, certify_record: Any) -> None:
+    certify_record.metric("reacquire_after_kill_s", round(killed.reacquire_s, 2))
+    certify_record.detail("recovery_ms", round(killed.reacquire_s * 1000, 1))
+    assert killed.again.service_id == killed.run.service_id and killed.again.epoch > killed.run.epoch
+    assert killed.again_status == 200

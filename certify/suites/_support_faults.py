@@ -50,6 +50,7 @@ __all__ = [
     "assert_crashed",
     "engine_proxy",
     "fault_front",
+    "fault_kind",
     "failed_event",
     "gateway_dir",
     "revoked",
@@ -334,3 +335,13 @@ def engine_proxy(certify_env: CertifyEnv, tmp_path_factory: pytest.TempPathFacto
         yield px
     finally:
         px.stop()
+
+
+def fault_kind(kind: str) -> Any:
+    """An autouse fixture recording the module's kind of fault (``details.fault_kind``: the run page groups by it)."""
+
+    @pytest.fixture(autouse=True)
+    def _fault_kind(certify_record: Any) -> None:
+        certify_record.detail("fault_kind", kind)
+
+    return _fault_kind

@@ -6,8 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from certify.registry import all_checks, check
-from certify.suites._support_faults import MODE_CHECKS
+from certify.suites._support_faults import MODE_CHECKS, fault_kind
 from fixtures.fake_sglang.faults import FAULT_NAMES
+
+_fault_kind = fault_kind("catalogue")
 
 
 @check("faults.modes.all_covered", description="every fault mode of the fake engine has a check; every left-out engine a reason")

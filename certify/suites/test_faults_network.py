@@ -24,6 +24,7 @@ from certify.suites._support_faults import (
     SHORT_TIMEOUT_MS,
     engine_proxy,  # noqa: F401 (the fixture)
     fault_front,
+    fault_kind,
     gateway_dir,
     row,
     serves,
@@ -31,6 +32,8 @@ from certify.suites._support_faults import (
 from fixtures.fault_proxy import FaultProxy, ProxyFault
 
 pytestmark = pytest.mark.exclusive_engine  # on SGLang every check here sends through the session's engine
+
+_fault_kind = fault_kind("network")
 
 
 def _last_post(proxy: FaultProxy) -> Any:

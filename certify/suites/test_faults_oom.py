@@ -27,9 +27,11 @@ from certify.suites._support_engines import (
     private_daemon_fixture,  # noqa: F401 (the fixture ``private_daemon``)
     wait_until,
 )
-from certify.suites._support_faults import MODE_CHECKS, assert_crashed, failed_event, service_failure_code
+from certify.suites._support_faults import MODE_CHECKS, assert_crashed, failed_event, fault_kind, service_failure_code
 from fixtures.process_faults import kill_group
 from harness.errors import HitchError
+
+_fault_kind = fault_kind("memory")
 
 
 @pytest.fixture

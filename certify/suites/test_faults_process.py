@@ -45,6 +45,7 @@ from certify.suites._support_faults import (
     engine_proxy,  # noqa: F401 (the fixture)
     failed_event,
     fault_front,
+    fault_kind,
     revoked,
     row,
     serves,
@@ -53,6 +54,8 @@ from certify.suites._support_faults import (
 from fixtures.fault_proxy import FaultProxy
 from fixtures.process_faults import frozen, group_alive, kill_group, kill_group_after, kill_group_when, stop_group
 from harness.errors import HitchError
+
+_fault_kind = fault_kind("process")
 
 
 def _pgid(pid: int) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import threading
 import time
 from collections.abc import Iterator
@@ -35,10 +36,10 @@ from certify.suites._support_engines import (
     kill_pid,
     pid_alive,
     private_daemon_fixture,  # noqa: F401 (the fixture ``private_daemon``)
+    session_lock,
     wait_until,
 )
 from certify.suites._support_faults import (
-    FAKE,
     MODE_CHECKS,
     SHORT_TIMEOUT_MS,
     assert_crashed,
@@ -52,7 +53,15 @@ from certify.suites._support_faults import (
     stream,
 )
 from fixtures.fault_proxy import FaultProxy
-from fixtures.process_faults import frozen, group_alive, kill_group, kill_group_after, kill_group_when, stop_group
+from fixtures.process_faults import (
+    frozen,
+    group_alive,
+    kill_group,
+    kill_group_after,
+    kill_group_when,
+    stop_group,
+    wrong_model_argv,
+)
 from harness.errors import HitchError
 
 _fault_kind = fault_kind("process")
@@ -134,14 +143,104 @@ def _record_crash(certify_record: Any, details: dict[str, Any], t_fault: float, 
     certify_record.detail("recovery_ms", round((time.monotonic() - t_fault) * 1000, 1))
 
 
+# -- a real kill, both engines (first: its restarted service is the warm one the next crash checks use) --
+
+
+@dataclass
+class KillOutcome:
+    run: RunHandle
+    status: int
+    clean_end: bool
+    row: dict[str, Any]
+    failed: dict[str, Any]
+    revoked: dict[str, Any]
+    record_state: str
+    pid_gone: bool
+    again: RunHandle
+    again_status: int
+    detect_ms: float
+    reacquire_s: float
+
+
+def _in_flight_stream(daemon: PrivateDaemon, run: RunHandle) -> RawStream:
+    """A stream that is still generating (a real engine: the lock's whole budget; the fake: stalled)."""
+    if daemon.fake is not None:
+        daemon.fake.faults("stall_mid_stream:t=60,after=2")
+    return hold_stream(run)
+
+
+@pytest.fixture(scope="module")
+def killed(private_daemon: PrivateDaemon) -> KillOutcome:
+    daemon = private_daemon
+    run = _warm_run(daemon)
+    pid = daemon.engine_pid(run.service_id)
+    assert pid is not None
+    before = _answered(daemon, run)
+    stream_ = _in_flight_stream(daemon, run)
+    try:
+        t_kill = time.monotonic()
+        kill_pid(pid)
+        stream_.read_all()
+    finally:
+        stream_.close()
+    got = row(evidence_rows(daemon.gateway_dir, run.binding_id, at_least=before + 1)[before:])
+    failed = failed_event(daemon, run.service_id, run.epoch, 30.0)
+    detect_ms = (time.monotonic() - t_kill) * 1000
+    gone = revoked(run)
+    record = daemon.record(run.service_id)
+    pid_gone = not pid_alive(pid)
+    daemon.runs.pop(run.run_id, None)
+    if daemon.fake is not None:
+        with contextlib.suppress(Exception):
+            daemon.fake.reset()
+    t0 = time.monotonic()
+    again = daemon.create_run()
+    reacquire_s = time.monotonic() - t0
+    again_status = _serves_recorded(daemon, again)
+    daemon.shared["warm_run_id"] = again.run_id  # the next checks (and the lifecycle suite) use this service
+    return KillOutcome(
+        run, stream_.status, stream_.clean_end, got, failed, gone, record.state if record else "absent", pid_gone, again,
+        again_status, detect_ms, reacquire_s,
+    )  # fmt: skip
+
+
+@check(
+    "faults.engine_killed.in_flight", description="SIGKILL mid-stream: broken client stream, evidence inference_process_exited"
+)
+def test_engine_killed_in_flight(killed: KillOutcome, certify_record: Any) -> None:
+    certify_record.detail("client", {"status": killed.status, "broken": not killed.clean_end})
+    certify_record.detail("evidence", {k: killed.row[k] for k in ("status", "error_code", "http_status")})
+    assert killed.status == 200 and not killed.clean_end, "the client must see a broken stream"
+    assert (killed.row["status"], killed.row["error_code"]) == ("failed", "inference_process_exited")
+
+
+@check("faults.engine_killed.service_failed", description="after SIGKILL the service is failed and the binding revoked")
+def test_engine_killed_service_failed(killed: KillOutcome, certify_record: Any) -> None:
+    certify_record.metric("kill_to_failed_ms", round(killed.detect_ms, 1))
+    certify_record.detail("failed_event", killed.failed)
+    certify_record.detail("client", killed.revoked)
+    assert killed.failed.get("code") == "inference_process_exited"
+    assert killed.record_state in ("failed", "stopped") and killed.pid_gone
+    assert killed.revoked == {"status": 403, "code": "inference_binding_revoked"}
+
+
+@check("faults.engine_killed.new_epoch", description="after SIGKILL a new run gets a new epoch and is served")
+def test_engine_killed_new_epoch(killed: KillOutcome, certify_record: Any) -> None:
+    certify_record.metric("reacquire_after_kill_s", round(killed.reacquire_s, 2))
+    certify_record.detail("recovery_ms", round(killed.reacquire_s * 1000, 1))
+    assert killed.again.service_id == killed.run.service_id and killed.again.epoch > killed.run.epoch
+    assert killed.again_status == 200
+
+
 @check(
     MODE_CHECKS["crash_mid_stream"],
     description="engine exits mid-stream: process_exited, service failed, binding revoked, a new epoch serves "
     "(SGLang: SIGKILL to its process group mid-stream)",
 )
 def test_crash_mid_stream(pdaemon: PrivateDaemon, certify_record: Any) -> None:
-    run = pdaemon.create_run()
+    run = _warm_run(pdaemon)
     pid = _engine(pdaemon, run)
+    before = _answered(pdaemon, run)  # the warm run has served once
     if pdaemon.fake is not None:
         pdaemon.fake.faults("crash_mid_stream:after=2,code=1")
         status, _, broken = stream(run.base_url, "/chat/completions", chat_body(run.wire_model, stream=True), run.headers())
@@ -155,13 +254,13 @@ def test_crash_mid_stream(pdaemon: PrivateDaemon, certify_record: Any) -> None:
         finally:
             held.close()
         status, broken = held.status, not held.clean_end
-    got = row(evidence_rows(pdaemon.gateway_dir, run.binding_id))
+    got = row(evidence_rows(pdaemon.gateway_dir, run.binding_id, at_least=before + 1)[before:])
     certify_record.detail("evidence", {k: got[k] for k in ("status", "error_code", "http_status")})
     assert (status, broken) == (200, True)
     assert (got["status"], got["error_code"]) == ("failed", "inference_process_exited")
     details = assert_crashed(pdaemon, run, pid, "inference_process_exited")
     again = pdaemon.create_run()
-    assert again.epoch > run.epoch and serves(again.base_url, again.headers(), again.wire_model) == 200
+    assert again.epoch > run.epoch and _serves_recorded(pdaemon, again) == 200
     _record_crash(certify_record, details, t_fault, {"status": status, "broken": broken})
     pdaemon.shared["warm_run_id"] = again.run_id  # the next check's run shares this service
 
@@ -194,6 +293,15 @@ def test_exit_after_requests(pdaemon: PrivateDaemon, certify_record: Any) -> Non
     assert details.get("exit_code") == (3 if pdaemon.fake is not None else -9)
 
 
+def _serves_recorded(daemon: PrivateDaemon, run: RunHandle) -> int:
+    """One answer through ``run``, returned once its evidence row is on disk (the gateway batches writes), so
+    the next check counting this run's rows counts it."""
+    before = _answered(daemon, run)
+    status = serves(run.base_url, run.headers(), run.wire_model)
+    evidence_rows(daemon.gateway_dir, run.binding_id, at_least=before + 1)
+    return status
+
+
 def _answered(daemon: PrivateDaemon, run: RunHandle) -> int:
     """Exchanges of ``run`` the gateway has recorded so far (the N of "exit after N requests")."""
     path = daemon.gateway_dir / "evidence" / f"{run.binding_id}.requests.jsonl"
@@ -220,12 +328,13 @@ def test_exit_after_seconds(pdaemon: PrivateDaemon, certify_record: Any) -> None
 
 @check(
     MODE_CHECKS["wrong_model"],
-    engines=FAKE,
-    description="an engine serving another model is refused before any prompt",
-    reason="the daemon launches real SGLang from the sealed lock only (no argv hook in the product path); "
-    "fixtures.process_faults.wrong_model_argv with the engine's own verification covers real SGLang in the tests",
+    description="an engine serving another model is refused before any prompt (SGLang: launched serving another "
+    "name, its /server_info refused by the readiness verification, its process group gone)",
 )
-def test_wrong_model(pdaemon: PrivateDaemon, certify_record: Any) -> None:
+def test_wrong_model(pdaemon: PrivateDaemon, certify_env: CertifyEnv, certify_record: Any, tmp_path: Path) -> None:
+    if pdaemon.fake is None:
+        _wrong_model_sglang(certify_env, certify_record, tmp_path)
+        return
     first = pdaemon.create_run()  # the lock is sealed; then no service of it may be live
     pdaemon.stop_service(first.service_id)
     t0 = time.monotonic()
@@ -240,6 +349,35 @@ def test_wrong_model(pdaemon: PrivateDaemon, certify_record: Any) -> None:
     if pid is not None:
         wait_until(lambda: not pid_alive(pid), 15.0, what="the refused engine gone")
     assert [e for e in pdaemon.events(first.service_id) if e.event == "inference.ready" and e.epoch == record.epoch] == []
+
+
+def _wrong_model_sglang(env: CertifyEnv, certify_record: Any, workdir: Path) -> None:
+    """The daemon launches SGLang from the sealed lock only (no argv hook in the product path), so the engine is
+    launched here, wrapped by ``wrong_model_argv``, and its answer goes through the verification readiness runs."""
+    from fixtures.fake_sglang.parity_engines import EngineCommand, launch_engine, sglang_command
+    from harness.engine.keys import EngineKeys
+    from harness.engine.verify import verify_server_info
+    from harness.store import model_files_dir
+
+    command = sglang_command(env.root)
+    assert command is not None, "the session's SGLang runtime is not installed under HITCH_ROOT"
+    wrapped = EngineCommand("sglang", list(wrong_model_argv("not-the-locked-model", command.argv)), command.env)
+    keys = EngineKeys(api_key="sk-" + secrets.token_hex(16), admin_key="sk-" + secrets.token_hex(16))
+    model_dir = model_files_dir(env.root, session_lock(env).model_id)
+    t0 = time.monotonic()
+    engine = launch_engine(wrapped, model_dir, workdir / "wrong-model", keys.api_key, keys.admin_key, env.run.wire_model, 300.0)
+    try:
+        auth = {"Authorization": f"Bearer {keys.api_key}"}
+        info = httpx.get(engine.base + "/server_info", headers=auth, timeout=30).json()
+        with pytest.raises(HitchError) as caught:
+            verify_server_info(info, {"served_model_name": env.run.wire_model}, keys)
+    finally:
+        engine.stop(grace_s=5)
+    certify_record.metric("wrong_model_refused_s", round(time.monotonic() - t0, 2))
+    certify_record.detail("fault", {"via": "wrong_model_argv", "served": info.get("served_model_name")})
+    certify_record.detail("client", {"code": caught.value.code, "fields": caught.value.details.get("fields")})
+    assert caught.value.code == "inference_lock_mismatch" and caught.value.details["fields"] == ["served_model_name"]
+    assert not engine.group_alive()
 
 
 @check(
@@ -286,91 +424,3 @@ def test_startup_hang(pdaemon: PrivateDaemon, certify_record: Any) -> None:
     if pid is not None:
         wait_until(lambda: not group_alive(pid), 30.0, what="the hung engine's group gone")
     certify_record.detail("recovery_ms", round((time.monotonic() - t0) * 1000, 1))
-
-
-# -- a real kill, both engines ---------------------------------------------------------------------------
-
-
-@dataclass
-class KillOutcome:
-    run: RunHandle
-    status: int
-    clean_end: bool
-    row: dict[str, Any]
-    failed: dict[str, Any]
-    revoked: dict[str, Any]
-    record_state: str
-    pid_gone: bool
-    again: RunHandle
-    again_status: int
-    detect_ms: float
-    reacquire_s: float
-
-
-def _in_flight_stream(daemon: PrivateDaemon, run: RunHandle) -> RawStream:
-    """A stream that is still generating (a real engine: the lock's whole budget; the fake: stalled)."""
-    if daemon.fake is not None:
-        daemon.fake.faults("stall_mid_stream:t=60,after=2")
-    return hold_stream(run)
-
-
-@pytest.fixture(scope="module")
-def killed(private_daemon: PrivateDaemon) -> KillOutcome:
-    daemon = private_daemon
-    run = _warm_run(daemon)
-    pid = daemon.engine_pid(run.service_id)
-    assert pid is not None
-    stream_ = _in_flight_stream(daemon, run)
-    try:
-        t_kill = time.monotonic()
-        kill_pid(pid)
-        stream_.read_all()
-    finally:
-        stream_.close()
-    got = row(evidence_rows(daemon.gateway_dir, run.binding_id, at_least=1))
-    failed = failed_event(daemon, run.service_id, run.epoch, 30.0)
-    detect_ms = (time.monotonic() - t_kill) * 1000
-    gone = revoked(run)
-    record = daemon.record(run.service_id)
-    pid_gone = not pid_alive(pid)
-    daemon.runs.pop(run.run_id, None)
-    if daemon.fake is not None:
-        with contextlib.suppress(Exception):
-            daemon.fake.reset()
-    t0 = time.monotonic()
-    again = daemon.create_run()
-    reacquire_s = time.monotonic() - t0
-    again_status = serves(again.base_url, again.headers(), again.wire_model)
-    daemon.shared["warm_run_id"] = again.run_id  # the next checks (and the lifecycle suite) use this service
-    return KillOutcome(
-        run, stream_.status, stream_.clean_end, got, failed, gone, record.state if record else "absent", pid_gone, again,
-        again_status, detect_ms, reacquire_s,
-    )  # fmt: skip
-
-
-@check(
-    "faults.engine_killed.in_flight", description="SIGKILL mid-stream: broken client stream, evidence inference_process_exited"
-)
-def test_engine_killed_in_flight(killed: KillOutcome, certify_record: Any) -> None:
-    certify_record.detail("client", {"status": killed.status, "broken": not killed.clean_end})
-    certify_record.detail("evidence", {k: killed.row[k] for k in ("status", "error_code", "http_status")})
-    assert killed.status == 200 and not killed.clean_end, "the client must see a broken stream"
-    assert (killed.row["status"], killed.row["error_code"]) == ("failed", "inference_process_exited")
-
-
-@check("faults.engine_killed.service_failed", description="after SIGKILL the service is failed and the binding revoked")
-def test_engine_killed_service_failed(killed: KillOutcome, certify_record: Any) -> None:
-    certify_record.metric("kill_to_failed_ms", round(killed.detect_ms, 1))
-    certify_record.detail("failed_event", killed.failed)
-    certify_record.detail("client", killed.revoked)
-    assert killed.failed.get("code") == "inference_process_exited"
-    assert killed.record_state in ("failed", "stopped") and killed.pid_gone
-    assert killed.revoked == {"status": 403, "code": "inference_binding_revoked"}
-
-
-@check("faults.engine_killed.new_epoch", description="after SIGKILL a new run gets a new epoch and is served")
-def test_engine_killed_new_epoch(killed: KillOutcome, certify_record: Any) -> None:
-    certify_record.metric("reacquire_after_kill_s", round(killed.reacquire_s, 2))
-    certify_record.detail("recovery_ms", round(killed.reacquire_s * 1000, 1))
-    assert killed.again.service_id == killed.run.service_id and killed.again.epoch > killed.run.epoch
-    assert killed.again_status == 200

@@ -47,10 +47,12 @@ __all__ = [
     "FAKE",
     "MODE_CHECKS",
     "FaultFront",
+    "FaultSite",
     "assert_crashed",
-    "engine_proxy",
+    "engine_proxy_fixture",
     "fault_front",
     "fault_kind",
+    "fault_site_fixture",
     "failed_event",
     "gateway_dir",
     "revoked",
@@ -324,8 +326,25 @@ def assert_crashed(
     return details
 
 
-@pytest.fixture(scope="module")
-def engine_proxy(certify_env: CertifyEnv, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultProxy | None]:
+@dataclass
+class FaultSite:
+    """Where a check's fronts are made: the session, the module's proxy (SGLang) and the check's tmp dir."""
+
+    env: CertifyEnv
+    proxy: FaultProxy | None
+    workdir: Path
+
+    def front(self, *, private: bool = False, timeout_ms: int | None = None) -> contextlib.AbstractContextManager[FaultFront]:
+        return fault_front(self.env, self.workdir, self.proxy, private=private, timeout_ms=timeout_ms)
+
+
+@pytest.fixture(name="fault_site")
+def fault_site_fixture(certify_env: CertifyEnv, engine_proxy: FaultProxy | None, tmp_path: Path) -> FaultSite:
+    return FaultSite(certify_env, engine_proxy, tmp_path)
+
+
+@pytest.fixture(scope="module", name="engine_proxy")
+def engine_proxy_fixture(certify_env: CertifyEnv, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultProxy | None]:
     """Real SGLang: one fault proxy in front of the session's engine for the module (None on the fake)."""
     if certify_env.engine == "fake":
         yield None

@@ -10,7 +10,6 @@ front serving again once the fault is cleared.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,9 +21,11 @@ from certify.suites._support_faults import (
     FAKE,
     MODE_CHECKS,
     SHORT_TIMEOUT_MS,
-    engine_proxy,  # noqa: F401 (the fixture)
-    fault_front,
+    FaultFront,
+    FaultSite,
+    engine_proxy_fixture,  # noqa: F401 (the fixture ``engine_proxy``)
     fault_kind,
+    fault_site_fixture,  # noqa: F401 (the fixture ``fault_site``)
     gateway_dir,
     row,
     serves,
@@ -44,8 +45,8 @@ def _last_post(proxy: FaultProxy) -> Any:
     MODE_CHECKS["split_utf8"],
     description="the answer split at every byte (multibyte characters too) reaches the client whole, evidence ok",
 )
-def test_split_utf8(certify_env: CertifyEnv, certify_record: Any, engine_proxy: FaultProxy | None, tmp_path: Path) -> None:  # noqa: F811
-    with fault_front(certify_env, tmp_path, engine_proxy) as front:
+def test_split_utf8(fault_site: FaultSite, certify_record: Any) -> None:
+    with fault_site.front() as front:
         front.arm(("split_utf8",), (ProxyFault(mode="slice", k=1),))
         status, raw, broken = front.chat_stream()
         assert (status, broken) == (200, False)
@@ -65,8 +66,8 @@ def test_split_utf8(certify_env: CertifyEnv, certify_record: Any, engine_proxy: 
 
 
 @check(MODE_CHECKS["coalesce_events"], description="several SSE events in one write are parsed and counted")
-def test_coalesce_events(certify_env: CertifyEnv, certify_record: Any, engine_proxy: FaultProxy | None, tmp_path: Path) -> None:  # noqa: F811
-    with fault_front(certify_env, tmp_path, engine_proxy) as front:
+def test_coalesce_events(fault_site: FaultSite, certify_record: Any) -> None:
+    with fault_site.front() as front:
         front.arm(("coalesce_events:n=4",), (ProxyFault(mode="coalesce", n=4),))
         body = {"model": front.wire_model, "input": "hello", "max_output_tokens": 6, "stream": True}
         status, raw, broken = front.stream("/responses", body)
@@ -85,13 +86,8 @@ def test_coalesce_events(certify_env: CertifyEnv, certify_record: Any, engine_pr
 
 
 @check(MODE_CHECKS["partial_event_close"], description="half an event then close: broken client stream, evidence failed")
-def test_partial_event_close(
-    certify_env: CertifyEnv,
-    certify_record: Any,
-    engine_proxy: FaultProxy | None,  # noqa: F811
-    tmp_path: Path,
-) -> None:
-    with fault_front(certify_env, tmp_path, engine_proxy) as front:
+def test_partial_event_close(fault_site: FaultSite, certify_record: Any) -> None:
+    with fault_site.front() as front:
         front.arm(("partial_event_close",), (ProxyFault(mode="close", after_bytes=20),))  # inside the first event
         status, _, broken = front.chat_stream()
         got = row(front.rows())
@@ -107,14 +103,8 @@ def test_partial_event_close(
     description="{api}: HTTP 200 then an in-band error: evidence failed, not retried",
 )
 @pytest.mark.parametrize("api", ["chat", "responses"])
-def test_inband_error(
-    certify_env: CertifyEnv,
-    certify_record: Any,
-    engine_proxy: FaultProxy | None,  # noqa: F811
-    tmp_path: Path,
-    api: str,
-) -> None:
-    with fault_front(certify_env, tmp_path, engine_proxy) as front:
+def test_inband_error(fault_site: FaultSite, certify_record: Any, api: str) -> None:
+    with fault_site.front() as front:
         front.arm(("inband_error:after=2",), (ProxyFault(mode="inband_error", after_events=2),))
         if api == "chat":
             route, body = "/chat/completions", chat_body(front.wire_model, stream=True)
@@ -131,8 +121,8 @@ def test_inband_error(
 
 
 @check(MODE_CHECKS["connection_reset"], description="TCP reset mid-stream: broken client stream, slot freed")
-def test_connection_reset(certify_env: CertifyEnv, certify_record: Any, engine_proxy: FaultProxy | None, tmp_path: Path) -> None:  # noqa: F811
-    with fault_front(certify_env, tmp_path, engine_proxy) as front:
+def test_connection_reset(fault_site: FaultSite, certify_record: Any) -> None:
+    with fault_site.front() as front:
         front.arm(("connection_reset:after=2",), (ProxyFault(mode="reset", after_events=2),))
         status, _, broken = front.chat_stream()
         got = row(front.rows())
@@ -142,33 +132,28 @@ def test_connection_reset(certify_env: CertifyEnv, certify_record: Any, engine_p
         front.recovered(certify_record)
 
 
+def _unary_bad_gateway(front: FaultFront, certify_record: Any) -> None:
+    """A unary request the fault ends before an answer: 502 inference_upstream_failed, evidence failed, recovered."""
+    r = front.unary_chat()
+    got = row(front.rows())
+    front.record(certify_record, {"status": r.status_code, "code": r.json()["error"]["code"]}, got)
+    assert (r.status_code, r.json()["error"]["code"]) == (502, "inference_upstream_failed")
+    assert (got["status"], got["error_code"]) == ("failed", "inference_upstream_failed")
+    front.recovered(certify_record)
+
+
 @check(MODE_CHECKS["slow_headers"], description="no status line before the request timeout: 502, slot freed")
-def test_slow_headers(certify_env: CertifyEnv, certify_record: Any, engine_proxy: FaultProxy | None, tmp_path: Path) -> None:  # noqa: F811
-    with fault_front(certify_env, tmp_path, engine_proxy, private=True, timeout_ms=SHORT_TIMEOUT_MS) as front:
+def test_slow_headers(fault_site: FaultSite, certify_record: Any) -> None:
+    with fault_site.front(private=True, timeout_ms=SHORT_TIMEOUT_MS) as front:
         front.arm(("slow_headers:t=30",), (ProxyFault(mode="latency", delay_s=3600),))
-        r = front.unary_chat()
-        got = row(front.rows())
-        front.record(certify_record, {"status": r.status_code, "code": r.json()["error"]["code"]}, got)
-        assert (r.status_code, r.json()["error"]["code"]) == (502, "inference_upstream_failed")
-        assert (got["status"], got["error_code"]) == ("failed", "inference_upstream_failed")
-        front.recovered(certify_record)
+        _unary_bad_gateway(front, certify_record)
 
 
 @check(MODE_CHECKS["oversized_response"], description="an answer over the response cap: 502, evidence failed")
-def test_oversized_response(
-    certify_env: CertifyEnv,
-    certify_record: Any,
-    engine_proxy: FaultProxy | None,  # noqa: F811
-    tmp_path: Path,
-) -> None:
-    with fault_front(certify_env, tmp_path, engine_proxy, private=True) as front:
+def test_oversized_response(fault_site: FaultSite, certify_record: Any) -> None:
+    with fault_site.front(private=True) as front:
         front.arm(("oversized_response:mb=2",), (ProxyFault(mode="oversized", size=2 << 20),))  # the cap is 1 MiB
-        r = front.unary_chat()
-        got = row(front.rows())
-        front.record(certify_record, {"status": r.status_code, "code": r.json()["error"]["code"]}, got)
-        assert (r.status_code, r.json()["error"]["code"]) == (502, "inference_upstream_failed")
-        assert (got["status"], got["error_code"]) == ("failed", "inference_upstream_failed")
-        front.recovered(certify_record)
+        _unary_bad_gateway(front, certify_record)
 
 
 @check(
@@ -178,8 +163,8 @@ def test_oversized_response(
     reason="SGLang honours an abort (a closed connection ends its request) and the fault proxy passes a client's "
     "close on to it, so a real engine cannot be made to keep the slot; the gateway side is the same code either way",
 )
-def test_ignore_aborts(certify_env: CertifyEnv, certify_record: Any, tmp_path: Path) -> None:
-    with fault_front(certify_env, tmp_path, None, private=True, timeout_ms=SHORT_TIMEOUT_MS) as front:
+def test_ignore_aborts(fault_site: FaultSite, certify_record: Any) -> None:
+    with fault_site.front(private=True, timeout_ms=SHORT_TIMEOUT_MS) as front:
         front.arm(("ignore_aborts", "stall_mid_stream:t=30,after=2"), ())
         stream = RawStream(front.base_url, front.token, "/chat/completions", chat_body(front.wire_model, stream=True))
         try:

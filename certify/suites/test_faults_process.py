@@ -42,17 +42,17 @@ from certify.suites._support_engines import (
 from certify.suites._support_faults import (
     MODE_CHECKS,
     SHORT_TIMEOUT_MS,
+    FaultSite,
     assert_crashed,
-    engine_proxy,  # noqa: F401 (the fixture)
+    engine_proxy_fixture,  # noqa: F401 (the fixture ``engine_proxy``)
     failed_event,
-    fault_front,
     fault_kind,
+    fault_site_fixture,  # noqa: F401 (the fixture ``fault_site``)
     revoked,
     row,
     serves,
     stream,
 )
-from fixtures.fault_proxy import FaultProxy
 from fixtures.process_faults import (
     frozen,
     group_alive,
@@ -88,13 +88,8 @@ def _session_engine_pid(env: CertifyEnv) -> int:
     description="a stalled stream hits the request timeout; upstream aborted, the engine serves again "
     "(SGLang: its process group SIGSTOPped mid-stream)",
 )
-def test_stall_mid_stream(
-    certify_env: CertifyEnv,
-    certify_record: Any,
-    engine_proxy: FaultProxy | None,  # noqa: F811
-    tmp_path: Path,
-) -> None:
-    with fault_front(certify_env, tmp_path, engine_proxy, private=True, timeout_ms=SHORT_TIMEOUT_MS) as front:
+def test_stall_mid_stream(fault_site: FaultSite, certify_record: Any) -> None:
+    with fault_site.front(private=True, timeout_ms=SHORT_TIMEOUT_MS) as front:
         if front.proxy is None:
             front.arm(("stall_mid_stream:t=30,after=2",), ())
             status, _, broken = front.chat_stream()
@@ -105,7 +100,7 @@ def test_stall_mid_stream(
             try:
                 held.read_events(2)
                 assert held.status == 200 and not held.done_seen, "the stream ended before the engine could be stopped"
-                with frozen(_pgid(_session_engine_pid(certify_env))) as stopped:
+                with frozen(_pgid(_session_engine_pid(fault_site.env))) as stopped:
                     certify_record.detail("stopped_processes", len(stopped))
                     held.read_all()  # ends when the gateway's request timeout breaks the stream
                 front.t_fault_end = time.monotonic()

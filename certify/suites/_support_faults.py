@@ -57,6 +57,7 @@ __all__ = [
     "gateway_dir",
     "revoked",
     "row",
+    "sealed_inference_id",
     "serves",
     "service_failure_code",
     "stream",
@@ -258,6 +259,16 @@ def fault_front(
 
 
 # -- faults that kill or refuse an engine: the private daemon ---------------------------------------------
+
+
+def sealed_inference_id(daemon: PrivateDaemon) -> str:
+    """The private root's sealed lock: copied from the session, else sealed by one run (an engine start)."""
+    inference_id = daemon.body.get("inference_id")
+    if inference_id is None:
+        base = daemon.create_run()
+        inference_id = base.inference_id
+        daemon.delete_run(base)
+    return str(inference_id)
 
 
 def failed_event(

@@ -27,7 +27,14 @@ from certify.suites._support_engines import (
     private_daemon_fixture,  # noqa: F401 (the fixture ``private_daemon``)
     wait_until,
 )
-from certify.suites._support_faults import MODE_CHECKS, assert_crashed, failed_event, fault_kind, service_failure_code
+from certify.suites._support_faults import (
+    MODE_CHECKS,
+    assert_crashed,
+    failed_event,
+    fault_kind,
+    sealed_inference_id,
+    service_failure_code,
+)
 from fixtures.process_faults import kill_group
 from harness.errors import HitchError
 
@@ -108,9 +115,7 @@ def test_oom_container_limit(private_daemon: PrivateDaemon, certify_record: Any)
     if warm is not None:
         pdaemon.delete_run(warm)
         pdaemon.stop_service(warm.service_id)
-    base = pdaemon.create_run()
-    lock = pdaemon.sealed_lock(base.inference_id)
-    pdaemon.delete_run(base)
+    lock = pdaemon.sealed_lock(sealed_inference_id(pdaemon))
     small = pdaemon.seal_variant(lock, resources={"memory_bytes": 256 << 20, "shm_bytes": 64 << 20, "cpu_cores": 1})
     flags = ("--fault", "memory_growth:mb_per_s=256")
     t0 = time.monotonic()

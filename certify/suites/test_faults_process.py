@@ -42,6 +42,7 @@ from certify.suites._support_engines import (
 from certify.suites._support_faults import (
     MODE_CHECKS,
     SHORT_TIMEOUT_MS,
+    FaultFront,
     FaultSite,
     assert_crashed,
     engine_proxy_fixture,  # noqa: F401 (the fixture ``engine_proxy``)
@@ -50,6 +51,7 @@ from certify.suites._support_faults import (
     fault_site_fixture,  # noqa: F401 (the fixture ``fault_site``)
     revoked,
     row,
+    sealed_inference_id,
     serves,
     stream,
 )
@@ -93,13 +95,11 @@ def test_stall_mid_stream(fault_site: FaultSite, certify_record: Any) -> None:
         if front.proxy is None:
             front.arm(("stall_mid_stream:t=30,after=2",), ())
             status, _, broken = front.chat_stream()
+            answered = 0
         else:
             front.faults = ["SIGSTOP engine group after 2 events"]
-            body = chat_body(front.wire_model, stream=True, max_tokens=None, content="Tell a long story.")
-            held = RawStream(front.base_url, front.token, "/chat/completions", body)
+            held, answered = _held_stream(front)
             try:
-                held.read_events(2)
-                assert held.status == 200 and not held.done_seen, "the stream ended before the engine could be stopped"
                 with frozen(_pgid(_session_engine_pid(fault_site.env))) as stopped:
                     certify_record.detail("stopped_processes", len(stopped))
                     held.read_all()  # ends when the gateway's request timeout breaks the stream
@@ -107,11 +107,25 @@ def test_stall_mid_stream(fault_site: FaultSite, certify_record: Any) -> None:
             finally:
                 held.close()
             status, broken = held.status, not held.clean_end
-        got = row(front.rows())
+        got = front.rows(at_least=answered + 1)[-1] if front.proxy is not None else row(front.rows())
         front.record(certify_record, {"status": status, "broken": broken}, got)
         assert (status, broken) == (200, True)
         assert (got["status"], got["error_code"]) == ("failed", "inference_upstream_failed")
-        front.recovered(certify_record)
+        front.recovered(certify_record, acquired=answered + 1)
+
+
+def _held_stream(front: FaultFront, tries: int = 3) -> tuple[RawStream, int]:
+    """A stream still generating after two events (the lock's whole budget), and how many earlier tries ended
+    on their own (a tiny model may stop early; each such answer is an evidence row before the held one's)."""
+    body = chat_body(front.wire_model, stream=True, max_tokens=None, content="Tell a long story.")
+    for ended in range(tries):
+        held = RawStream(front.base_url, front.token, "/chat/completions", body)
+        held.read_events(2)
+        if held.status == 200 and not held.done_seen and not held.eof:
+            return held, ended
+        held.read_all()
+        held.close()
+    raise AssertionError("could not hold a stream in flight (every answer ended at once)")
 
 
 # -- crashes: the private daemon -------------------------------------------------------------------------
@@ -382,13 +396,8 @@ def _wrong_model_sglang(env: CertifyEnv, certify_record: Any, workdir: Path) -> 
 def test_startup_hang(pdaemon: PrivateDaemon, certify_record: Any) -> None:
     from harness.service.isolation import service_key
 
-    inference_id = pdaemon.body.get("inference_id")
-    if inference_id is None:  # no lock copied from the session: seal one (a start of the engine)
-        base = pdaemon.create_run()
-        inference_id = base.inference_id
-        pdaemon.delete_run(base)
-    lock = pdaemon.sealed_lock(str(inference_id))
-    timeout_ms = 3000 if pdaemon.fake is not None else 15000  # SGLang: time to see its pid and stop it first
+    lock = pdaemon.sealed_lock(sealed_inference_id(pdaemon))
+    timeout_ms = 3000 if pdaemon.fake is not None else 8000  # SGLang: stopped as soon as its pid is recorded
     variant = pdaemon.seal_variant(lock, execution={"startup_timeout_ms": timeout_ms})
     sid = service_key(variant, "x", None).service_id
     flags = ("--fault", "startup_hang") if pdaemon.fake is not None else ()

@@ -45,6 +45,7 @@ from gateway.testing import GatewayThread
 
 __all__ = [
     "FAKE",
+    "IDLE_GROUP_KILL",
     "MODE_CHECKS",
     "FaultFront",
     "FaultSite",
@@ -81,6 +82,9 @@ MODE_CHECKS = {
     "startup_hang": "faults.startup_hang.start_timeout",
     "memory_growth": "faults.memory_growth.unconfirmed_oom",
 }
+# the outcome of SIGKILL to an idle real engine's group, handed from exit_after_seconds to memory_growth (on real
+# SGLang both checks are that same fault: a kill from outside, no kernel OOM mark)
+IDLE_GROUP_KILL = "idle_group_kill"
 SHORT_TIMEOUT_MS = 2000  # a held request ends on the lock's request timeout, not on the check's patience
 RESPONSE_CAP = 1 << 20
 
@@ -190,6 +194,15 @@ class FaultFront:
         certify_record.detail("fault", {"via": "proxy" if self.proxy is not None else "fake engine", "spec": self.faults})
         certify_record.detail("client", client)
         certify_record.detail("evidence", {k: evidence.get(k) for k in ("status", "error_code", "http_status")})
+
+    def bad_gateway(self, certify_record: Any) -> None:
+        """A unary request the fault ends before an answer: 502 inference_upstream_failed, evidence failed, recovered."""
+        r = self.unary_chat()
+        got = row(self.rows())
+        self.record(certify_record, {"status": r.status_code, "code": r.json()["error"]["code"]}, got)
+        assert (r.status_code, r.json()["error"]["code"]) == (502, "inference_upstream_failed")
+        assert (got["status"], got["error_code"]) == ("failed", "inference_upstream_failed")
+        self.recovered(certify_record)
 
     def recovered(self, certify_record: Any, acquired: int = 1) -> None:
         """Nothing left held; with the fault cleared the same front serves again; record how long that took."""

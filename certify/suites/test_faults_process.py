@@ -40,6 +40,7 @@ from certify.suites._support_engines import (
     wait_until,
 )
 from certify.suites._support_faults import (
+    IDLE_GROUP_KILL,
     MODE_CHECKS,
     SHORT_TIMEOUT_MS,
     FaultFront,
@@ -333,6 +334,8 @@ def test_exit_after_seconds(pdaemon: PrivateDaemon, certify_record: Any) -> None
     details = assert_crashed(pdaemon, run, pid, "inference_process_exited", need=("code", "exit_code"))
     _record_crash(certify_record, details, t_fault, {"idle": True, "next_request": 403})
     assert details.get("exit_code") == (4 if pdaemon.fake is not None else -9)
+    if pdaemon.fake is None:  # on SGLang this is also the memory check's kill (resources module): one engine start
+        pdaemon.shared[IDLE_GROUP_KILL] = {"service_id": run.service_id, "epoch": run.epoch, "failed_event": details}
 
 
 @check(

@@ -1,4 +1,4 @@
-"""faults (memory): an engine killed for memory, confirmed by the kernel (a container over its limit) or not.
+"""faults (resources: memory): an engine killed for memory, confirmed by the kernel (a container over its limit) or not.
 
 - ``memory_growth``: a process launcher cannot see the kernel's OOM mark of a process outside a memory
   cgroup it owns, so a kill there must be reported as ``inference_process_exited``, never ``inference_oom``.
@@ -28,6 +28,7 @@ from certify.suites._support_engines import (
     wait_until,
 )
 from certify.suites._support_faults import (
+    IDLE_GROUP_KILL,
     MODE_CHECKS,
     assert_crashed,
     failed_event,
@@ -51,6 +52,15 @@ def pdaemon(private_daemon: PrivateDaemon) -> Iterator[PrivateDaemon]:
     description="a memory hog killed by SIGKILL is process_exited (OOM unconfirmed); SGLang: its group SIGKILLed",
 )
 def test_memory_growth(pdaemon: PrivateDaemon, certify_record: Any) -> None:
+    shared = pdaemon.shared.pop(IDLE_GROUP_KILL, None) if pdaemon.fake is None else None
+    if shared is not None:  # exit_after_seconds already SIGKILLed an idle real engine's group: the same fault
+        certify_record.detail("same_kill_as", "faults.exit_after_seconds.idle_death")
+        certify_record.detail("failed_event", shared["failed_event"])
+        certify_record.detail("client", {"next_request": 403, "code": "inference_binding_revoked"})
+        record = pdaemon.record(shared["service_id"])
+        assert record is not None and record.state in ("failed", "stopped") and record.epoch == shared["epoch"]
+        assert shared["failed_event"].get("code") == "inference_process_exited"
+        return
     warm = pdaemon.runs.get(str(pdaemon.shared.pop("warm_run_id", None)))
     run = warm if warm is not None else pdaemon.create_run()
     pid = pdaemon.engine_pid(run.service_id)

@@ -100,7 +100,8 @@ def _faults(results: Mapping[str, Any]) -> list[dict[str, Any]]:
             continue
         raw = c.get("details")
         details: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
-        kind = str(details.get("fault_kind") or "unclassified")
+        # a check skipped before it ran (declared out for this engine) recorded no kind: its reason says why
+        kind = str(details.get("fault_kind") or ("not run here" if c.get("status") == "skipped" else "unclassified"))
         groups.setdefault(kind, []).append(
             {
                 "id": c["id"],

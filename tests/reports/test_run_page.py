@@ -143,9 +143,9 @@ def test_fault_checks_are_grouped_by_kind_with_what_the_client_saw_and_the_recov
         {"id": "protocol.chat.stream", "status": "passed", "required": True, "duration_s": 0.5, "details": {}},
     ]  # fmt: skip
     html = build_run_page({**sd.results(), "checks": checks}, tmp_path).read_text()
-    kinds = re.findall(r'<table class="faults" data-kind="(\w+)">', html)
-    assert kinds == ["network", "process", "unclassified"]
+    kinds = re.findall(r'<table class="faults" data-kind="([\w-]+)">', html)
+    assert kinds == ["network", "not-run-here", "process"]
     network = html[html.index('data-kind="network"') : html.index('data-kind="process"')]
     assert "faults.connection_reset.broken_stream" in network and "412.5" in network
     assert "&#34;broken&#34;: true" in network and "protocol.chat.stream" not in network
-    assert "SGLang honours an abort" in html[html.index('data-kind="unclassified"') :]
+    assert "SGLang honours an abort" in html[html.index('data-kind="not-run-here"') : html.index('data-kind="process"')]

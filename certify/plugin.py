@@ -114,7 +114,8 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         item.add_marker(getattr(pytest.mark, spec.suite))
         item.user_properties.append(("certify_check", cid))
         if not spec.applies(str(opts.engine), opts.device):
-            item.add_marker(pytest.mark.skip(reason=f"{cid} does not apply to engine={opts.engine} device={opts.device}"))
+            why = f": {spec.reason}" if spec.reason else ""
+            item.add_marker(pytest.mark.skip(reason=f"{cid} does not apply to engine={opts.engine} device={opts.device}{why}"))
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

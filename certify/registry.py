@@ -32,6 +32,8 @@ class Check:
     engines: frozenset[str] = field(default_factory=lambda: frozenset({"sglang", "fake"}))
     devices: frozenset[str] = field(default_factory=lambda: frozenset({"cpu", "cuda"}))
     description: str = ""
+    # why the check leaves out an engine or device it does not apply to (shown in the skip and the entry)
+    reason: str = ""
 
     def __post_init__(self) -> None:
         suite = self.id.split(".", 1)[0]
@@ -54,18 +56,22 @@ def check(
     devices: tuple[str, ...] = ("cpu", "cuda"),
     description: str = "",
     params: Mapping[str, Sequence[str]] | None = None,
+    reason: str = "",
 ) -> Callable[[F], F]:
     """Declare the certification check a test implements and mark the test with its id, in one place.
 
     ``check_id`` may hold ``{param}`` placeholders for a parametrized test; ``params`` then lists the values
     that make up the declared ids (``faults.inband_error.{api}`` with ``params={"api": ("chat", "responses")}``
     declares both ids). The plugin fills the placeholders of each collected item from its parametrization.
+    ``reason`` says why the check leaves out an engine or device (a fault no real engine can be made to show);
+    the skip on that engine or device carries it into the entry.
     """
     keys = sorted(params or {})
     combos = itertools.product(*((params or {})[k] for k in keys))
     values = [dict(zip(keys, combo, strict=True)) for combo in combos]
     specs = [
-        Check(check_id.format(**v), required, frozenset(engines), frozenset(devices), description.format(**v)) for v in values
+        Check(check_id.format(**v), required, frozenset(engines), frozenset(devices), description.format(**v), reason)
+        for v in values
     ]
 
     def declare(fn: F) -> F:

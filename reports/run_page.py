@@ -87,6 +87,35 @@ def _checks(results: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[dict
     return rows, summary, [str(b) for b in blocking]
 
 
+def _compact(value: Any) -> str:
+    return "" if value is None else json.dumps(value, sort_keys=True, default=str)
+
+
+def _faults(results: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The fault checks grouped by the kind each recorded (``details.fault_kind``: network, process, memory…),
+    each with the fault, what the client saw, the evidence row and how long recovery took (``recovery_ms``)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for c in results.get("checks", []):
+        if not str(c["id"]).startswith("faults."):
+            continue
+        raw = c.get("details")
+        details: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+        # a check skipped before it ran (declared out for this engine) recorded no kind: its reason says why
+        kind = str(details.get("fault_kind") or ("not run here" if c.get("status") == "skipped" else "unclassified"))
+        groups.setdefault(kind, []).append(
+            {
+                "id": c["id"],
+                "status": str(c.get("status", "not_run")),
+                "fault": _compact(details.get("fault")),
+                "client": _compact(details.get("client")),
+                "evidence": _compact(details.get("evidence") or details.get("failed_event")),
+                "recovery_ms": _number(details.get("recovery_ms")),
+                "reason": str(details.get("reason") or ""),
+            }
+        )
+    return [{"kind": k, "rows": sorted(groups[k], key=lambda r: r["id"])} for k in sorted(groups)]
+
+
 def _arm(section: Mapping[str, Any], arm: str, field: str) -> Mapping[str, Any]:
     value = section.get(arm, {})
     inner = value.get(field, {}) if isinstance(value, Mapping) else {}
@@ -265,6 +294,7 @@ def build_run_page(results: dict[str, Any], out_dir: Path, *, name: str = "run.h
     if not isinstance(results, Mapping):
         raise _invalid("results must be a JSON object")
     checks, summary, blocking = _checks(results)
+    faults = _faults(results)
     evidence = results.get("evidence", {})
     if not isinstance(evidence, Mapping):
         raise _invalid("results.evidence must be an object of name -> digest")
@@ -287,6 +317,7 @@ def build_run_page(results: dict[str, Any], out_dir: Path, *, name: str = "run.h
         reasons=[str(r) for r in results.get("reasons", []) or []],
         facts=facts,
         checks=checks,
+        faults=faults,
         summary=summary,
         blocking=blocking,
         evidence=evidence_rows,

@@ -44,6 +44,7 @@ __all__ = [
     "PrivateDaemon",
     "PrivateStack",
     "RawStream",
+    "bind_upstream",
     "close_held_stream",
     "engine_running",
     "hold_stream",
@@ -51,6 +52,7 @@ __all__ = [
     "kill_pid",
     "pid_alive",
     "private_daemon_fixture",
+    "queue_counts",
     "session_lock",
     "slot_freed_ms",
     "wait_until",
@@ -425,6 +427,40 @@ def private_daemon_fixture(certify_env: CertifyEnv, tmp_path_factory: pytest.Tem
         daemon.close()
 
 
+def bind_upstream(
+    gateway: GatewayThread,
+    run_id: str,
+    base_url: str,
+    engine_key: str,
+    lock: InferenceLockV1,
+    wire_model: str,
+    tokenizer_dir: Path,
+) -> Any:
+    """Register a run on ``gateway`` whose upstream is ``base_url`` (an engine, or a fault proxy in front of one)."""
+    from gateway.bindings import UpstreamTarget
+
+    target = UpstreamTarget(
+        base_url=base_url, engine_key=engine_key, service_id="svc-certify-private", inference_id=lock.inference_id,
+        epoch=1, lock=lock, wire_model=wire_model, tokenizer_dir=tokenizer_dir,
+    )  # fmt: skip
+    return gateway.register(run_id, target)
+
+
+def queue_counts(gateway: GatewayThread) -> tuple[int, int, int, int]:
+    """(acquired, released, repeat_releases, in_use) summed over the gateway's admission queues."""
+
+    def counts() -> tuple[int, int, int, int]:
+        qs = list(gateway.gw.queues.values())
+        return (
+            sum(q.acquired for q in qs),
+            sum(q.released for q in qs),
+            sum(q.repeat_releases for q in qs),
+            sum(q.in_use for q in qs),
+        )
+
+    return gateway.call(counts)
+
+
 @dataclass
 class PrivateStack:
     """A fake engine process and a gateway (own loop thread) in front of it, with one registered run."""
@@ -449,7 +485,6 @@ class PrivateStack:
     def start(
         cls, env: CertifyEnv, workdir: Path, lock: InferenceLockV1, *flags: str, max_response_bytes: int = 256 << 20
     ) -> PrivateStack:
-        from gateway.bindings import UpstreamTarget
         from gateway.server import GatewayConfig
         from harness.store import model_files_dir
 
@@ -465,17 +500,7 @@ class PrivateStack:
             raise
         stack = cls(engine, gateway, state_dir)
         try:
-            target = UpstreamTarget(
-                base_url=engine.base,
-                engine_key=engine.key,
-                service_id="svc-certify-private",
-                inference_id=lock.inference_id,
-                epoch=1,
-                lock=lock,
-                wire_model=stack.wire_model,
-                tokenizer_dir=model_dir,
-            )
-            record = gateway.register("certify-private-run", target)
+            record = bind_upstream(gateway, "certify-private-run", engine.base, engine.key, lock, stack.wire_model, model_dir)
             stack.base_url, stack.binding_id, stack.token = record.base_url, record.binding_id, gateway.token_of(record)
             return stack
         except BaseException:
@@ -489,18 +514,7 @@ class PrivateStack:
         return self.engine.headers()
 
     def queue_counts(self) -> tuple[int, int, int, int]:
-        """(acquired, released, repeat_releases, in_use) summed over the gateway's admission queues."""
-
-        def counts() -> tuple[int, int, int, int]:
-            qs = list(self.gateway.gw.queues.values())
-            return (
-                sum(q.acquired for q in qs),
-                sum(q.released for q in qs),
-                sum(q.repeat_releases for q in qs),
-                sum(q.in_use for q in qs),
-            )
-
-        return self.gateway.call(counts)
+        return queue_counts(self.gateway)
 
     def rows(self, at_least: int = 1) -> list[dict[str, Any]]:
         self.gateway.settle_evidence()

@@ -40,3 +40,18 @@ def test_ids_must_start_with_a_suite() -> None:
 def test_the_suites_declare_each_id_once() -> None:
     checks = all_checks()
     assert len(checks) >= 60 and all("." in cid for cid in checks)
+
+
+def test_a_check_that_leaves_out_an_engine_carries_its_reason() -> None:
+    @check("faults.example.fake_only", engines=("fake",), reason="no real engine can be made to do this")
+    def test_three() -> None: ...
+
+    [spec] = declared_in(types.SimpleNamespace(test_three=test_three))
+    assert spec.engines == {"fake"} and spec.reason == "no real engine can be made to do this"
+
+
+def test_fault_checks_apply_to_real_sglang_or_say_why_not() -> None:
+    faults = {cid: c for cid, c in all_checks().items() if c.suite == "faults"}
+    on_sglang = [cid for cid, c in faults.items() if c.applies("sglang", "cpu")]
+    assert len(on_sglang) >= 20
+    assert [cid for cid, c in faults.items() if not c.applies("sglang", "cpu") and not c.reason] == []

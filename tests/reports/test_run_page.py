@@ -129,3 +129,23 @@ def test_the_model_is_named_beside_its_digest(tmp_path: Path) -> None:
     assert facts.index("model_id") < facts.index("model_name")
     bare = build_run_page(sd.results(), tmp_path / "bare").read_text()
     assert "model_name" not in bare  # an entry without the facts shows its digest only
+
+
+def test_fault_checks_are_grouped_by_kind_with_what_the_client_saw_and_the_recovery(tmp_path: Path) -> None:
+    net = {"fault_kind": "network", "fault": {"via": "proxy", "spec": ["reset"]}, "client": {"status": 200, "broken": True}}
+    checks = [
+        {"id": "faults.connection_reset.broken_stream", "status": "passed", "required": True, "duration_s": 1.0,
+         "details": {**net, "evidence": {"status": "failed"}, "recovery_ms": 412.5}},
+        {"id": "faults.engine_killed.in_flight", "status": "passed", "required": True, "duration_s": 0.1,
+         "details": {"fault_kind": "process", "client": {"status": 200, "broken": True}, "recovery_ms": 9100.0}},
+        {"id": "faults.ignore_aborts.permit_released", "status": "skipped", "required": True, "duration_s": 0.0,
+         "details": {"reason": "SGLang honours an abort"}},
+        {"id": "protocol.chat.stream", "status": "passed", "required": True, "duration_s": 0.5, "details": {}},
+    ]  # fmt: skip
+    html = build_run_page({**sd.results(), "checks": checks}, tmp_path).read_text()
+    kinds = re.findall(r'<table class="faults" data-kind="([\w-]+)">', html)
+    assert kinds == ["network", "not-run-here", "process"]
+    network = html[html.index('data-kind="network"') : html.index('data-kind="process"')]
+    assert "faults.connection_reset.broken_stream" in network and "412.5" in network
+    assert "&#34;broken&#34;: true" in network and "protocol.chat.stream" not in network
+    assert "SGLang honours an abort" in html[html.index('data-kind="not-run-here"') : html.index('data-kind="process"')]

@@ -1,0 +1,115 @@
+"""faults (network): the connection to the engine is cut mid-event, reset, slow to answer, or the client leaves.
+
+On the fake engine each check uses the fake's fault mode; on real SGLang the fault proxy between a private
+gateway and the session's engine causes the same fault on the real engine's bytes (see
+:mod:`certify.suites._support_faults`). Both assert the same outcome: what the client receives (status, our
+error code, a broken or clean stream), the evidence row (status, error code), nothing left held, and the same
+front serving again once the fault is cleared.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from certify.registry import check
+from certify.session import CertifyEnv
+from certify.suites._support_engines import RawStream, chat_body, close_held_stream, engine_running, evidence_rows
+from certify.suites._support_faults import (
+    FAKE,
+    MODE_CHECKS,
+    SHORT_TIMEOUT_MS,
+    FaultSite,
+    engine_proxy_fixture,  # noqa: F401 (the fixture ``engine_proxy``)
+    fault_kind,
+    fault_site_fixture,  # noqa: F401 (the fixture ``fault_site``)
+    gateway_dir,
+    row,
+    serves,
+)
+from fixtures.fault_proxy import ProxyFault
+
+pytestmark = pytest.mark.exclusive_engine  # on SGLang every check here sends through the session's engine
+
+_fault_kind = fault_kind("network")
+
+
+@check(MODE_CHECKS["partial_event_close"], description="half an event then close: broken client stream, evidence failed")
+def test_partial_event_close(fault_site: FaultSite, certify_record: Any) -> None:
+    with fault_site.front() as front:
+        front.arm(("partial_event_close",), (ProxyFault(mode="close", after_bytes=20),))  # inside the first event
+        status, _, broken = front.chat_stream()
+        got = row(front.rows())
+        front.record(certify_record, {"status": status, "broken": broken}, got)
+        assert (status, broken) == (200, True), "the client must see a broken stream, never a clean end"
+        assert (got["status"], got["error_code"]) == ("failed", "inference_upstream_failed")
+        front.recovered(certify_record)
+
+
+@check(MODE_CHECKS["connection_reset"], description="TCP reset mid-stream: broken client stream, slot freed")
+def test_connection_reset(fault_site: FaultSite, certify_record: Any) -> None:
+    with fault_site.front() as front:
+        front.arm(("connection_reset:after=2",), (ProxyFault(mode="reset", after_events=2),))
+        status, _, broken = front.chat_stream()
+        got = row(front.rows())
+        front.record(certify_record, {"status": status, "broken": broken}, got)
+        assert (status, broken) == (200, True)
+        assert (got["status"], got["error_code"]) == ("failed", "inference_upstream_failed")
+        front.recovered(certify_record)
+
+
+@check(MODE_CHECKS["slow_headers"], description="no status line before the request timeout: 502, slot freed")
+def test_slow_headers(fault_site: FaultSite, certify_record: Any) -> None:
+    with fault_site.front(private=True, timeout_ms=SHORT_TIMEOUT_MS) as front:
+        front.arm(("slow_headers:t=30",), (ProxyFault(mode="latency", delay_s=3600),))
+        front.bad_gateway(certify_record)
+
+
+@check(
+    MODE_CHECKS["ignore_aborts"],
+    engines=FAKE,
+    description="an engine that ignores aborts: the gateway permit is still released once",
+    reason="SGLang honours an abort (a closed connection ends its request) and the fault proxy passes a client's "
+    "close on to it, so a real engine cannot be made to keep the slot; the gateway side is the same code either way",
+)
+def test_ignore_aborts(fault_site: FaultSite, certify_record: Any) -> None:
+    with fault_site.front(private=True, timeout_ms=SHORT_TIMEOUT_MS) as front:
+        front.arm(("ignore_aborts", "stall_mid_stream:t=30,after=2"), ())
+        stream = RawStream(front.base_url, front.token, "/chat/completions", chat_body(front.wire_model, stream=True))
+        try:
+            stream.read_events(2)
+            assert stream.status == 200
+        finally:
+            stream.close()
+        got = row(front.rows())
+        front.record(certify_record, {"status": stream.status, "closed_by_client": True}, got)
+        assert got["status"] == "cancelled"
+        front.permits_released(1)
+        state = front.fake.state()
+        certify_record.detail("engine_leaked_slots", state["leaked_slots"])
+        # The leak stays visible to a saturation monitor: the engine reports a running request that nobody holds.
+        assert state["leaked_slots"] == 1 and engine_running(front.engine_url, front.engine_key_headers) == 1
+
+
+@check("faults.client_disconnect.upstream_aborted", description="client gone mid-stream: engine request aborted, permit freed")
+def test_client_disconnect(certify_env: CertifyEnv, certify_record: Any) -> None:
+    env = certify_env
+    run = env.new_run()
+    try:
+        busy, freed_ms = close_held_stream(env, run)
+        certify_record.metric("disconnect_slot_free_ms", round(freed_ms, 1))
+        certify_record.detail("engine_load_before_close", busy)
+        rows = evidence_rows(gateway_dir(env), run.binding_id)
+        certify_record.detail("client", {"status": 200, "closed_by_client": True})
+        certify_record.detail("evidence", {k: rows[-1].get(k) for k in ("status", "error_code", "http_status")})
+        certify_record.detail("recovery_ms", round(freed_ms, 1))
+        assert rows[-1]["status"] == "cancelled" and rows[-1]["error_code"] is None
+        assert freed_ms <= 5000, f"the engine slot was freed {freed_ms:.0f} ms after the client went away"
+        if env.fake is not None:
+            assert env.fake.state()["num_aborted_requests"] >= 1
+        assert serves(run.base_url, run.headers(), run.wire_model) == 200  # the gateway permit is free again
+    finally:
+        if env.fake is not None:
+            env.fake.reset()
+        env.delete_run(run)

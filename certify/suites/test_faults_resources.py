@@ -1,0 +1,147 @@
+"""faults (resources: memory): an engine killed for memory, confirmed by the kernel (a container over its limit) or not.
+
+- ``memory_growth``: a process launcher cannot see the kernel's OOM mark of a process outside a memory
+  cgroup it owns, so a kill there must be reported as ``inference_process_exited``, never ``inference_oom``.
+  The fake grows its memory and is SIGKILLed as the OOM killer would; real SGLang's group is SIGKILLed the same
+  way (its memory cannot be made to grow from outside).
+- ``oom.container_limit``: a container over its memory limit is OOM-killed by the kernel and reported as
+  ``inference_oom`` (needs Docker; without it this non-required check is skipped).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psutil
+import pytest
+
+from certify.registry import check
+from certify.session import fake_engine_image
+from certify.suites._support_engines import (
+    PrivateDaemon,
+    kill_pid,
+    private_daemon_fixture,  # noqa: F401 (the fixture ``private_daemon``)
+    wait_until,
+)
+from certify.suites._support_faults import (
+    IDLE_GROUP_KILL,
+    MODE_CHECKS,
+    assert_crashed,
+    failed_event,
+    fault_kind,
+    sealed_inference_id,
+    service_failure_code,
+)
+from fixtures.process_faults import kill_group
+from harness.errors import HitchError
+
+_fault_kind = fault_kind("memory")
+
+
+@pytest.fixture
+def pdaemon(private_daemon: PrivateDaemon) -> Iterator[PrivateDaemon]:
+    yield private_daemon
+
+
+@check(
+    MODE_CHECKS["memory_growth"],
+    description="a memory hog killed by SIGKILL is process_exited (OOM unconfirmed); SGLang: its group SIGKILLed",
+)
+def test_memory_growth(pdaemon: PrivateDaemon, certify_record: Any) -> None:
+    shared = pdaemon.shared.pop(IDLE_GROUP_KILL, None) if pdaemon.fake is None else None
+    if shared is not None:  # exit_after_seconds already SIGKILLed an idle real engine's group: the same fault
+        certify_record.detail("same_kill_as", "faults.exit_after_seconds.idle_death")
+        certify_record.detail("failed_event", shared["failed_event"])
+        certify_record.detail("client", {"next_request": 403, "code": "inference_binding_revoked"})
+        record = pdaemon.record(shared["service_id"])
+        assert record is not None and record.state in ("failed", "stopped") and record.epoch == shared["epoch"]
+        assert shared["failed_event"].get("code") == "inference_process_exited"
+        return
+    warm = pdaemon.runs.get(str(pdaemon.shared.pop("warm_run_id", None)))
+    run = warm if warm is not None else pdaemon.create_run()
+    pid = pdaemon.engine_pid(run.service_id)
+    assert pid is not None
+    if pdaemon.fake is not None:
+        before = psutil.Process(pid).memory_info().rss
+        pdaemon.fake.faults("memory_growth:mb_per_s=128")
+        wait_until(lambda: psutil.Process(pid).memory_info().rss > before + (96 << 20), 20.0, what="memory growth")
+        certify_record.detail("rss_growth_mib", (psutil.Process(pid).memory_info().rss - before) >> 20)
+        t_fault = time.monotonic()
+        kill_pid(pid)  # what the kernel's OOM killer does to a process outside a memory cgroup we own
+    else:
+        certify_record.detail("rss_mib", psutil.Process(pid).memory_info().rss >> 20)
+        t_fault = time.monotonic()
+        kill_group(os.getpgid(pid))
+    details = assert_crashed(pdaemon, run, pid, "inference_process_exited")
+    certify_record.detail("failed_event", details)
+    certify_record.detail("client", {"next_request": 403, "code": "inference_binding_revoked"})
+    certify_record.detail("recovery_ms", round((time.monotonic() - t_fault) * 1000, 1))
+    assert details.get("code") != "inference_oom"
+
+
+def _docker_unreachable() -> str | None:
+    """Why the local Docker socket cannot be reached (probed with a socket we close: the Docker SDK leaks
+    its socket on a refused connect), or None."""
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    if not host.startswith("unix://"):
+        return None
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(5.0)
+        try:
+            probe.connect(host.removeprefix("unix://"))
+        except OSError as exc:
+            return f"{host}: {type(exc).__name__}"
+    return None
+
+
+@check(
+    "faults.oom.container_limit",
+    required=False,
+    description="a container over its memory limit is OOM-killed and reported as inference_oom (needs Docker)",
+)
+def test_oom_container_limit(private_daemon: PrivateDaemon, certify_record: Any) -> None:
+    pdaemon = private_daemon
+
+    from harness.launch.docker_errors import docker_client
+
+    reason = _docker_unreachable()
+    if reason is not None:
+        pytest.skip(f"needs a reachable Docker engine: {reason}")
+    try:
+        docker_client()
+    except HitchError as exc:
+        pytest.skip(f"needs a reachable Docker engine: {exc.message}")
+    try:
+        image = fake_engine_image(pdaemon.root.root / "certify")
+    except HitchError as exc:
+        pytest.skip(exc.message)
+    # the warm service (kept for the lifecycle suite, which makes a new one when it is gone) holds the cores a
+    # container service needs on a small machine: release and stop it first
+    warm = pdaemon.runs.get(str(pdaemon.shared.pop("warm_run_id", None)))
+    if warm is not None:
+        pdaemon.delete_run(warm)
+        pdaemon.stop_service(warm.service_id)
+    lock = pdaemon.sealed_lock(sealed_inference_id(pdaemon))
+    small = pdaemon.seal_variant(lock, resources={"memory_bytes": 256 << 20, "shm_bytes": 64 << 20, "cpu_cores": 1})
+    flags = ("--fault", "memory_growth:mb_per_s=256")
+    t0 = time.monotonic()
+    try:
+        run = pdaemon.create_run(
+            inference_id=small.inference_id, engine="fake", launcher="oci", image=image, fake_flags=list(flags)
+        )
+    except HitchError as err:  # killed while starting, or between ready and the run's registration
+        certify_record.detail("create_error", err.code)
+        if err.code == "inference_capacity_exceeded":  # the private daemon's other services hold the cores
+            pytest.skip(f"no free capacity for the container next to the private daemon's services: {err.message}")
+        code = service_failure_code(pdaemon, small.inference_id, 60.0) or err.code
+    else:
+        code = str(failed_event(pdaemon, run.service_id, run.epoch, 60.0).get("code"))
+        pdaemon.runs.pop(run.run_id, None)
+    certify_record.detail("code", code)
+    certify_record.detail("client", {"code": code})
+    certify_record.detail("recovery_ms", round((time.monotonic() - t0) * 1000, 1))
+    assert code == "inference_oom"

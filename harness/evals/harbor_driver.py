@@ -4,7 +4,8 @@ Harbor needs a newer Python than the project's, so it never runs in the hitch pr
 executed as ``<harbor venv>/bin/python harbor_driver.py`` and speaks JSON lines.
 
 - stdin, first line: ``{"trials": [{"name", "task_path", "trials_dir", "agent", "model_name", "base_url",
-  "api_key_env", "agent_kwargs", "overlays"}]}``; then any number of ``{"cancel": NAME}`` lines.
+  "api_key_env", "agent_kwargs", "overlays"}]}`` (no model fields for an agent that calls no model); then
+  any number of ``{"cancel": NAME}`` lines.
 - stdout: ``{"event": "started", "trial": NAME}`` when a trial's task begins, ``{"event": "finished",
   "trial": NAME, "reward": ..., "exception": ..., "cancelled": bool, "timing": {...}}`` when it ends, and
   ``{"event": "done"}`` last.
@@ -70,9 +71,9 @@ async def _one(spec: dict[str, Any]) -> dict[str, Any]:
         trials_dir=Path(spec["trials_dir"]),
         agent=AgentConfig(
             name=spec["agent"],
-            model_name=spec["model_name"],
-            base_url=spec["base_url"],
-            model_api_key_name=spec["api_key_env"],
+            model_name=spec.get("model_name"),
+            base_url=spec.get("base_url"),
+            model_api_key_name=spec.get("api_key_env"),
             kwargs=spec.get("agent_kwargs") or {},
         ),
         environment=EnvironmentConfig(type="docker", extra_docker_compose=[Path(p) for p in spec["overlays"]]),

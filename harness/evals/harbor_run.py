@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import queue
+import re
 import secrets
 import subprocess
 import threading
@@ -58,6 +59,7 @@ LOCAL_ENVIRONMENTS = frozenset({"docker"})
 # and no network for the trial container: a host-side agent needs none, and nothing in it can reach the
 # engine, the gateway or another trial.
 OVERLAY = "services:\n  main:\n    stop_grace_period: 1s\n    network_mode: none\n"
+_EVAL_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
 _RUN_FIELDS_PINNED = ("engine", "launcher", "runtime", "fake_flags", "image", "capture", "capture_max_bytes")
 
 
@@ -108,7 +110,7 @@ class EvalOptions:
 
 @dataclass
 class _Trial:
-    name: str
+    name: str  # = run_id: unique on this host, so Harbor's compose projects of two evaluations never meet
     task: Path
     run_id: str
     token_env: str
@@ -129,9 +131,16 @@ class HarborEvaluation:
         self.root, self.install, self.client, self.options = root, install, client, options
         self.run_body = dict(run_body)
         self.evaluation_id = options.evaluation_id or "eval-" + secrets.token_hex(6)
+        if not _EVAL_ID.match(self.evaluation_id):  # it names runs and Harbor's compose projects
+            raise HitchError("usage_error", "an evaluation id is 1..40 of [a-z0-9-], starting alphanumeric", {})
         self.dir = root.root / "evals" / self.evaluation_id
         self.trials = [
-            _Trial(f"{task.name}-{i}", task.resolve(), f"{self.evaluation_id}-{task.name}-{i}", f"HITCH_TRIAL_TOKEN_{n}")
+            _Trial(
+                f"{self.evaluation_id}-{task.name}-{i}",
+                task.resolve(),
+                f"{self.evaluation_id}-{task.name}-{i}",
+                f"HITCH_TRIAL_TOKEN_{n}",
+            )
             for n, (task, i) in enumerate((t, i) for t in options.tasks for i in range(options.k))
         ]
         self.inference_id: str | None = run_body.get("inference_id")
@@ -272,6 +281,7 @@ class HarborEvaluation:
                 proc.kill()
                 proc.wait()
             reader.join(timeout=10)
+            proc.stdout.close()
             log.close()
 
     def _finish(self, trial: _Trial, error: HitchError | None) -> None:

@@ -37,7 +37,7 @@ from filelock import FileLock
 from harness.errors import HitchError
 from harness.ids import sha256_hex
 from harness.paths import HitchRoot, atomic_write_json
-from harness.runtimes.venv_build import clean_leftovers, dir_bytes, install_lock, retarget_scripts, stream_command
+from harness.runtimes.venv_build import clean_leftovers, dir_bytes, install_lock, publish, retarget_scripts, stream_command
 
 __all__ = ["HARBOR_PYTHON", "HarborInstall", "find_base_python", "harbor_install", "install_harbor", "lock_digest"]
 
@@ -223,11 +223,7 @@ def install_harbor(root: HitchRoot, progress: TextIO | None = None) -> tuple[Har
                 "install_seconds": seconds, "venv_bytes": venv_bytes,
                 "installed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             })  # fmt: skip
-            if final.exists():
-                trash = base / f".staging-{final.name}-old-{uuid.uuid4().hex[:8]}"
-                os.replace(final, trash)
-                shutil.rmtree(trash, ignore_errors=True)
-            os.replace(staging, final)
+            publish(staging, final)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise

@@ -39,7 +39,7 @@ from harness.errors import HitchError
 from harness.ids import sha256_hex
 from harness.paths import HitchRoot, atomic_write_json
 from harness.runtimes.catalog import require_certifiable_pin, runtime_source_dir
-from harness.runtimes.venv_build import clean_leftovers, dir_bytes, install_lock, retarget_scripts
+from harness.runtimes.venv_build import clean_leftovers, dir_bytes, install_lock, publish, retarget_scripts
 
 __all__ = [
     "SERVER_MODULE",
@@ -226,11 +226,7 @@ def _install_python_env(
             "installed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         atomic_write_json(staging / MARKER, marker)
-        if final.exists():  # a broken earlier install: move it out of the way, then drop it
-            trash = base / f".staging-{hex_id}-old-{uuid.uuid4().hex[:8]}"
-            os.replace(final, trash)
-            shutil.rmtree(trash, ignore_errors=True)
-        os.replace(staging, final)
+        publish(staging, final)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

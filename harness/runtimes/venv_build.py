@@ -12,12 +12,13 @@ import contextlib
 import os
 import shutil
 import subprocess
+import uuid
 from pathlib import Path
 from typing import TextIO
 
 from harness.errors import HitchError
 
-__all__ = ["clean_leftovers", "dir_bytes", "install_lock", "retarget_scripts", "stream_command"]
+__all__ = ["clean_leftovers", "dir_bytes", "install_lock", "publish", "retarget_scripts", "stream_command"]
 
 
 def stream_command(cmd: list[str], progress: TextIO, code: str, env: dict[str, str] | None = None) -> None:
@@ -70,3 +71,12 @@ def retarget_scripts(venv: Path, old: Path, new: Path) -> None:
 def clean_leftovers(base: Path, hex_id: str) -> None:
     for stale in base.glob(f".staging-{hex_id}-*"):
         shutil.rmtree(stale, ignore_errors=True)
+
+
+def publish(staging: Path, final: Path) -> None:
+    """Replace ``final`` by the finished ``staging`` folder (a broken earlier install is moved out, then dropped)."""
+    if final.exists():
+        trash = final.parent / f".staging-{final.name}-old-{uuid.uuid4().hex[:8]}"
+        os.replace(final, trash)
+        shutil.rmtree(trash, ignore_errors=True)
+    os.replace(staging, final)

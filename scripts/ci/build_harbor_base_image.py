@@ -9,8 +9,8 @@ Harbor's task templates start ``FROM ubuntu:24.04`` / ``python:3.12-slim`` and t
 tmux session in the container) baked in, tarred with every file owned by root and ``docker import``-ed.
 The task Dockerfiles start ``FROM`` this tag, so compose builds them without pulling anything.
 
-Idempotent: the image carries ``dev.hitch.fixture-image.recipe`` = a hash of this script and the package
-list; an image with that label is only re-tagged. The tar/import/superseded-image steps are
+Idempotent: the image carries ``dev.hitch.fixture-image.recipe`` = a hash of the recipe (its version, the
+suite, the mirror, the packages); an image with that label is only re-tagged. The tar/import/superseded-image steps are
 ``build_fake_image``'s.
 """
 
@@ -28,7 +28,7 @@ from pathlib import Path
 import docker
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from build_fake_image import KIND_LABEL, RECIPE_LABEL, _root_tar, _run
+from build_fake_image import KIND_LABEL, RECIPE_LABEL, _remove_superseded, _root_tar, _run
 
 DEFAULT_TAG = "hitch/harbor-base:dev"
 KIND = "harbor-base"
@@ -41,10 +41,11 @@ def _log(msg: str) -> None:
     print(f"build_harbor_base_image: {msg}", flush=True)
 
 
+RECIPE_VERSION = "1"  # bump when build() changes what goes into the image
+
+
 def recipe_hash() -> str:
-    h = hashlib.sha256(Path(__file__).read_bytes())
-    h.update("\n".join((SUITE, MIRROR, *PACKAGES)).encode())
-    return h.hexdigest()
+    return hashlib.sha256("\n".join((RECIPE_VERSION, SUITE, MIRROR, *PACKAGES)).encode()).hexdigest()
 
 
 def _debootstrap() -> str:
@@ -54,16 +55,6 @@ def _debootstrap() -> str:
     _log("installing debootstrap from Debian's packages")
     _run(["apt-get", "install", "-y", "-q", "debootstrap"])
     return "/usr/sbin/debootstrap"
-
-
-def _remove_superseded(client: docker.DockerClient, keep: str) -> None:
-    for old in client.images.list(filters={"label": f"{KIND_LABEL}={KIND}"}):
-        if old.id != keep:
-            try:
-                client.images.remove(old.id)
-                _log(f"removed superseded {old.id[:19]}")
-            except docker.errors.APIError:
-                pass  # still used by a container: left alone
 
 
 def build(tag: str, force: bool) -> str:
@@ -95,7 +86,7 @@ def build(tag: str, force: bool) -> str:
     image = client.images.get(tag)
     if image.labels.get(RECIPE_LABEL) != recipe:
         raise SystemExit("build_harbor_base_image: the import did not produce the expected image")
-    _remove_superseded(client, keep=str(image.id))
+    _remove_superseded(client, keep=str(image.id), kind=KIND)
     return str(image.id)
 
 
@@ -104,10 +95,9 @@ def main() -> int:
     parser.add_argument("--tag", default=DEFAULT_TAG)
     parser.add_argument("--force", action="store_true", help="rebuild even if an image with this recipe exists")
     args = parser.parse_args()
-    t0 = time.monotonic()
-    image_id = build(args.tag, args.force)
-    _log(f"done in {time.monotonic() - t0:.1f}s")
-    print(f"IMAGE_ID={image_id}", flush=True)
+    started = time.monotonic()
+    print(f"IMAGE_ID={build(args.tag, args.force)}", flush=True)
+    _log(f"done in {time.monotonic() - started:.1f}s")
     return 0
 
 

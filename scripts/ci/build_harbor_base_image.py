@@ -5,8 +5,10 @@ Usage: ``.venv/bin/python scripts/ci/build_harbor_base_image.py [--tag hitch/har
 
 Harbor's task templates start ``FROM ubuntu:24.04`` / ``python:3.12-slim`` and their verifiers download
 ``uv``; none of that exists without a registry or the internet. This image is Debian bookworm
-``debootstrap --variant=minbase`` with ``python3`` (the task verifiers) and ``tmux`` (``terminus-2`` drives a
-tmux session in the container) baked in, tarred with every file owned by root and ``docker import``-ed.
+``debootstrap --variant=minbase`` with ``python3`` (the task verifiers), ``tmux`` and ``asciinema``
+(``terminus-2`` drives a tmux session in the container and records it; without them it tries to install them
+at every trial's setup and, with no network, loses ~20 s) baked in, tarred with every file owned by root and
+``docker import``-ed.
 The task Dockerfiles start ``FROM`` this tag, so compose builds them without pulling anything.
 
 Idempotent: the image carries ``dev.hitch.fixture-image.recipe`` = a hash of the recipe (its version, the
@@ -34,7 +36,7 @@ DEFAULT_TAG = "hitch/harbor-base:dev"
 KIND = "harbor-base"
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
-PACKAGES = ("python3", "tmux", "procps")
+PACKAGES = ("python3", "tmux", "asciinema", "procps")
 
 
 def _log(msg: str) -> None:

@@ -104,21 +104,27 @@ def test_two_trials_at_once_share_one_service_and_both_solve_the_task(inputs: Se
     assert _trial_containers("ev-share") == []
 
 
-def test_cancelling_one_trial_leaves_the_other_reward_intact(inputs: ServiceInputs, tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["api", "run-cancel"])
+def test_cancelling_one_trial_leaves_the_other_reward_intact(inputs: ServiceInputs, tmp_path: Path, how: str) -> None:
+    """``api``: HarborEvaluation.cancel; ``run-cancel``: ``hitch run cancel`` of the trial's run from outside."""
     root = inputs.root
     body: dict[str, Any] = {"model": "local/tiny", "device": "cpu", "profile": "baseline", "engine": "fake",
                             "launcher": "process", "runtime": "sglang-0.5.23-cpu-generic", "capture": "metadata",
                             "fake_flags": ["--fake-script", str(_script(tmp_path))]}  # fmt: skip
     harbor = harbor_install(root)
     assert harbor is not None
-    options = EvalOptions([CREATE_FILE], k=2, n_concurrent=2, evaluation_id="ev-cancel")
+    options = EvalOptions([CREATE_FILE], k=2, n_concurrent=2, evaluation_id=f"ev-{how}")
     as_json(hitch(root, "daemon", "start", "--json", *FAST))
     evaluation = HarborEvaluation(root, harbor, DaemonClient(root), body, options)
     victim = evaluation.trials[0].name
 
     def on_event(event: dict[str, Any]) -> None:
-        if event.get("event") == "started" and event.get("trial") == victim:
+        if event.get("event") != "started" or event.get("trial") != victim:
+            return
+        if how == "api":
             assert evaluation.cancel(victim)
+        else:
+            as_json(hitch(root, "run", "cancel", evaluation.trials[0].run_id, "--json"))
 
     record = evaluation.run(on_event)
     cancelled, other = record.trials
@@ -127,4 +133,4 @@ def test_cancelling_one_trial_leaves_the_other_reward_intact(inputs: ServiceInpu
     assert other.status == "completed" and other.reward == 1.0 and other.error is None
     assert other.usage is not None and other.usage.requests >= 2
     assert json.loads((root.runs / cancelled.run_id / "run.json").read_text())["status"] == "cancelled"
-    assert _trial_containers("ev-cancel") == []
+    assert _trial_containers(f"ev-{how}") == []

@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 export HITCH_ROOT ?= $(HOME)/.local/share/hitch
 CPU_RUNTIME := sglang-0.5.23-cpu-generic
 
-.PHONY: certify test check setup venv runtime aiperf docker browser codex lint typecheck schemas unit fast
+.PHONY: certify test check setup venv runtime aiperf docker browser codex harbor lint typecheck schemas unit fast
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,7 +41,13 @@ browser:
 codex:
 	scripts/ci/install_codex.sh
 
-setup: venv runtime docker browser codex
+# Harbor 0.25.0 in a private hash-locked venv under HITCH_ROOT (Python 3.12 found via PATH or pyenv; the compose
+# v2 plugin in a private DOCKER_CONFIG) and the local task set's base image (debootstrap + docker import; root).
+harbor: venv
+	$(VENV)/bin/hitch eval harbor install
+	-$(PY) scripts/ci/build_harbor_base_image.py
+
+setup: venv runtime docker browser codex harbor
 
 lint: venv
 	$(VENV)/bin/ruff check .

@@ -1,4 +1,4 @@
-"""Components a test may need that a machine may lack (real SGLang, Docker, Chromium, Codex).
+"""Components a test may need that a machine may lack (real SGLang, Docker, Chromium, Codex, Harbor).
 
 One rule for all of them: a missing component skips the test with the reason, unless CI set
 ``HITCH_REQUIRE_<COMPONENT>`` (``.ci/run`` sets them all), which turns the skip into a failure — never a

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from harness.cli import bench, catalog, daemon, fixtures, local, local_services, models, report, run, runtime, serve
+from harness.cli import bench, catalog, daemon, evals, fixtures, local, local_services, models, report, run, runtime, serve
 
 app = typer.Typer(no_args_is_help=True, help="Hitch local inference: certification and benchmark harness")
 app.add_typer(models.app, name="models", help="content-addressed checkpoint store")
@@ -21,6 +21,7 @@ app.add_typer(fixtures.app, name="fixtures", help="test fixtures (tiny checkpoin
 app.add_typer(bench.app, name="bench", help="benchmarks that print figures")
 app.add_typer(report.app, name="report", help="self-contained HTML reports")
 app.add_typer(catalog.app, name="catalog", help="signed catalog entries (DSSE, Ed25519)")
+app.add_typer(evals.app, name="eval", help="agent evaluations on a local model (Harbor)")
 run.register(app)
 
 

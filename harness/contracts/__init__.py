@@ -9,6 +9,7 @@ from __future__ import annotations
 from harness.contracts.base import Record, Sha256, parse_record
 from harness.contracts.binding import ModelEndpointBindingV1
 from harness.contracts.certification import CertificationCheckV1, CertificationResultV1, EvidenceIndexV1
+from harness.contracts.evaluation import EvaluationRecordV1
 from harness.contracts.events import LifecycleEventV1, RequestEvidenceV1
 from harness.contracts.evidence import HardwareFingerprintV1, InferenceExecutionEvidenceV1
 from harness.contracts.harness_profile import HarnessCompatibilityProfileV1
@@ -23,6 +24,7 @@ __all__ = [
     "SCHEMA_RECORDS",
     "CertificationCheckV1",
     "CertificationResultV1",
+    "EvaluationRecordV1",
     "EvidenceIndexV1",
     "HardwareFingerprintV1",
     "HarnessCompatibilityProfileV1",
@@ -57,4 +59,5 @@ SCHEMA_RECORDS: tuple[type[Record], ...] = (
     HarnessCompatibilityProfileV1,
     RunRecordV1,
     ModelFixtureProvenanceV1,
+    EvaluationRecordV1,
 )

@@ -39,6 +39,7 @@ from harness.errors import HitchError
 from harness.ids import sha256_hex
 from harness.paths import HitchRoot, atomic_write_json
 from harness.runtimes.catalog import require_certifiable_pin, runtime_source_dir
+from harness.runtimes.venv_build import clean_leftovers, dir_bytes, install_lock, publish, retarget_scripts
 
 __all__ = [
     "SERVER_MODULE",
@@ -160,43 +161,6 @@ def record_manifest(root: HitchRoot, manifest: InferenceRuntimeManifestV1) -> Pa
     return path
 
 
-def _stream(cmd: list[str], progress: TextIO, env: dict[str, str] | None = None) -> None:
-    progress.write("+ " + " ".join(cmd) + "\n")
-    progress.flush()
-    tail: list[str] = []
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) as proc:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            progress.write(line)
-            progress.flush()
-            tail = [*tail[-19:], line.rstrip("\n")]
-    if proc.returncode != 0:
-        raise HitchError(
-            "inference_runtime_unavailable",
-            f"install step failed (exit {proc.returncode}): {cmd[2] if len(cmd) > 2 else cmd[0]}",
-            {"command": cmd, "output_tail": tail},
-        )
-
-
-def _dir_bytes(path: Path) -> int:
-    total = 0
-    for dirpath, _dirs, files in os.walk(path):
-        for name in files:
-            with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(dirpath, name)).st_size
-    return total
-
-
-def _retarget_scripts(venv: Path, old: Path, new: Path) -> None:
-    """Point the venv's bin/ scripts (shebangs, activate) at the published path."""
-    for script in [*(venv / "bin").iterdir(), venv / "pyvenv.cfg"]:
-        if script.is_symlink() or not script.is_file():
-            continue
-        data = script.read_bytes()
-        if str(old).encode() in data and b"\0" not in data[:1024]:
-            script.write_bytes(data.replace(str(old).encode(), str(new).encode()))
-
-
 def _base_python(manifest: InferenceRuntimeManifestV1, pkg: PythonEnvPackage) -> str:
     """The interpreter the lock was resolved for: this one if it matches, else ``pythonX.Y`` on PATH."""
     if ".".join(str(v) for v in sys.version_info[:2]) == pkg.python:
@@ -211,11 +175,6 @@ def _base_python(manifest: InferenceRuntimeManifestV1, pkg: PythonEnvPackage) ->
     return found
 
 
-def _clean_leftovers(base: Path, hex_id: str) -> None:
-    for stale in base.glob(f".staging-{hex_id}-*"):
-        shutil.rmtree(stale, ignore_errors=True)
-
-
 def _install_python_env(
     root: HitchRoot, manifest: InferenceRuntimeManifestV1, pkg: PythonEnvPackage, catalog_path: Path | None, progress: TextIO
 ) -> InstallResult:
@@ -226,7 +185,7 @@ def _install_python_env(
     base.mkdir(parents=True, exist_ok=True)
     source = runtime_source_dir(manifest.name, catalog_path)
     _check_files(source, pkg, "inference_runtime_integrity_failed", manifest.name)
-    _clean_leftovers(base, hex_id)
+    clean_leftovers(base, hex_id)
     staging = base / f".staging-{hex_id}-{uuid.uuid4().hex[:8]}"
     try:
         for rel, _sha in _shipped(pkg):
@@ -234,11 +193,8 @@ def _install_python_env(
             shutil.copyfile(source / rel, staging / "files" / rel)
         _check_files(staging / "files", pkg, "inference_runtime_integrity_failed", manifest.name)
         venv = staging / "venv"
-        _stream([_base_python(manifest, pkg), "-m", "venv", str(venv)], progress)
-        py = str(venv / "bin" / "python")
-        pip = [py, "-m", "pip", "--disable-pip-version-check", "--no-input"]
-        lock = str(staging / "files" / pkg.lock_file.path)
-        _stream([*pip, "install", "--require-hashes", "--no-deps", "--only-binary", ":all:", "-r", lock], progress)
+        lock = staging / "files" / pkg.lock_file.path
+        py = str(install_lock(_base_python(manifest, pkg), venv, lock, progress, "inference_runtime_unavailable"))
         env = InstalledRuntime(manifest, staging, venv / "bin" / "python", _runtime_env(manifest, staging, pkg))
         verify = subprocess.run(
             [py, "-c", _VERIFY.format(module=SERVER_MODULE)],
@@ -256,8 +212,8 @@ def _install_python_env(
         versions: dict[str, Any] = json.loads(verify.stdout)
         if not versions.get("shim") and pkg.files:
             raise HitchError("inference_runtime_unavailable", "the runtime did not load its sgl_kernel shim", versions)
-        _retarget_scripts(venv, staging, final)
-        venv_bytes = _dir_bytes(venv)
+        retarget_scripts(venv, staging, final)
+        venv_bytes = dir_bytes(venv)
         seconds = round(time.monotonic() - started, 1)
         marker = {
             "schema_version": "1",
@@ -270,11 +226,7 @@ def _install_python_env(
             "installed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         atomic_write_json(staging / MARKER, marker)
-        if final.exists():  # a broken earlier install: move it out of the way, then drop it
-            trash = base / f".staging-{hex_id}-old-{uuid.uuid4().hex[:8]}"
-            os.replace(final, trash)
-            shutil.rmtree(trash, ignore_errors=True)
-        os.replace(staging, final)
+        publish(staging, final)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -235,9 +235,9 @@ def build(tag: str, force: bool) -> str:
     return str(image.id)
 
 
-def _remove_superseded(client: docker.DockerClient, keep: str) -> None:
+def _remove_superseded(client: docker.DockerClient, keep: str, kind: str = "fake-sglang") -> None:
     """Older builds of this image (our label only); one still used by a container is left alone."""
-    for old in client.images.list(filters={"label": f"{KIND_LABEL}=fake-sglang"}):
+    for old in client.images.list(filters={"label": f"{KIND_LABEL}={kind}"}):
         if old.id != keep:
             try:
                 client.images.remove(old.id)

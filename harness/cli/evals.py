@@ -1,0 +1,105 @@
+"""``hitch eval harbor install`` and ``hitch eval harbor run TASKS --model local/ALIAS ...`` (issue 12).
+
+``install`` puts Harbor in a private, hash-locked venv under the root (:mod:`harness.evals.harbor_install`);
+``run`` runs the tasks' trials on the local model, one run binding per trial
+(:mod:`harness.evals.harbor_run`), and prints the evaluation record.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from harness.cli.output import DEVICE_HELP, AllowUncertifiedOpt, JsonOpt, RootOpt, cli_command, emit, root_from
+from harness.contracts.evaluation import TrialOutcomeV1
+from harness.daemon import ensure_daemon
+from harness.errors import HitchError
+from harness.evals.harbor_install import install_harbor, require_harbor
+from harness.evals.harbor_run import EvalOptions, HarborEvaluation, model_connection, task_dirs
+
+app = typer.Typer(no_args_is_help=True, help="agent evaluations on a local model")
+harbor_app = typer.Typer(no_args_is_help=True, help="Harbor trials (local Docker) through the gateway")
+app.add_typer(harbor_app, name="harbor")
+
+
+@harbor_app.command("install", help="Harbor's hash-locked venv and the compose v2 plugin under the root")
+@cli_command
+def install_cmd(as_json: JsonOpt = False, root: RootOpt = None) -> None:
+    hroot = root_from(root)
+    found, already, seconds, size = install_harbor(hroot, progress=sys.stderr)
+    payload = {"kind": "harbor-install", "path": str(found.path), "python": str(found.python),
+               "docker_config": str(found.docker_config), "versions": found.versions, "already_installed": already,
+               "seconds": seconds, "venv_bytes": size}  # fmt: skip
+    mb = f"{size / 1e6:.0f} MB" if size else "?"
+    emit(as_json, payload, f"harbor {found.versions.get('harbor')} at {found.path} ({mb}, {seconds}s)")
+
+
+def _requests(trial: TrialOutcomeV1) -> str:
+    return str(trial.usage.requests) if trial.usage else "-"
+
+
+def _kwargs(items: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise HitchError("usage_error", "--agent-kwarg is KEY=VALUE (VALUE as JSON, else a string)", {"given": item})
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value
+    return out
+
+
+@harbor_app.command("run", help="run Harbor tasks on a local model: one run binding per trial, one evaluation record")
+@cli_command
+def run_cmd(
+    tasks: Annotated[Path, typer.Argument(help="a Harbor task directory or a folder of them (e.g. fixtures/harbor_tasks)")],
+    model: Annotated[str | None, typer.Option("--model", help="local/ALIAS or local/sha256:<hex>")] = None,
+    inference: Annotated[str | None, typer.Option("--inference", help="a prepared inference id sha256:<hex>")] = None,
+    agent: Annotated[str, typer.Option("--agent", help="terminus-2 (host-side model calls) | oracle")] = "terminus-2",
+    env: Annotated[str, typer.Option("--env", help="Harbor environment: docker (others are refused)")] = "docker",
+    attempts: Annotated[int, typer.Option("-k", "--n-attempts", help="trials per task")] = 1,
+    concurrent: Annotated[int, typer.Option("-n", "--n-concurrent", help="trials at once")] = 2,
+    agent_kwarg: Annotated[list[str] | None, typer.Option("--agent-kwarg", help="KEY=VALUE for the agent")] = None,
+    device: Annotated[str | None, typer.Option("--device", help=DEVICE_HELP + "; default auto")] = None,
+    allow_uncertified: AllowUncertifiedOpt = False,
+    profile: Annotated[str | None, typer.Option("--profile", help="baseline | throughput")] = None,
+    engine: Annotated[str, typer.Option("--engine", help="sglang | fake (contract runs)")] = "sglang",
+    launcher: Annotated[str, typer.Option("--launcher", help="process | oci")] = "process",
+    runtime: Annotated[str | None, typer.Option("--runtime", help="catalog name or runtime_id")] = None,
+    offline: Annotated[bool, typer.Option("--offline", help="never install; fail with the commands to run")] = False,
+    eval_id: Annotated[str | None, typer.Option("--eval-id", help="the evaluation's id (default: random)")] = None,
+    fake_script: Annotated[
+        Path | None, typer.Option("--fake-script", hidden=True, help="--engine fake only: scripted model turns (JSON lines)")
+    ] = None,
+    as_json: JsonOpt = False,
+    root: RootOpt = None,
+) -> None:
+    from harness.cli.run import _run_body
+
+    model_connection(agent, env)  # a topology the gateway cannot serve is refused before anything starts
+    if fake_script is not None and engine != "fake":
+        raise HitchError("usage_error", "--fake-script is for --engine fake", {})
+    hroot = root_from(root)
+    install = require_harbor(hroot)
+    found = task_dirs(tasks)
+    body = _run_body(hroot, root, model, inference, device, profile, engine, launcher, runtime, offline, None, allow_uncertified)
+    body["capture"] = "metadata"
+    if fake_script is not None:
+        body["fake_flags"] = ["--fake-script", str(fake_script.resolve())]
+    options = EvalOptions(found, agent, env, attempts, concurrent, _kwargs(agent_kwarg or []), eval_id)
+    evaluation = HarborEvaluation(hroot, install, ensure_daemon(hroot), body, options)
+
+    def progress(event: dict[str, Any]) -> None:
+        if not as_json:
+            sys.stderr.write(f"{event.get('event')}: {event.get('trial')} reward={event.get('reward')}\n")
+
+    record = evaluation.run(progress)
+    lines = [f"{t.trial:<24} {t.status:<10} reward={t.reward} requests={_requests(t)}" for t in record.trials]
+    emit(as_json, {"kind": "harbor-evaluation", "path": str(evaluation.dir / "evaluation.json"), "record": record.to_json_dict()},
+         "\n".join([*lines, f"(evaluation {record.evaluation_id}: {evaluation.dir / 'evaluation.json'})"]))  # fmt: skip

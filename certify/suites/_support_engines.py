@@ -383,6 +383,8 @@ def _make_private_daemon(env: CertifyEnv, base: Path, ttl_ms: int) -> PrivateDae
         "engine": env.engine,
         "launcher": env.options.launcher or "process",
     }
+    if "image" in env.body:  # an oci session: the private daemon runs the same pinned image
+        body["image"] = env.body["image"]
     sealed = env.root.digest_dir(env.root.locks, env.run.inference_id)
     if imported.manifest.model_id == env.model_id and (sealed / "lock.json").is_file():
         # the session's lock was sealed by an engine that verified it: reuse it, the private root needs no prepare

@@ -32,7 +32,7 @@ from importlib import metadata
 from pathlib import Path
 
 import docker
-from rootfs_image import PYTHON_PACKAGES, clamp_tree, download_debs, populate_base, root_tar, run
+from rootfs_image import PYTHON_PACKAGES, clamp_tree, download_debs, populate_base, root_tar, run, tag_existing
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_TAG = "hitch/fake-sglang:dev"
@@ -112,12 +112,9 @@ def build(tag: str, force: bool) -> str:
     constraints = _constraints()
     recipe = recipe_hash(constraints)
     repo_name, _, tag_name = tag.rpartition(":")
-    existing = client.images.list(filters={"label": f"{RECIPE_LABEL}={recipe}"})
-    if existing and not force:
-        image = existing[0]
-        image.tag(repo_name, tag_name)
-        _log(f"image with recipe {recipe[:12]} already present; tagged {tag}")
-        return str(image.id)
+    found = None if force else tag_existing(client, RECIPE_LABEL, recipe, tag, _log)
+    if found is not None:
+        return found
     with tempfile.TemporaryDirectory(prefix="hitch-fake-image-") as tmp:
         work = Path(tmp)
         started = time.time() - 1  # anything this build writes is newer (clamped in the tar)

@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import docker
-from rootfs_image import PYTHON_PACKAGES, SOURCE_DATE_EPOCH, download_debs, normalize, populate_base, root_tar
+from rootfs_image import PYTHON_PACKAGES, SOURCE_DATE_EPOCH, download_debs, normalize, populate_base, root_tar, tag_existing
 
 from harness.paths import HitchRoot
 from harness.runtimes import get_runtime, require_installed
@@ -261,13 +261,9 @@ def build(root: HitchRoot, tag: str, force: bool, keep_layer: Path | None = None
     site = runtime.path / "venv" / "lib" / "python3.11" / "site-packages"
     marker = (runtime.path / "installed.json").read_bytes()
     recipe = recipe_hash(runtime.manifest.runtime_id, marker)
-    repo_name, _, tag_name = tag.rpartition(":")
-    existing = client.images.list(filters={"label": f"{RECIPE_LABEL}={recipe}"})
-    if existing and not force:
-        image = existing[0]
-        image.tag(repo_name, tag_name)
-        _log(f"image with recipe {recipe[:12]} already present; tagged {tag}")
-        return str(image.id)
+    found = None if force else tag_existing(client, RECIPE_LABEL, recipe, tag, _log)
+    if found is not None:
+        return found
     locked = check_dists_match_lock(site, (runtime.path / "files" / "requirements.lock").read_text())
     _log(f"venv distributions = the lock's {locked} pins")
     labels = {

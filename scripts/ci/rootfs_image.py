@@ -17,6 +17,7 @@ import sys
 import tarfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 # python3's dependency closure on bookworm minus what only dpkg/perl/tar need; libstdc++6 for native wheels.
 PYTHON_PACKAGES = (
@@ -61,6 +62,17 @@ PYTHON_PACKAGES = (
 
 # 2020-01-01T00:00:00Z unless the caller's environment fixes another (reproducible-builds.org convention)
 SOURCE_DATE_EPOCH = int(os.environ.get("SOURCE_DATE_EPOCH", "1577836800"))
+
+
+def tag_existing(client: Any, recipe_label: str, recipe: str, tag: str, log: Callable[[str], None]) -> str | None:
+    """The ID of an image already built from ``recipe`` (by its label), tagged ``tag``; None when there is none."""
+    existing = client.images.list(filters={"label": f"{recipe_label}={recipe}"})
+    if not existing:
+        return None
+    repo_name, _, tag_name = tag.rpartition(":")
+    existing[0].tag(repo_name, tag_name)
+    log(f"image with recipe {recipe[:12]} already present; tagged {tag}")
+    return str(existing[0].id)
 
 
 def run(argv: list[str], cwd: Path | None = None) -> None:

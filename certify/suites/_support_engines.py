@@ -364,6 +364,7 @@ def _make_private_daemon(env: CertifyEnv, base: Path, ttl_ms: int) -> PrivateDae
 
     from harness.runtimes import get_runtime
     from harness.runtimes.install import runtime_dir
+    from harness.runtimes.pins import pins_path
     from harness.store import import_model, model_files_dir
 
     root = HitchRoot(base / "root")
@@ -376,6 +377,10 @@ def _make_private_daemon(env: CertifyEnv, base: Path, ttl_ms: int) -> PrivateDae
         mine.parent.mkdir(parents=True, exist_ok=True)
         if not mine.exists():
             mine.symlink_to(shared_env, target_is_directory=True)
+    pins = pins_path(env.root.root)
+    if pins.is_file():  # an operator-pinned image (hitch runtime pin): the private root resolves the same runtime
+        pins_path(root.root).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(pins, pins_path(root.root))
     body: dict[str, Any] = {
         "device": env.device,
         "profile": env.options.profile,

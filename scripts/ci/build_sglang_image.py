@@ -65,7 +65,8 @@ KIND_LABEL = "dev.hitch.runtime-image"
 RECIPE_LABEL = "dev.hitch.runtime-image.recipe"
 SITE_DIR = "usr/local/lib/python3.11/dist-packages"
 SHIM_DIR = "opt/hitch/shim"
-DEBIAN_PACKAGES = (*PYTHON_PACKAGES, "python3-distutils", "python3-lib2to3")
+# lscpu (util-linux): SGLang reads the CPU/NUMA topology with it when it sizes a CPU engine
+DEBIAN_PACKAGES = (*PYTHON_PACKAGES, "python3-distutils", "python3-lib2to3", "util-linux", "libsmartcols1")
 UNLOCKED_DISTS = frozenset({"pip"})  # venv's own installer: not an engine dependency, not in the lock
 CREATED = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(SOURCE_DATE_EPOCH))
 

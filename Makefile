@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 export HITCH_ROOT ?= $(HOME)/.local/share/hitch
 CPU_RUNTIME := sglang-0.5.23-cpu-generic
 
-.PHONY: certify test check setup venv runtime aiperf docker browser codex harbor lint typecheck schemas unit fast
+.PHONY: certify test check setup venv runtime aiperf docker sglang-image browser codex harbor lint typecheck schemas unit fast
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,12 @@ docker: venv
 	-scripts/ci/docker_engine.sh
 	-$(PY) scripts/ci/build_fake_image.py
 	-$(PY) scripts/ci/build_trial_image.py
+
+# Real SGLang in a container (issue 15): Debian's python3 + the generic-CPU runtime's hash-locked venv and
+# shim as a ~7 GB local image, pinned in HITCH_ROOT's operator overlay (`hitch runtime pin`). Not part of
+# setup (about 4 minutes and 7 GB of disk); `pytest certify --engine sglang --launcher oci` needs it.
+sglang-image: runtime
+	$(PY) scripts/ci/build_sglang_image.py
 
 # Debian's headless Chromium for the report DOM tests.
 browser:

@@ -116,7 +116,7 @@ def _require_certified(chosen: CertifyOptions, doctor: Any) -> CertifyOptions:
     if chosen.engine != "sglang":
         return chosen
     verdict = doctor.devices.get(chosen.device)
-    runtime = get_runtime(chosen.runtime) if chosen.runtime else default_runtime(chosen.device)
+    runtime = get_runtime(chosen.runtime) if chosen.runtime else default_runtime(chosen.device, launcher=chosen.launcher)
     why = list(verdict.reasons if verdict is not None and not verdict.certifiable else [])
     if not runtime.certifiable:
         why.append(f"runtime {runtime.name} is not certifiable")

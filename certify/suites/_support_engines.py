@@ -366,6 +366,7 @@ def _make_private_daemon(env: CertifyEnv, base: Path, ttl_ms: int) -> PrivateDae
 
     from harness.runtimes import get_runtime
     from harness.runtimes.install import runtime_dir
+    from harness.runtimes.pins import pins_path
     from harness.store import import_model, model_files_dir
 
     root = HitchRoot(base / "root")
@@ -378,6 +379,10 @@ def _make_private_daemon(env: CertifyEnv, base: Path, ttl_ms: int) -> PrivateDae
         mine.parent.mkdir(parents=True, exist_ok=True)
         if not mine.exists():
             mine.symlink_to(shared_env, target_is_directory=True)
+    pins = pins_path(env.root.root)
+    if pins.is_file():  # an operator-pinned image (hitch runtime pin): the private root resolves the same runtime
+        pins_path(root.root).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(pins, pins_path(root.root))
     body: dict[str, Any] = {
         "device": env.device,
         "profile": env.options.profile,
@@ -385,6 +390,8 @@ def _make_private_daemon(env: CertifyEnv, base: Path, ttl_ms: int) -> PrivateDae
         "engine": env.engine,
         "launcher": env.options.launcher or "process",
     }
+    if "image" in env.body:  # an oci session: the private daemon runs the same pinned image
+        body["image"] = env.body["image"]
     sealed = env.root.digest_dir(env.root.locks, env.run.inference_id)
     if imported.manifest.model_id == env.model_id and (sealed / "lock.json").is_file():
         # the session's lock was sealed by an engine that verified it: reuse it, the private root needs no prepare

@@ -98,10 +98,15 @@ def _docker_unreachable() -> str | None:
     return None
 
 
+# below what real SGLang's server process needs just to import its stack (well over 1 GiB resident)
+REAL_ENGINE_OOM_LIMIT = 384 << 20
+
+
 @check(
     "faults.oom.container_limit",
     required=False,
-    description="a container over its memory limit is OOM-killed and reported as inference_oom (needs Docker)",
+    description="a container over its memory limit is OOM-killed and reported as inference_oom (needs Docker; "
+    "real SGLang when the session runs its image, else the fake engine image)",
 )
 def test_oom_container_limit(private_daemon: PrivateDaemon, certify_record: Any) -> None:
     pdaemon = private_daemon
@@ -115,10 +120,21 @@ def test_oom_container_limit(private_daemon: PrivateDaemon, certify_record: Any)
         docker_client()
     except HitchError as exc:
         pytest.skip(f"needs a reachable Docker engine: {exc.message}")
-    try:
-        image = fake_engine_image(pdaemon.root.root / "certify")
-    except HitchError as exc:
-        pytest.skip(exc.message)
+    # a session of real SGLang in a container (its pinned image) is OOM-killed for real: the server's own
+    # imports (torch, transformers) outgrow the limit; otherwise the fake engine image grows on purpose
+    real = pdaemon.engine == "sglang" and pdaemon.body.get("launcher") == "oci"
+    flags: tuple[str, ...] = ()
+    if real:
+        image = str(pdaemon.body["image"])
+        memory, wait_s = REAL_ENGINE_OOM_LIMIT, 300.0
+    else:
+        try:
+            image = fake_engine_image(pdaemon.root.root / "certify")
+        except HitchError as exc:
+            pytest.skip(exc.message)
+        memory, flags, wait_s = 256 << 20, ("--fault", "memory_growth:mb_per_s=256"), 60.0
+    certify_record.detail("engine", "sglang" if real else "fake")
+    certify_record.detail("memory_limit_bytes", memory)
     # the warm service (kept for the lifecycle suite, which makes a new one when it is gone) holds the cores a
     # container service needs on a small machine: release and stop it first
     warm = pdaemon.runs.get(str(pdaemon.shared.pop("warm_run_id", None)))
@@ -126,20 +142,23 @@ def test_oom_container_limit(private_daemon: PrivateDaemon, certify_record: Any)
         pdaemon.delete_run(warm)
         pdaemon.stop_service(warm.service_id)
     lock = pdaemon.sealed_lock(sealed_inference_id(pdaemon))
-    small = pdaemon.seal_variant(lock, resources={"memory_bytes": 256 << 20, "shm_bytes": 64 << 20, "cpu_cores": 1})
-    flags = ("--fault", "memory_growth:mb_per_s=256")
+    small = pdaemon.seal_variant(lock, resources={"memory_bytes": memory, "shm_bytes": 64 << 20, "cpu_cores": 1})
     t0 = time.monotonic()
     try:
         run = pdaemon.create_run(
-            inference_id=small.inference_id, engine="fake", launcher="oci", image=image, fake_flags=list(flags)
+            inference_id=small.inference_id,
+            engine="sglang" if real else "fake",
+            launcher="oci",
+            image=image,
+            fake_flags=list(flags),
         )
     except HitchError as err:  # killed while starting, or between ready and the run's registration
         certify_record.detail("create_error", err.code)
         if err.code == "inference_capacity_exceeded":  # the private daemon's other services hold the cores
             pytest.skip(f"no free capacity for the container next to the private daemon's services: {err.message}")
-        code = service_failure_code(pdaemon, small.inference_id, 60.0) or err.code
+        code = service_failure_code(pdaemon, small.inference_id, wait_s) or err.code
     else:
-        code = str(failed_event(pdaemon, run.service_id, run.epoch, 60.0).get("code"))
+        code = str(failed_event(pdaemon, run.service_id, run.epoch, wait_s).get("code"))
         pdaemon.runs.pop(run.run_id, None)
     certify_record.detail("code", code)
     certify_record.detail("client", {"code": code})

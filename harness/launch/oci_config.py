@@ -49,7 +49,7 @@ class ContainerOptions:
     """Launcher-wide choices that are not part of a lock.
 
     ``read_only_rootfs``: on unless an engine needs to write outside ``/tmp`` (spec §11.2 "where the engine
-    allows"). ``tmp_bytes``: size cap of the ``/tmp`` tmpfs (counted in the container's memory).
+    allows"). ``tmp_bytes``: size cap of the ``/tmp`` and ``HOME`` tmpfs mounts (counted in the container's memory).
     ``user``: ``UID:GID`` the engine runs as; default the caller's, so its 0600 key files stay readable
     and the engine is never a more privileged user than the harness.
     """
@@ -108,6 +108,7 @@ def container_kwargs(
     mounts = [Mount(target=str(spec.model_dir), source=str(spec.model_dir), type="bind", read_only=True)]
     for inside, host in sorted(spec.secret_files.items()):
         mounts.append(Mount(target=inside, source=str(host), type="bind", read_only=True))
+    user = options.user or f"{os.getuid()}:{os.getgid()}"
     kwargs: dict[str, Any] = {
         "image": image_id,
         "entrypoint": spec.argv[:1],
@@ -124,8 +125,8 @@ def container_kwargs(
         "cap_drop": ["ALL"],
         "security_opt": ["no-new-privileges"],
         "read_only": options.read_only_rootfs,
-        "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={options.tmp_bytes}"},
-        "user": options.user or f"{os.getuid()}:{os.getgid()}",
+        "tmpfs": _tmpfs(spec, options, user),
+        "user": user,
         "detach": True,
         "log_config": LogConfig(type="json-file", config={"max-size": str(options.log_max_bytes), "max-file": "2"}),
     }
@@ -136,3 +137,15 @@ def container_kwargs(
             raise HitchError("inference_device_unsupported", "a CUDA engine needs the GPU UUID it was leased")
         kwargs["device_requests"] = [DeviceRequest(device_ids=[spec.gpu_uuid], capabilities=[["gpu"]])]
     return kwargs
+
+
+def _tmpfs(spec: LaunchSpec, options: ContainerOptions, user: str) -> dict[str, str]:
+    """``/tmp``, and the engine's private ``HOME``: a host path (the process launcher's), absent from the
+    read-only rootfs, where SGLang puts its caches (``SGLANG_CACHE_DIR`` = ``~/.cache/sglang``: torch inductor,
+    triton) at import. A tmpfs owned by the engine's user, so nothing of the container outlives it."""
+    mounts = {"/tmp": f"rw,nosuid,nodev,size={options.tmp_bytes}"}
+    home = spec.env.get("HOME")
+    if home and home != "/tmp":
+        uid, _, gid = user.partition(":")
+        mounts[home] = f"rw,nosuid,nodev,size={options.tmp_bytes},mode=0700,uid={uid},gid={gid or uid}"
+    return mounts

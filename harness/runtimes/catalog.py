@@ -282,9 +282,12 @@ def require_certifiable_pin(manifest: InferenceRuntimeManifestV1) -> InferenceRu
     return manifest
 
 
-def default_runtime(device: str, catalog_path: Path | None = None) -> InferenceRuntimeManifestV1:
-    """A pinned, certifiable runtime for the device if the catalog has one, else the best pinned one."""
-    candidates = [r for r in load_catalog(catalog_path) if r.backend == device]
+def default_runtime(device: str, catalog_path: Path | None = None, *, launcher: str | None = None) -> InferenceRuntimeManifestV1:
+    """A pinned, certifiable runtime for the device if the catalog has one, else the best pinned one.
+
+    ``launcher`` narrows the choice to what it can start: ``oci`` an image, ``process`` a python-env."""
+    kind = {"oci": "oci", "process": "python-env"}.get(launcher or "")
+    candidates = [r for r in load_catalog(catalog_path) if r.backend == device and kind in (None, r.package.kind)]
     for wanted in ((True, True), (False, True)):
         for runtime in candidates:
             if (runtime.certifiable, runtime.pinned) == wanted:

@@ -24,7 +24,6 @@ import argparse
 import hashlib
 import os
 import shutil
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -33,6 +32,7 @@ from importlib import metadata
 from pathlib import Path
 
 import docker
+from rootfs_image import PYTHON_PACKAGES, clamp_tree, download_debs, populate_base, root_tar, run, tag_existing
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_TAG = "hitch/fake-sglang:dev"
@@ -41,46 +41,7 @@ KIND_LABEL = "dev.hitch.fixture-image"
 APP_DIR = "/opt/hitch/app"
 SITE_DIR = "/opt/hitch/site-packages"
 
-# python3's dependency closure on bookworm minus what only dpkg/perl/tar need; libstdc++6 for tokenizers.
-DEBIAN_PACKAGES = (
-    "python3",
-    "python3.11",
-    "python3-minimal",
-    "python3.11-minimal",
-    "libpython3-stdlib",
-    "libpython3.11-minimal",
-    "libpython3.11-stdlib",
-    "libc6",
-    "libgcc-s1",
-    "gcc-12-base",
-    "libstdc++6",
-    "libssl3",
-    "zlib1g",
-    "libexpat1",
-    "libffi8",
-    "libbz2-1.0",
-    "liblzma5",
-    "libsqlite3-0",
-    "libncursesw6",
-    "libtinfo6",
-    "libreadline8",
-    "readline-common",
-    "libdb5.3",
-    "libgdbm6",
-    "libuuid1",
-    "libnsl2",
-    "libtirpc3",
-    "libtirpc-common",
-    "libcrypt1",
-    "libgssapi-krb5-2",
-    "libkrb5-3",
-    "libk5crypto3",
-    "libkrb5support0",
-    "libkeyutils1",
-    "libcom-err2",
-    "media-types",
-    "busybox-static",
-)
+DEBIAN_PACKAGES = PYTHON_PACKAGES
 PY_TOP_LEVEL = ("aiohttp", "jinja2", "pyyaml", "pydantic")  # with their deps (pyyaml: --config YAML; pydantic: request models)
 PY_NO_DEPS = ("tokenizers",)  # its huggingface_hub dependency is only for downloads (none here): ~25 MB saved
 # the fake renders chat templates in the gateway's environment: harness/chat_template.py imports only jinja2
@@ -115,6 +76,7 @@ def _constraints() -> str:
 def recipe_hash(constraints: str) -> str:
     h = hashlib.sha256()
     h.update(Path(__file__).read_bytes())
+    h.update(Path(__file__).with_name("rootfs_image.py").read_bytes())
     h.update("\n".join(DEBIAN_PACKAGES + PY_TOP_LEVEL + PY_NO_DEPS).encode())
     h.update(constraints.encode())
     h.update(f"{sys.version_info.major}.{sys.version_info.minor}".encode())
@@ -123,38 +85,8 @@ def recipe_hash(constraints: str) -> str:
     return h.hexdigest()
 
 
-def _run(argv: list[str], cwd: Path | None = None) -> None:
-    """Run quietly; on failure show what the tool said."""
-    proc = subprocess.run(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stdout)
-        raise subprocess.CalledProcessError(proc.returncode, argv)
-
-
-def _download_debs(dest: Path) -> list[Path]:
-    try:
-        _run(["apt-get", "download", "-q", *DEBIAN_PACKAGES], cwd=dest)
-    except subprocess.CalledProcessError:
-        _log("apt-get download failed; running apt-get update once and retrying")
-        _run(["apt-get", "update", "-qq"])
-        _run(["apt-get", "download", "-q", *DEBIAN_PACKAGES], cwd=dest)
-    return sorted(dest.glob("*.deb"))
-
-
 def _populate_root(root: Path, debs: list[Path], site: Path) -> None:
-    for deb in debs:
-        _run(["dpkg-deb", "-x", str(deb), str(root)])
-    etc = root / "etc"
-    etc.mkdir(exist_ok=True)
-    (etc / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/sh\n")
-    (etc / "group").write_text("root:x:0:\nnogroup:x:65534:\n")
-    (etc / "hosts").write_text("127.0.0.1 localhost\n")
-    for d in ("tmp", "root", "proc", "sys", "dev", "run"):
-        (root / d).mkdir(exist_ok=True)
-    (root / "tmp").chmod(0o1777)
-    busybox = root / "bin" / "busybox"
-    if busybox.exists() and not (root / "bin" / "sh").exists():
-        (root / "bin" / "sh").symlink_to("busybox")
+    populate_base(root, debs)
     opt = root / SITE_DIR.lstrip("/")
     opt.parent.mkdir(parents=True, exist_ok=True)
     shutil.copytree(site, opt, symlinks=True)
@@ -170,19 +102,8 @@ def _pip_target(site: Path, constraints: str, work: Path) -> None:
     cfile.write_text(constraints)
     pip = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile"]
     pip += ["--only-binary=:all:", "--target", str(site), "-c", str(cfile)]
-    _run([*pip, *PY_TOP_LEVEL])
-    _run([*pip, "--no-deps", *PY_NO_DEPS])
-
-
-def _root_tar(root: Path, out: Path) -> None:
-    def owned_by_root(info: tarfile.TarInfo) -> tarfile.TarInfo:
-        info.uid = info.gid = 0
-        info.uname = info.gname = "root"
-        return info
-
-    with tarfile.open(out, "w") as tar:
-        for entry in sorted(root.iterdir()):
-            tar.add(entry, arcname=entry.name, filter=owned_by_root)
+    run([*pip, *PY_TOP_LEVEL])
+    run([*pip, "--no-deps", *PY_NO_DEPS])
 
 
 def build(tag: str, force: bool) -> str:
@@ -192,29 +113,29 @@ def build(tag: str, force: bool) -> str:
     constraints = _constraints()
     recipe = recipe_hash(constraints)
     repo_name, _, tag_name = tag.rpartition(":")
-    existing = client.images.list(filters={"label": f"{RECIPE_LABEL}={recipe}"})
-    if existing and not force:
-        image = existing[0]
-        image.tag(repo_name, tag_name)
-        _log(f"image with recipe {recipe[:12]} already present; tagged {tag}")
-        return str(image.id)
+    found = None if force else tag_existing(client, RECIPE_LABEL, recipe, tag, _log)
+    if found is not None:
+        return found
     with tempfile.TemporaryDirectory(prefix="hitch-fake-image-") as tmp:
         work = Path(tmp)
+        started = time.time() - 1  # anything this build writes is newer (clamped in the tar)
         t = time.monotonic()
         debdir, root, site = work / "debs", work / "root", work / "site"
         for d in (debdir, root, site):
             d.mkdir()
-        debs = _download_debs(debdir)
+        debs = download_debs(DEBIAN_PACKAGES, debdir, _log)
         _log(f"downloaded {len(debs)} Debian packages in {time.monotonic() - t:.1f}s")
         t = time.monotonic()
         _pip_target(site, constraints, work)
         _log(f"installed {', '.join(PY_TOP_LEVEL + PY_NO_DEPS)} (+deps) in {time.monotonic() - t:.1f}s")
         t = time.monotonic()
         _populate_root(root, debs, site)
-        _run([sys.executable, "-m", "compileall", "-q", "-j", "0", str(root / SITE_DIR.lstrip("/"))])
-        _run([sys.executable, "-m", "compileall", "-q", str(root / APP_DIR.lstrip("/"))])
+        clamp_tree(root, started)
+        run([sys.executable, "-m", "compileall", "-q", "-j", "0", str(root / SITE_DIR.lstrip("/"))])
+        run([sys.executable, "-m", "compileall", "-q", str(root / APP_DIR.lstrip("/"))])
         tar_path = work / "rootfs.tar"
-        _root_tar(root, tar_path)
+        with tarfile.open(tar_path, "w") as tar:
+            root_tar(root, tar, built_after=started)
         _log(f"rootfs {tar_path.stat().st_size / 1e6:.1f} MB assembled in {time.monotonic() - t:.1f}s")
         t = time.monotonic()
         changes = [

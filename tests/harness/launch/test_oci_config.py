@@ -145,3 +145,12 @@ def test_root_label_is_path_hash_and_network_names_unique(tmp_path: Path) -> Non
     assert root_label(tmp_path) != root_label(tmp_path / "other")
     spec = _spec(tmp_path)
     assert network_name(tmp_path, spec) != network_name(tmp_path, spec)
+
+
+def test_the_engines_home_is_a_private_tmpfs_in_the_container(tmp_path: Path) -> None:
+    home = str(tmp_path / "private" / "home")
+    spec = _spec(tmp_path, env={"HOME": home, "SGLANG_USE_CPU_ENGINE": "1"})
+    kw = container_kwargs(spec, image_id=IMAGE_ID, labels={}, network="n", name="n", options=ContainerOptions(user="1000:1001"))
+    assert kw["tmpfs"][home] == "rw,nosuid,nodev,size=536870912,mode=0700,uid=1000,gid=1001"  # type: ignore[index]
+    assert kw["tmpfs"]["/tmp"] == "rw,nosuid,nodev,size=536870912"  # type: ignore[index]
+    assert not any(m["Target"] == home for m in kw["mounts"])  # type: ignore[attr-defined]  # never the host dir

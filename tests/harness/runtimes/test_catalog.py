@@ -1,4 +1,4 @@
-"""The runtime catalog: the three entries, runtime_id over shipped bytes, pins, lookups, parse errors."""
+"""The runtime catalog: its entries, runtime_id over shipped bytes, pins, lookups, parse errors."""
 
 from __future__ import annotations
 
@@ -10,17 +10,18 @@ import pytest
 from harness.contracts.runtime import InferenceRuntimeManifestV1, OciPackage, PythonEnvPackage
 from harness.errors import HitchError
 from harness.ids import digest_json
-from harness.runtimes import get_runtime, load_catalog, require_certifiable_pin, runtime_source_dir
+from harness.runtimes import default_runtime, get_runtime, load_catalog, require_certifiable_pin, runtime_source_dir
 from tests.harness.runtimes.conftest import GENERIC
 
-NAMES = ["sglang-0.5.15.post1-cpu", "sglang-0.5.16-cuda", GENERIC, "sglang-0.5.23-cuda"]
+GENERIC_OCI = "sglang-0.5.23-cpu-generic-oci"
+NAMES = ["sglang-0.5.15.post1-cpu", "sglang-0.5.16-cuda", GENERIC, "sglang-0.5.23-cuda", GENERIC_OCI]
 
 
 def _by_name(path: Path | None = None) -> dict[str, InferenceRuntimeManifestV1]:
     return {m.name: m for m in load_catalog(path)}
 
 
-def test_catalog_has_the_four_runtimes_in_order() -> None:
+def test_catalog_has_the_five_runtimes_in_order() -> None:
     assert [m.name for m in load_catalog()] == NAMES
 
 
@@ -45,6 +46,29 @@ def test_generic_cpu_entry_is_a_pinned_provisional_python_env() -> None:
     assert m.package.lock_file.path == "requirements.lock"
     assert [f.path for f in m.package.files] == ["shim/sgl_kernel/__init__.py"]
     assert m.package.pythonpath == ["shim"]
+
+
+def test_generic_cpu_image_entry_is_unpinned_and_stays_provisional_once_pinned(catalog_copy: Path) -> None:
+    m = _by_name(catalog_copy)[GENERIC_OCI]
+    assert isinstance(m.package, OciPackage)
+    assert (m.package.image, m.package.tag_hint, m.package.digest) == ("hitch/sglang-cpu-generic", "0.5.23", None)
+    assert (m.engine_version, m.backend, m.cpu_feature_requirement) == ("0.5.23", "cpu", "none")
+    assert (m.pinned, m.certifiable) == (False, False)
+    text = catalog_copy.read_text().replace('tag_hint = "0.5.23"', 'tag_hint = "0.5.23"\ndigest = "sha256:' + "b" * 64 + '"')
+    catalog_copy.write_text(text)
+    pinned = _by_name(catalog_copy)[GENERIC_OCI]
+    assert (pinned.pinned, pinned.certifiable) == (True, False)  # a pin never makes generic CPU certifiable
+
+
+def test_the_default_runtime_is_one_the_launcher_can_start(catalog_copy: Path) -> None:
+    assert default_runtime("cpu", catalog_copy).name == GENERIC
+    assert default_runtime("cpu", catalog_copy, launcher="process").name == GENERIC
+    assert default_runtime("cpu", catalog_copy, launcher="oci").name == "sglang-0.5.15.post1-cpu"  # none pinned: the first
+    text = catalog_copy.read_text().replace('tag_hint = "0.5.23"', 'tag_hint = "0.5.23"\ndigest = "sha256:' + "b" * 64 + '"')
+    catalog_copy.write_text(text)
+    assert default_runtime("cpu", catalog_copy, launcher="oci").name == GENERIC_OCI
+    assert default_runtime("cpu", catalog_copy).name == GENERIC  # the catalog order keeps the process default
+    assert default_runtime("cuda", catalog_copy, launcher="process").name == "sglang-0.5.23-cuda"
 
 
 def test_runtime_id_is_the_digest_of_everything_else() -> None:

@@ -32,7 +32,13 @@ def test_list_json_validates_every_runtime(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     data = _json(proc)
     manifests = [InferenceRuntimeManifestV1.model_validate(r) for r in data["runtimes"]]
-    assert [m.name for m in manifests] == ["sglang-0.5.15.post1-cpu", "sglang-0.5.16-cuda", GENERIC, "sglang-0.5.23-cuda"]
+    assert [m.name for m in manifests] == [
+        "sglang-0.5.15.post1-cpu",
+        "sglang-0.5.16-cuda",
+        GENERIC,
+        "sglang-0.5.23-cuda",
+        "sglang-0.5.23-cpu-generic-oci",
+    ]
     assert data["installed"] == []
 
 

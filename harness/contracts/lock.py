@@ -12,8 +12,8 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, SerializationInfo, SerializerFunctionWrapHandler, model_serializer
 
 from harness.contracts.base import Record, Sha256
-from harness.contracts.model import ToolCallParserName
 from harness.ids import digest_json
+from harness.sglang_parsers import ToolCallParserName
 
 __all__ = [
     "CpuPlatformV1",

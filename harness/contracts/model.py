@@ -7,21 +7,20 @@ quantization changes give a new id; aliases, timestamps and source paths never a
 
 from __future__ import annotations
 
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 from pydantic import Field
 
 from harness.contracts.base import Record, Sha256
 from harness.ids import digest_json
+from harness.sglang_parsers import ToolCallParserName
 
 __all__ = [
-    "SGLANG_TOOL_CALL_PARSERS",
     "ChatTemplateRef",
     "LocalModelManifestV1",
     "ModelArchitecture",
     "ModelFileEntry",
     "ModelProvenance",
-    "ToolCallParserName",
     "WeightIndex",
     "compute_model_id",
     "model_identity_part",
@@ -51,18 +50,6 @@ class ModelArchitecture(Record):
     vocab_size: int | None
     hidden_size: int | None
     num_hidden_layers: int | None
-
-
-# The ``--tool-call-parser`` choices of SGLang 0.5.23 (``sglang.srt.function_call.parser_names``): a lock may
-# name only a parser the pinned engine has, and the fake engine refuses any other like SGLang's argparse.
-ToolCallParserName = Literal[
-    "apertus2509", "beam", "cohere_command4", "deepseekv3", "deepseekv31", "deepseekv32", "deepseekv4",
-    "deepseekv41", "dots", "glm", "glm45", "glm47", "gpt-oss", "k2_horizon", "kimi_k2", "kimi_k3", "lfm2",
-    "ling3", "llama3", "mimo", "minicpm5", "mistral", "muse", "poolside_v1", "pythonic", "qwen", "qwen25",
-    "qwen3_coder", "spark25", "step3", "step3p5", "minimax-m2", "minimax-m3", "nanbeige", "trinity", "interns1",
-    "hermes", "hunyuan", "gigachat3", "gigachat35", "gemma4", "inkling", "iquest_q1", "response_template",
-]  # fmt: skip
-SGLANG_TOOL_CALL_PARSERS: tuple[str, ...] = get_args(ToolCallParserName)
 
 
 class ChatTemplateRef(Record):

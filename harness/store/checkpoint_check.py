@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from harness.contracts.model import ToolCallParserName
 from harness.errors import HitchError
 from harness.ids import digest_bytes, digest_json
+from harness.sglang_parsers import ToolCallParserName
 from harness.store.safetensors_check import SafetensorsHeader, read_safetensors_header
 from harness.store.tool_call_format import tool_call_parser_for
 

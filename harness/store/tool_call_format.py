@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import get_args
 
-from harness.contracts.model import SGLANG_TOOL_CALL_PARSERS, ToolCallParserName
 from harness.errors import HitchError
+from harness.sglang_parsers import SGLANG_TOOL_CALL_PARSERS, ToolCallParserName
 
 __all__ = ["NO_TOOL_CALL_PARSER", "resolve_tool_call_parser", "tool_call_parser_for"]
 

@@ -144,7 +144,7 @@ def _ensure_runtime(opts: CertifyOptions) -> str:
     if rt is None:
         from harness.runtimes import default_runtime
 
-        rt = default_runtime(opts.device, launcher=opts.launcher)
+        rt = default_runtime(opts.device, launcher=opts.launcher if opts.engine == "sglang" else None)
     if opts.engine == "sglang" and opts.launcher == "process" and rt.package.kind == "python-env":
         from filelock import FileLock
 

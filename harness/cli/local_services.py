@@ -92,7 +92,8 @@ def service_choice(
     report = run_doctor("auto")
     certifiable = given.certifiable if given is not None else None
     choice = choose_device(device, report, engine=engine, allow_uncertified=allow_uncertified, runtime_certifiable=certifiable)
-    rt = given or default_runtime(choice.device, launcher=launcher)
+    # the fake engine runs no runtime artifact: its lock names the device's default runtime whatever the launcher
+    rt = given or default_runtime(choice.device, launcher=launcher if engine == "sglang" else None)
     if choice.certified and not rt.certifiable:  # the device is certifiable, but this catalog's runtime for it is not
         choice = choose_device(device, report, engine=engine, allow_uncertified=allow_uncertified, runtime_certifiable=False)
     return choice, rt

@@ -137,7 +137,8 @@ def _no_containers_left(root: HitchRoot) -> None:
         (["--engine", "fake", "--launcher", "oci", "--image", "hitch/fake-sglang:dev"], "inference_runtime_unpinned"),
         (["--engine", "fake", "--launcher", "oci"], "usage_error"),
         (["--engine", "fake", "--image", "sha256:" + "a" * 64], "usage_error"),
-        (["--launcher", "oci", "--offline", "--allow-uncertified"], "inference_runtime_unpinned"),  # no image for it
+        # no image for it: --offline names `hitch runtime pin` and the prepare command instead of pulling
+        (["--launcher", "oci", "--offline", "--allow-uncertified"], "inference_runtime_unavailable"),
     ],
 )
 def test_run_image_choices_are_refused_before_anything_starts(inputs: ServiceInputs, extra: list[str], code: str) -> None:

@@ -154,7 +154,8 @@ def test_completed_run_evidence_is_derived_from_the_attempt_rows_and_resubmissio
     assert info["served_model_name"] == execution.binding.wire_model
     assert not {"api_key", "admin_api_key"} & set(info) and "<redacted>" in info["launch_command"]
     keys = [p.read_text().strip() for p in (root.root / "inference" / "private").rglob("*api-key")]
-    assert len(keys) == 2 and not [k for k in keys if k in (ev / "execution.json").read_text()]
+    # prepare's probe start and the sealed start each had their own engine and admin keys
+    assert len(keys) == 4 and not [k for k in keys if k in (ev / "execution.json").read_text()]
     assert execution.hardware["device"] == "cpu" and execution.hardware["cpu"]["logical_cores"] >= 1
     assert execution.binding.run_id == "ok-1" and execution.binding.state == "revoked"
     metrics = execution.serving_metrics

@@ -73,7 +73,7 @@ def write_secret(path: Path, secret: str) -> None:
 class HitchRoot:
     """All paths under one HITCH_ROOT; nothing outside it is written by the harness."""
 
-    root: Path
+    path: Path
 
     @classmethod
     def at(cls, explicit: str | os.PathLike[str] | None = None) -> HitchRoot:
@@ -82,75 +82,75 @@ class HitchRoot:
     # store/
     @property
     def model_files(self) -> Path:
-        return self.root / "store" / "model-files" / "sha256"
+        return self.path / "store" / "model-files" / "sha256"
 
     @property
     def models(self) -> Path:
-        return self.root / "store" / "models" / "sha256"
+        return self.path / "store" / "models" / "sha256"
 
     @property
     def runtimes(self) -> Path:
-        return self.root / "store" / "inference-runtimes" / "sha256"
+        return self.path / "store" / "inference-runtimes" / "sha256"
 
     @property
     def locks(self) -> Path:
-        return self.root / "store" / "inference-locks" / "sha256"
+        return self.path / "store" / "inference-locks" / "sha256"
 
     @property
     def staging(self) -> Path:
         """Temp area on the same filesystem as the store, so publish is a rename."""
-        return self.root / "store" / ".staging"
+        return self.path / "store" / ".staging"
 
     # indexes/
     @property
     def aliases_file(self) -> Path:
-        return self.root / "indexes" / "models" / "aliases.json"
+        return self.path / "indexes" / "models" / "aliases.json"
 
     # inference/
     @property
     def services(self) -> Path:
-        return self.root / "inference" / "services"
+        return self.path / "inference" / "services"
 
     @property
     def private(self) -> Path:
-        return self.root / "inference" / "private"
+        return self.path / "inference" / "private"
 
     @property
     def daemon_dir(self) -> Path:
         """The daemon's socket, token, info, lock and log (:class:`harness.daemon.paths.DaemonPaths`)."""
-        return self.root / "inference" / "daemon"
+        return self.path / "inference" / "daemon"
 
     @property
     def gateway_dir(self) -> Path:
         """The daemon gateway's state: bindings, evidence rows, capture."""
-        return self.root / "inference" / "gateway"
+        return self.path / "inference" / "gateway"
 
     @property
     def harness_profiles(self) -> Path:
         """Recorded agent-harness compatibility profiles."""
-        return self.root / "inference" / "harness-profiles"
+        return self.path / "inference" / "harness-profiles"
 
     @property
     def runtime_envs(self) -> Path:
         """Installed python-env runtimes (private venvs), one folder per runtime digest."""
-        return self.root / "inference" / "runtimes"
+        return self.path / "inference" / "runtimes"
 
     @property
     def tool_envs(self) -> Path:
         """Benchmark tools in private venvs (e.g. ``aiperf-0.13.0``), one folder per tool and version."""
-        return self.root / "tools"
+        return self.path / "tools"
 
     @property
     def cache(self) -> Path:
-        return self.root / "cache" / "inference"
+        return self.path / "cache" / "inference"
 
     @property
     def lock_dir(self) -> Path:
-        return self.root / "locks" / "inference"
+        return self.path / "locks" / "inference"
 
     @property
     def runs(self) -> Path:
-        return self.root / "runs"
+        return self.path / "runs"
 
     def run_inference_dir(self, run_id: str) -> Path:
         """One run's inference evidence (``runs/<run id>/inference``)."""

@@ -48,7 +48,7 @@ def published_entries_dir() -> Path:
 
 
 def root_entries_dir(root: HitchRoot) -> Path:
-    return root.root / "catalog" / "entries"
+    return root.path / "catalog" / "entries"
 
 
 def load_entry(path: Path) -> dict[str, Any]:

@@ -194,7 +194,7 @@ def dev_key_pair(root: HitchRoot) -> KeyPair:
 
     Its public half is (re-)exported to ``keys/public/<keyid>.pub.pem`` every time.
     """
-    path = root.root / "keys" / DEV_KEY_NAME
+    path = root.path / "keys" / DEV_KEY_NAME
     created = False
     if not path.exists():
         created = _create_exclusive(path, _private_pem(Ed25519PrivateKey.generate()))
@@ -203,7 +203,7 @@ def dev_key_pair(root: HitchRoot) -> KeyPair:
 
 def dev_keys_dir(root: HitchRoot) -> Path:
     """Where the development key's public half is exported (``<HITCH_ROOT>/keys/public``)."""
-    return public_keys_dir_for(root.root / "keys" / DEV_KEY_NAME)
+    return public_keys_dir_for(root.path / "keys" / DEV_KEY_NAME)
 
 
 def ensure_dev_key(root: HitchRoot) -> Path:

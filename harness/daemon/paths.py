@@ -41,7 +41,7 @@ class DaemonPaths:
         preferred = self.dir / "daemon.sock"
         if len(str(preferred)) <= _MAX_SOCKET_PATH:
             return preferred
-        name = f"d-{sha256_hex(str(self.root.root.resolve()).encode())[:20]}.sock"
+        name = f"d-{sha256_hex(str(self.root.path.resolve()).encode())[:20]}.sock"
         base = os.environ.get("XDG_RUNTIME_DIR")
         if base and len(str(Path(base) / "hitch" / name)) <= _MAX_SOCKET_PATH:
             return Path(base) / "hitch" / name

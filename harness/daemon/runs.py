@@ -108,7 +108,7 @@ class RunService:
         self.runs: dict[str, _Run] = {}
         self.store = RunStore(core.root)
         self._hardware: dict[str, dict[str, Any]] = {}
-        self.eval_access = EvalAccess(core.root.root, self.gateway)
+        self.eval_access = EvalAccess(core.root.path, self.gateway)
 
     async def start(self) -> None:
         # before anything is served: no run of a dead daemon stays live, and each gets its evidence

@@ -149,7 +149,7 @@ def require_installed(root: HitchRoot, manifest: InferenceRuntimeManifestV1) -> 
     if found is None:
         raise HitchError(
             "inference_runtime_unavailable",
-            f"runtime {manifest.name} is not installed under {root.root}",
+            f"runtime {manifest.name} is not installed under {root.path}",
             {"runtime": manifest.name, "runtime_id": manifest.runtime_id},
         )
     return found
@@ -287,7 +287,7 @@ def install_runtime(
         return _install_oci(root, manifest, out)
     pkg = manifest.package
     _base_python(manifest, pkg)
-    lock_path = root.root / "locks" / "runtimes" / f"{runtime_dir(root, manifest).name}.lock"
+    lock_path = root.path / "locks" / "runtimes" / f"{runtime_dir(root, manifest).name}.lock"
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(lock_path)):
         started = time.monotonic()

@@ -197,7 +197,7 @@ class _Recovery:
             try:
                 from harness.launch.oci import list_owned_containers
 
-                self.containers = {c.container_id: c for c in list_owned_containers(self.root.root, client=self.docker)}
+                self.containers = {c.container_id: c for c in list_owned_containers(self.root.path, client=self.docker)}
             except (HitchError, ImportError) as exc:
                 self.docker_error = str(exc)[:300]
         return self.containers
@@ -205,7 +205,7 @@ class _Recovery:
     def remove_containers(self, ids: list[str]) -> None:
         from harness.launch.oci import remove_owned
 
-        remove_owned(self.root.root, container_ids=ids, timeout_s=self.stop_timeout_s, client=self.docker)
+        remove_owned(self.root.path, container_ids=ids, timeout_s=self.stop_timeout_s, client=self.docker)
 
     async def one(self, service_id: str) -> RecoveryOutcome:
         store = ServiceStateStore(self.root, service_id)
@@ -314,7 +314,7 @@ class _Recovery:
             return None
         for st in self.gpu_leases.status():
             held = st.record
-            mine = held is not None and held.root == str(self.root.root) and held.service_id == record.service_id
+            mine = held is not None and held.root == str(self.root.path) and held.service_id == record.service_id
             if st.uuid == uuid and mine and st.state == "stale":
                 self.gpu_leases.release(uuid, force=True)  # the engine on it is confirmed gone
                 return uuid

@@ -171,7 +171,7 @@ def test_secrets_stay_in_the_private_files(inputs: ServiceInputs, monkeypatch: p
     api_key, admin_key = asyncio.run(run())
     private = inputs.root.private / "svc-test"
     holders: dict[str, list[str]] = {api_key: [], admin_key: []}
-    for dirpath, _, names in os.walk(inputs.root.root):
+    for dirpath, _, names in os.walk(inputs.root.path):
         for name in names:
             path = Path(dirpath) / name
             data = path.read_bytes()

@@ -26,7 +26,7 @@ def _three_models(tmp_path: Path, hroot: HitchRoot) -> tuple[str, str, str]:
 
 
 def _snapshot(hroot: HitchRoot) -> list[str]:
-    return sorted(str(p.relative_to(hroot.root)) for p in hroot.root.rglob("*") if "locks" not in p.parts)
+    return sorted(str(p.relative_to(hroot.path)) for p in hroot.path.rglob("*") if "locks" not in p.parts)
 
 
 def test_dry_run_deletes_nothing(tmp_path: Path, hroot: HitchRoot) -> None:

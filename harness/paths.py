@@ -93,7 +93,7 @@ class HitchRoot:
         return self.path / "store" / "inference-runtimes" / "sha256"
 
     @property
-    def locks(self) -> Path:
+    def sealed_locks(self) -> Path:
         return self.path / "store" / "inference-locks" / "sha256"
 
     @property
@@ -145,7 +145,7 @@ class HitchRoot:
         return self.path / "cache" / "inference"
 
     @property
-    def lock_dir(self) -> Path:
+    def file_locks(self) -> Path:
         return self.path / "locks" / "inference"
 
     @property

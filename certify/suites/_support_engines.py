@@ -318,7 +318,7 @@ class PrivateDaemon:
         data.pop("inference_id", None)
         data["inference_id"] = compute_inference_id(data)
         variant = InferenceLockV1.model_validate(data)
-        folder = self.root.digest_dir(self.root.locks, variant.inference_id)
+        folder = self.root.digest_dir(self.root.sealed_locks, variant.inference_id)
         folder.mkdir(parents=True, exist_ok=True)
         atomic_write_json(folder / "lock.json", variant.to_json_dict())
         return variant
@@ -392,10 +392,10 @@ def _make_private_daemon(env: CertifyEnv, base: Path, ttl_ms: int) -> PrivateDae
     }
     if "image" in env.body:  # an oci session: the private daemon runs the same pinned image
         body["image"] = env.body["image"]
-    sealed = env.root.digest_dir(env.root.locks, env.run.inference_id)
+    sealed = env.root.digest_dir(env.root.sealed_locks, env.run.inference_id)
     if imported.manifest.model_id == env.model_id and (sealed / "lock.json").is_file():
         # the session's lock was sealed by an engine that verified it: reuse it, the private root needs no prepare
-        target = root.digest_dir(root.locks, env.run.inference_id)
+        target = root.digest_dir(root.sealed_locks, env.run.inference_id)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copytree(sealed, target, dirs_exist_ok=True)
         body["inference_id"] = env.run.inference_id

@@ -52,7 +52,7 @@ def load_sealed_lock(root: HitchRoot, inference_id: str) -> InferenceLockV1:
     """A lock ``local prepare`` sealed in this root (``store/inference-locks/sha256/<hex>/lock.json``)."""
     if not inference_id.startswith("sha256:"):
         raise HitchError("usage_error", "an inference id is sha256:<hex>", {"inference_id": inference_id})
-    path = root.digest_dir(root.locks, inference_id) / "lock.json"
+    path = root.digest_dir(root.sealed_locks, inference_id) / "lock.json"
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:

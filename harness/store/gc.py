@@ -41,8 +41,8 @@ def collect_references(root: HitchRoot) -> ModelReferences:
     refs = ModelReferences()
     for alias, model_id in sorted(read_aliases(root).items()):
         refs.by_alias.setdefault(model_id, []).append(alias)
-    if root.locks.is_dir():
-        for entry in sorted(root.locks.iterdir()):
+    if root.sealed_locks.is_dir():
+        for entry in sorted(root.sealed_locks.iterdir()):
             lock_file = entry / "lock.json"
             try:
                 model_id = json.loads(lock_file.read_bytes()).get("model_id")

@@ -107,7 +107,7 @@ def test_two_trials_share_one_service_and_a_cancelled_trial_leaves_the_other_alo
     crossed = httpx.get(f"{run_a['base_url']}/models", headers={"Authorization": f"Bearer {token_b}"}, trust_env=False)
     assert crossed.status_code == 401
 
-    budget = json.loads((root.digest_dir(root.locks, run_a["inference_id"]) / "lock.json").read_text())
+    budget = json.loads((root.digest_dir(root.sealed_locks, run_a["inference_id"]) / "lock.json").read_text())
     long_answer = int(budget["generation"]["max_output_tokens"])
     # one running slot (baseline): B's short answer is relayed, then A's long one streams; each client holds
     # its stream open after the first text delta

@@ -126,7 +126,7 @@ class HitchRoot:
         return self.path / "inference" / "gateway"
 
     @property
-    def harness_profiles(self) -> Path:
+    def agent_profiles(self) -> Path:
         """Recorded agent-harness compatibility profiles."""
         return self.path / "inference" / "harness-profiles"
 

@@ -37,7 +37,7 @@ from harness.agents.profiles import (
     model_call_key,
 )
 from harness.cli.output import DEVICE_HELP, AllowUncertifiedOpt, JsonOpt, RootOpt, cli_command, emit, root_from
-from harness.contracts.harness_profile import FieldRuleV1, HarnessKeyV1
+from harness.contracts.agent_profile import FieldRuleV1, HarnessKeyV1
 from harness.contracts.lock import InferenceLockV1
 from harness.daemon import DaemonClient, ensure_daemon
 from harness.daemon.core import load_sealed_lock

@@ -69,6 +69,16 @@ def write_secret(path: Path, secret: str) -> None:
     atomic_write_bytes(path, secret.encode(), mode=0o600)
 
 
+class _Under:
+    """A fixed sub-path of a :class:`HitchRoot`: one row of its layout table."""
+
+    def __init__(self, *parts: str) -> None:
+        self.parts = parts
+
+    def __get__(self, root: HitchRoot, owner: type[HitchRoot] | None = None) -> Path:
+        return root.path.joinpath(*self.parts)
+
+
 @dataclass(frozen=True)
 class HitchRoot:
     """All paths under one HITCH_ROOT; nothing outside it is written by the harness."""
@@ -79,78 +89,31 @@ class HitchRoot:
     def at(cls, explicit: str | os.PathLike[str] | None = None) -> HitchRoot:
         return cls(resolve_root(explicit))
 
-    # store/
-    @property
-    def model_files(self) -> Path:
-        return self.path / "store" / "model-files" / "sha256"
-
-    @property
-    def models(self) -> Path:
-        return self.path / "store" / "models" / "sha256"
-
-    @property
-    def runtimes(self) -> Path:
-        return self.path / "store" / "inference-runtimes" / "sha256"
-
-    @property
-    def sealed_locks(self) -> Path:
-        return self.path / "store" / "inference-locks" / "sha256"
-
-    @property
-    def staging(self) -> Path:
-        """Temp area on the same filesystem as the store, so publish is a rename."""
-        return self.path / "store" / ".staging"
-
+    # store/: content-addressed, published by rename from staging (same filesystem)
+    model_files = _Under("store", "model-files", "sha256")
+    models = _Under("store", "models", "sha256")
+    runtimes = _Under("store", "inference-runtimes", "sha256")
+    sealed_locks = _Under("store", "inference-locks", "sha256")  # sealed lock.json + validation.json
+    staging = _Under("store", ".staging")
     # indexes/
-    @property
-    def aliases_file(self) -> Path:
-        return self.path / "indexes" / "models" / "aliases.json"
-
+    aliases_file = _Under("indexes", "models", "aliases.json")
     # inference/
-    @property
-    def services(self) -> Path:
-        return self.path / "inference" / "services"
-
-    @property
-    def private(self) -> Path:
-        return self.path / "inference" / "private"
-
-    @property
-    def daemon_dir(self) -> Path:
-        """The daemon's socket, token, info, lock and log (:class:`harness.daemon.paths.DaemonPaths`)."""
-        return self.path / "inference" / "daemon"
-
-    @property
-    def gateway_dir(self) -> Path:
-        """The daemon gateway's state: bindings, evidence rows, capture."""
-        return self.path / "inference" / "gateway"
-
-    @property
-    def agent_profiles(self) -> Path:
-        """Recorded agent-harness compatibility profiles."""
-        return self.path / "inference" / "harness-profiles"
-
-    @property
-    def runtime_envs(self) -> Path:
-        """Installed python-env runtimes (private venvs), one folder per runtime digest."""
-        return self.path / "inference" / "runtimes"
-
-    @property
-    def tool_envs(self) -> Path:
-        """Benchmark tools in private venvs (e.g. ``aiperf-0.13.0``), one folder per tool and version."""
-        return self.path / "tools"
-
-    @property
-    def cache(self) -> Path:
-        return self.path / "cache" / "inference"
-
-    @property
-    def file_locks(self) -> Path:
-        return self.path / "locks" / "inference"
-
-    @property
-    def runs(self) -> Path:
-        return self.path / "runs"
+    services = _Under("inference", "services")
+    private = _Under("inference", "private")
+    daemon_dir = _Under("inference", "daemon")  # socket, token, info, lock, log (harness.daemon.paths.DaemonPaths)
+    gateway_dir = _Under("inference", "gateway")  # the daemon gateway's bindings, evidence rows, capture
+    # agent-harness compatibility profiles; the folder keeps its first name so existing roots still read
+    agent_profiles = _Under("inference", "harness-profiles")
+    runtime_envs = _Under("inference", "runtimes")  # python-env runtimes' private venvs, one per runtime digest
+    tool_envs = _Under("tools")  # benchmark tools' private venvs (e.g. ``aiperf-0.13.0``), one per tool and version
+    cache = _Under("cache", "inference")
+    fixture_cache = _Under("cache", "fixtures")  # built test checkpoints and downloaded wheels
+    reference_cache = _Under("cache", "reference")  # transformers reference runs (fixtures.reference)
+    file_locks = _Under("locks", "inference")  # advisory lock files serialising store writers (aliases, imports)
+    runtime_install_locks = _Under("locks", "runtimes")  # one advisory lock file per runtime install
+    keys = _Under("keys")  # the development signing key; its public half under keys/public
+    catalog_entries = _Under("catalog", "entries")  # signed catalog entries written here (beside the checkout's)
+    runs = _Under("runs")
 
     def run_inference_dir(self, run_id: str) -> Path:
         """One run's inference evidence (``runs/<run id>/inference``)."""

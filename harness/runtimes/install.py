@@ -287,7 +287,7 @@ def install_runtime(
         return _install_oci(root, manifest, out)
     pkg = manifest.package
     _base_python(manifest, pkg)
-    lock_path = root.path / "locks" / "runtimes" / f"{runtime_dir(root, manifest).name}.lock"
+    lock_path = root.runtime_install_locks / f"{runtime_dir(root, manifest).name}.lock"
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(lock_path)):
         started = time.monotonic()

@@ -27,7 +27,7 @@ import json
 import os
 import signal
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -70,7 +70,7 @@ class RecoveryOutcome:
     details: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"service_id": self.service_id, "action": self.action, "reason": self.reason, "details": self.details}
+        return asdict(self)
 
 
 def quarantine_record(root: HitchRoot, service_id: str) -> dict[str, Any] | None:

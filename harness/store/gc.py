@@ -12,7 +12,7 @@ first) before removing the files.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -69,15 +69,7 @@ class GcPlan:
     deleted: list[str] = field(default_factory=list)
 
     def to_json_dict(self) -> dict[str, Any]:
-        return {
-            "unreferenced_models": self.unreferenced_models,
-            "orphan_model_files": self.orphan_model_files,
-            "empty_manifest_dirs": self.empty_manifest_dirs,
-            "staging_leftovers": self.staging_leftovers,
-            "kept": [{"model_id": m, "reasons": r} for m, r in sorted(self.kept.items())],
-            "unreadable_locks": self.unreadable_locks,
-            "deleted": self.deleted,
-        }
+        return asdict(self) | {"kept": [{"model_id": m, "reasons": r} for m, r in sorted(self.kept.items())]}
 
 
 def _ids_in(base: Path) -> set[str]:

@@ -13,10 +13,11 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 __all__ = [
     "HitchRoot",
+    "SubPath",
     "atomic_write_bytes",
     "atomic_write_json",
     "ensure_private_dir",
@@ -69,14 +70,21 @@ def write_secret(path: Path, secret: str) -> None:
     atomic_write_bytes(path, secret.encode(), mode=0o600)
 
 
-class _Under:
-    """A fixed sub-path of a :class:`HitchRoot`: one row of its layout table."""
+class SubPath:
+    """A fixed path below a directory its owner holds (the attribute named ``base``): one row of a layout
+    table, so a layout reads as a table and each path is spelled once."""
 
-    def __init__(self, *parts: str) -> None:
+    def __init__(self, base: str, *parts: str) -> None:
+        self.base = base
         self.parts = parts
 
-    def __get__(self, root: HitchRoot, owner: type[HitchRoot] | None = None) -> Path:
-        return root.path.joinpath(*self.parts)
+    def __get__(self, owner_obj: object, owner: type | None = None) -> Path:
+        return cast(Path, getattr(owner_obj, self.base)).joinpath(*self.parts)
+
+
+def _under(*parts: str) -> SubPath:
+    """A row of :class:`HitchRoot`'s table: a path below the root."""
+    return SubPath("path", *parts)
 
 
 @dataclass(frozen=True)
@@ -90,30 +98,30 @@ class HitchRoot:
         return cls(resolve_root(explicit))
 
     # store/: content-addressed, published by rename from staging (same filesystem)
-    model_files = _Under("store", "model-files", "sha256")
-    models = _Under("store", "models", "sha256")
-    runtimes = _Under("store", "inference-runtimes", "sha256")
-    sealed_locks = _Under("store", "inference-locks", "sha256")  # sealed lock.json + validation.json
-    staging = _Under("store", ".staging")
+    model_files = _under("store", "model-files", "sha256")
+    models = _under("store", "models", "sha256")
+    runtimes = _under("store", "inference-runtimes", "sha256")
+    sealed_locks = _under("store", "inference-locks", "sha256")  # sealed lock.json + validation.json
+    staging = _under("store", ".staging")
     # indexes/
-    aliases_file = _Under("indexes", "models", "aliases.json")
+    aliases_file = _under("indexes", "models", "aliases.json")
     # inference/
-    services = _Under("inference", "services")
-    private = _Under("inference", "private")
-    daemon_dir = _Under("inference", "daemon")  # socket, token, info, lock, log (harness.daemon.paths.DaemonPaths)
-    gateway_dir = _Under("inference", "gateway")  # the daemon gateway's bindings, evidence rows, capture
+    services = _under("inference", "services")
+    private = _under("inference", "private")
+    daemon_dir = _under("inference", "daemon")  # socket, token, info, lock, log (harness.daemon.paths.DaemonPaths)
+    gateway_dir = _under("inference", "gateway")  # the daemon gateway's bindings, evidence rows, capture
     # agent-harness compatibility profiles; the folder keeps its first name so existing roots still read
-    agent_profiles = _Under("inference", "harness-profiles")
-    runtime_envs = _Under("inference", "runtimes")  # python-env runtimes' private venvs, one per runtime digest
-    tool_envs = _Under("tools")  # benchmark tools' private venvs (e.g. ``aiperf-0.13.0``), one per tool and version
-    cache = _Under("cache", "inference")
-    fixture_cache = _Under("cache", "fixtures")  # built test checkpoints and downloaded wheels
-    reference_cache = _Under("cache", "reference")  # transformers reference runs (fixtures.reference)
-    file_locks = _Under("locks", "inference")  # advisory lock files serialising store writers (aliases, imports)
-    runtime_install_locks = _Under("locks", "runtimes")  # one advisory lock file per runtime install
-    keys = _Under("keys")  # the development signing key; its public half under keys/public
-    catalog_entries = _Under("catalog", "entries")  # signed catalog entries written here (beside the checkout's)
-    runs = _Under("runs")
+    agent_profiles = _under("inference", "harness-profiles")
+    runtime_envs = _under("inference", "runtimes")  # python-env runtimes' private venvs, one per runtime digest
+    tool_envs = _under("tools")  # benchmark tools' private venvs (e.g. ``aiperf-0.13.0``), one per tool and version
+    cache = _under("cache", "inference")
+    fixture_cache = _under("cache", "fixtures")  # built test checkpoints and downloaded wheels
+    reference_cache = _under("cache", "reference")  # transformers reference runs (fixtures.reference)
+    file_locks = _under("locks", "inference")  # advisory lock files serialising store writers (aliases, imports)
+    runtime_install_locks = _under("locks", "runtimes")  # one advisory lock file per runtime install
+    keys = _under("keys")  # the development signing key; its public half under keys/public
+    catalog_entries = _under("catalog", "entries")  # signed catalog entries written here (beside the checkout's)
+    runs = _under("runs")
 
     def run_inference_dir(self, run_id: str) -> Path:
         """One run's inference evidence (``runs/<run id>/inference``)."""

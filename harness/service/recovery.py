@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 import psutil
 
-from harness.contracts.events import LifecycleEventV1
+from harness.contracts.events import LifecycleEventName, LifecycleEventV1
 from harness.contracts.service import InferenceServiceRecordV1, ProcessIdentityV1
 from harness.engine.keys import ADMIN_KEY_FILE, API_KEY_FILE, CONFIG_FILE
 from harness.errors import HitchError
@@ -88,6 +88,28 @@ def is_quarantined(root: HitchRoot, service_id: str) -> bool:
     return (root.service_dir(service_id) / QUARANTINE_FILE).exists()
 
 
+def _event_on(
+    record: InferenceServiceRecordV1, name: LifecycleEventName, owner: str, now: float, details: dict[str, Any]
+) -> LifecycleEventV1:
+    """An event on ``record``'s service epoch."""
+    return LifecycleEventV1(
+        event=name,
+        service_id=record.service_id,
+        inference_id=record.inference_id,
+        epoch=record.epoch,
+        owner_id=owner,
+        timestamp=now,
+        details=details,
+    )
+
+
+def _close(store: ServiceStateStore, record: InferenceServiceRecordV1, owner: str, **details: Any) -> None:
+    """Record ``record``'s epoch as stopped: the state file, then its ``inference.stopped`` event."""
+    now = time.time()
+    store.write(record.model_copy(update={"state": "stopped", "updated_at": now}))
+    store.append_event(_event_on(record, "inference.stopped", owner, now, details))
+
+
 def clear_quarantine(root: HitchRoot, service_id: str, owner: str = "operator") -> bool:
     """The operator checked the leftover by hand: the service may start again. True if one was cleared.
 
@@ -105,19 +127,7 @@ def clear_quarantine(root: HitchRoot, service_id: str, owner: str = "operator") 
         with contextlib.suppress(FileNotFoundError):
             store.state_path.unlink()  # unreadable: the operator vouched for it; start from nothing
     if record is not None and record.state in _LIVE:
-        now = time.time()
-        store.write(record.model_copy(update={"state": "stopped", "updated_at": now}))
-        store.append_event(
-            LifecycleEventV1(
-                event="inference.stopped",
-                service_id=service_id,
-                inference_id=record.inference_id,
-                epoch=record.epoch,
-                owner_id=owner,
-                timestamp=now,
-                details={"cleared_by": owner, "quarantine_cleared": True},
-            )
-        )
+        _close(store, record, owner, cleared_by=owner, quarantine_cleared=True)
     rotate_keys(root, service_id)
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
@@ -291,19 +301,7 @@ class _Recovery:
     async def closed(
         self, store: ServiceStateStore, record: InferenceServiceRecordV1, action: Action, reason: str, **details: Any
     ) -> RecoveryOutcome:
-        now = time.time()
-        store.write(record.model_copy(update={"state": "stopped", "updated_at": now}))
-        store.append_event(
-            LifecycleEventV1(
-                event="inference.stopped",
-                service_id=record.service_id,
-                inference_id=record.inference_id,
-                epoch=record.epoch,
-                owner_id=RECOVERY_OWNER,
-                timestamp=now,
-                details={"recovered": True, "action": action, "reason": reason, **details},
-            )
-        )
+        _close(store, record, RECOVERY_OWNER, recovered=True, action=action, reason=reason, **details)
         rotated = rotate_keys(self.root, record.service_id)
         freed = await asyncio.to_thread(self.free_gpu, record)
         return RecoveryOutcome(record.service_id, action, reason, {**details, "keys_removed": rotated, "gpu_freed": freed})
@@ -335,16 +333,9 @@ class _Recovery:
         }
         atomic_write_json(self.root.service_dir(service_id) / QUARANTINE_FILE, body, mode=0o600)
         if record is not None:
+            failed = {"code": "inference_recovery_ambiguous", "reason": reason, **details}
             ServiceStateStore(self.root, service_id).append_event(
-                LifecycleEventV1(
-                    event="inference.failed",
-                    service_id=service_id,
-                    inference_id=record.inference_id,
-                    epoch=record.epoch,
-                    owner_id=RECOVERY_OWNER,
-                    timestamp=now,
-                    details={"code": "inference_recovery_ambiguous", "reason": reason, **details},
-                )
+                _event_on(record, "inference.failed", RECOVERY_OWNER, now, failed)
             )
         return RecoveryOutcome(service_id, "ambiguous", reason, details)
 

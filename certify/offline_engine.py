@@ -103,7 +103,7 @@ async def _serve_offline(req: dict[str, Any]) -> dict[str, Any]:
 def run_offline(root: HitchRoot, lock: dict[str, Any], engine: str, timeout_s: float = 900.0) -> dict[str, Any]:
     """Run the lock's engine in a fresh network namespace with loopback only; the facts, or ``error``."""
     service_id = "offline-" + secrets.token_hex(6)
-    request = json.dumps({"root": str(root.root), "lock": lock, "engine": engine, "service_id": service_id})
+    request = json.dumps({"root": str(root.path), "lock": lock, "engine": engine, "service_id": service_id})
     # ``ip link set lo up`` first: a new namespace's loopback is down, and the engine still talks to itself.
     inner = 'ip link set lo up && exec "$0" -m certify.offline_engine'
     try:

@@ -135,7 +135,7 @@ def reference_run(root: HitchRoot, model_id: str, name: str) -> tuple[ReferenceR
 
     runtime = installed_runtime(root, get_runtime(REFERENCE_RUNTIME))
     if runtime is None:
-        raise RuntimeError(f"the reference runtime {REFERENCE_RUNTIME} is not installed under {root.root}")
+        raise RuntimeError(f"the reference runtime {REFERENCE_RUNTIME} is not installed under {root.path}")
     ref = REFERENCE_SETS[name]
     return run_reference(
         runtime, model_files_dir(root, model_id), model_id, ref.prompts, ref.params, cache_dir=reference_cache_dir(root)

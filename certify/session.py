@@ -96,7 +96,7 @@ class CertifyEnv:
 
 def session_key_dir(opts: CertifyOptions, session_key: str) -> Path:
     """Private files shared by this session's processes (fake control token, ports)."""
-    return ensure_private_dir(opts.root.root / "certify" / session_key)
+    return ensure_private_dir(opts.root.path / "certify" / session_key)
 
 
 def fixture_checkpoint(ref: str, cache_dir: Path) -> Path:
@@ -125,13 +125,13 @@ def _ensure_model(opts: CertifyOptions) -> str:
     if opts.model.startswith("fixture:"):
         from catalog.model_fixtures import fixture_by_key
 
-        src = fixture_checkpoint(opts.model, opts.root.root / "cache" / "fixtures")
+        src = fixture_checkpoint(opts.model, opts.root.path / "cache" / "fixtures")
         alias = FIXTURE_ALIAS_PREFIX + fixture_by_key(opts.model).key
     else:
         src, alias = Path(opts.model).expanduser(), "certify-" + Path(opts.model).name.lower()[:40].strip("-_.") or "model"
     from filelock import FileLock
 
-    with FileLock(str(ensure_private_dir(opts.root.root / "certify") / "import.lock")):
+    with FileLock(str(ensure_private_dir(opts.root.path / "certify") / "import.lock")):
         import_model(opts.root, src, alias)
     return f"local/{alias}"
 
@@ -148,7 +148,7 @@ def _ensure_runtime(opts: CertifyOptions) -> str:
     if opts.engine == "sglang" and opts.launcher == "process" and rt.package.kind == "python-env":
         from filelock import FileLock
 
-        with FileLock(str(ensure_private_dir(opts.root.root / "certify") / "install.lock")):
+        with FileLock(str(ensure_private_dir(opts.root.path / "certify") / "install.lock")):
             if installed_runtime(opts.root, rt) is None:
                 install_runtime(opts.root, rt)
     return rt.runtime_id
@@ -187,7 +187,7 @@ def _oci_image(opts: CertifyOptions, runtime_id: str) -> str:
     """The pinned image an ``oci`` session runs: the runtime's (catalog digest or operator pin) for SGLang,
     the fake engine image for a contract run."""
     if opts.engine == "fake":
-        return fake_engine_image(opts.root.root / "certify")
+        return fake_engine_image(opts.root.path / "certify")
     from harness.runtimes import get_runtime, pinned_image
 
     return pinned_image(get_runtime(runtime_id))

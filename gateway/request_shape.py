@@ -80,6 +80,12 @@ def _dict(value: Any, param: str) -> dict[str, Any]:
     return value
 
 
+def _opt_object(body: dict[str, Any], key: str) -> dict[str, Any] | None:
+    """``body[key]``: None when absent or null, else it must be an object."""
+    value = body.get(key)
+    return None if value is None else _dict(value, key)
+
+
 def _free(obj: dict[str, Any], key: str, where: str) -> None:
     """An optional free-form object (a JSON schema, metadata): an object, bounded in depth."""
     value = obj.get(key)
@@ -302,10 +308,9 @@ def _include(body: dict[str, Any]) -> None:
 
 
 def _text(body: dict[str, Any]) -> None:
-    text = body.get("text")
+    text = _opt_object(body, "text")
     if text is None:
         return
-    text = _dict(text, "text")
     _opt_enum(text, "verbosity", _VERBOSITY, "text.")
     if text.get("format") is None:
         return
@@ -317,10 +322,9 @@ def _text(body: dict[str, Any]) -> None:
 
 
 def _reasoning(body: dict[str, Any]) -> None:
-    reasoning = body.get("reasoning")
+    reasoning = _opt_object(body, "reasoning")
     if reasoning is None:
         return
-    reasoning = _dict(reasoning, "reasoning")
     _opt_enum(reasoning, "effort", _EFFORT_TIERS, "reasoning.")
     _opt_enum(reasoning, "summary", _SUMMARIES, "reasoning.")
     _opt_enum(reasoning, "generate_summary", _SUMMARIES, "reasoning.")

@@ -43,7 +43,7 @@ from gateway.transport import Exchange, open_upstream, relay_stream, relay_unary
 from gateway.writer import BackgroundWriter
 from harness.contracts.binding import ModelEndpointBindingV1
 from harness.errors import HitchError
-from harness.paths import ensure_private_dir
+from harness.paths import SubPath, ensure_private_dir
 
 __all__ = ["Gateway", "GatewayConfig"]
 
@@ -83,17 +83,9 @@ class GatewayConfig:
     max_response_bytes: int = 256 << 20
     queue_timeout_ms: int | None = None
 
-    @property
-    def private_dir(self) -> Path:
-        return self.state_dir / "private"
-
-    @property
-    def evidence_dir(self) -> Path:
-        return self.state_dir / "evidence"
-
-    @property
-    def capture_dir(self) -> Path:
-        return self.state_dir / "capture"
+    private_dir = SubPath("state_dir", "private")
+    evidence_dir = SubPath("state_dir", "evidence")
+    capture_dir = SubPath("state_dir", "capture")
 
 
 class Gateway:

@@ -228,6 +228,15 @@ class StreamObserver:
             else:
                 self._responses(name, data, now)
 
+    def _event_object(self, data: bytes) -> dict[str, Any] | None:
+        """The event's JSON object (None for another JSON value); an undecodable event fails the stream."""
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            self.status, self.error = "failed", "undecodable event"
+            return None
+        return obj if isinstance(obj, dict) else None
+
     def _chat(self, data: bytes, now: float) -> None:
         if self.done:
             return
@@ -248,12 +257,8 @@ class StreamObserver:
             and b'"tool_calls"' not in data
         ):
             return
-        try:
-            obj = json.loads(data)
-        except ValueError:
-            self.status, self.error = "failed", "undecodable event"
-            return
-        if not isinstance(obj, dict):
+        obj = self._event_object(data)
+        if obj is None:
             return
         if "error" in obj:
             self.status, self.error = "failed", "in-band error"
@@ -279,12 +284,8 @@ class StreamObserver:
     def _responses(self, name: bytes | None, data: bytes, now: float) -> None:
         etype = name.decode("utf-8", "replace") if name is not None else None
         if etype is None or etype in _TERMINAL or etype in ("response.created", "error"):
-            try:
-                obj = json.loads(data)
-            except ValueError:
-                self.status, self.error = "failed", "undecodable event"
-                return
-            if not isinstance(obj, dict):
+            obj = self._event_object(data)
+            if obj is None:
                 return
             etype = etype or obj.get("type")
             response = obj.get("response")

@@ -13,10 +13,11 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 __all__ = [
     "HitchRoot",
+    "SubPath",
     "atomic_write_bytes",
     "atomic_write_json",
     "ensure_private_dir",
@@ -69,88 +70,58 @@ def write_secret(path: Path, secret: str) -> None:
     atomic_write_bytes(path, secret.encode(), mode=0o600)
 
 
+class SubPath:
+    """A fixed path below a directory its owner holds (the attribute named ``base``): one row of a layout
+    table, so a layout reads as a table and each path is spelled once."""
+
+    def __init__(self, base: str, *parts: str) -> None:
+        self.base = base
+        self.parts = parts
+
+    def __get__(self, owner_obj: object, owner: type | None = None) -> Path:
+        return cast(Path, getattr(owner_obj, self.base)).joinpath(*self.parts)
+
+
+def _under(*parts: str) -> SubPath:
+    """A row of :class:`HitchRoot`'s table: a path below the root."""
+    return SubPath("path", *parts)
+
+
 @dataclass(frozen=True)
 class HitchRoot:
     """All paths under one HITCH_ROOT; nothing outside it is written by the harness."""
 
-    root: Path
+    path: Path
 
     @classmethod
     def at(cls, explicit: str | os.PathLike[str] | None = None) -> HitchRoot:
         return cls(resolve_root(explicit))
 
-    # store/
-    @property
-    def model_files(self) -> Path:
-        return self.root / "store" / "model-files" / "sha256"
-
-    @property
-    def models(self) -> Path:
-        return self.root / "store" / "models" / "sha256"
-
-    @property
-    def runtimes(self) -> Path:
-        return self.root / "store" / "inference-runtimes" / "sha256"
-
-    @property
-    def locks(self) -> Path:
-        return self.root / "store" / "inference-locks" / "sha256"
-
-    @property
-    def staging(self) -> Path:
-        """Temp area on the same filesystem as the store, so publish is a rename."""
-        return self.root / "store" / ".staging"
-
+    # store/: content-addressed, published by rename from staging (same filesystem)
+    model_files = _under("store", "model-files", "sha256")
+    models = _under("store", "models", "sha256")
+    runtimes = _under("store", "inference-runtimes", "sha256")
+    sealed_locks = _under("store", "inference-locks", "sha256")  # sealed lock.json + validation.json
+    staging = _under("store", ".staging")
     # indexes/
-    @property
-    def aliases_file(self) -> Path:
-        return self.root / "indexes" / "models" / "aliases.json"
-
+    aliases_file = _under("indexes", "models", "aliases.json")
     # inference/
-    @property
-    def services(self) -> Path:
-        return self.root / "inference" / "services"
-
-    @property
-    def private(self) -> Path:
-        return self.root / "inference" / "private"
-
-    @property
-    def daemon_dir(self) -> Path:
-        """The daemon's socket, token, info, lock and log (:class:`harness.daemon.paths.DaemonPaths`)."""
-        return self.root / "inference" / "daemon"
-
-    @property
-    def gateway_dir(self) -> Path:
-        """The daemon gateway's state: bindings, evidence rows, capture."""
-        return self.root / "inference" / "gateway"
-
-    @property
-    def harness_profiles(self) -> Path:
-        """Recorded agent-harness compatibility profiles."""
-        return self.root / "inference" / "harness-profiles"
-
-    @property
-    def runtime_envs(self) -> Path:
-        """Installed python-env runtimes (private venvs), one folder per runtime digest."""
-        return self.root / "inference" / "runtimes"
-
-    @property
-    def tool_envs(self) -> Path:
-        """Benchmark tools in private venvs (e.g. ``aiperf-0.13.0``), one folder per tool and version."""
-        return self.root / "tools"
-
-    @property
-    def cache(self) -> Path:
-        return self.root / "cache" / "inference"
-
-    @property
-    def lock_dir(self) -> Path:
-        return self.root / "locks" / "inference"
-
-    @property
-    def runs(self) -> Path:
-        return self.root / "runs"
+    services = _under("inference", "services")
+    private = _under("inference", "private")
+    daemon_dir = _under("inference", "daemon")  # socket, token, info, lock, log (harness.daemon.paths.DaemonPaths)
+    gateway_dir = _under("inference", "gateway")  # the daemon gateway's bindings, evidence rows, capture
+    # agent-harness compatibility profiles; the folder keeps its first name so existing roots still read
+    agent_profiles = _under("inference", "harness-profiles")
+    runtime_envs = _under("inference", "runtimes")  # python-env runtimes' private venvs, one per runtime digest
+    tool_envs = _under("tools")  # benchmark tools' private venvs (e.g. ``aiperf-0.13.0``), one per tool and version
+    cache = _under("cache", "inference")
+    fixture_cache = _under("cache", "fixtures")  # built test checkpoints and downloaded wheels
+    reference_cache = _under("cache", "reference")  # transformers reference runs (fixtures.reference)
+    file_locks = _under("locks", "inference")  # advisory lock files serialising store writers (aliases, imports)
+    runtime_install_locks = _under("locks", "runtimes")  # one advisory lock file per runtime install
+    keys = _under("keys")  # the development signing key; its public half under keys/public
+    catalog_entries = _under("catalog", "entries")  # signed catalog entries written here (beside the checkout's)
+    runs = _under("runs")
 
     def run_inference_dir(self, run_id: str) -> Path:
         """One run's inference evidence (``runs/<run id>/inference``)."""

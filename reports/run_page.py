@@ -133,16 +133,10 @@ def _overhead(results: Mapping[str, Any]) -> tuple[list[Markup], list[dict[str, 
         if isinstance(added, Mapping):
             bound = overhead_bound_ms(None)
             series: dict[str, list[float | None]] = {"gateway": [_number(added.get(p)) for p in PERCENTILES]}
-            charts.append(
-                bar_chart(
-                    "overhead-metrics-added",
-                    "Gateway added latency (signed metrics)",
-                    list(PERCENTILES),
-                    series,
-                    y_label="added ms vs direct",
-                    ref_lines=[(f"bound {bound:.0f} ms", bound)],
-                )
+            chart = _added_bars(
+                "overhead-metrics-added", "Gateway added latency (signed metrics)", series, f"bound {bound:.0f} ms", bound
             )
+            charts.append(chart)
         return charts, rows, {}
     if not isinstance(overhead, Mapping) or not isinstance(overhead.get("results"), Mapping):
         raise _invalid("results.overhead must be the JSON written by certify.perf (with a 'results' object)")
@@ -153,17 +147,10 @@ def _overhead(results: Mapping[str, Any]) -> tuple[list[Markup], list[dict[str, 
         section = res[kind]
         direct = section.get("direct", {}) if isinstance(section.get("direct"), Mapping) else {}
         bound = overhead_bound_ms(_number(direct.get("p50_ms")))
-        added = {
-            arm: [_number(_arm(section, arm, "added_latency_ms").get(p)) for p in PERCENTILES] for arm in ("gateway", "reference")
-        }
+        added = _per_arm(section, "added_latency_ms")
         charts.append(
-            bar_chart(
-                f"overhead-{kind}-added",
-                f"Added end-to-end latency, {kind} (c=1)",
-                list(PERCENTILES),
-                added,
-                y_label="ms added vs direct",
-                ref_lines=[(f"§15.4 bound {bound:.1f} ms", bound)],
+            _added_bars(
+                f"overhead-{kind}-added", f"Added end-to-end latency, {kind} (c=1)", added, f"§15.4 bound {bound:.1f} ms", bound
             )
         )
         xs = [0.0, 1.0, 2.0]  # ordinal: p95 and p99 would crowd each other on a linear percentile axis
@@ -181,18 +168,10 @@ def _overhead(results: Mapping[str, Any]) -> tuple[list[Markup], list[dict[str, 
             )
         )
         if kind == "stream":
-            ttft = {
-                arm: [_number(_arm(section, arm, "ttft_added_ms").get(p)) for p in PERCENTILES]
-                for arm in ("gateway", "reference")
-            }
+            ttft = _per_arm(section, "ttft_added_ms")
             charts.append(
-                bar_chart(
-                    "overhead-stream-ttft",
-                    "Added time to first token, stream (c=1)",
-                    list(PERCENTILES),
-                    ttft,
-                    y_label="ms added vs direct",
-                    ref_lines=[(f"§15.4 bound {bound:.1f} ms", bound)],
+                _added_bars(
+                    "overhead-stream-ttft", "Added time to first token, stream (c=1)", ttft, f"§15.4 bound {bound:.1f} ms", bound
                 )
             )
         for arm in ("direct", "gateway", "reference"):
@@ -218,6 +197,16 @@ def _overhead(results: Mapping[str, Any]) -> tuple[list[Markup], list[dict[str, 
     if _number(rss) is not None:
         facts["gateway KiB per open stream"] = round(float(rss) / 1024, 1)
     return charts, rows, facts
+
+
+def _per_arm(section: Mapping[str, Any], field: str) -> dict[str, list[float | None]]:
+    """``field``'s percentiles for the gateway and reference arms of one section."""
+    return {arm: [_number(_arm(section, arm, field).get(p)) for p in PERCENTILES] for arm in ("gateway", "reference")}
+
+
+def _added_bars(chart_id: str, title: str, series: dict[str, list[float | None]], bound_label: str, bound: float) -> Markup:
+    """Milliseconds added over direct, per percentile and arm, against the pass line."""
+    return bar_chart(chart_id, title, list(PERCENTILES), series, y_label="ms added vs direct", ref_lines=[(bound_label, bound)])
 
 
 def _bound_values(row: Mapping[str, Any]) -> list[float | None]:

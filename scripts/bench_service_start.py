@@ -43,7 +43,7 @@ async def one_run(base: Path, ckpt: Path, program: EngineProgram, n: int, image:
     if image is not None:  # a container needs a memory limit; 512 MiB is ample for the fake engine
         resources = lock.resources.model_copy(update={"memory_bytes": 512 << 20, "cpu_cores": 1})
         lock = lock.model_copy(update={"resources": resources})
-        launcher = OciLauncher(inputs.root.root)
+        launcher = OciLauncher(inputs.root.path)
         if program.kind == "fake":
             program = engine_program(inputs.root, lock, EngineChoice(engine="fake", launcher="oci", image=image))
     sup = ServiceSupervisor(

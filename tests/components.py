@@ -36,7 +36,7 @@ def installed_sglang(root: HitchRoot | None = None) -> InstalledRuntime:
     except HitchError as exc:
         missing("sglang", f"{CPU_GENERIC_RUNTIME} is unusable: {exc.code}: {exc.message}")
     if found is None:
-        missing("sglang", f"{CPU_GENERIC_RUNTIME} is not installed under {where.root} (make runtime)")
+        missing("sglang", f"{CPU_GENERIC_RUNTIME} is not installed under {where.path} (make runtime)")
     return found
 
 

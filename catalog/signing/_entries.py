@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from catalog.signing._dsse import decode_statement_unverified, payload_bytes, verify_envelope
+from catalog.signing._keys import read_bounded
 from harness.errors import HitchError
 from harness.paths import HitchRoot, atomic_write_bytes
 
@@ -48,18 +49,12 @@ def published_entries_dir() -> Path:
 
 
 def root_entries_dir(root: HitchRoot) -> Path:
-    return root.root / "catalog" / "entries"
+    return root.catalog_entries
 
 
 def load_entry(path: Path) -> dict[str, Any]:
     """The envelope JSON of an entry file (not yet verified)."""
-    try:
-        with path.open("rb") as fh:
-            data = fh.read(_MAX_ENTRY_BYTES + 1)
-    except OSError as exc:
-        raise HitchError("catalog_signature_invalid", f"cannot read entry {path}: {exc.strerror}", {"path": str(path)}) from None
-    if len(data) > _MAX_ENTRY_BYTES:
-        raise HitchError("catalog_signature_invalid", f"entry {path} is larger than 16 MiB", {"path": str(path)})
+    data = read_bounded(path, _MAX_ENTRY_BYTES, "catalog_signature_invalid", "entry")
     try:
         value = json.loads(data)
     except (UnicodeDecodeError, ValueError):

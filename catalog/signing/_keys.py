@@ -40,6 +40,7 @@ __all__ = [
     "load_public_key",
     "load_trusted_keys",
     "public_keys_dir_for",
+    "read_bounded",
     "trust_public_key",
     "trusted_keys_dir",
 ]
@@ -86,14 +87,15 @@ def _public_pem(public_key: Ed25519PublicKey) -> bytes:
     return public_key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
-def _read_small(path: Path, what: str) -> bytes:
+def read_bounded(path: Path, limit: int, code: str, what: str) -> bytes:
+    """The bytes of ``path`` (a key or an entry), never more than ``limit``: unreadable or larger is ``code``."""
     try:
         with path.open("rb") as fh:
-            data = fh.read(_MAX_KEY_BYTES + 1)
+            data = fh.read(limit + 1)
     except OSError as exc:
-        raise HitchError("catalog_key_invalid", f"cannot read {what} {path}: {exc.strerror}", {"path": str(path)}) from None
-    if len(data) > _MAX_KEY_BYTES:
-        raise HitchError("catalog_key_invalid", f"{what} {path} is too large to be a key", {"path": str(path)})
+        raise HitchError(code, f"cannot read {what} {path}: {exc.strerror}", {"path": str(path)}) from None
+    if len(data) > limit:
+        raise HitchError(code, f"{what} {path} is larger than {limit} bytes", {"path": str(path)})
     return data
 
 
@@ -109,7 +111,7 @@ def load_private_key(path: Path) -> Ed25519PrivateKey:
             f"private key {path} is readable by group/others (mode {stat.S_IMODE(mode):04o}); chmod 600 it",
             {"path": str(path)},
         )
-    data = _read_small(path, "private key")
+    data = read_bounded(path, _MAX_KEY_BYTES, "catalog_key_invalid", "private key")
     try:
         key = serialization.load_pem_private_key(data, password=None)
     except (ValueError, TypeError, UnsupportedAlgorithm):
@@ -121,7 +123,7 @@ def load_private_key(path: Path) -> Ed25519PrivateKey:
 
 
 def load_public_key(path: Path) -> Ed25519PublicKey:
-    data = _read_small(path, "public key")
+    data = read_bounded(path, _MAX_KEY_BYTES, "catalog_key_invalid", "public key")
     if b"PRIVATE KEY" in data:
         raise HitchError("catalog_key_invalid", f"{path} holds a private key; pass its public half", {"path": str(path)})
     try:
@@ -194,7 +196,7 @@ def dev_key_pair(root: HitchRoot) -> KeyPair:
 
     Its public half is (re-)exported to ``keys/public/<keyid>.pub.pem`` every time.
     """
-    path = root.root / "keys" / DEV_KEY_NAME
+    path = root.keys / DEV_KEY_NAME
     created = False
     if not path.exists():
         created = _create_exclusive(path, _private_pem(Ed25519PrivateKey.generate()))
@@ -203,7 +205,7 @@ def dev_key_pair(root: HitchRoot) -> KeyPair:
 
 def dev_keys_dir(root: HitchRoot) -> Path:
     """Where the development key's public half is exported (``<HITCH_ROOT>/keys/public``)."""
-    return public_keys_dir_for(root.root / "keys" / DEV_KEY_NAME)
+    return public_keys_dir_for(root.keys / DEV_KEY_NAME)
 
 
 def ensure_dev_key(root: HitchRoot) -> Path:

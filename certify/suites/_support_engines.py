@@ -244,7 +244,7 @@ class PrivateDaemon:
 
     @property
     def gateway_dir(self) -> Path:
-        return self.root.root / "inference" / "gateway"
+        return self.root.path / "inference" / "gateway"
 
     def client(self) -> Any:
         from harness.daemon.client import DaemonClient
@@ -318,7 +318,7 @@ class PrivateDaemon:
         data.pop("inference_id", None)
         data["inference_id"] = compute_inference_id(data)
         variant = InferenceLockV1.model_validate(data)
-        folder = self.root.digest_dir(self.root.locks, variant.inference_id)
+        folder = self.root.digest_dir(self.root.sealed_locks, variant.inference_id)
         folder.mkdir(parents=True, exist_ok=True)
         atomic_write_json(folder / "lock.json", variant.to_json_dict())
         return variant
@@ -334,7 +334,7 @@ class PrivateDaemon:
 
         with contextlib.suppress(Exception):
             stop_daemon(self.root, timeout_s=60)
-        return _kill_leftovers(str(self.root.root), self.pids_seen, reap_spawned)
+        return _kill_leftovers(str(self.root.path), self.pids_seen, reap_spawned)
 
 
 def _kill_leftovers(needle: str, known: set[int], reap: Callable[[], None]) -> list[str]:
@@ -370,7 +370,7 @@ def _make_private_daemon(env: CertifyEnv, base: Path, ttl_ms: int) -> PrivateDae
     from harness.store import import_model, model_files_dir
 
     root = HitchRoot(base / "root")
-    root.root.mkdir(parents=True, exist_ok=True)
+    root.path.mkdir(parents=True, exist_ok=True)
     imported = import_model(root, model_files_dir(env.root, env.model_id), "certify-private")
     manifest = get_runtime(env.runtime_id)
     shared_env = runtime_dir(env.root, manifest)
@@ -379,10 +379,10 @@ def _make_private_daemon(env: CertifyEnv, base: Path, ttl_ms: int) -> PrivateDae
         mine.parent.mkdir(parents=True, exist_ok=True)
         if not mine.exists():
             mine.symlink_to(shared_env, target_is_directory=True)
-    pins = pins_path(env.root.root)
+    pins = pins_path(env.root.path)
     if pins.is_file():  # an operator-pinned image (hitch runtime pin): the private root resolves the same runtime
-        pins_path(root.root).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(pins, pins_path(root.root))
+        pins_path(root.path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(pins, pins_path(root.path))
     body: dict[str, Any] = {
         "device": env.device,
         "profile": env.options.profile,
@@ -392,10 +392,10 @@ def _make_private_daemon(env: CertifyEnv, base: Path, ttl_ms: int) -> PrivateDae
     }
     if "image" in env.body:  # an oci session: the private daemon runs the same pinned image
         body["image"] = env.body["image"]
-    sealed = env.root.digest_dir(env.root.locks, env.run.inference_id)
+    sealed = env.root.digest_dir(env.root.sealed_locks, env.run.inference_id)
     if imported.manifest.model_id == env.model_id and (sealed / "lock.json").is_file():
         # the session's lock was sealed by an engine that verified it: reuse it, the private root needs no prepare
-        target = root.digest_dir(root.locks, env.run.inference_id)
+        target = root.digest_dir(root.sealed_locks, env.run.inference_id)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copytree(sealed, target, dirs_exist_ok=True)
         body["inference_id"] = env.run.inference_id
@@ -403,7 +403,7 @@ def _make_private_daemon(env: CertifyEnv, base: Path, ttl_ms: int) -> PrivateDae
         body["model"] = "local/certify-private"
     fake: FakeControl | None = None
     if env.engine == "fake":
-        private = ensure_private_dir(root.root / "certify-private")
+        private = ensure_private_dir(root.path / "certify-private")
         token_file = private / "fake-control.token"
         write_secret(token_file, secrets.token_urlsafe(24))
         port_file = private / "fake-control.port"

@@ -90,7 +90,7 @@ RESPONSE_CAP = 1 << 20
 
 
 def gateway_dir(env: CertifyEnv) -> Path:
-    return env.root.root / "inference" / "gateway"
+    return env.root.path / "inference" / "gateway"
 
 
 def serves(base_url: str, headers: dict[str, str], model: str) -> int:

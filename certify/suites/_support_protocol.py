@@ -146,7 +146,7 @@ def engine_running(env: CertifyEnv) -> int:
 
 def evidence_row(env: CertifyEnv, run: RunHandle, request_id: str, timeout_s: float = 10.0) -> dict[str, Any] | None:
     """The gateway's evidence row for ``request_id`` (rows are flushed in the background)."""
-    path = env.root.root / "inference" / "gateway" / "evidence" / f"{run.binding_id}.requests.jsonl"
+    path = env.root.path / "inference" / "gateway" / "evidence" / f"{run.binding_id}.requests.jsonl"
     found: list[dict[str, Any]] = []
 
     def look() -> bool:

@@ -106,7 +106,7 @@ def _codex_run(
 
 def _evidence_rows(env: CertifyEnv, binding_id: str, *, at_least: int, timeout_s: float = 10.0) -> list[dict[str, Any]]:
     """The gateway's evidence rows of one binding (written by a background writer: wait for ``at_least``)."""
-    path = env.root.root / "inference" / "gateway" / "evidence" / f"{binding_id}.requests.jsonl"
+    path = env.root.path / "inference" / "gateway" / "evidence" / f"{binding_id}.requests.jsonl"
     deadline = time.monotonic() + timeout_s
     while True:
         rows = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()] if path.exists() else []

@@ -54,13 +54,13 @@ def eval_trials(certify_env: CertifyEnv) -> Iterator[dict[str, Any]]:
     if not facts.reachable:
         pytest.skip(f"needs a reachable Docker engine: {facts.reason}")
     try:
-        image = eval_trial_image(env.root.root / "certify")
+        image = eval_trial_image(env.root.path / "certify")
     except HitchError as exc:
         pytest.skip(exc.message)
     import docker
 
     client = docker.from_env()
-    labels = {LABEL_ROOT: root_label(env.root.root), LABEL_ROLE: "certify-eval-trial"}
+    labels = {LABEL_ROOT: root_label(env.root.path), LABEL_ROLE: "certify-eval-trial"}
     runs: list[dict[str, Any]] = []
     containers: list[Any] = []
     out: dict[str, Any] = {"image": image}
@@ -83,7 +83,7 @@ def eval_trials(certify_env: CertifyEnv) -> Iterator[dict[str, Any]]:
         if engine.hostname not in ("127.0.0.1", "::1", "localhost"):
             targets.insert(0, f"{engine.hostname}:{engine.port}")
         origin = str(run_b["base_url"]).split("/runs/")[0]
-        probe = probe_network(env.root.root, net, image, f"{origin}{run_path_prefix('bprobe')}/models", targets, client=client)
+        probe = probe_network(env.root.path, net, image, f"{origin}{run_path_prefix('bprobe')}/models", targets, client=client)
         out.update(probe=probe.to_json(), engine_targets=targets)
 
         b = start_trial(client, image, run_b, max_tokens=_SHORT, name="certify-b", labels=labels)

@@ -129,7 +129,7 @@ def test_oom_container_limit(private_daemon: PrivateDaemon, certify_record: Any)
         memory, wait_s = REAL_ENGINE_OOM_LIMIT, 300.0
     else:
         try:
-            image = fake_engine_image(pdaemon.root.root / "certify")
+            image = fake_engine_image(pdaemon.root.path / "certify")
         except HitchError as exc:
             pytest.skip(exc.message)
         memory, flags, wait_s = 256 << 20, ("--fault", "memory_growth:mb_per_s=256"), 60.0

@@ -383,7 +383,7 @@ def _files(env: CertifyEnv) -> list[Path]:
     """Every regular file under the root, except the installed runtime environments (GBs of wheels and
     interpreters, written at install time before any key or token of this session existed), and every
     evidence file kept so far in the run's evidence store (it is published with the entry)."""
-    root = env.root.root
+    root = env.root.path
     skip = env.root.runtime_envs
     out: list[Path] = []
     for top in (root, env.options.report_dir / "evidence"):
@@ -395,7 +395,7 @@ def _files(env: CertifyEnv) -> list[Path]:
 
 
 def _rel(env: CertifyEnv, path: Path) -> Path:
-    for top in (env.root.root, env.options.report_dir):
+    for top in (env.root.path, env.options.report_dir):
         if path.is_relative_to(top):
             return path.relative_to(top)
     return path

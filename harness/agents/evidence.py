@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness.contracts.harness_profile import FieldRuleV1, HarnessKeyV1
+from harness.contracts.agent_profile import FieldRuleV1, HarnessKeyV1
 from harness.ids import digest_json
 from harness.paths import HitchRoot, atomic_write_json, ensure_private_dir
 

@@ -15,8 +15,8 @@ import json
 import time
 from pathlib import Path
 
+from harness.contracts.agent_profile import FieldRuleV1, HarnessCompatibilityProfileV1, HarnessKeyV1, ProfileResultV1
 from harness.contracts.base import parse_record
-from harness.contracts.harness_profile import FieldRuleV1, HarnessCompatibilityProfileV1, HarnessKeyV1, ProfileResultV1
 from harness.contracts.lock import InferenceLockV1
 from harness.errors import HitchError
 from harness.ids import digest_json
@@ -153,7 +153,7 @@ class ProfileStore:
     """One JSON file per profile under ``<root>/inference/harness-profiles/`` (sha256 hex names)."""
 
     def __init__(self, root: HitchRoot) -> None:
-        self.dir = root.harness_profiles
+        self.dir = root.agent_profiles
 
     def _path(self, pid: str) -> Path:
         return self.dir / (pid.split(":", 1)[1] + ".json")

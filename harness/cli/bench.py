@@ -105,5 +105,5 @@ def load(
             argv += [flag, str(value)]
     if as_json:
         argv.append("--json")
-    env = {**os.environ, "HITCH_ROOT": str(root_from(root).root)} if root is not None else None
+    env = {**os.environ, "HITCH_ROOT": str(root_from(root).path)} if root is not None else None
     raise typer.Exit(subprocess.call(argv, env=env))

@@ -14,7 +14,8 @@ from typing import Annotated, Any
 
 import typer
 
-from harness.cli.output import DEVICE_HELP, AllowUncertifiedOpt, JsonOpt, RootOpt, cli_command, emit, root_from
+from harness.cli import options as opt
+from harness.cli.output import JsonOpt, RootOpt, cli_command, emit, root_from
 from harness.contracts.evaluation import TrialOutcomeV1
 from harness.daemon import ensure_daemon
 from harness.errors import HitchError
@@ -59,20 +60,20 @@ def _kwargs(items: list[str]) -> dict[str, Any]:
 @cli_command
 def run_cmd(
     tasks: Annotated[Path, typer.Argument(help="a Harbor task directory or a folder of them (e.g. fixtures/harbor_tasks)")],
-    model: Annotated[str | None, typer.Option("--model", help="local/ALIAS or local/sha256:<hex>")] = None,
-    inference: Annotated[str | None, typer.Option("--inference", help="a prepared inference id sha256:<hex>")] = None,
+    model: opt.Model = None,
+    inference: opt.Inference = None,
     agent: Annotated[str, typer.Option("--agent", help="terminus-2 (host-side model calls) | oracle")] = "terminus-2",
     env: Annotated[str, typer.Option("--env", help="Harbor environment: docker (others are refused)")] = "docker",
     attempts: Annotated[int, typer.Option("-k", "--n-attempts", help="trials per task")] = 1,
     concurrent: Annotated[int, typer.Option("-n", "--n-concurrent", help="trials at once")] = 2,
     agent_kwarg: Annotated[list[str] | None, typer.Option("--agent-kwarg", help="KEY=VALUE for the agent")] = None,
-    device: Annotated[str | None, typer.Option("--device", help=DEVICE_HELP + "; default auto")] = None,
-    allow_uncertified: AllowUncertifiedOpt = False,
-    profile: Annotated[str | None, typer.Option("--profile", help="baseline | throughput")] = None,
-    engine: Annotated[str, typer.Option("--engine", help="sglang | fake (contract runs)")] = "sglang",
-    launcher: Annotated[str, typer.Option("--launcher", help="process | oci")] = "process",
-    runtime: Annotated[str | None, typer.Option("--runtime", help="catalog name or runtime_id")] = None,
-    offline: Annotated[bool, typer.Option("--offline", help="never install; fail with the commands to run")] = False,
+    device: opt.UnsetDevice = None,
+    allow_uncertified: opt.AllowUncertified = False,
+    profile: opt.UnsetProfile = None,
+    engine: opt.Engine = "sglang",
+    launcher: opt.Launcher = "process",
+    runtime: opt.Runtime = None,
+    offline: opt.Offline = False,
     eval_id: Annotated[str | None, typer.Option("--eval-id", help="the evaluation's id (default: random)")] = None,
     fake_script: Annotated[
         Path | None, typer.Option("--fake-script", hidden=True, help="--engine fake only: scripted model turns (JSON lines)")

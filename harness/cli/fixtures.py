@@ -61,7 +61,7 @@ def checkpoint(
 
 
 def _fixture_cache(root: Path | None) -> Path:
-    return root_from(root).root / "cache" / "fixtures"
+    return root_from(root).fixture_cache
 
 
 @app.command("smollm2")

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from harness.cli import options as opt
 from harness.cli.doctor_cmd import doctor
 from harness.cli.output import JsonOpt, RootOpt, cli_command, emit, root_from
 from harness.devices import probe_cpu
@@ -19,17 +20,14 @@ from harness.store import resolve_model
 app = typer.Typer(no_args_is_help=True, help="locks, doctor and local services")
 app.command("doctor", help="read-only: what this machine can certify, and why not")(doctor)
 
-DeviceOpt = Annotated[str, typer.Option("--device", help="cpu | cuda (metal parses but is refused in P0)")]
-ProfileOpt = Annotated[str, typer.Option("--profile", help="baseline | throughput")]
-
 
 @app.command("lock", help="print the draft InferenceLockV1 and its inference_id (nothing starts)")
 @cli_command
 def lock_cmd(
-    model: Annotated[str, typer.Argument(help="local/ALIAS or local/sha256:<hex>")],
-    device: DeviceOpt = "cpu",
-    profile: ProfileOpt = "baseline",
-    runtime: Annotated[str | None, typer.Option("--runtime", help="catalog id or runtime_id")] = None,
+    model: opt.ModelArg,
+    device: Annotated[str, typer.Option("--device", help="cpu | cuda (metal parses but is refused in P0)")] = "cpu",
+    profile: opt.Profile = "baseline",
+    runtime: opt.Runtime = None,
     context: Annotated[int | None, typer.Option("--context", help="context tokens per request")] = None,
     benchmark: Annotated[
         bool,

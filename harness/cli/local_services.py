@@ -14,7 +14,8 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
-from harness.cli.output import DEVICE_HELP, AllowUncertifiedOpt, JsonOpt, RootOpt, cli_command, emit, root_from
+from harness.cli import options as opt
+from harness.cli.output import JsonOpt, RootOpt, cli_command, emit, root_from
 from harness.contracts.runtime import InferenceRuntimeManifestV1
 from harness.daemon import DaemonClient, daemon_running, ensure_daemon
 from harness.devices.choice import DeviceChoice
@@ -122,20 +123,42 @@ def run_image(runtime: InferenceRuntimeManifestV1, engine: str, launcher: str, i
     return pinned_image(runtime)
 
 
+def service_body(
+    model: str,
+    chosen: DeviceChoice,
+    profile: str,
+    runtime: InferenceRuntimeManifestV1,
+    engine: str,
+    launcher: str,
+    image: str | None,
+) -> dict[str, Any]:
+    """The service a daemon request names (prepare, ``hitch run``, ``local serve``); ``image`` only for oci."""
+    body: dict[str, Any] = {
+        "model": model,
+        "device": chosen.device,
+        "device_choice": chosen.to_json(),
+        "profile": profile,
+        "runtime": runtime.runtime_id,
+        "engine": engine,
+        "launcher": launcher,
+    }
+    return body | ({"image": image} if image else {})
+
+
 def register(app: typer.Typer) -> None:
     @app.command("prepare", help="start the service once, probe it, seal and save its lock; prints the inference_id")
     @cli_command
     def prepare_cmd(
-        model: Annotated[str, typer.Argument(help="local/ALIAS or local/sha256:<hex>")],
-        device: Annotated[str, typer.Option("--device", help=DEVICE_HELP)] = "auto",
-        allow_uncertified: AllowUncertifiedOpt = False,
-        profile: Annotated[str, typer.Option("--profile", help="baseline | throughput")] = "baseline",
-        engine: Annotated[str, typer.Option("--engine", help="sglang | fake (contract runs)")] = "sglang",
-        launcher: Annotated[str, typer.Option("--launcher", help="process | oci")] = "process",
-        image: Annotated[str | None, typer.Option("--image", help="oci: image ID or digest reference")] = None,
-        runtime: Annotated[str | None, typer.Option("--runtime", help="catalog name or runtime_id")] = None,
+        model: opt.ModelArg,
+        device: opt.Device = "auto",
+        allow_uncertified: opt.AllowUncertified = False,
+        profile: opt.Profile = "baseline",
+        engine: opt.Engine = "sglang",
+        launcher: opt.Launcher = "process",
+        image: opt.Image = None,
+        runtime: opt.Runtime = None,
         context: Annotated[int | None, typer.Option("--context", help="context tokens per request")] = None,
-        offline: Annotated[bool, typer.Option("--offline", help="never install or pull; fail with the commands to run")] = False,
+        offline: opt.Offline = False,
         as_json: JsonOpt = False,
         root: RootOpt = None,
     ) -> None:
@@ -148,18 +171,8 @@ def register(app: typer.Typer) -> None:
             argv += ["--launcher", launcher]
         if engine == "sglang":  # first: --offline names the pin/prepare commands before an unpinned image is refused
             _ensure_runtime(hroot, rt, offline, root, argv)
-        image = run_image(rt, engine, launcher, image)
-        body: dict[str, Any] = {
-            "model": model,
-            "device": chosen.device,
-            "device_choice": chosen.to_json(),
-            "profile": profile,
-            "runtime": rt.runtime_id,
-            "engine": engine,
-            "launcher": launcher,
-            "image": image,
-            "context_tokens": context,
-        }
+        body = service_body(model, chosen, profile, rt, engine, launcher, run_image(rt, engine, launcher, image))
+        body["context_tokens"] = context
         result = ensure_daemon(hroot).prepare(body)
         result.pop("schema_version", None)
         why = "; ".join(chosen.reasons[:1])

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
+from harness.cli import options as opt
 from harness.cli.output import JsonOpt, RootOpt, cli_command, emit, root_from
 from harness.contracts.base import parse_record
 from harness.contracts.model import LocalModelManifestV1
@@ -140,7 +141,7 @@ def list_(as_json: JsonOpt = False, root: RootOpt = None) -> None:
 @app.command("inspect")
 @cli_command
 def inspect(
-    ref: Annotated[str, typer.Argument(help="local/ALIAS or local/sha256:<hex>")],
+    ref: opt.ModelArg,
     verify: Annotated[bool, typer.Option("--verify", help="re-hash the published files against the manifest")] = False,
     as_json: JsonOpt = False,
     root: RootOpt = None,

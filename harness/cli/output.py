@@ -19,9 +19,7 @@ from harness.errors import HitchError
 from harness.paths import HitchRoot
 
 __all__ = [
-    "DEVICE_HELP",
     "JSON_SCHEMA_VERSION",
-    "AllowUncertifiedOpt",
     "JsonOpt",
     "RootOpt",
     "cli_command",
@@ -32,14 +30,6 @@ __all__ = [
 JSON_SCHEMA_VERSION = "1"
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output with schema_version")]
-DEVICE_HELP = "auto | cpu | cuda (auto: certified CUDA, else certified CPU, else refused)"
-AllowUncertifiedOpt = Annotated[
-    bool,
-    typer.Option(
-        "--allow-uncertified",
-        help="allow a backend the doctor does not certify (the generic-CPU runtime); recorded in the lock",
-    ),
-]
 RootOpt = Annotated[
     Path | None,
     typer.Option("--root", help="HITCH_ROOT to use (default: $HITCH_ROOT or ~/.local/share/hitch)"),

@@ -36,8 +36,9 @@ from harness.agents.profiles import (
     codex_key_of,
     model_call_key,
 )
-from harness.cli.output import DEVICE_HELP, AllowUncertifiedOpt, JsonOpt, RootOpt, cli_command, emit, root_from
-from harness.contracts.harness_profile import FieldRuleV1, HarnessKeyV1
+from harness.cli import options as opt
+from harness.cli.output import JsonOpt, RootOpt, cli_command, emit, root_from
+from harness.contracts.agent_profile import FieldRuleV1, HarnessKeyV1
 from harness.contracts.lock import InferenceLockV1
 from harness.daemon import DaemonClient, ensure_daemon
 from harness.daemon.core import load_sealed_lock
@@ -66,7 +67,7 @@ def _run_body(
     image: str | None = None,
     allow_uncertified: bool = False,
 ) -> dict[str, Any]:
-    from harness.cli.local_services import _ensure_runtime, device_argv, run_image, service_choice
+    from harness.cli.local_services import _ensure_runtime, device_argv, run_image, service_body, service_choice
 
     if inference is not None:
         if device is not None or profile is not None:
@@ -99,10 +100,7 @@ def _run_body(
     argv = [model, *device_argv(chosen), "--profile", prof, "--runtime", rt.name]
     if engine == "sglang":
         _ensure_runtime(hroot, rt, offline, root, argv)
-    pinned = run_image(rt, engine, launcher, image)
-    body = {"model": model, "device": chosen.device, "device_choice": chosen.to_json(), "profile": prof,
-            "runtime": rt.runtime_id, "engine": engine, "launcher": launcher}  # fmt: skip
-    return body | ({"image": pinned} if pinned else {})
+    return service_body(model, chosen, prof, rt, engine, launcher, run_image(rt, engine, launcher, image))
 
 
 def _same_model(hroot: HitchRoot, model: str | None, lock: InferenceLockV1) -> None:
@@ -268,16 +266,16 @@ def register(app: typer.Typer) -> None:
         prompt: Annotated[
             str | None, typer.Option("--prompt", help="the prompt (model-call: text or the JSON input list)")
         ] = None,
-        model: Annotated[str | None, typer.Option("--model", help="local/ALIAS or local/sha256:<hex>")] = None,
-        inference: Annotated[str | None, typer.Option("--inference", help="a prepared inference id sha256:<hex>")] = None,
-        device: Annotated[str | None, typer.Option("--device", help=DEVICE_HELP + "; default auto")] = None,
-        allow_uncertified: AllowUncertifiedOpt = False,
-        profile: Annotated[str | None, typer.Option("--profile", help="baseline | throughput")] = None,
-        engine: Annotated[str, typer.Option("--engine", help="sglang | fake (contract runs)")] = "sglang",
-        launcher: Annotated[str, typer.Option("--launcher", help="process | oci")] = "process",
-        image: Annotated[str | None, typer.Option("--image", help="oci: image ID or digest (default: the runtime's pin)")] = None,
-        runtime: Annotated[str | None, typer.Option("--runtime", help="catalog name or runtime_id")] = None,
-        offline: Annotated[bool, typer.Option("--offline", help="never install; fail with the commands to run")] = False,
+        model: opt.Model = None,
+        inference: opt.Inference = None,
+        device: opt.UnsetDevice = None,
+        allow_uncertified: opt.AllowUncertified = False,
+        profile: opt.UnsetProfile = None,
+        engine: opt.Engine = "sglang",
+        launcher: opt.Launcher = "process",
+        image: opt.Image = None,
+        runtime: opt.Runtime = None,
+        offline: opt.Offline = False,
         max_output_tokens: Annotated[int | None, typer.Option("--max-output-tokens", help="<= the lock's")] = None,
         workdir: Annotated[Path | None, typer.Option("--workdir", help="codex: the agent's working directory")] = None,
         agent_arg: Annotated[list[str] | None, typer.Option("--agent-arg", help="codex: extra `codex exec` argument")] = None,

@@ -110,11 +110,11 @@ def pin_cmd(
 ) -> None:
     hroot = root_from(root)
     pin = pin_runtime(hroot, runtime, image)
-    manifest = next(m for m in load_catalog(operator_pins=pins_path(hroot.root)) if m.name == runtime)
+    manifest = next(m for m in load_catalog(operator_pins=pins_path(hroot.path)) if m.name == runtime)
     payload: dict[str, Any] = {
         "kind": "runtime-pin",
         "pin": pin.to_json_dict(),
-        "overlay": str(pins_path(hroot.root)),
+        "overlay": str(pins_path(hroot.path)),
         "runtime": manifest.to_json_dict(),
     }
     what = "RepoDigest (registry manifest digest)" if pin.source == "repo_digest" else "image ID (no RepoDigest: a local image)"

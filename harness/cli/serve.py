@@ -23,15 +23,8 @@ from typing import Annotated, Any
 
 import typer
 
-from harness.cli.output import (
-    DEVICE_HELP,
-    JSON_SCHEMA_VERSION,
-    AllowUncertifiedOpt,
-    JsonOpt,
-    RootOpt,
-    cli_command,
-    root_from,
-)
+from harness.cli import options as opt
+from harness.cli.output import JSON_SCHEMA_VERSION, JsonOpt, RootOpt, cli_command, root_from
 from harness.daemon import ensure_daemon
 from harness.errors import HitchError
 
@@ -64,14 +57,14 @@ def register(app: typer.Typer) -> None:
     @app.command("serve", help="serve local/ALIAS through the gateway until SIGINT/SIGTERM (prints URL, model, token file)")
     @cli_command
     def serve_cmd(
-        model: Annotated[str, typer.Argument(help="local/ALIAS or local/sha256:<hex>")],
-        device: Annotated[str, typer.Option("--device", help=DEVICE_HELP)] = "auto",
-        allow_uncertified: AllowUncertifiedOpt = False,
-        profile: Annotated[str, typer.Option("--profile", help="baseline | throughput")] = "baseline",
-        engine: Annotated[str, typer.Option("--engine", help="sglang | fake (contract runs)")] = "sglang",
-        launcher: Annotated[str, typer.Option("--launcher", help="process | oci")] = "process",
-        image: Annotated[str | None, typer.Option("--image", help="oci: image ID or digest (default: the runtime's pin)")] = None,
-        runtime: Annotated[str | None, typer.Option("--runtime", help="catalog name or runtime_id")] = None,
+        model: opt.ModelArg,
+        device: opt.Device = "auto",
+        allow_uncertified: opt.AllowUncertified = False,
+        profile: opt.Profile = "baseline",
+        engine: opt.Engine = "sglang",
+        launcher: opt.Launcher = "process",
+        image: opt.Image = None,
+        runtime: opt.Runtime = None,
         run_id: Annotated[str | None, typer.Option("--run-id", help="the run's id (default: random)")] = None,
         capture: Annotated[
             str, typer.Option("--capture", help="off | metadata | full (payloads 0600 under the run)")
@@ -90,25 +83,14 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
         root: RootOpt = None,
     ) -> None:
-        from harness.cli.local_services import run_image, service_choice
+        from harness.cli.local_services import run_image, service_body, service_choice
 
         if capture not in ("off", "metadata", "full"):
             raise HitchError("usage_error", "--capture is off|metadata|full", {"capture": capture})
         chosen, rt = service_choice(device, profile, engine, launcher, runtime, allow_uncertified)
         hroot = root_from(root)
-        body: dict[str, Any] = {
-            "model": model,
-            "device": chosen.device,
-            "device_choice": chosen.to_json(),
-            "profile": profile,
-            "runtime": rt.runtime_id,
-            "engine": engine,
-            "launcher": launcher,
-            "capture": capture,
-        }
-        pinned = run_image(rt, engine, launcher, image)
-        if pinned is not None:
-            body["image"] = pinned
+        body = service_body(model, chosen, profile, rt, engine, launcher, run_image(rt, engine, launcher, image))
+        body["capture"] = capture
         if run_id is not None:
             body["run_id"] = run_id
         if for_containers:

@@ -6,13 +6,13 @@ One module per family; every record is strict (``extra="forbid"``) and frozen.
 
 from __future__ import annotations
 
+from harness.contracts.agent_profile import HarnessCompatibilityProfileV1
 from harness.contracts.base import Record, Sha256, parse_record
 from harness.contracts.binding import ModelEndpointBindingV1
 from harness.contracts.certification import CertificationCheckV1, CertificationResultV1, EvidenceIndexV1
 from harness.contracts.evaluation import EvaluationRecordV1
 from harness.contracts.events import LifecycleEventV1, RequestEvidenceV1
 from harness.contracts.evidence import HardwareFingerprintV1, InferenceExecutionEvidenceV1
-from harness.contracts.harness_profile import HarnessCompatibilityProfileV1
 from harness.contracts.lock import InferenceLockV1, compute_inference_id
 from harness.contracts.model import LocalModelManifestV1, compute_model_id
 from harness.contracts.model_fixture import ModelFixtureProvenanceV1

@@ -33,7 +33,7 @@ _SPAWNED: dict[int, subprocess.Popen[bytes]] = {}
 
 def _unavailable(paths: DaemonPaths, why: str) -> HitchError:
     return HitchError(
-        "daemon_unavailable", f"the hitch daemon of {paths.root.root} is not answering: {why}", {"log": str(paths.log)}
+        "daemon_unavailable", f"the hitch daemon of {paths.root.path} is not answering: {why}", {"log": str(paths.log)}
     )
 
 
@@ -156,7 +156,7 @@ def _spawn(paths: DaemonPaths, args: list[str]) -> subprocess.Popen[bytes]:
     fd = os.open(paths.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "harness.daemon", "--root", str(paths.root.root), *args],
+            [sys.executable, "-m", "harness.daemon", "--root", str(paths.root.path), *args],
             stdin=subprocess.DEVNULL,
             stdout=fd,
             stderr=fd,

@@ -52,7 +52,7 @@ def load_sealed_lock(root: HitchRoot, inference_id: str) -> InferenceLockV1:
     """A lock ``local prepare`` sealed in this root (``store/inference-locks/sha256/<hex>/lock.json``)."""
     if not inference_id.startswith("sha256:"):
         raise HitchError("usage_error", "an inference id is sha256:<hex>", {"inference_id": inference_id})
-    path = root.digest_dir(root.locks, inference_id) / "lock.json"
+    path = root.digest_dir(root.sealed_locks, inference_id) / "lock.json"
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
@@ -101,10 +101,10 @@ class DaemonCore:
         self.recovery: list[RecoveryOutcome] = []
         cfg = self.config
         self.gpu_leases = (
-            GpuLeases(cfg.gpu_provider, root.root, lease_dir=_path(cfg.gpu_lease_dir)) if cfg.gpu_provider is not None else None
+            GpuLeases(cfg.gpu_provider, root.path, lease_dir=_path(cfg.gpu_lease_dir)) if cfg.gpu_provider is not None else None
         )
         gpus = len(cfg.gpu_provider.gpu_uuids()) if cfg.gpu_provider is not None else 0
-        capacity = cfg.capacity or Capacity.from_machine(root.root, gpus)
+        capacity = cfg.capacity or Capacity.from_machine(root.path, gpus)
         self.starter = SupervisorStarter(
             root,
             self._choice,
@@ -218,7 +218,7 @@ class DaemonCore:
     def status(self) -> dict[str, Any]:
         return {
             "pid": os.getpid(),
-            "root": str(self.root.root),
+            "root": str(self.root.path),
             "started_at": self.started_at,
             "services": self.services(),
             "quarantined": self.quarantined(),

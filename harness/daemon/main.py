@@ -70,7 +70,7 @@ def config_from(args: argparse.Namespace, root: HitchRoot) -> DaemonConfig:
     provider: GpuDeviceProvider = StaticGpuProvider(args.fake_gpu) if args.fake_gpu else NvmlGpuInventory()
     capacity = None
     if args.capacity_cpu is not None or args.capacity_memory is not None:
-        machine = Capacity.from_machine(root.root, len(provider.gpu_uuids()))
+        machine = Capacity.from_machine(root.path, len(provider.gpu_uuids()))
         capacity = Capacity(
             args.capacity_cpu if args.capacity_cpu is not None else machine.cpu_cores,
             args.capacity_memory if args.capacity_memory is not None else machine.memory_bytes,
@@ -127,10 +127,10 @@ async def serve(root: HitchRoot, config: DaemonConfig) -> None:
     me = psutil.Process()
     atomic_write_json(
         paths.info,
-        {"pid": me.pid, "start_time": me.create_time(), "socket": str(sock), "root": str(root.root), "started_at": time.time()},
+        {"pid": me.pid, "start_time": me.create_time(), "socket": str(sock), "root": str(root.path), "started_at": time.time()},
         mode=0o600,
     )
-    _log.info("daemon %d serving %s on %s", me.pid, root.root, sock)
+    _log.info("daemon %d serving %s on %s", me.pid, root.path, sock)
     try:
         await done.wait()
         _log.info("daemon stopping: draining every service")
@@ -147,7 +147,7 @@ async def serve(root: HitchRoot, config: DaemonConfig) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     root = HitchRoot.at(args.root)
-    os.environ["HITCH_ROOT"] = str(root.root)  # catalog loading applies this root's operator pins
+    os.environ["HITCH_ROOT"] = str(root.path)  # catalog loading applies this root's operator pins
     paths = DaemonPaths(root)
     paths.ensure()
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         lock.acquire()
     except filelock.Timeout:
-        _log.error("another daemon already runs for %s", root.root)
+        _log.error("another daemon already runs for %s", root.path)
         return EXIT_ALREADY_RUNNING
     try:
         asyncio.run(serve(root, config_from(args, root)))

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.ids import sha256_hex
-from harness.paths import HitchRoot, ensure_private_dir
+from harness.paths import HitchRoot, SubPath, ensure_private_dir
 
 __all__ = ["DaemonPaths"]
 
@@ -41,24 +41,13 @@ class DaemonPaths:
         preferred = self.dir / "daemon.sock"
         if len(str(preferred)) <= _MAX_SOCKET_PATH:
             return preferred
-        name = f"d-{sha256_hex(str(self.root.root.resolve()).encode())[:20]}.sock"
+        name = f"d-{sha256_hex(str(self.root.path.resolve()).encode())[:20]}.sock"
         base = os.environ.get("XDG_RUNTIME_DIR")
         if base and len(str(Path(base) / "hitch" / name)) <= _MAX_SOCKET_PATH:
             return Path(base) / "hitch" / name
         return Path("/tmp") / f"hitch-{os.getuid()}" / name  # a deep XDG_RUNTIME_DIR cannot hold it either
 
-    @property
-    def token(self) -> Path:
-        return self.dir / "token"
-
-    @property
-    def info(self) -> Path:
-        return self.dir / "daemon.json"
-
-    @property
-    def lock(self) -> Path:
-        return self.dir / "daemon.lock"
-
-    @property
-    def log(self) -> Path:
-        return self.dir / "daemon.log"
+    token = SubPath("dir", "token")
+    info = SubPath("dir", "daemon.json")
+    lock = SubPath("dir", "daemon.lock")
+    log = SubPath("dir", "daemon.log")

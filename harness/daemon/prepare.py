@@ -58,7 +58,7 @@ def device_choice_of(body: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def save_sealed(root: HitchRoot, lock: InferenceLockV1, validation: dict[str, Any]) -> tuple[Path, Path]:
-    folder = root.digest_dir(root.locks, lock.inference_id)
+    folder = root.digest_dir(root.sealed_locks, lock.inference_id)
     lock_path, validation_path = folder / "lock.json", folder / "validation.json"
     atomic_write_json(lock_path, lock.to_json_dict())
     atomic_write_json(validation_path, validation)

@@ -108,7 +108,7 @@ class RunService:
         self.runs: dict[str, _Run] = {}
         self.store = RunStore(core.root)
         self._hardware: dict[str, dict[str, Any]] = {}
-        self.eval_access = EvalAccess(core.root.root, self.gateway)
+        self.eval_access = EvalAccess(core.root.path, self.gateway)
 
     async def start(self) -> None:
         # before anything is served: no run of a dead daemon stays live, and each gets its evidence
@@ -382,12 +382,12 @@ class RunService:
 def _sealed_for_draft(core: DaemonCore, draft_id: str) -> str | None:
     """The sealed inference id prepared from this draft lock: itself, or the newest lock sealed from its probe."""
     root = core.root
-    if (root.digest_dir(root.locks, draft_id) / "lock.json").is_file():
+    if (root.digest_dir(root.sealed_locks, draft_id) / "lock.json").is_file():
         return draft_id
-    if not root.locks.is_dir():
+    if not root.sealed_locks.is_dir():
         return None
     found: list[tuple[float, str]] = []
-    for validation in root.locks.glob("*/validation.json"):
+    for validation in root.sealed_locks.glob("*/validation.json"):
         try:
             data = json.loads(validation.read_text(encoding="utf-8"))
         except (OSError, ValueError):

@@ -9,7 +9,7 @@ certified one. The fake engine is a contract instrument, not a backend: it needs
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from harness.devices.doctor import gpu_reasons
@@ -33,13 +33,7 @@ class DeviceChoice:
     reasons: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "requested": self.requested,
-            "device": self.device,
-            "certified": self.certified,
-            "allow_uncertified": self.allow_uncertified,
-            "reasons": list(self.reasons),
-        }
+        return asdict(self)
 
 
 def _why(report: DoctorReportV1, device: DeviceName) -> str:

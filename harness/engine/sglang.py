@@ -43,7 +43,7 @@ class EngineLaunch:
 def owner_labels(root: HitchRoot, service_id: str, epoch: int, inference_id: str) -> dict[str, str]:
     """Ownership labels recovery uses to prove a container is ours (root, service, epoch, inference)."""
     return {
-        f"{OWNER_LABEL_PREFIX}.root": str(root.root),
+        f"{OWNER_LABEL_PREFIX}.root": str(root.path),
         f"{OWNER_LABEL_PREFIX}.service": service_id,
         f"{OWNER_LABEL_PREFIX}.epoch": str(epoch),
         f"{OWNER_LABEL_PREFIX}.inference_id": inference_id,

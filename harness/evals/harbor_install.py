@@ -116,7 +116,7 @@ def find_base_python(version: str = HARBOR_PYTHON) -> str:
 
 
 def _folder(root: HitchRoot, digest: str) -> Path:
-    return root.root / "tools" / "harbor" / digest[:32]
+    return root.path / "tools" / "harbor" / digest[:32]
 
 
 def harbor_install(root: HitchRoot) -> HarborInstall | None:
@@ -139,7 +139,7 @@ def require_harbor(root: HitchRoot) -> HarborInstall:
     if found is None:
         raise HitchError(
             _UNAVAILABLE,
-            f"Harbor is not installed under {root.root}; run `hitch eval harbor install`",
+            f"Harbor is not installed under {root.path}; run `hitch eval harbor install`",
             {"run_first": ["hitch eval harbor install"]},
         )
     return found

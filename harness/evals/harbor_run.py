@@ -133,7 +133,7 @@ class HarborEvaluation:
         self.evaluation_id = options.evaluation_id or "eval-" + secrets.token_hex(6)
         if not _EVAL_ID.match(self.evaluation_id):  # it names runs and Harbor's compose projects
             raise HitchError("usage_error", "an evaluation id is 1..40 of [a-z0-9-], starting alphanumeric", {})
-        self.dir = root.root / "evals" / self.evaluation_id
+        self.dir = root.path / "evals" / self.evaluation_id
         self.trials = [
             _Trial(
                 f"{self.evaluation_id}-{task.name}-{i}",

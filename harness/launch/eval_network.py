@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -113,13 +113,10 @@ class ProbeResult:
         return [str(row.get("target")) for row in self.engine if row.get("connected")]
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "gateway_status": self.gateway_status,
-            "gateway_code": self.gateway_code,
-            "gateway_error": self.gateway_error,
-            "gateway_reached": self.gateway_reached,
-            "engine": self.engine,
-        }
+        """The probe's findings, without ``raw`` (its unparsed output)."""
+        fields = asdict(self)
+        del fields["raw"]
+        return fields | {"gateway_reached": self.gateway_reached}
 
 
 def eval_network_name(root: Path) -> str:

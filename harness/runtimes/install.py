@@ -144,13 +144,15 @@ def installed_runtime(root: HitchRoot, manifest: InferenceRuntimeManifestV1) -> 
     return InstalledRuntime(manifest, folder, python, _runtime_env(manifest, folder, manifest.package))
 
 
+def _unavailable(manifest: InferenceRuntimeManifestV1, message: str, **details: Any) -> HitchError:
+    return HitchError("inference_runtime_unavailable", message, {"runtime": manifest.name, **details})
+
+
 def require_installed(root: HitchRoot, manifest: InferenceRuntimeManifestV1) -> InstalledRuntime:
     found = installed_runtime(root, manifest)
     if found is None:
-        raise HitchError(
-            "inference_runtime_unavailable",
-            f"runtime {manifest.name} is not installed under {root.root}",
-            {"runtime": manifest.name, "runtime_id": manifest.runtime_id},
+        raise _unavailable(
+            manifest, f"runtime {manifest.name} is not installed under {root.path}", runtime_id=manifest.runtime_id
         )
     return found
 
@@ -167,10 +169,8 @@ def _base_python(manifest: InferenceRuntimeManifestV1, pkg: PythonEnvPackage) ->
         return sys.executable
     found = shutil.which(f"python{pkg.python}")
     if found is None:
-        raise HitchError(
-            "inference_runtime_unavailable",
-            f"runtime {manifest.name} is locked for Python {pkg.python}, which is not on PATH",
-            {"runtime": manifest.name, "python": pkg.python},
+        raise _unavailable(
+            manifest, f"runtime {manifest.name} is locked for Python {pkg.python}, which is not on PATH", python=pkg.python
         )
     return found
 
@@ -250,11 +250,7 @@ def _install_oci(root: HitchRoot, manifest: InferenceRuntimeManifestV1, progress
     progress.write(f"pulling {ref}\n")
     facts = probe_docker()  # answers an unreachable engine without the SDK (which leaks the socket)
     if not facts.reachable:
-        raise HitchError(
-            "inference_runtime_unavailable",
-            f"cannot pull {ref}: Docker is not reachable",
-            {"runtime": manifest.name, "image": ref, "cause": facts.reason},
-        )
+        raise _unavailable(manifest, f"cannot pull {ref}: Docker is not reachable", image=ref, cause=facts.reason)
     try:
         import docker
 
@@ -264,11 +260,7 @@ def _install_oci(root: HitchRoot, manifest: InferenceRuntimeManifestV1, progress
         finally:
             client.close()
     except Exception as exc:  # the SDK raises many types; all mean "not available here"
-        raise HitchError(
-            "inference_runtime_unavailable",
-            f"cannot pull {ref}: {type(exc).__name__}",
-            {"runtime": manifest.name, "image": ref, "cause": str(exc)[:500]},
-        ) from exc
+        raise _unavailable(manifest, f"cannot pull {ref}: {type(exc).__name__}", image=ref, cause=str(exc)[:500]) from exc
     record_manifest(root, manifest)
     seconds = round(time.monotonic() - started, 1)
     return InstallResult(None, False, seconds, None, {})
@@ -287,7 +279,7 @@ def install_runtime(
         return _install_oci(root, manifest, out)
     pkg = manifest.package
     _base_python(manifest, pkg)
-    lock_path = root.root / "locks" / "runtimes" / f"{runtime_dir(root, manifest).name}.lock"
+    lock_path = root.runtime_install_locks / f"{runtime_dir(root, manifest).name}.lock"
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(lock_path)):
         started = time.monotonic()

@@ -107,7 +107,7 @@ def pin_runtime(
     attrs = (inspect or inspect_image)(ref)
     digest, source = choose_digest(attrs, pkg.image)
     pin = RuntimePinV1(name=name, image_ref=ref, digest=digest, source=source, pinned_at=clock())
-    path = pins_path(root.root)
+    path = pins_path(root.path)
     pins = read_pins(path)
     pins[name] = pin
     atomic_write_json(path, RuntimePinsV1(pins=pins).to_json_dict())

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from harness.contracts.lock import ResourceVectorV1
@@ -64,12 +64,7 @@ class Capacity:
         )
 
     def as_dict(self) -> dict[str, int]:
-        return {
-            "cpu_cores": self.cpu_cores,
-            "memory_bytes": self.memory_bytes,
-            "gpu_count": self.gpu_count,
-            "disk_bytes": self.disk_bytes,
-        }
+        return asdict(self)
 
     @classmethod
     def zero(cls) -> Capacity:

@@ -27,13 +27,13 @@ import json
 import os
 import signal
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import psutil
 
-from harness.contracts.events import LifecycleEventV1
+from harness.contracts.events import LifecycleEventName, LifecycleEventV1
 from harness.contracts.service import InferenceServiceRecordV1, ProcessIdentityV1
 from harness.engine.keys import ADMIN_KEY_FILE, API_KEY_FILE, CONFIG_FILE
 from harness.errors import HitchError
@@ -70,7 +70,7 @@ class RecoveryOutcome:
     details: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"service_id": self.service_id, "action": self.action, "reason": self.reason, "details": self.details}
+        return asdict(self)
 
 
 def quarantine_record(root: HitchRoot, service_id: str) -> dict[str, Any] | None:
@@ -86,6 +86,28 @@ def quarantine_record(root: HitchRoot, service_id: str) -> dict[str, Any] | None
 
 def is_quarantined(root: HitchRoot, service_id: str) -> bool:
     return (root.service_dir(service_id) / QUARANTINE_FILE).exists()
+
+
+def _event_on(
+    record: InferenceServiceRecordV1, name: LifecycleEventName, owner: str, now: float, details: dict[str, Any]
+) -> LifecycleEventV1:
+    """An event on ``record``'s service epoch."""
+    return LifecycleEventV1(
+        event=name,
+        service_id=record.service_id,
+        inference_id=record.inference_id,
+        epoch=record.epoch,
+        owner_id=owner,
+        timestamp=now,
+        details=details,
+    )
+
+
+def _close(store: ServiceStateStore, record: InferenceServiceRecordV1, owner: str, **details: Any) -> None:
+    """Record ``record``'s epoch as stopped: the state file, then its ``inference.stopped`` event."""
+    now = time.time()
+    store.write(record.model_copy(update={"state": "stopped", "updated_at": now}))
+    store.append_event(_event_on(record, "inference.stopped", owner, now, details))
 
 
 def clear_quarantine(root: HitchRoot, service_id: str, owner: str = "operator") -> bool:
@@ -105,19 +127,7 @@ def clear_quarantine(root: HitchRoot, service_id: str, owner: str = "operator") 
         with contextlib.suppress(FileNotFoundError):
             store.state_path.unlink()  # unreadable: the operator vouched for it; start from nothing
     if record is not None and record.state in _LIVE:
-        now = time.time()
-        store.write(record.model_copy(update={"state": "stopped", "updated_at": now}))
-        store.append_event(
-            LifecycleEventV1(
-                event="inference.stopped",
-                service_id=service_id,
-                inference_id=record.inference_id,
-                epoch=record.epoch,
-                owner_id=owner,
-                timestamp=now,
-                details={"cleared_by": owner, "quarantine_cleared": True},
-            )
-        )
+        _close(store, record, owner, cleared_by=owner, quarantine_cleared=True)
     rotate_keys(root, service_id)
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
@@ -197,7 +207,7 @@ class _Recovery:
             try:
                 from harness.launch.oci import list_owned_containers
 
-                self.containers = {c.container_id: c for c in list_owned_containers(self.root.root, client=self.docker)}
+                self.containers = {c.container_id: c for c in list_owned_containers(self.root.path, client=self.docker)}
             except (HitchError, ImportError) as exc:
                 self.docker_error = str(exc)[:300]
         return self.containers
@@ -205,7 +215,7 @@ class _Recovery:
     def remove_containers(self, ids: list[str]) -> None:
         from harness.launch.oci import remove_owned
 
-        remove_owned(self.root.root, container_ids=ids, timeout_s=self.stop_timeout_s, client=self.docker)
+        remove_owned(self.root.path, container_ids=ids, timeout_s=self.stop_timeout_s, client=self.docker)
 
     async def one(self, service_id: str) -> RecoveryOutcome:
         store = ServiceStateStore(self.root, service_id)
@@ -291,19 +301,7 @@ class _Recovery:
     async def closed(
         self, store: ServiceStateStore, record: InferenceServiceRecordV1, action: Action, reason: str, **details: Any
     ) -> RecoveryOutcome:
-        now = time.time()
-        store.write(record.model_copy(update={"state": "stopped", "updated_at": now}))
-        store.append_event(
-            LifecycleEventV1(
-                event="inference.stopped",
-                service_id=record.service_id,
-                inference_id=record.inference_id,
-                epoch=record.epoch,
-                owner_id=RECOVERY_OWNER,
-                timestamp=now,
-                details={"recovered": True, "action": action, "reason": reason, **details},
-            )
-        )
+        _close(store, record, RECOVERY_OWNER, recovered=True, action=action, reason=reason, **details)
         rotated = rotate_keys(self.root, record.service_id)
         freed = await asyncio.to_thread(self.free_gpu, record)
         return RecoveryOutcome(record.service_id, action, reason, {**details, "keys_removed": rotated, "gpu_freed": freed})
@@ -314,7 +312,7 @@ class _Recovery:
             return None
         for st in self.gpu_leases.status():
             held = st.record
-            mine = held is not None and held.root == str(self.root.root) and held.service_id == record.service_id
+            mine = held is not None and held.root == str(self.root.path) and held.service_id == record.service_id
             if st.uuid == uuid and mine and st.state == "stale":
                 self.gpu_leases.release(uuid, force=True)  # the engine on it is confirmed gone
                 return uuid
@@ -335,16 +333,9 @@ class _Recovery:
         }
         atomic_write_json(self.root.service_dir(service_id) / QUARANTINE_FILE, body, mode=0o600)
         if record is not None:
+            failed = {"code": "inference_recovery_ambiguous", "reason": reason, **details}
             ServiceStateStore(self.root, service_id).append_event(
-                LifecycleEventV1(
-                    event="inference.failed",
-                    service_id=service_id,
-                    inference_id=record.inference_id,
-                    epoch=record.epoch,
-                    owner_id=RECOVERY_OWNER,
-                    timestamp=now,
-                    details={"code": "inference_recovery_ambiguous", "reason": reason, **details},
-                )
+                _event_on(record, "inference.failed", RECOVERY_OWNER, now, failed)
             )
         return RecoveryOutcome(service_id, "ambiguous", reason, details)
 

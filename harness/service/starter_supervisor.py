@@ -123,7 +123,7 @@ class SupervisedService:
             client = launcher.client() if isinstance(launcher, OciLauncher) else None
             host = urlsplit(self.endpoint.base_url).hostname or ""
             await asyncio.to_thread(
-                verify_container_route, sup.root.root, sup.service_id, self.endpoint.epoch, process, host, client=client
+                verify_container_route, sup.root.path, sup.service_id, self.endpoint.epoch, process, host, client=client
             )
         return process
 
@@ -169,7 +169,7 @@ class SupervisorStarter:
 
     def launcher(self, kind: LauncherName) -> Launcher:
         if kind not in self._launchers:
-            made: Launcher = ProcessLauncher() if kind == "process" else OciLauncher(self.root.root)
+            made: Launcher = ProcessLauncher() if kind == "process" else OciLauncher(self.root.path)
             self._launchers[kind] = made
         return self._launchers[kind]
 

@@ -49,8 +49,8 @@ def validate_alias(alias: str) -> str:
 
 
 def alias_lock(root: HitchRoot) -> FileLock:
-    root.lock_dir.mkdir(parents=True, exist_ok=True)
-    return FileLock(str(root.lock_dir / "model-aliases.lock"))
+    root.file_locks.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(root.file_locks / "model-aliases.lock"))
 
 
 def _load(path: Path) -> ModelAliasIndexV1:

@@ -12,7 +12,7 @@ first) before removing the files.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +41,8 @@ def collect_references(root: HitchRoot) -> ModelReferences:
     refs = ModelReferences()
     for alias, model_id in sorted(read_aliases(root).items()):
         refs.by_alias.setdefault(model_id, []).append(alias)
-    if root.locks.is_dir():
-        for entry in sorted(root.locks.iterdir()):
+    if root.sealed_locks.is_dir():
+        for entry in sorted(root.sealed_locks.iterdir()):
             lock_file = entry / "lock.json"
             try:
                 model_id = json.loads(lock_file.read_bytes()).get("model_id")
@@ -69,15 +69,7 @@ class GcPlan:
     deleted: list[str] = field(default_factory=list)
 
     def to_json_dict(self) -> dict[str, Any]:
-        return {
-            "unreferenced_models": self.unreferenced_models,
-            "orphan_model_files": self.orphan_model_files,
-            "empty_manifest_dirs": self.empty_manifest_dirs,
-            "staging_leftovers": self.staging_leftovers,
-            "kept": [{"model_id": m, "reasons": r} for m, r in sorted(self.kept.items())],
-            "unreadable_locks": self.unreadable_locks,
-            "deleted": self.deleted,
-        }
+        return asdict(self) | {"kept": [{"model_id": m, "reasons": r} for m, r in sorted(self.kept.items())]}
 
 
 def _ids_in(base: Path) -> set[str]:

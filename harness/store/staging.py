@@ -25,13 +25,13 @@ __all__ = ["StagingDir", "model_lock", "remove_tree", "staging_leftovers"]
 
 def model_lock(root: HitchRoot, model_id: str) -> FileLock:
     """The lock held while a model object is published or deleted."""
-    path = root.lock_dir / "models" / f"{model_id.split(':', 1)[1]}.lock"
+    path = root.file_locks / "models" / f"{model_id.split(':', 1)[1]}.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
     return FileLock(str(path))
 
 
 def _staging_lock(root: HitchRoot, name: str) -> FileLock:
-    path = root.lock_dir / "staging" / f"{name}.lock"
+    path = root.file_locks / "staging" / f"{name}.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
     return FileLock(str(path))
 

@@ -324,7 +324,7 @@ def pin(root: HitchRoot, image_id: str) -> None:
         capture_output=True,
         text=True,
         check=False,
-        env={**os.environ, "HITCH_ROOT": str(root.root)},
+        env={**os.environ, "HITCH_ROOT": str(root.path)},
     )
     if out.returncode != 0:
         raise BuildRefused(f"hitch runtime pin failed: {out.stdout[-300:]}{out.stderr[-300:]}")

@@ -218,7 +218,7 @@ def test_load_entry_refuses_non_json(tmp_path: Path) -> None:
 def test_dev_key_is_private_created_once_and_exports_public_half(tmp_path: Path) -> None:
     root = HitchRoot(tmp_path / "root")
     path = ensure_dev_key(root)
-    assert path == root.root / "keys" / "dev-ed25519.pem"
+    assert path == root.keys / "dev-ed25519.pem"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
     first = path.read_bytes()
@@ -262,7 +262,7 @@ def test_dev_keys_dir_holds_the_dev_keys_public_half_and_verifies_its_entries(pr
 
     root = HitchRoot(tmp_path / "root")
     envelope = sign_envelope(build_statement(predicate, subjects_from_predicate(predicate)), ensure_dev_key(root))
-    assert dev_keys_dir(root) == root.root / "keys" / "public"
+    assert dev_keys_dir(root) == root.keys / "public"
     assert verify_envelope(envelope, [trusted_keys_dir(), dev_keys_dir(root)]).predicate == predicate
 
 

@@ -32,7 +32,7 @@ def _certify(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[st
     root = HitchRoot(tmp_path / "root")
     out = tmp_path / "out"
     env = {k: v for k, v in os.environ.items() if k not in (REPORT_ENV, SESSION_ENV)}
-    env["HITCH_ROOT"] = str(root.root)
+    env["HITCH_ROOT"] = str(root.path)
     cmd = [sys.executable, "-m", "pytest", "certify", "--engine", "fake", "--device", "cpu", "--report-dir", str(out)]
     cmd += ["-p", "no:cacheprovider", "-q", *args]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
@@ -43,7 +43,7 @@ def _engines_of(root: HitchRoot) -> list[int]:
     found = []
     for proc in psutil.process_iter(["pid", "cmdline"]):
         cmdline = " ".join(proc.info["cmdline"] or [])
-        if str(root.root) in cmdline and ("fixtures.fake_sglang" in cmdline or "harness.daemon" in cmdline):
+        if str(root.path) in cmdline and ("fixtures.fake_sglang" in cmdline or "harness.daemon" in cmdline):
             found.append(proc.info["pid"])
     return found
 

@@ -33,7 +33,7 @@ def test_hardware_suite_on_cuda_with_fake_engine_and_simulated_nvml(tmp_path: Pa
     root = HitchRoot(tmp_path / "root")
     monkeypatch.setenv(SIMULATED_NVML_ENV, str(nvml))
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "xdg"))  # a private GPU lease directory
-    monkeypatch.setenv("HITCH_ROOT", str(root.root))
+    monkeypatch.setenv("HITCH_ROOT", str(root.path))
     for name in (REPORT_ENV, SESSION_ENV):
         monkeypatch.delenv(name, raising=False)
     # a CUDA lock asks for 4 CPU cores, more than this machine has: the daemon is told a larger ledger

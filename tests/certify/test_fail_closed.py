@@ -29,7 +29,7 @@ def test_cuda_without_a_driver_stops_before_the_suites_with_a_failed_signed_entr
     root = HitchRoot(tmp_path / "root")
     out = tmp_path / "out"
     env = {k: v for k, v in os.environ.items() if k not in (REPORT_ENV, SESSION_ENV)}
-    env["HITCH_ROOT"] = str(root.root)
+    env["HITCH_ROOT"] = str(root.path)
     cmd = [sys.executable, "-m", "pytest", "certify", "--device", "cuda", "--report-dir", str(out), "-p", "no:cacheprovider"]
     proc = subprocess.run([*cmd, *xdist], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     text = proc.stdout + proc.stderr

@@ -6,11 +6,18 @@ import json
 import stat
 from pathlib import Path
 
-from gateway.capture import CaptureLedger, RequestCapture
+from gateway.capture import CaptureLedger, CaptureMode, RequestCapture
 from gateway.writer import BackgroundWriter
 
 
-def _publish(tmp: Path, cap: RequestCapture, directory: Path) -> CaptureLedger:
+def _publish(
+    tmp: Path, directory: Path, mode: CaptureMode, limit: int, request: bytes, response: bytes | None = None
+) -> CaptureLedger:
+    """One exchange captured with ``mode`` and ``limit`` and published under ``directory``."""
+    cap = RequestCapture(mode, limit)
+    cap.request(request)
+    if response is not None:
+        cap.response(response)
     ledger = CaptureLedger()
     writer = BackgroundWriter(16)
     cap.publish(writer, ledger, directory, "b1", {"request_id": "r1", "run_id": "run"})
@@ -20,10 +27,7 @@ def _publish(tmp: Path, cap: RequestCapture, directory: Path) -> CaptureLedger:
 
 
 def test_full_capture_is_private_and_complete(tmp_path: Path) -> None:
-    cap = RequestCapture("full", 1024)
-    cap.request(b'{"a":1}')
-    cap.response(b"data: x\n\n")
-    ledger = _publish(tmp_path, cap, tmp_path / "cap")
+    ledger = _publish(tmp_path, tmp_path / "cap", "full", 1024, b'{"a":1}', b"data: x\n\n")
     assert ledger.state("b1") == "complete"
     files = sorted((tmp_path / "cap" / "b1").iterdir())
     assert [f.name for f in files] == ["r1.meta.json", "r1.request.json", "r1.response.bin"]
@@ -34,10 +38,7 @@ def test_full_capture_is_private_and_complete(tmp_path: Path) -> None:
 
 
 def test_truncation_marks_partial(tmp_path: Path) -> None:
-    cap = RequestCapture("full", 4)
-    cap.request(b"{}")
-    cap.response(b"0123456789")
-    ledger = _publish(tmp_path, cap, tmp_path / "cap")
+    ledger = _publish(tmp_path, tmp_path / "cap", "full", 4, b"{}", b"0123456789")
     assert ledger.state("b1") == "partial"
     assert (tmp_path / "cap" / "b1" / "r1.response.bin").read_bytes() == b"0123"
 
@@ -45,7 +46,5 @@ def test_truncation_marks_partial(tmp_path: Path) -> None:
 def test_write_failure_marks_failed(tmp_path: Path) -> None:
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("x")
-    cap = RequestCapture("metadata", 1024)
-    cap.request(b"{}")
-    ledger = _publish(tmp_path, cap, blocker)
+    ledger = _publish(tmp_path, blocker, "metadata", 1024, b"{}")
     assert ledger.state("b1") == "failed"

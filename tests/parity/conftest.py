@@ -54,7 +54,7 @@ def _require_sglang() -> EngineCommand:
     """The real engine's command, or skip (fail under HITCH_REQUIRE_SGLANG=1) with the reason."""
     try:
         command = sglang_command()
-        where = HitchRoot.at().root
+        where = HitchRoot.at().path
         reason = f"runtime {CPU_GENERIC_RUNTIME} is not installed under {where} (hitch runtime install {CPU_GENERIC_RUNTIME})"
     except HitchError as exc:
         command, reason = None, f"runtime {CPU_GENERIC_RUNTIME} is unusable: {exc.code}: {exc.message}"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.agents.profiles import CODEX_FIELDS, ProfileStore, codex_key, model_call_key, profile_id, result
-from harness.contracts.harness_profile import HarnessCompatibilityProfileV1
+from harness.contracts.agent_profile import HarnessCompatibilityProfileV1
 from harness.errors import HitchError
 from harness.paths import HitchRoot
 from tests.gateway.support import make_lock

@@ -125,7 +125,7 @@ def _oci_daemon(inputs: ServiceInputs, tmp_path_factory: pytest.TempPathFactory)
 def _no_containers_left(root: HitchRoot) -> None:
     client = docker_client_or_skip()
     try:
-        left = client.containers.list(all=True, filters={"label": f"{LABEL_ROOT}={root_label(root.root)}"})
+        left = client.containers.list(all=True, filters={"label": f"{LABEL_ROOT}={root_label(root.path)}"})
         assert left == [], [c.name for c in left]
     finally:
         client.close()
@@ -171,7 +171,7 @@ def test_model_call_run_on_an_oci_engine(inputs: ServiceInputs, tmp_path_factory
 def test_local_serve_on_an_oci_engine(inputs: ServiceInputs, tmp_path_factory: pytest.TempPathFactory) -> None:
     image, root = _oci_daemon(inputs, tmp_path_factory)
     argv = [*HITCH, "local", "serve", "local/tiny", "--engine", "fake", "--launcher", "oci",
-            "--image", image, "--run-id", "serve-oci", "--json", "--root", str(root.root)]  # fmt: skip
+            "--image", image, "--run-id", "serve-oci", "--json", "--root", str(root.path)]  # fmt: skip
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
@@ -220,10 +220,10 @@ def test_the_lock_records_an_uncertified_backend_and_pins_its_model(inputs: Serv
     assert prepared["device_choice"]["requested"] == "auto" and prepared["device_choice"]["reasons"]
     lock = json.loads(Path(prepared["lock_path"]).read_text())
     assert lock["execution"]["backend_certification"] == "uncertified"
-    events = [json.loads(line) for path in root.root.rglob("events.jsonl") for line in path.read_text().splitlines()]
+    events = [json.loads(line) for path in root.path.rglob("events.jsonl") for line in path.read_text().splitlines()]
     preparing = [e for e in events if e["event"] == "inference.preparing" and e["inference_id"] == prepared["inference_id"]]
     assert preparing and preparing[0]["details"]["device_choice"]["requested"] == "auto"
-    variant = root.root.parent / "other-checkpoint"
+    variant = root.path.parent / "other-checkpoint"
     shutil.copytree(inputs.model_dir, variant)
     config = json.loads((variant / "config.json").read_text())
     (variant / "config.json").write_text(json.dumps({**config, "hitch_test_variant": 1}))  # another model id

@@ -102,7 +102,7 @@ def _request_held(pid: int) -> bool:
 def _start_held_run(root: HitchRoot, run_id: str, tmp_path: Path) -> tuple[subprocess.Popen[str], RunRecordV1, int]:
     """``hitch run`` in the background, returned once its request is held inside the engine."""
     proc = subprocess.Popen(
-        [*HITCH, *_run_args(run_id, *_HOLD, prompt=_MARK), "--root", str(root.root)],
+        [*HITCH, *_run_args(run_id, *_HOLD, prompt=_MARK), "--root", str(root.path)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -153,7 +153,7 @@ def test_completed_run_evidence_is_derived_from_the_attempt_rows_and_resubmissio
     info = execution.observed["server_info"]
     assert info["served_model_name"] == execution.binding.wire_model
     assert not {"api_key", "admin_api_key"} & set(info) and "<redacted>" in info["launch_command"]
-    keys = [p.read_text().strip() for p in (root.root / "inference" / "private").rglob("*api-key")]
+    keys = [p.read_text().strip() for p in root.private.rglob("*api-key")]
     # prepare's probe start and the sealed start each had their own engine and admin keys
     assert len(keys) == 4 and not [k for k in keys if k in (ev / "execution.json").read_text()]
     assert execution.hardware["device"] == "cpu" and execution.hardware["cpu"]["logical_cores"] >= 1
@@ -205,7 +205,7 @@ def test_ctrl_c_on_hitch_run_cancels_the_run(inputs: ServiceInputs, tmp_path: Pa
     _assert_ended(root, "sigint-1", "cancelled", "run_cancelled")
     assert [r.status for r in _rows(root, "sigint-1")] == ["cancelled"]
     assert _execution(root, "sigint-1").complete
-    token_file = root.root / "inference" / "gateway" / "private" / f"{record.binding_id}.token"
+    token_file = root.gateway_dir / "private" / f"{record.binding_id}.token"
     assert record.binding_id is not None and not token_file.exists()
     assert _leases(root) == []
 
@@ -285,7 +285,7 @@ def test_ctrl_c_while_the_run_is_being_prepared_still_ends_it_cancelled(inputs: 
     root = inputs.root
     as_json(hitch(root, "daemon", "start", "--json", *FAST))
     proc = subprocess.Popen(
-        [*HITCH, *_run_args("sigint-early", *_HOLD, prompt=_MARK), "--root", str(root.root)],
+        [*HITCH, *_run_args("sigint-early", *_HOLD, prompt=_MARK), "--root", str(root.path)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -42,7 +42,7 @@ def stop_quietly(root: HitchRoot) -> None:
 
 def hitch(root: HitchRoot, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*HITCH, *args, "--root", str(root.root)],
+        [*HITCH, *args, "--root", str(root.path)],
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -67,7 +67,7 @@ def test_prepare_with_fake_engine_seals_the_lock_and_stops_the_service(inputs: S
         )
     )
     iid = out["inference_id"]
-    folder = inputs.root.digest_dir(inputs.root.locks, iid)
+    folder = inputs.root.digest_dir(inputs.root.sealed_locks, iid)
     lock = validate_lock(__import__("json").loads((folder / "lock.json").read_text()))
     assert lock.inference_id == iid and out["lock_path"] == str(folder / "lock.json")
     validation = __import__("json").loads((folder / "validation.json").read_text())

@@ -47,7 +47,7 @@ def trials(client: docker.DockerClient, inputs: ServiceInputs) -> Iterator[list[
             c.remove(force=True)
     with contextlib.suppress(HitchError):
         DaemonClient(inputs.root).shutdown()
-    label = f"{LABEL_ROOT}={root_label(inputs.root.root)}"
+    label = f"{LABEL_ROOT}={root_label(inputs.root.path)}"
     deadline = time.monotonic() + 60
     while client.api.networks(filters={"label": label}) and time.monotonic() < deadline:
         time.sleep(0.1)  # the daemon removes its eval network on its way out
@@ -72,7 +72,7 @@ def _body(run_id: str, image: str, *flags: str) -> dict[str, Any]:
 
 
 def _trial(client: docker.DockerClient, root: HitchRoot, image: str, run: dict[str, Any], max_tokens: int, name: str) -> Any:
-    labels = {LABEL_ROOT: root_label(root.root), LABEL_ROLE: "eval-trial-test"}
+    labels = {LABEL_ROOT: root_label(root.path), LABEL_ROLE: "eval-trial-test"}
     return start_trial(client, image, run, max_tokens=max_tokens, name=name, labels=labels)
 
 
@@ -99,7 +99,7 @@ def test_two_trials_share_one_service_and_a_cancelled_trial_leaves_the_other_alo
     assert len(services) == 1 and len(services[0]["leases"]) == 2  # the service started once, shared
     net = client.api.inspect_network(run_a["eval_network_id"])
     gateway_ip = net["IPAM"]["Config"][0]["Gateway"]
-    assert net["Internal"] is True and run_a["eval_network"] == eval_network_name(root.root)
+    assert net["Internal"] is True and run_a["eval_network"] == eval_network_name(root.path)
     assert run_a["base_url"].startswith(f"http://{gateway_ip}:") and run_b["base_url"].startswith(f"http://{gateway_ip}:")
 
     # a container-facing binding is not served on the loopback listener, nor with another run's token
@@ -107,7 +107,7 @@ def test_two_trials_share_one_service_and_a_cancelled_trial_leaves_the_other_alo
     crossed = httpx.get(f"{run_a['base_url']}/models", headers={"Authorization": f"Bearer {token_b}"}, trust_env=False)
     assert crossed.status_code == 401
 
-    budget = json.loads((root.digest_dir(root.locks, run_a["inference_id"]) / "lock.json").read_text())
+    budget = json.loads((root.digest_dir(root.sealed_locks, run_a["inference_id"]) / "lock.json").read_text())
     long_answer = int(budget["generation"]["max_output_tokens"])
     # one running slot (baseline): B's short answer is relayed, then A's long one streams; each client holds
     # its stream open after the first text delta
@@ -155,7 +155,7 @@ def test_serve_for_containers_prints_the_container_url(
     assert refused.returncode == 2 and json.loads(refused.stdout)["error"]["code"] == "usage_error"
     out, err = tmp_path / "serve.out", tmp_path / "serve.err"
     argv = [*HITCH, "local", "serve", "local/tiny", "--device", "cpu", "--engine", "fake", "--run-id", "served",
-            "--for-containers", "--eval-image", trial_image, "--json", "--root", str(root.root)]  # fmt: skip
+            "--for-containers", "--eval-image", trial_image, "--json", "--root", str(root.path)]  # fmt: skip
     with out.open("w") as fh, err.open("w") as eh:
         proc = subprocess.Popen(argv, stdout=fh, stderr=eh, text=True)
     try:
@@ -164,7 +164,7 @@ def test_serve_for_containers_prints_the_container_url(
             time.sleep(0.05)
         assert out.read_text().strip(), err.read_text()
         run = json.loads(out.read_text().splitlines()[0])
-        assert run["for_containers"] is True and run["eval_network"] == eval_network_name(root.root)
+        assert run["for_containers"] is True and run["eval_network"] == eval_network_name(root.path)
         trial = _trial(client, root, trial_image, run, 4, "served")
         trials.append(trial)
         wait_event(trial, "first_delta")
@@ -195,7 +195,7 @@ def test_a_network_hitch_did_not_make_fails_the_run_before_anything_starts(
 ) -> None:
     root = inputs.root
     as_json(hitch(root, "daemon", "start", "--json", *FAST))
-    foreign = client.networks.create(eval_network_name(root.root), driver="bridge")
+    foreign = client.networks.create(eval_network_name(root.path), driver="bridge")
     try:
         with pytest.raises(HitchError) as err:
             DaemonClient(root).request("POST", "/v1/runs", _body("topo", trial_image), timeout_s=600)

@@ -70,4 +70,4 @@ def test_a_pool_that_cannot_hold_one_request_fails_prepare(inputs: ServiceInputs
     assert caught.value.code == "inference_capacity_exceeded"
     assert caught.value.details == {"max_total_num_tokens": 1000, "context_tokens_per_request": 1024}
     assert client.services()["services"] == []  # the probe service was stopped
-    assert not list(inputs.root.locks.rglob("lock.json"))  # nothing sealed
+    assert not list(inputs.root.sealed_locks.rglob("lock.json"))  # nothing sealed

@@ -160,7 +160,7 @@ def test_two_roots_cannot_lease_the_same_gpu_uuid_with_a_fake_gpu_provider(
         with pytest.raises(HitchError) as caught:
             DaemonClient(other.root).acquire("run-b", lock=cuda_lock(other), engine="fake")
         assert caught.value.code == "inference_capacity_exceeded"
-        assert caught.value.details["held"][0]["root"] == str(inputs.root.root)
+        assert caught.value.details["held"][0]["root"] == str(inputs.root.path)
         assert DaemonClient(inputs.root).release(a["lease_id"])
         DaemonClient(inputs.root).stop_service(a["service_id"])
         b = DaemonClient(other.root).acquire("run-b", lock=cuda_lock(other), engine="fake")  # free again

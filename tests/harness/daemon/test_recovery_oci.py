@@ -35,7 +35,7 @@ def test_sigkilled_daemon_restart_removes_the_leftover_container(
     inputs: ServiceInputs, client: docker.DockerClient, image_id: str, leak_guard: LeakGuard
 ) -> None:
     leak_guard.docker = client
-    leak_guard.watch_root(inputs.root.root)
+    leak_guard.watch_root(inputs.root.path)
     lock = inputs.lock.to_json_dict()
     lock["resources"].update(memory_bytes=512 << 20, cpu_cores=1)
     lock.pop("inference_id")

@@ -30,7 +30,7 @@ def _serve(root: HitchRoot, tmp_path: Path, *extra: str) -> tuple[subprocess.Pop
     argv = [*HITCH, "local", "serve", "local/tiny", "--device", "cpu", "--profile", "baseline", "--engine", "fake"]
     with out.open("w") as out_f, err.open("w") as err_f:
         proc = subprocess.Popen(
-            [*argv, *extra, "--json", "--root", str(root.root)],
+            [*argv, *extra, "--json", "--root", str(root.path)],
             stdout=out_f,
             stderr=err_f,
             text=True,

@@ -7,9 +7,13 @@ from pathlib import Path
 
 from fixtures.checkpoint import tiny_checkpoint_cached
 from harness.contracts.lock import InferenceLockV1
+from harness.engine import EngineProgram
+from harness.engine.launch_spec import Launcher
+from harness.launch.process import ProcessLauncher
 from harness.lock import build_lock
 from harness.paths import HitchRoot
 from harness.runtimes import get_runtime
+from harness.service import ServiceSupervisor
 from harness.store import import_model, model_files_dir
 
 GENERIC_RUNTIME = "sglang-0.5.23-cpu-generic"
@@ -20,6 +24,23 @@ class ServiceInputs:
     root: HitchRoot
     lock: InferenceLockV1
     model_dir: Path
+
+    def supervisor(
+        self, program: EngineProgram, launcher: Launcher | None = None, service_id: str = "svc-test", **options: float
+    ) -> ServiceSupervisor:
+        """A supervisor of this lock's service (owner ``test-owner``, process launcher unless given);
+        ``options``: its intervals and timeouts."""
+        launcher = launcher or ProcessLauncher()
+        return ServiceSupervisor(
+            self.root,
+            service_id,
+            self.lock,
+            self.model_dir,
+            program,
+            launcher,
+            owner="test-owner",
+            **options,  # type: ignore[arg-type]
+        )
 
 
 def service_inputs(root_dir: Path, checkpoint_cache: Path, profile: str = "baseline") -> ServiceInputs:

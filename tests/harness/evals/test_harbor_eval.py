@@ -59,7 +59,7 @@ def harbor() -> HarborInstall:
 @pytest.fixture
 def inputs(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, harbor: HarborInstall) -> Iterator[ServiceInputs]:
     made = service_inputs(tmp_path / "root", checkpoint_cache(tmp_path_factory.getbasetemp()))
-    tools = made.root.root / "tools"
+    tools = made.root.path / "tools"
     tools.mkdir(parents=True, exist_ok=True)
     (tools / "harbor").symlink_to(harbor.path.parent, target_is_directory=True)
     yield made

@@ -58,7 +58,7 @@ def test_cli_refuses_a_cloud_environment_before_anything_starts(tmp_path: Path) 
     out = hitch(root, "eval", "harbor", "run", str(TASKS), "--model", "local/none", "--env", "modal", "--json")
     assert out.returncode == ERROR_TABLE["local_inference_topology_unsupported"].exit_code, out.stderr
     assert json.loads(out.stdout)["error"]["code"] == "local_inference_topology_unsupported"
-    assert not (root.root / "daemon").exists() and not (root.root / "evals").exists()
+    assert not (root.path / "daemon").exists() and not (root.path / "evals").exists()
 
 
 def test_cli_without_harbor_names_the_install_command(tmp_path: Path) -> None:
@@ -96,7 +96,7 @@ def test_base_python_skips_a_broken_shim_and_takes_the_newest_pyenv_version(
 
 def test_an_install_for_other_locks_is_not_used(tmp_path: Path) -> None:
     root = HitchRoot(tmp_path)
-    folder = root.root / "tools" / "harbor" / lock_digest()[:32]
+    folder = root.path / "tools" / "harbor" / lock_digest()[:32]
     (folder / "venv" / "bin").mkdir(parents=True)
     (folder / "venv" / "bin" / "python").write_text("")
     plugin = folder / "docker-config" / "cli-plugins" / "docker-compose"

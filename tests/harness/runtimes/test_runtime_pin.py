@@ -99,8 +99,8 @@ def test_a_lock_and_a_signed_entry_made_with_an_operator_pin_say_so(
     from certify.outputs import build_predicate
 
     tag, _ = local_image
-    monkeypatch.setenv("HITCH_ROOT", str(inputs.root.root))
-    assert _hitch(inputs.root.root, "runtime", "pin", CUDA_OCI, "--image", tag).returncode == 0
+    monkeypatch.setenv("HITCH_ROOT", str(inputs.root.path))
+    assert _hitch(inputs.root.path, "runtime", "pin", CUDA_OCI, "--image", tag).returncode == 0
     runtime = get_runtime(CUDA_OCI)
     lock = build_lock(
         read_manifest(inputs.root, inputs.lock.model_id), runtime, device="cuda", profile="baseline", cpu_cores_per_node=2
@@ -151,7 +151,7 @@ def _opts(inputs: ServiceInputs, runtime_id: str) -> Any:
         model="local/tiny",
         profile="baseline",
         sign_key=None,
-        report_dir=inputs.root.root / "report",
+        report_dir=inputs.root.path / "report",
         canary=False,
         root=inputs.root,
     )

@@ -50,7 +50,7 @@ def inputs(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> ServiceI
 def leak_guard(tmp_path: Path, client: docker.DockerClient, inputs: ServiceInputs) -> Iterator[LeakGuard]:
     for guard in leak_guard_for(tmp_path):
         guard.docker = client
-        guard.watch_root(inputs.root.root)
+        guard.watch_root(inputs.root.path)
         yield guard
 
 
@@ -227,7 +227,7 @@ def test_an_oci_service_serves_a_chat_request_through_the_gateway(
 def test_forged_container_routes_are_refused(inputs: ServiceInputs, client: docker.DockerClient, image_id: str) -> None:
     manager, _ = fake_manager(inputs.root, _choice(image_id))
     lock = _small(inputs.lock, 512 * MiB)
-    root = inputs.root.root
+    root = inputs.root.path
     # a network that looks like hitch's (same labels, internal) but that this epoch's service never got
     other = client.networks.create(
         f"hitch-test-forged-{root_label(root)[:8]}",

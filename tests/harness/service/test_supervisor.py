@@ -30,16 +30,7 @@ def inputs(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> ServiceI
 def _supervisor(inputs: ServiceInputs, *fake_flags: str, **kwargs: float) -> ServiceSupervisor:
     options: dict[str, float] = {"monitor_interval_s": 0.1, "startup_timeout_s": 30.0, "stop_timeout_s": 10.0}
     options.update(kwargs)
-    return ServiceSupervisor(
-        inputs.root,
-        "svc-test",
-        inputs.lock,
-        inputs.model_dir,
-        EngineProgram.fake(tuple(fake_flags)),
-        ProcessLauncher(),
-        owner="test-owner",
-        **options,  # type: ignore[arg-type]
-    )
+    return inputs.supervisor(EngineProgram.fake(tuple(fake_flags)), **options)
 
 
 def _events(sup: ServiceSupervisor) -> list[tuple[str, int]]:
@@ -171,7 +162,7 @@ def test_secrets_stay_in_the_private_files(inputs: ServiceInputs, monkeypatch: p
     api_key, admin_key = asyncio.run(run())
     private = inputs.root.private / "svc-test"
     holders: dict[str, list[str]] = {api_key: [], admin_key: []}
-    for dirpath, _, names in os.walk(inputs.root.root):
+    for dirpath, _, names in os.walk(inputs.root.path):
         for name in names:
             path = Path(dirpath) / name
             data = path.read_bytes()
@@ -227,16 +218,8 @@ def test_a_confirmed_oom_is_inference_oom(inputs: ServiceInputs) -> None:
     failures: list[HitchError] = []
 
     async def run() -> None:
-        sup = ServiceSupervisor(
-            inputs.root,
-            "svc-test",
-            inputs.lock,
-            inputs.model_dir,
-            EngineProgram.fake(("--fault", "exit_after_requests:n=5,code=137")),
-            _OomLauncher(),
-            owner="test-owner",
-            monitor_interval_s=0.1,
-        )
+        program = EngineProgram.fake(("--fault", "exit_after_requests:n=5,code=137"))
+        sup = inputs.supervisor(program, _OomLauncher(), monitor_interval_s=0.1)
         sup.on_failure(failures.append)
         endpoint = await sup.start()
         async with httpx.AsyncClient(base_url=endpoint.base_url) as client:

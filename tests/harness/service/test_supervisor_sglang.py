@@ -14,8 +14,7 @@ import psutil
 import pytest
 
 from harness.engine import EngineProgram
-from harness.launch.process import ProcessEngine, ProcessLauncher, live_group_members
-from harness.service import ServiceSupervisor
+from harness.launch.process import ProcessEngine, live_group_members
 from tests.components import installed_sglang
 from tests.harness.engine.inputs import checkpoint_cache, service_inputs
 
@@ -40,16 +39,7 @@ def test_real_sglang_start_ready_stop(tmp_path: Path, tmp_path_factory: pytest.T
     inputs = service_inputs(tmp_path / "root", checkpoint_cache(tmp_path_factory.getbasetemp()))
 
     async def run() -> None:
-        sup = ServiceSupervisor(
-            inputs.root,
-            "svc-real",
-            inputs.lock,
-            inputs.model_dir,
-            program,
-            ProcessLauncher(),
-            owner="test-owner",
-            startup_timeout_s=REAL_STARTUP_TIMEOUT_S,
-        )
+        sup = inputs.supervisor(program, service_id="svc-real", startup_timeout_s=REAL_STARTUP_TIMEOUT_S)
         endpoint = await sup.start()
         assert sup.state == "ready"
         report = endpoint.readiness

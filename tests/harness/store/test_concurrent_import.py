@@ -40,7 +40,7 @@ def test_two_processes_one_object(tmp_path: Path, checkpoint: Path, hroot: Hitch
     sync.mkdir()
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", _SCRIPT, str(hroot.root), str(checkpoint), alias, str(sync), alias],
+            [sys.executable, "-c", _SCRIPT, str(hroot.path), str(checkpoint), alias, str(sync), alias],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

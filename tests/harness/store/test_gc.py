@@ -19,14 +19,14 @@ def _three_models(tmp_path: Path, hroot: HitchRoot) -> tuple[str, str, str]:
     loose = import_model(hroot, write_checkpoint(tmp_path / "c", seed=3), "loose").model_id
     # "locked" keeps only its lock reference; "loose" loses its alias and has none.
     atomic_write_json(hroot.aliases_file, ModelAliasIndexV1(aliases={"aliased": aliased}).to_json_dict())
-    lock_dir = hroot.locks / ("ab" * 32)
+    lock_dir = hroot.sealed_locks / ("ab" * 32)
     lock_dir.mkdir(parents=True)
     (lock_dir / "lock.json").write_text(json.dumps({"schema_version": "1", "model_id": locked}))
     return aliased, locked, loose
 
 
 def _snapshot(hroot: HitchRoot) -> list[str]:
-    return sorted(str(p.relative_to(hroot.root)) for p in hroot.root.rglob("*") if "locks" not in p.parts)
+    return sorted(str(p.relative_to(hroot.path)) for p in hroot.path.rglob("*") if "locks" not in p.parts)
 
 
 def test_dry_run_deletes_nothing(tmp_path: Path, hroot: HitchRoot) -> None:
@@ -57,7 +57,7 @@ def test_apply_keeps_alias_and_lock_references(tmp_path: Path, hroot: HitchRoot)
 
 def test_unreadable_lock_blocks_model_deletion(tmp_path: Path, hroot: HitchRoot) -> None:
     _, _, loose = _three_models(tmp_path, hroot)
-    bad = hroot.locks / ("cd" * 32)
+    bad = hroot.sealed_locks / ("cd" * 32)
     bad.mkdir(parents=True)
     (bad / "lock.json").write_text("{truncated")
     plan = run_gc(hroot, apply=True)

@@ -96,7 +96,7 @@ def test_oci_ready_acquire_release_ttl_stop(inputs: ServiceInputs, client: docke
             models = await http.get("/v1/models", headers={"Authorization": f"Bearer {service.endpoint.keys.api_key}"})
         assert models.status_code == 200
         await manager.release(lease.lease_id)
-        for _ in range(300):
+        for _ in range(1200):
             if not manager.services() and _gone(client, container_id):
                 break
             await asyncio.sleep(0.1)
@@ -159,7 +159,7 @@ def test_oci_real_oom_through_the_manager_is_inference_oom(
             code = await _wait_failed(inputs, lease.service_id)
         (sup,) = starter.supervisors.values()
         assert sup.engine is not None and sup.engine.identity.container_id is not None
-        for _ in range(100):
+        for _ in range(1200):
             if _gone(client, sup.engine.identity.container_id):
                 break
             await asyncio.sleep(0.1)

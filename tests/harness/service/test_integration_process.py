@@ -68,7 +68,7 @@ def test_start_ready_acquire_release_ttl_stop(inputs: ServiceInputs) -> None:
         assert await manager.release(lease.lease_id) is True
         await _wait_gone(pid)
         assert not running(pid)
-        for _ in range(200):
+        for _ in range(2400):
             if not manager.services():
                 break
             await asyncio.sleep(0.05)

@@ -5,7 +5,7 @@ tools, images, action items and an over-budget request are refused before anythi
 
 Codex (``harness.agents.codex_install.CODEX_VERSION``): on the session's engine (fake or real SGLang) one
 turn completes without a protocol error. On a private scripted fake engine behind a private gateway
-(``agents_rig``): a task with two tool round trips (read a file, then change it) leaves the right file
+(``certify.kit.agents``): a task with two tool round trips (read a file, then change it) leaves the right file
 contents, every continuation carries the full history with ``store=false`` and no
 ``previous_response_id``, and tool-call ids round-trip; a cancel mid-stream ends the run and frees the
 engine slot; a context-limit refusal ends the run after exactly one request (no retry storm).
@@ -27,11 +27,11 @@ from typing import Any
 import httpx
 import pytest
 
+from certify.kit.agents import AgentRig, rig_lock
 from certify.model_facts import not_applicable
 from certify.registry import check
 from certify.session import CertifyEnv
 from certify.suites._prompt_cases import RESPONSES, SAMPLING_KEYS, gateway_prompt_tokens
-from certify.suites.agents_rig import AgentRig, rig_lock
 from gateway.sse import parse_events
 from harness.agents.codex_home import CodexBinding
 from harness.agents.codex_install import CodexInstall, find_codex
@@ -159,7 +159,7 @@ def test_model_call_refusals(certify_env: CertifyEnv, certify_record: Any) -> No
 )
 def test_codex_turn(certify_env: CertifyEnv, certify_record: Any, codex: CodexInstall, rig_factory: Any, tmp_path: Path) -> None:
     """On real SGLang the session's endpoint answers; the fake's generated text never ends a turn, so on the
-    fake a private scripted fake answers (``agents_rig``). A failed turn (Codex's ``turn.failed`` / ``error``:
+    fake a private scripted fake answers (``certify.kit.agents``). A failed turn (Codex's ``turn.failed`` / ``error``:
     a ``response.incomplete`` or ``response.failed``, a protocol error) or an empty answer fails the check.
     A model that cannot end a turn (the model-fixture catalog's ``natural_stop`` is not applicable: a random
     checkpoint) is shown as such: the turn must then end at the lock's budget without a protocol error."""

@@ -2,7 +2,7 @@
 
 On the fake engine each check uses the fake's fault mode; on real SGLang the fault proxy between a private
 gateway and the session's engine causes the same fault on the real engine's bytes (see
-:mod:`certify.suites._support_faults`). Both assert the same outcome: what the client receives (status, our
+:mod:`certify.kit.faults`). Both assert the same outcome: what the client receives (status, our
 error code, a broken or clean stream), the evidence row (status, error code), nothing left held, and the same
 front serving again once the fault is cleared.
 """
@@ -13,10 +13,7 @@ from typing import Any
 
 import pytest
 
-from certify.registry import check
-from certify.session import CertifyEnv
-from certify.suites._support_engines import RawStream, chat_body, close_held_stream, engine_running, evidence_rows
-from certify.suites._support_faults import (
+from certify.kit.faults import (
     FAKE,
     MODE_CHECKS,
     SHORT_TIMEOUT_MS,
@@ -28,6 +25,9 @@ from certify.suites._support_faults import (
     row,
     serves,
 )
+from certify.kit.stack import RawStream, chat_body, close_held_stream, engine_running, evidence_rows
+from certify.registry import check
+from certify.session import CertifyEnv
 from fixtures.fault_proxy import ProxyFault
 
 pytestmark = pytest.mark.exclusive_engine  # on SGLang every check here sends through the session's engine

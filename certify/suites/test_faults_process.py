@@ -25,21 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
-from certify.registry import check
-from certify.session import CertifyEnv, RunHandle
-from certify.suites._support_engines import (
-    PrivateDaemon,
-    RawStream,
-    chat_body,
-    evidence_rows,
-    hold_stream,
-    kill_pid,
-    pid_alive,
-    private_daemon_fixture,  # noqa: F401 (the fixture ``private_daemon``)
-    session_lock,
-    wait_until,
-)
-from certify.suites._support_faults import (
+from certify.kit.faults import (
     IDLE_GROUP_KILL,
     MODE_CHECKS,
     SHORT_TIMEOUT_MS,
@@ -56,6 +42,20 @@ from certify.suites._support_faults import (
     serves,
     stream,
 )
+from certify.kit.stack import (
+    PrivateDaemon,
+    RawStream,
+    chat_body,
+    evidence_rows,
+    hold_stream,
+    kill_pid,
+    pid_alive,
+    private_daemon_fixture,  # noqa: F401 (the fixture ``private_daemon``)
+    session_lock,
+    wait_until,
+)
+from certify.registry import check
+from certify.session import CertifyEnv, RunHandle
 from fixtures.process_faults import (
     frozen,
     group_alive,

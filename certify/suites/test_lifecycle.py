@@ -3,7 +3,7 @@ daemon that died is cleaned up after by the next one (spec §8.2, §9.1, §9.3).
 
 - reuse and cancel run on the session's shared service (new runs on it, deleted afterwards);
 - idle stop and recovery need a daemon with a short idle TTL that may be SIGKILLed: the private daemon of
-  :mod:`certify.suites._support_engines` (its own HITCH_ROOT, the session's engine). On a real engine the
+  :mod:`certify.kit.stack` (its own HITCH_ROOT, the session's engine). On a real engine the
   recovery check reuses the engine the faults suite left running, and the idle-stop check reuses the one
   the recovery check started, so the real engine starts as few times as possible.
 
@@ -20,9 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from certify.registry import check
-from certify.session import CertifyEnv, RunHandle
-from certify.suites._support_engines import (
+from certify.kit.stack import (
     PrivateDaemon,
     chat_body,
     close_held_stream,
@@ -32,6 +30,8 @@ from certify.suites._support_engines import (
     private_daemon_fixture,  # noqa: F401 (the fixture ``private_daemon``)
     wait_until,
 )
+from certify.registry import check
+from certify.session import CertifyEnv, RunHandle
 
 CANCEL_BOUND_S = 5.0
 IDLE_GRACE_S = 10.0

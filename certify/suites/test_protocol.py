@@ -25,10 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
-from certify.registry import check
-from certify.session import CertifyEnv
-from certify.suites._prompt_cases import CASES, prompt_counts
-from certify.suites._support_protocol import (
+from certify.kit.requests import (
     CALL_BUDGET,
     FORCED_PROMPT,
     FORECAST_TOOL,
@@ -44,6 +41,9 @@ from certify.suites._support_protocol import (
     scripted_gateway,
     wait_for,
 )
+from certify.registry import check
+from certify.session import CertifyEnv
+from certify.suites._prompt_cases import CASES, prompt_counts
 from gateway.sse import SseEvent, parse_events
 
 PROMPT = "Say hello."

@@ -23,11 +23,11 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from certify.kit.requests import gw_post
+from certify.kit.stack import session_lock
 from certify.offline_engine import run_offline
 from certify.registry import check
 from certify.session import CertifyEnv, RunHandle
-from certify.suites._support_engines import session_lock
-from certify.suites._support_protocol import gw_post
 
 ROUTE_CODE = "inference_route_unavailable"
 TOKEN_CODE = "inference_token_invalid"

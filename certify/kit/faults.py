@@ -4,7 +4,7 @@ A network fault runs on a :class:`FaultFront`: one run whose upstream carries th
 
 - fake engine: the fake's own fault modes, on the session's shared engine (a run of its own) or, for a fault
   that needs a short request timeout or a small response cap, on a private fake engine behind a private
-  gateway (:class:`~certify.suites._support_engines.PrivateStack`);
+  gateway (:class:`~certify.kit.stack.PrivateStack`);
 - real SGLang: the fault proxy (:mod:`fixtures.fault_proxy`) between a private gateway (its own loop thread,
   the check's lock and response cap) and the session's real engine. One proxy serves the whole module; every
   proxy fault leaves the engine healthy (the proxy passes a client's close on to it), so no engine is started
@@ -28,8 +28,7 @@ from typing import Any
 import httpx
 import pytest
 
-from certify.session import CertifyEnv, RunHandle
-from certify.suites._support_engines import (
+from certify.kit.stack import (
     PrivateDaemon,
     PrivateStack,
     bind_upstream,
@@ -40,6 +39,7 @@ from certify.suites._support_engines import (
     session_lock,
     wait_until,
 )
+from certify.session import CertifyEnv, RunHandle
 from fixtures.fault_proxy import FaultProxy, ProxyFault, start_fault_proxy
 from gateway.testing import GatewayThread
 
@@ -338,7 +338,7 @@ def assert_crashed(
     daemon: PrivateDaemon, run: RunHandle, pid: int, code: str, need: tuple[str, ...] = ("code",)
 ) -> dict[str, Any]:
     """The epoch failed with ``code``, the service is failed or stopped, the binding revoked, the engine gone."""
-    from certify.suites._support_engines import pid_alive
+    from certify.kit.stack import pid_alive
 
     details = failed_event(daemon, run.service_id, run.epoch, timeout_s=30.0, need=need)
     assert details.get("code") == code, details

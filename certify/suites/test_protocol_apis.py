@@ -12,19 +12,9 @@ from typing import Any
 
 import httpx
 
-from certify.kit.answers import (
-    PROMPT,
-    SMALL,
-    check_chat,
-    check_chat_stream,
-    check_response,
-    check_responses_stream,
-    ok_body,
-)
-from certify.kit.requests import (
-    gw_post,
-    gw_stream,
-)
+from certify.kit import answers
+from certify.kit.answers import PROMPT, SMALL
+from certify.kit.requests import gw_post, gw_stream
 from certify.registry import check
 from certify.session import CertifyEnv
 from gateway.sse import parse_events
@@ -36,8 +26,8 @@ from gateway.sse import parse_events
 def test_responses_nonstream(certify_env: CertifyEnv, certify_record: Any) -> None:
     run = certify_env.run
     r = gw_post(run, "/responses", {"model": run.wire_model, "input": PROMPT, "max_output_tokens": SMALL})
-    resp = ok_body(r)
-    check_response(resp, SMALL)
+    resp = answers.ok_body(r)
+    answers.check_response(resp, SMALL)
     assert r.headers.get("x-hitch-request-id"), "no gateway request id header"
     certify_record.detail("status", resp["status"])
     certify_record.detail("usage", resp["usage"])
@@ -50,7 +40,7 @@ def test_responses_stream(certify_env: CertifyEnv, certify_record: Any) -> None:
     assert r.status_code == 200, raw[:500]
     assert r.headers.get("content-type", "").startswith("text/event-stream")
     events = parse_events(raw)
-    final = check_responses_stream(events, SMALL)
+    final = answers.check_responses_stream(events, SMALL)
     certify_record.detail("events", len(events))
     certify_record.detail("terminal", events[-1].event)
     certify_record.detail("usage", final["usage"])
@@ -60,8 +50,8 @@ def test_responses_stream(certify_env: CertifyEnv, certify_record: Any) -> None:
 def test_chat_nonstream(certify_env: CertifyEnv, certify_record: Any) -> None:
     run = certify_env.run
     body = {"model": run.wire_model, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": SMALL}
-    resp = ok_body(gw_post(run, "/chat/completions", body))
-    choice = check_chat(resp, SMALL)
+    resp = answers.ok_body(gw_post(run, "/chat/completions", body))
+    choice = answers.check_chat(resp, SMALL)
     assert resp.get("model") == run.wire_model, resp.get("model")
     certify_record.detail("finish_reason", choice["finish_reason"])
     certify_record.detail("usage", resp["usage"])
@@ -80,7 +70,7 @@ def test_chat_stream(certify_env: CertifyEnv, certify_record: Any) -> None:
     r, raw = gw_stream(run, "/chat/completions", body)
     assert r.status_code == 200, raw[:500]
     assert r.headers.get("content-type", "").startswith("text/event-stream")
-    _, finish, usage = check_chat_stream(raw, SMALL)
+    _, finish, usage = answers.check_chat_stream(raw, SMALL)
     certify_record.detail("finish_reason", finish)
     certify_record.detail("usage", usage)
 
@@ -125,7 +115,7 @@ def test_openai_sdk(certify_env: CertifyEnv, certify_record: Any) -> None:
 def test_models_wire_only(certify_env: CertifyEnv, certify_record: Any) -> None:
     run = certify_env.run
     r = httpx.get(run.base_url + "/models", headers=run.headers(), timeout=30)
-    body = ok_body(r)
+    body = answers.ok_body(r)
     assert body.get("object") == "list"
     ids = [m.get("id") for m in body.get("data", [])]
     assert ids == [run.wire_model], ids

@@ -8,17 +8,9 @@ from typing import Any
 import httpx
 import pytest
 
-from certify.kit.answers import (
-    PROMPT,
-    SMALL,
-    check_response,
-    ok_body,
-)
-from certify.kit.requests import (
-    engine_running,
-    gw_post,
-    wait_for,
-)
+from certify.kit import answers
+from certify.kit.answers import PROMPT, SMALL
+from certify.kit.requests import engine_running, gw_post, wait_for
 from certify.registry import check
 from certify.session import CertifyEnv
 
@@ -81,5 +73,5 @@ def test_cancel_stream(certify_env: CertifyEnv, certify_record: Any) -> None:
     certify_record.metric("protocol.cancel.freed_s", last["freed_s"])
     if fake is not None:
         assert fake.state()["leaked_slots"] == 0
-    resp = ok_body(gw_post(run, "/responses", {"model": run.wire_model, "input": PROMPT, "max_output_tokens": SMALL}))
-    check_response(resp, SMALL)
+    resp = answers.ok_body(gw_post(run, "/responses", {"model": run.wire_model, "input": PROMPT, "max_output_tokens": SMALL}))
+    answers.check_response(resp, SMALL)

@@ -11,16 +11,8 @@ from typing import Any
 
 import httpx
 
-from certify.kit.answers import (
-    PROMPT,
-    SMALL,
-    check_chat,
-    check_chat_stream,
-    check_response,
-    check_responses_stream,
-    ok_body,
-    output_text,
-)
+from certify.kit import answers
+from certify.kit.answers import PROMPT, SMALL
 from certify.kit.requests import (
     CALL_BUDGET,
     FORCED_PROMPT,
@@ -45,18 +37,18 @@ from harness.daemon.core import load_sealed_lock
 def test_empty_output(certify_env: CertifyEnv, certify_record: Any, tmp_path: Path) -> None:
     with scripted_gateway(certify_env, [{"text": ""}] * 4, tmp_path) as sg:
         run = sg.run
-        resp = ok_body(gw_post(run, "/responses", {"model": run.wire_model, "input": PROMPT}))
-        check_response(resp)
-        assert resp["status"] == "completed" and output_text(resp) == "", resp
+        resp = answers.ok_body(gw_post(run, "/responses", {"model": run.wire_model, "input": PROMPT}))
+        answers.check_response(resp)
+        assert resp["status"] == "completed" and answers.output_text(resp) == "", resp
         _, raw = gw_stream(run, "/responses", {"model": run.wire_model, "input": PROMPT, "stream": True})
-        final = check_responses_stream(parse_events(raw))
-        assert final["status"] == "completed" and output_text(final) == ""
+        final = answers.check_responses_stream(parse_events(raw))
+        assert final["status"] == "completed" and answers.output_text(final) == ""
         body = {"model": run.wire_model, "messages": [{"role": "user", "content": PROMPT}]}
-        chat = ok_body(gw_post(run, "/chat/completions", body))
-        choice = check_chat(chat)
+        chat = answers.ok_body(gw_post(run, "/chat/completions", body))
+        choice = answers.check_chat(chat)
         assert choice["finish_reason"] == "stop" and not choice["message"].get("content"), choice
         _, raw = gw_stream(run, "/chat/completions", {**body, "stream": True, "stream_options": {"include_usage": True}})
-        content, finish, usage = check_chat_stream(raw)
+        content, finish, usage = answers.check_chat_stream(raw)
         assert content == "" and finish == "stop"
         assert sg.state()["script_remaining"] == 0
     certify_record.detail("responses_usage", resp["usage"])
@@ -84,8 +76,8 @@ def test_tool_call_scripted(certify_env: CertifyEnv, certify_record: Any, tmp_pa
     with scripted_gateway(certify_env, turns, tmp_path) as sg:
         run = sg.run
         req = {"model": run.wire_model, "input": "Weather in Paris?", "tools": [_weather_tool()]}
-        resp = ok_body(gw_post(run, "/responses", req))
-        check_response(resp)
+        resp = answers.ok_body(gw_post(run, "/responses", req))
+        answers.check_response(resp)
         calls = [i for i in resp["output"] if i["type"] == "function_call"]
         assert len(calls) == 1, resp["output"]
         fc = calls[0]
@@ -99,17 +91,17 @@ def test_tool_call_scripted(certify_env: CertifyEnv, certify_record: Any, tmp_pa
                 {"type": "function_call_output", "call_id": fc["call_id"], "output": '{"sky": "sunny"}'},
             ],
         }
-        answer = ok_body(gw_post(run, "/responses", follow))
-        check_response(answer)
-        assert output_text(answer) == "It is sunny.", answer["output"]
+        answer = answers.ok_body(gw_post(run, "/responses", follow))
+        answers.check_response(answer)
+        assert answers.output_text(answer) == "It is sunny.", answer["output"]
         _, raw = gw_stream(run, "/responses", {**req, "stream": True})
-        final = check_responses_stream(parse_events(raw))
+        final = answers.check_responses_stream(parse_events(raw))
         assert [i["type"] for i in final["output"]].count("function_call") == 1, final["output"]
         kinds = {e.event for e in parse_events(raw)}
         assert "response.function_call_arguments.done" in kinds or "response.output_item.done" in kinds, kinds
         chat_req = {"model": run.wire_model, "messages": [{"role": "user", "content": "Weather?"}], "tools": [_chat_tool()]}
-        chat = ok_body(gw_post(run, "/chat/completions", chat_req))
-        choice = check_chat(chat)
+        chat = answers.ok_body(gw_post(run, "/chat/completions", chat_req))
+        choice = answers.check_chat(chat)
         assert choice["finish_reason"] == "tool_calls", choice
         tc = choice["message"]["tool_calls"]
         assert len(tc) == 1 and tc[0]["function"]["name"] == "get_weather", tc
@@ -123,8 +115,8 @@ def test_tool_call_scripted(certify_env: CertifyEnv, certify_record: Any, tmp_pa
 def test_tools_accepted(certify_env: CertifyEnv, certify_record: Any) -> None:
     run = certify_env.run
     req = {"model": run.wire_model, "input": "Weather in Paris?", "tools": [_weather_tool()], "max_output_tokens": SMALL}
-    resp = ok_body(gw_post(run, "/responses", req))
-    check_response(resp, SMALL)
+    resp = answers.ok_body(gw_post(run, "/responses", req))
+    answers.check_response(resp, SMALL)
     follow = {
         **req,
         "input": [
@@ -133,8 +125,8 @@ def test_tools_accepted(certify_env: CertifyEnv, certify_record: Any) -> None:
             {"type": "function_call_output", "call_id": "call_certify0001", "output": '{"sky": "sunny"}'},
         ],
     }
-    answer = ok_body(gw_post(run, "/responses", follow))
-    check_response(answer, SMALL)
+    answer = answers.ok_body(gw_post(run, "/responses", follow))
+    answers.check_response(answer, SMALL)
     assert answer["usage"]["input_tokens"] > resp["usage"]["input_tokens"], "the continuation's history was not sent"
     chat_req = {
         "model": run.wire_model,
@@ -156,8 +148,8 @@ def test_tools_accepted(certify_env: CertifyEnv, certify_record: Any) -> None:
             {"role": "tool", "tool_call_id": "call_certify0001", "content": '{"sky": "sunny"}'},
         ],
     }
-    chat = ok_body(gw_post(run, "/chat/completions", chat_req))
-    check_chat(chat, SMALL)
+    chat = answers.ok_body(gw_post(run, "/chat/completions", chat_req))
+    answers.check_chat(chat, SMALL)
     certify_record.detail("first_output_types", [i["type"] for i in resp["output"]])
     certify_record.detail("input_tokens", [resp["usage"]["input_tokens"], answer["usage"]["input_tokens"]])
     certify_record.detail("chat_finish_reason", chat["choices"][0]["finish_reason"])
@@ -191,7 +183,7 @@ def test_tools_forced(certify_env: CertifyEnv, certify_record: Any) -> None:
 
     def direct(path: str, body: dict[str, Any]) -> dict[str, Any]:
         r = httpx.post(certify_env.engine_url + "/v1" + path, json=body, headers=certify_env.engine_headers(), timeout=600)
-        return ok_body(r)
+        return answers.ok_body(r)
 
     chat_tools = [{"type": "function", "function": t} for t in (FORECAST_TOOL, OTHER_TOOL)]
     resp_tools = [{"type": "function", **t} for t in (FORECAST_TOOL, OTHER_TOOL)]
@@ -211,8 +203,8 @@ def test_tools_forced(certify_env: CertifyEnv, certify_record: Any) -> None:
             "max_tokens": CALL_BUDGET,
         }
         r = gw_post(run, "/chat/completions", chat_body)
-        chat = ok_body(r)
-        message = check_chat(chat)["message"]
+        chat = answers.ok_body(r)
+        message = answers.check_chat(chat)["message"]
         calls = _chat_calls(message)
         engine = _chat_calls(direct("/chat/completions", chat_body)["choices"][0]["message"])
         row = evidence_row(certify_env, run, r.headers["x-hitch-request-id"])
@@ -232,15 +224,15 @@ def test_tools_forced(certify_env: CertifyEnv, certify_record: Any) -> None:
             "max_output_tokens": CALL_BUDGET,
         }
         r = gw_post(run, "/responses", resp_body)
-        resp = ok_body(r)
-        check_response(resp)
+        resp = answers.ok_body(r)
+        answers.check_response(resp)
         calls = _item_calls(resp["output"])
         engine = _item_calls(direct("/responses", resp_body)["output"])
         row = evidence_row(certify_env, run, r.headers["x-hitch-request-id"])
         seen[f"responses.{label}"] = {"calls": calls, "output_types": [i["type"] for i in resp["output"]]}
         problems += _forced_problems(f"responses {label}", calls, engine, row)
         _, raw = gw_stream(run, "/responses", {**resp_body, "stream": True})
-        calls = _item_calls(check_responses_stream(parse_events(raw))["output"])
+        calls = _item_calls(answers.check_responses_stream(parse_events(raw))["output"])
         seen[f"responses.{label}.stream"] = {"calls": calls}
         problems += _forced_problems(f"responses {label} stream", calls, engine, None)
     certify_record.detail("tool_call_parser", lock.protocol.tool_call_parser)

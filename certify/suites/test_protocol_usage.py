@@ -10,21 +10,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from certify.kit.answers import (
-    PROMPT,
-    SMALL,
-    check_chat,
-    check_chat_stream,
-    check_response,
-    check_responses_stream,
-    lock_output_cap,
-    ok_body,
-)
-from certify.kit.requests import (
-    evidence_row,
-    gw_post,
-    gw_stream,
-)
+from certify.kit import answers
+from certify.kit.answers import PROMPT, SMALL
+from certify.kit.requests import evidence_row, gw_post, gw_stream
 from certify.registry import check
 from certify.session import CertifyEnv
 from certify.suites._prompt_cases import CASES, prompt_counts
@@ -40,7 +28,7 @@ def test_usage_matches_evidence(certify_env: CertifyEnv, certify_record: Any) ->
     run = certify_env.run
     seen: dict[str, Any] = {}
     r = gw_post(run, "/responses", {"model": run.wire_model, "input": PROMPT, "max_output_tokens": SMALL})
-    resp = ok_body(r)
+    resp = answers.ok_body(r)
     row = evidence_row(certify_env, run, r.headers["x-hitch-request-id"])
     assert row is not None, "no evidence row for the Responses request"
     usage = resp["usage"]
@@ -51,7 +39,7 @@ def test_usage_matches_evidence(certify_env: CertifyEnv, certify_record: Any) ->
     seen["responses"] = {"row": {k: row[k] for k in ("input_tokens", "output_tokens", "reasoning_tokens")}, "usage": usage}
     body = {"model": run.wire_model, "messages": [{"role": "user", "content": PROMPT}]}
     r = gw_post(run, "/chat/completions", {**body, "max_tokens": SMALL})
-    chat = ok_body(r)
+    chat = answers.ok_body(r)
     row = evidence_row(certify_env, run, r.headers["x-hitch-request-id"])
     assert row is not None, "no evidence row for the chat request"
     cu = chat["usage"]
@@ -65,15 +53,17 @@ def test_budget_responses(certify_env: CertifyEnv, certify_record: Any) -> None:
     run = certify_env.run
     got: dict[str, Any] = {}
     for budget in (1, 3, SMALL):
-        resp = ok_body(gw_post(run, "/responses", {"model": run.wire_model, "input": PROMPT, "max_output_tokens": budget}))
-        check_response(resp, budget)
+        resp = answers.ok_body(
+            gw_post(run, "/responses", {"model": run.wire_model, "input": PROMPT, "max_output_tokens": budget})
+        )
+        answers.check_response(resp, budget)
         got[str(budget)] = [resp["status"], resp["usage"]["output_tokens"], resp.get("max_output_tokens")]
         if certify_env.engine == "fake":  # the fake never stops early: the budget is hit exactly
             assert resp["status"] == "incomplete" and resp["usage"]["output_tokens"] == budget, resp["usage"]
     r, raw = gw_stream(run, "/responses", {"model": run.wire_model, "input": PROMPT, "max_output_tokens": 3, "stream": True})
     assert r.status_code == 200
     events = parse_events(raw)
-    final = check_responses_stream(events, 3)
+    final = answers.check_responses_stream(events, 3)
     got["stream-3"] = [events[-1].event, final["usage"]["output_tokens"]]
     if certify_env.engine == "fake":
         assert events[-1].event == "response.incomplete"
@@ -86,15 +76,15 @@ def test_budget_chat(certify_env: CertifyEnv, certify_record: Any) -> None:
     base = {"model": run.wire_model, "messages": [{"role": "user", "content": PROMPT}]}
     got: dict[str, Any] = {}
     for field_name, budget in (("max_tokens", 1), ("max_tokens", 3), ("max_completion_tokens", SMALL)):
-        resp = ok_body(gw_post(run, "/chat/completions", {**base, field_name: budget}))
-        choice = check_chat(resp, budget)
+        resp = answers.ok_body(gw_post(run, "/chat/completions", {**base, field_name: budget}))
+        choice = answers.check_chat(resp, budget)
         got[f"{field_name}={budget}"] = [choice["finish_reason"], resp["usage"]["completion_tokens"]]
         if certify_env.engine == "fake":
             assert choice["finish_reason"] == "length" and resp["usage"]["completion_tokens"] == budget
     body = {**base, "max_tokens": 3, "stream": True, "stream_options": {"include_usage": True}}
     r, raw = gw_stream(run, "/chat/completions", body)
     assert r.status_code == 200
-    _, finish, usage = check_chat_stream(raw, 3)
+    _, finish, usage = answers.check_chat_stream(raw, 3)
     got["stream max_tokens=3"] = [finish, usage["completion_tokens"]]
     certify_record.detail("budget -> [finish_reason, completion_tokens]", got)
 
@@ -102,7 +92,7 @@ def test_budget_chat(certify_env: CertifyEnv, certify_record: Any) -> None:
 @check("protocol.budget.above_lock", description="a budget above the lock's is 400 inference_parameter_conflict, never forwarded")
 def test_budget_above_lock(certify_env: CertifyEnv, certify_record: Any) -> None:
     run = certify_env.run
-    cap = lock_output_cap(certify_env)
+    cap = answers.lock_output_cap(certify_env)
     if certify_env.fake is not None:
         certify_env.fake.ctl("DELETE", "/requests")
     bodies = [
@@ -131,7 +121,7 @@ def test_budget_above_lock(certify_env: CertifyEnv, certify_record: Any) -> None
         reached = [q["path"] for q in certify_env.fake.received()]
         assert not reached, f"refused requests reached the engine: {reached}"
     if certify_env.fake is not None:  # the default budget is the lock's (the fake never stops early)
-        resp = ok_body(
+        resp = answers.ok_body(
             gw_post(run, "/chat/completions", {"model": run.wire_model, "messages": [{"role": "user", "content": PROMPT}]})
         )
         assert resp["usage"]["completion_tokens"] == cap, resp["usage"]

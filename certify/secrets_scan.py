@@ -11,6 +11,7 @@ the "the needles are right" proof pass by itself) and removed after it (:func:`f
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
@@ -32,6 +33,8 @@ def remember(ledger: Path, name: str, value: str) -> None:
 
 def forget(ledger: Path) -> None:
     shutil.rmtree(ledger, ignore_errors=True)
+    with contextlib.suppress(OSError):  # its private folder, when nothing else is in it
+        ledger.parent.rmdir()
 
 
 def session_secrets(ledger: Path, root: HitchRoot, service_id: str | None) -> dict[str, str]:

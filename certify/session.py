@@ -34,6 +34,8 @@ __all__ = [
     "FakeControl",
     "RunHandle",
     "SessionEnd",
+    "create_run",
+    "engine_endpoint",
     "fixture_checkpoint",
     "open_session",
     "secrets_ledger",
@@ -86,7 +88,7 @@ class CertifyEnv:
         return {"Authorization": f"Bearer {self.engine_key}"}
 
     def new_run(self, run_id: str | None = None) -> RunHandle:
-        handle = _create_run(self.daemon, {**self.body, "run_id": run_id or "certify-" + secrets.token_hex(6)})
+        handle = create_run(self.daemon, {**self.body, "run_id": run_id or "certify-" + secrets.token_hex(6)})
         self.runs.append(handle)
         if self.ledger is not None:
             remember(self.ledger, f"run_token:{handle.run_id}", handle.token)
@@ -226,7 +228,8 @@ def _oci_image(opts: CertifyOptions, runtime_id: str) -> str:
     return pinned_image(get_runtime(runtime_id))
 
 
-def _create_run(daemon: DaemonClient, body: dict[str, Any]) -> RunHandle:
+def create_run(daemon: DaemonClient, body: dict[str, Any]) -> RunHandle:
+    """``POST /v1/runs`` on ``daemon`` (the session's, or a private one) and the run's handle, token read."""
     run = daemon.request("POST", "/v1/runs", body, timeout_s=900.0)
     token = Path(run["token_file"]).read_text(encoding="utf-8").strip()
     return RunHandle(
@@ -241,7 +244,8 @@ def _create_run(daemon: DaemonClient, body: dict[str, Any]) -> RunHandle:
     )
 
 
-def _engine_endpoint(root: HitchRoot, service_id: str) -> tuple[str, str]:
+def engine_endpoint(root: HitchRoot, service_id: str) -> tuple[str, str]:
+    """(direct engine base URL, engine key) of a running service, from its endpoint record."""
     from harness.service.state_store import ServiceStateStore
 
     record = ServiceStateStore(root, service_id).read()
@@ -294,8 +298,8 @@ def open_session(opts: CertifyOptions, session_key: str, worker: str, *, referen
         body["fake_flags"] = FakeControl.launch_flags(port_file, token_file)
         fake = FakeControl(port_file, token_file.read_text(encoding="utf-8").strip())
     daemon = ensure_daemon(opts.root)
-    run = _create_run(daemon, {**body, "run_id": f"certify-{session_key[:8]}-{worker}"})
-    engine_url, engine_key = _engine_endpoint(opts.root, run.service_id)
+    run = create_run(daemon, {**body, "run_id": f"certify-{session_key[:8]}-{worker}"})
+    engine_url, engine_key = engine_endpoint(opts.root, run.service_id)
     from certify.model_facts import model_facts
 
     ledger = secrets_ledger(opts, session_key)

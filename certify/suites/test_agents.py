@@ -28,6 +28,7 @@ import httpx
 import pytest
 
 from certify.kit.agents import AgentRig, rig_lock
+from certify.kit.probes import evidence_rows, read_evidence
 from certify.model_facts import not_applicable
 from certify.registry import check
 from certify.session import CertifyEnv
@@ -104,17 +105,6 @@ def _codex_run(
 # -- model-call ---------------------------------------------------------------------------------------
 
 
-def _evidence_rows(env: CertifyEnv, binding_id: str, *, at_least: int, timeout_s: float = 10.0) -> list[dict[str, Any]]:
-    """The gateway's evidence rows of one binding (written by a background writer: wait for ``at_least``)."""
-    path = env.root.root / "inference" / "gateway" / "evidence" / f"{binding_id}.requests.jsonl"
-    deadline = time.monotonic() + timeout_s
-    while True:
-        rows = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()] if path.exists() else []
-        if len(rows) >= at_least or time.monotonic() > deadline:
-            return rows
-        time.sleep(0.05)
-
-
 @check("agents.model_call.text", description="one Responses request through the binding: text, status, usage")
 def test_model_call_text(certify_env: CertifyEnv, certify_record: Any) -> None:
     # a run of its own: its evidence file counts the physical requests (the engine is shared under xdist)
@@ -125,7 +115,7 @@ def test_model_call_text(certify_env: CertifyEnv, certify_record: Any) -> None:
     certify_record.metric("output_tokens", res.usage.get("output_tokens"))
     assert res.status in ("completed", "incomplete")
     assert res.usage.get("input_tokens", 0) > 0 and 0 < res.usage.get("output_tokens", 0) <= 16
-    rows = _evidence_rows(certify_env, run.binding_id, at_least=1)
+    rows = evidence_rows(certify_env.root.gateway_dir, run.binding_id)
     certify_record.detail("physical_requests", len(rows))
     assert len(rows) == 1, rows  # exactly one request, no retry
     certify_env.delete_run(run)
@@ -146,7 +136,7 @@ def test_model_call_refusals(certify_env: CertifyEnv, certify_record: Any) -> No
             build_request(run.wire_model, prompt, cap, budget)
         assert err.value.code == code
     certify_record.detail("refused", len(cases))
-    assert _evidence_rows(certify_env, run.binding_id, at_least=0) == []  # nothing was sent
+    assert read_evidence(certify_env.root.gateway_dir, run.binding_id) == []  # nothing was sent
     certify_env.delete_run(run)
 
 

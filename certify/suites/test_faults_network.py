@@ -21,11 +21,12 @@ from certify.kit.faults import (
     engine_proxy_fixture,  # noqa: F401 (the fixture ``engine_proxy``)
     fault_kind,
     fault_site_fixture,  # noqa: F401 (the fixture ``fault_site``)
-    gateway_dir,
     row,
     serves,
 )
-from certify.kit.stack import RawStream, chat_body, close_held_stream, engine_running, evidence_rows
+from certify.kit.probes import engine_load, evidence_rows
+from certify.kit.requests import chat_body
+from certify.kit.streams import RawStream, close_held_stream
 from certify.registry import check
 from certify.session import CertifyEnv
 from fixtures.fault_proxy import ProxyFault
@@ -89,7 +90,7 @@ def test_ignore_aborts(fault_site: FaultSite, certify_record: Any) -> None:
         state = front.fake.state()
         certify_record.detail("engine_leaked_slots", state["leaked_slots"])
         # The leak stays visible to a saturation monitor: the engine reports a running request that nobody holds.
-        assert state["leaked_slots"] == 1 and engine_running(front.engine_url, front.engine_key_headers) == 1
+        assert state["leaked_slots"] == 1 and engine_load(front.engine_url, front.engine_key_headers) == 1
 
 
 @check("faults.client_disconnect.upstream_aborted", description="client gone mid-stream: engine request aborted, permit freed")
@@ -100,7 +101,7 @@ def test_client_disconnect(certify_env: CertifyEnv, certify_record: Any) -> None
         busy, freed_ms = close_held_stream(env, run)
         certify_record.metric("disconnect_slot_free_ms", round(freed_ms, 1))
         certify_record.detail("engine_load_before_close", busy)
-        rows = evidence_rows(gateway_dir(env), run.binding_id)
+        rows = evidence_rows(env.root.gateway_dir, run.binding_id)
         certify_record.detail("client", {"status": 200, "closed_by_client": True})
         certify_record.detail("evidence", {k: rows[-1].get(k) for k in ("status", "error_code", "http_status")})
         certify_record.detail("recovery_ms", round(freed_ms, 1))

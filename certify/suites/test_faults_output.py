@@ -22,7 +22,7 @@ from certify.kit.faults import (
     fault_site_fixture,  # noqa: F401 (the fixture ``fault_site``)
     row,
 )
-from certify.kit.stack import chat_body
+from certify.kit.requests import chat_body
 from certify.registry import check
 from fixtures.fault_proxy import FaultProxy, ProxyFault
 

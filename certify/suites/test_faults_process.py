@@ -25,6 +25,10 @@ from typing import Any
 import httpx
 import pytest
 
+from certify.kit.daemon import (
+    PrivateDaemon,
+    private_daemon_fixture,  # noqa: F401 (the fixture ``private_daemon``)
+)
 from certify.kit.faults import (
     IDLE_GROUP_KILL,
     MODE_CHECKS,
@@ -42,18 +46,9 @@ from certify.kit.faults import (
     serves,
     stream,
 )
-from certify.kit.stack import (
-    PrivateDaemon,
-    RawStream,
-    chat_body,
-    evidence_rows,
-    hold_stream,
-    kill_pid,
-    pid_alive,
-    private_daemon_fixture,  # noqa: F401 (the fixture ``private_daemon``)
-    session_lock,
-    wait_until,
-)
+from certify.kit.probes import evidence_rows, kill_pid, pid_alive, session_lock, wait_until
+from certify.kit.requests import chat_body
+from certify.kit.streams import RawStream, hold_stream
 from certify.registry import check
 from certify.session import CertifyEnv, RunHandle
 from fixtures.process_faults import (

@@ -19,6 +19,10 @@ from typing import Any
 import psutil
 import pytest
 
+from certify.kit.daemon import (
+    PrivateDaemon,
+    private_daemon_fixture,  # noqa: F401 (the fixture ``private_daemon``)
+)
 from certify.kit.faults import (
     IDLE_GROUP_KILL,
     MODE_CHECKS,
@@ -28,12 +32,7 @@ from certify.kit.faults import (
     sealed_inference_id,
     service_failure_code,
 )
-from certify.kit.stack import (
-    PrivateDaemon,
-    kill_pid,
-    private_daemon_fixture,  # noqa: F401 (the fixture ``private_daemon``)
-    wait_until,
-)
+from certify.kit.probes import kill_pid, wait_until
 from certify.registry import check
 from certify.session import fake_engine_image
 from fixtures.process_faults import kill_group

@@ -20,16 +20,13 @@ from typing import Any
 import httpx
 import pytest
 
-from certify.kit.stack import (
+from certify.kit.daemon import (
     PrivateDaemon,
-    chat_body,
-    close_held_stream,
-    evidence_rows,
-    kill_pid,
-    pid_alive,
     private_daemon_fixture,  # noqa: F401 (the fixture ``private_daemon``)
-    wait_until,
 )
+from certify.kit.probes import evidence_rows, kill_pid, pid_alive, wait_until
+from certify.kit.requests import chat_body
+from certify.kit.streams import close_held_stream
 from certify.registry import check
 from certify.session import CertifyEnv, RunHandle
 
@@ -230,7 +227,7 @@ def test_idle_stop_after_ttl(private_daemon: PrivateDaemon, certify_record: Any)
     assert idle_stop_s <= ttl_s + IDLE_GRACE_S
 
     def epoch_events() -> list[str] | None:  # the manager logs "stopped" once the engine's resources are released
-        names = [e.event for e in daemon.events(run.service_id) if e.epoch == run.epoch]
+        names: list[str] = [e.event for e in daemon.events(run.service_id) if e.epoch == run.epoch]
         return names if "inference.stopped" in names else None
 
     events = wait_until(epoch_events, 10.0, interval_s=0.05, what="the epoch's inference.stopped event")

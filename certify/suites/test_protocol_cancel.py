@@ -10,7 +10,8 @@ import pytest
 
 from certify.kit import answers
 from certify.kit.answers import PROMPT, SMALL
-from certify.kit.requests import engine_running, gw_post, wait_for
+from certify.kit.probes import wait_for
+from certify.kit.requests import engine_running, gw_post
 from certify.registry import check
 from certify.session import CertifyEnv
 

@@ -23,8 +23,8 @@ from certify.kit.requests import (
     evidence_row,
     gw_post,
     gw_stream,
-    scripted_gateway,
 )
+from certify.kit.stack import scripted_stack
 from certify.registry import check
 from certify.session import CertifyEnv
 from gateway.sse import parse_events
@@ -35,7 +35,7 @@ from harness.daemon.core import load_sealed_lock
 
 @check("protocol.output.empty", engines=("fake",), description="an empty model answer is a well-formed completed response")
 def test_empty_output(certify_env: CertifyEnv, certify_record: Any, tmp_path: Path) -> None:
-    with scripted_gateway(certify_env, [{"text": ""}] * 4, tmp_path) as sg:
+    with scripted_stack(certify_env, [{"text": ""}] * 4, tmp_path) as sg:
         run = sg.run
         resp = answers.ok_body(gw_post(run, "/responses", {"model": run.wire_model, "input": PROMPT}))
         answers.check_response(resp)
@@ -73,7 +73,7 @@ def _chat_tool() -> dict[str, Any]:
 def test_tool_call_scripted(certify_env: CertifyEnv, certify_record: Any, tmp_path: Path) -> None:
     call: dict[str, Any] = {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}
     turns = [call, {"text": "It is sunny."}, call, call]
-    with scripted_gateway(certify_env, turns, tmp_path) as sg:
+    with scripted_stack(certify_env, turns, tmp_path) as sg:
         run = sg.run
         req = {"model": run.wire_model, "input": "Weather in Paris?", "tools": [_weather_tool()]}
         resp = answers.ok_body(gw_post(run, "/responses", req))

@@ -22,8 +22,8 @@ from urllib.parse import urlsplit
 import httpx
 
 from catalog.evidence import EVIDENCE_DIR
+from certify.kit.probes import session_lock
 from certify.kit.requests import gw_post
-from certify.kit.stack import session_lock
 from certify.offline_engine import run_offline
 from certify.registry import at_session_end, check
 from certify.secrets_scan import ScanResult, scan_files, session_secrets

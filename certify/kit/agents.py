@@ -49,8 +49,8 @@ class AgentRig:
             context=lock.execution.context_tokens_per_request, capture="full", metrics_port=0,
         )  # fmt: skip
         self.engine = self.stack.engine
-        self.token = self.stack.token
-        self.base_url = self.stack.base_url
+        self.token = self.stack.run.token
+        self.base_url = self.stack.run.base_url
 
     @property
     def gateway(self) -> GatewayThread:
@@ -65,7 +65,7 @@ class AgentRig:
     def captures(self) -> list[tuple[dict[str, Any], bytes]]:
         """(request body sent upstream, response bytes) of every forwarded request of one agent run, in turn order."""
         self.gateway.settle_evidence()
-        folder = self.stack.state_dir / "capture" / self.stack.binding_id
+        folder = self.stack.state_dir / "capture" / self.stack.run.binding_id
         out: list[tuple[int, dict[str, Any], bytes]] = []
         for meta_path in folder.glob("*.meta.json"):
             base = meta_path.name[: -len(".meta.json")]
@@ -80,7 +80,7 @@ class AgentRig:
 
     def evidence_rows(self) -> list[dict[str, Any]]:
         self.gateway.settle_evidence()
-        return read_evidence(self.stack.state_dir, self.stack.binding_id)
+        return read_evidence(self.stack.state_dir, self.stack.run.binding_id)
 
     def close(self) -> None:
         self.stack.close()

@@ -233,8 +233,8 @@ def fault_front(
         )  # fmt: skip
         try:
             yield FaultFront(
-                env, stack.base_url, stack.token, stack.wire_model, stack.engine_url, stack.engine_headers(),
-                stack.binding_id, stack.state_dir, fake=stack.control, gateway=stack.gateway,
+                env, stack.run.base_url, stack.run.token, stack.run.wire_model, stack.engine.base, stack.engine_headers(),
+                stack.run.binding_id, stack.state_dir, fake=stack.engine.control, gateway=stack.gateway,
             )  # fmt: skip
         finally:
             stack.close()

@@ -20,7 +20,7 @@ from typing import Any
 
 from certify.kit.probes import evidence_rows, session_lock
 from certify.session import CertifyEnv, RunHandle
-from fixtures.fake_sglang.client import FakeControl, FakeEngineProcess, start_fake_engine
+from fixtures.fake_sglang.client import FakeEngineProcess, start_fake_engine
 from gateway.bindings import UpstreamTarget
 from gateway.server import GatewayConfig
 from gateway.testing import GatewayThread
@@ -83,30 +83,6 @@ class PrivateStack:
     state_dir: Path
     run: RunHandle
 
-    @property
-    def base_url(self) -> str:
-        return self.run.base_url
-
-    @property
-    def token(self) -> str:
-        return self.run.token
-
-    @property
-    def binding_id(self) -> str:
-        return self.run.binding_id
-
-    @property
-    def wire_model(self) -> str:
-        return self.run.wire_model
-
-    @property
-    def control(self) -> FakeControl:
-        return self.engine.control
-
-    @property
-    def engine_url(self) -> str:
-        return self.engine.base
-
     @classmethod
     def start(
         cls,
@@ -154,7 +130,7 @@ class PrivateStack:
 
     def rows(self, at_least: int = 1) -> list[dict[str, Any]]:
         self.gateway.settle_evidence()
-        return evidence_rows(self.state_dir, self.binding_id, at_least)
+        return evidence_rows(self.state_dir, self.run.binding_id, at_least)
 
     def close(self) -> None:
         self.gateway.close()

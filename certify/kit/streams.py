@@ -2,8 +2,8 @@
 
 :class:`RawStream` is one HTTP/1.1 POST on a plain socket (so a check closes it mid-stream and sees whether
 the chunked body ended cleanly); :func:`hold_stream` keeps a chat stream generating; :func:`close_held_stream`
-closes one as a client that goes away would and measures (:func:`slot_freed_ms`) until the engine had a
-free slot again.
+closes one as a client that goes away would and measures (:func:`slot_freed_ms`) until the engine had a free
+slot again; :func:`client_gone` does that on a run of its own and hands over the request's evidence row.
 """
 
 from __future__ import annotations
@@ -12,16 +12,18 @@ import contextlib
 import json
 import socket
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 
-from certify.kit.probes import engine_load, session_lock, wait_until
+from certify.kit.probes import engine_load, evidence_rows, session_lock, wait_until
 from certify.kit.requests import chat_body
 from certify.session import CertifyEnv, RunHandle
 
-__all__ = ["RawStream", "close_held_stream", "hold_stream", "slot_freed_ms"]
+__all__ = ["ClientGone", "RawStream", "client_gone", "close_held_stream", "hold_stream", "slot_freed_ms"]
 
 
 def slot_freed_ms(engine_url: str, headers: dict[str, str], model: str, t_close: float, max_running: int) -> float:
@@ -55,6 +57,31 @@ def close_held_stream(env: CertifyEnv, run: RunHandle) -> tuple[int, float]:
         env.fake.faults()
     max_running = session_lock(env).execution.max_running_requests
     return busy, slot_freed_ms(env.engine_url, env.engine_headers(), run.wire_model, t_close, max_running)
+
+
+@dataclass(frozen=True)
+class ClientGone:
+    """A stream its client closed mid-way (:func:`client_gone`)."""
+
+    run: RunHandle
+    busy: int  # engine requests running just before the close
+    freed_ms: float  # from the close until the engine had a free slot again
+    row: dict[str, Any]  # the request's evidence row
+
+
+@contextlib.contextmanager
+def client_gone(env: CertifyEnv) -> Iterator[ClientGone]:
+    """On a run of its own, a stream held in flight and closed by its client (:func:`close_held_stream`), with
+    its evidence row; the run is deleted (and the fake engine reset) once the check has looked."""
+    run = env.new_run()
+    try:
+        busy, freed_ms = close_held_stream(env, run)
+        rows = evidence_rows(env.root.gateway_dir, run.binding_id)
+        yield ClientGone(run, busy, freed_ms, rows[-1])
+    finally:
+        if env.fake is not None:
+            env.fake.reset()
+        env.delete_run(run)
 
 
 class RawStream:

@@ -14,14 +14,7 @@ from typing import Any
 
 import pytest
 
-from certify.kit.faults import (
-    MODE_CHECKS,
-    FaultSite,
-    engine_proxy_fixture,  # noqa: F401 (the fixture ``engine_proxy``)
-    fault_kind,
-    fault_site_fixture,  # noqa: F401 (the fixture ``fault_site``)
-    row,
-)
+from certify.kit.faults import MODE_CHECKS, FaultSite, fault_kind, row
 from certify.kit.requests import chat_body
 from certify.registry import check
 from fixtures.fault_proxy import FaultProxy, ProxyFault

@@ -25,10 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
-from certify.kit.daemon import (
-    PrivateDaemon,
-    private_daemon_fixture,  # noqa: F401 (the fixture ``private_daemon``)
-)
+from certify.kit.daemon import PrivateDaemon
 from certify.kit.faults import (
     IDLE_GROUP_KILL,
     MODE_CHECKS,
@@ -36,10 +33,8 @@ from certify.kit.faults import (
     FaultFront,
     FaultSite,
     assert_crashed,
-    engine_proxy_fixture,  # noqa: F401 (the fixture ``engine_proxy``)
     failed_event,
     fault_kind,
-    fault_site_fixture,  # noqa: F401 (the fixture ``fault_site``)
     revoked,
     row,
     sealed_inference_id,

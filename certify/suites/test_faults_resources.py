@@ -19,10 +19,7 @@ from typing import Any
 import psutil
 import pytest
 
-from certify.kit.daemon import (
-    PrivateDaemon,
-    private_daemon_fixture,  # noqa: F401 (the fixture ``private_daemon``)
-)
+from certify.kit.daemon import PrivateDaemon
 from certify.kit.faults import (
     IDLE_GROUP_KILL,
     MODE_CHECKS,

@@ -20,13 +20,10 @@ from typing import Any
 import httpx
 import pytest
 
-from certify.kit.daemon import (
-    PrivateDaemon,
-    private_daemon_fixture,  # noqa: F401 (the fixture ``private_daemon``)
-)
-from certify.kit.probes import evidence_rows, kill_pid, pid_alive, wait_until
+from certify.kit.daemon import PrivateDaemon
+from certify.kit.probes import kill_pid, pid_alive, wait_until
 from certify.kit.requests import chat_body
-from certify.kit.streams import close_held_stream
+from certify.kit.streams import client_gone
 from certify.registry import check
 from certify.session import CertifyEnv, RunHandle
 
@@ -109,20 +106,12 @@ def test_reuse_no_second_engine(reuse: dict[str, Any], certify_record: Any) -> N
 @pytest.mark.exclusive_engine
 @check("lifecycle.cancel.slot_freed", description="a cancelled stream frees its engine slot within 5 s")
 def test_cancel_frees_slot(certify_env: CertifyEnv, certify_record: Any) -> None:
-    env = certify_env
-    run = env.new_run()
-    try:
-        _, freed = close_held_stream(env, run)
-        freed_ms = round(freed, 1)
+    with client_gone(certify_env) as gone:
+        freed_ms = round(gone.freed_ms, 1)
         _record(certify_record, "cancel_slot_free_ms", freed_ms)
-        rows = evidence_rows(env.root.gateway_dir, run.binding_id)
-        certify_record.detail("evidence_status", rows[-1]["status"])
-        assert rows[-1]["status"] == "cancelled"
+        certify_record.detail("evidence_status", gone.row["status"])
+        assert gone.row["status"] == "cancelled"
         assert freed_ms <= CANCEL_BOUND_S * 1000
-    finally:
-        if env.fake is not None:
-            env.fake.reset()
-        env.delete_run(run)
 
 
 # -- recovery (private daemon) ---------------------------------------------------------------------------

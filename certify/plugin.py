@@ -5,7 +5,9 @@ session engine fixture ``certify_env`` (one engine per session behind the gatewa
 :mod:`certify.session`), the ``certify_record`` fixture (metrics, details, evidence of the current check),
 and the collection of check results. Results travel as ``user_properties`` on test reports, so under
 pytest-xdist the controlling process sees every worker's results; it alone evaluates (:mod:`certify.evaluate`)
-and writes the results, the signed entry and the HTML pages (:mod:`certify.outputs`).
+and writes the results, the signed entry and the HTML pages (:mod:`certify.outputs`). Before that it runs the
+session-end checks (:func:`certify.registry.at_session_end`: the secrets scan) of every suite the session ran,
+after every test, recording each under its check id like any check.
 
 The plugin is inert for test runs that collect no certification check (the project's own ``tests/``).
 """
@@ -13,6 +15,7 @@ The plugin is inert for test runs that collect no certification check (the proje
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import time
@@ -25,7 +28,8 @@ import pytest
 
 from certify.evaluate import CheckResult
 from certify.options import REPORT_ENV, SESSION_ENV, CertifyOptions, add_options, choose_engine, options_from
-from certify.registry import SUITES, all_checks
+from certify.registry import SUITES, Check, all_checks, session_end_checks
+from certify.secrets_scan import forget
 
 SUITES_DIR = Path(__file__).resolve().parent / "suites"
 _STATE = pytest.StashKey["CertifyState"]()
@@ -282,6 +286,59 @@ def certify_record(request: pytest.FixtureRequest) -> Recorder:
     return Recorder(request.node)
 
 
+@dataclass
+class EndRecorder:
+    """What a session-end check records (its details and metrics), as :class:`Recorder` does for a test."""
+
+    details: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    def metric(self, name: str, value: Any) -> None:
+        self.metrics[name] = value
+
+    def detail(self, key: str, value: Any) -> None:
+        self.details[key] = value
+
+
+def run_session_end_checks(state: CertifyState, opts: CertifyOptions, checks: list[tuple[Check, Any]]) -> list[str]:
+    """Run the session-end checks of every suite that has a result in this session (a run that selected none
+    of a suite's tests does not run its session-end checks either); their results join ``state.results``.
+    The session's secrets ledger is removed afterwards whatever ran. Returns a line per failed check."""
+    from certify.session import SessionEnd, secrets_ledger
+
+    ledger = secrets_ledger(opts, state.session_key)
+    session_file = opts.report_dir / "session.json"
+    facts: dict[str, Any] = json.loads(session_file.read_text()) if session_file.is_file() else {}
+    end = SessionEnd(opts, facts, ledger)
+    ran = {cid.split(".", 1)[0] for cid in state.results}
+    failed: list[str] = []
+    try:
+        for spec, fn in checks:
+            if spec.suite not in ran:
+                continue
+            recorder = EndRecorder()
+            started = time.monotonic()
+            status = "passed"
+            if not spec.applies(str(opts.engine), opts.device):
+                why = f": {spec.reason}" if spec.reason else ""
+                status = "skipped"
+                recorder.details["reason"] = f"{spec.id} does not apply to engine={opts.engine} device={opts.device}{why}"
+            else:
+                try:
+                    fn(end, recorder)
+                except Exception as exc:  # a failed assertion, or a crash of the check: the check fails
+                    status = "failed"
+                    recorder.details["reason"] = f"{type(exc).__name__}: {exc}"[:1000]
+                    failed.append(f"{spec.id} (at session end) failed: {recorder.details['reason']}")
+            state.metrics.update(recorder.metrics)
+            result = CheckResult(spec.id, status, time.monotonic() - started, recorder.details)  # type: ignore[arg-type]
+            previous = state.results.get(spec.id)
+            state.results[spec.id] = result if previous is None else previous.merge(result)
+    finally:
+        forget(ledger)
+    return failed
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = session.config.stash[_STATE]
     if state.is_worker or not (state.active or state.blocked):
@@ -292,7 +349,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     opts = resolved_options(session.config)
     if state.blocked:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    end_failures: list[str] = []
     try:
+        if not state.blocked:
+            end_failures = run_session_end_checks(state, opts, session_end_checks())
+            if end_failures and session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED  # as a failed test would
         evaluation, state.summary = finish_session(
             opts, state.results, state.metrics, state.evidence, state.daemon_was_running, session_error=state.blocked
         )
@@ -302,6 +364,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             ]
         if evaluation.level == "failed" and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a failed level never exits 0
+        state.summary = end_failures + state.summary
     except Exception as exc:  # the run's outputs are part of its verdict: a failure here fails the session
         import traceback
 

@@ -62,7 +62,7 @@ STOP_QUESTION = "What is the capital of France?"
 EVAL_SYSTEM = "Answer with a single word only."
 # (question, accepted answers): common knowledge a 135M instruct model can answer, each with one short answer
 # (a number also in digits) that the question does not contain, so an answer that repeats the question never
-# matches; scored by normalised exact match (certify.suites._support_correctness.answer_matches)
+# matches; scored by normalised exact match (certify.kit.correctness.answer_matches)
 EVAL_SET: list[tuple[str, tuple[str, ...]]] = [
     ("What is the capital of France?", ("Paris",)),
     ("What is the capital of Japan?", ("Tokyo",)),

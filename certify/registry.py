@@ -5,6 +5,10 @@ A suite module (``certify/suites/test_<suite>.py``) declares each check on the t
 marks the test with ``pytest.mark.check("<id>")`` (``{param}`` placeholders are filled from the test's
 parametrization; ``params=`` names their values). The evaluator reads the declarations, not what happened to run:
 a required check that is declared for this engine and device but has no passing result is a failure.
+
+A check that must look at what every other check left behind (the secrets scan) is declared the same way on a
+plain function marked :func:`at_session_end` instead of a test: pytest does not collect it; the plugin runs it
+once, in the controlling process, after every test of the session (:func:`session_end_checks`).
 """
 
 from __future__ import annotations
@@ -14,14 +18,16 @@ import itertools
 import pkgutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any, TypeVar
 
 import pytest
 
-__all__ = ["SUITES", "Check", "all_checks", "applicable"]
+__all__ = ["SUITES", "Check", "all_checks", "applicable", "at_session_end", "session_end_checks"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 _DECLARED = "__certify_checks__"
+_AT_SESSION_END = "__certify_session_end__"
 SUITES = ("hardware", "protocol", "correctness", "faults", "security", "lifecycle", "perf", "agents")
 
 
@@ -91,17 +97,39 @@ def declared_in(module: object) -> list[Check]:
     return out
 
 
-def all_checks() -> dict[str, Check]:
-    """Every check declared by the suite modules under ``certify/suites`` (imported by name)."""
+def at_session_end(fn: F) -> F:
+    """Run the check ``fn`` (declared with :func:`check`) at session end instead of as a test; it is called
+    as ``fn(end, record)`` with the session's :class:`~certify.session.SessionEnd` and a recorder."""
+    setattr(fn, _AT_SESSION_END, True)
+    return fn
+
+
+def _suite_modules() -> list[ModuleType]:
     import certify.suites as suites
 
-    out: dict[str, Check] = {}
+    modules = []
     for info in pkgutil.iter_modules(suites.__path__):
-        if not info.name.startswith("test_"):
-            continue
-        module = importlib.import_module(f"certify.suites.{info.name}")
+        if info.name.startswith("test_"):
+            modules.append(importlib.import_module(f"certify.suites.{info.name}"))
+    return modules
+
+
+def session_end_checks() -> list[tuple[Check, Callable[..., Any]]]:
+    """(check, function) of every check marked :func:`at_session_end`, in declaration order."""
+    out: list[tuple[Check, Callable[..., Any]]] = []
+    for module in _suite_modules():
+        for value in vars(module).values():
+            if getattr(value, _AT_SESSION_END, False):
+                out.extend((spec, value) for spec in getattr(value, _DECLARED, ()))
+    return out
+
+
+def all_checks() -> dict[str, Check]:
+    """Every check declared by the suite modules under ``certify/suites`` (imported by name)."""
+    out: dict[str, Check] = {}
+    for module in _suite_modules():
         if hasattr(module, "CHECKS"):
-            raise TypeError(f"certify.suites.{info.name}: declare checks with @check on the test, not in CHECKS")
+            raise TypeError(f"{module.__name__}: declare checks with @check on the test, not in CHECKS")
         for item in declared_in(module):
             if item.id in out:
                 raise ValueError(f"check id {item.id!r} is declared twice")

@@ -24,11 +24,23 @@ from pathlib import Path
 from typing import Any
 
 from certify.options import CertifyOptions
+from certify.secrets_scan import remember
 from fixtures.fake_sglang.client import FakeControl
 from harness.daemon.client import DaemonClient, ensure_daemon
 from harness.paths import HitchRoot, atomic_write_json, ensure_private_dir, write_secret
 
-__all__ = ["CertifyEnv", "FakeControl", "RunHandle", "fixture_checkpoint", "open_session", "session_key_dir"]
+__all__ = [
+    "CertifyEnv",
+    "FakeControl",
+    "RunHandle",
+    "SessionEnd",
+    "create_run",
+    "engine_endpoint",
+    "fixture_checkpoint",
+    "open_session",
+    "secrets_ledger",
+    "session_key_dir",
+]
 
 FIXTURE_ALIAS_PREFIX = "certify-"
 
@@ -62,6 +74,7 @@ class CertifyEnv:
     fake: FakeControl | None
     body: dict[str, Any]  # the POST /v1/runs body (for new runs)
     runs: list[RunHandle] = field(default_factory=list)
+    ledger: Path | None = None  # the session's secrets ledger (see certify.secrets_scan)
 
     @property
     def engine(self) -> str:
@@ -75,8 +88,10 @@ class CertifyEnv:
         return {"Authorization": f"Bearer {self.engine_key}"}
 
     def new_run(self, run_id: str | None = None) -> RunHandle:
-        handle = _create_run(self.daemon, {**self.body, "run_id": run_id or "certify-" + secrets.token_hex(6)})
+        handle = create_run(self.daemon, {**self.body, "run_id": run_id or "certify-" + secrets.token_hex(6)})
         self.runs.append(handle)
+        if self.ledger is not None:
+            remember(self.ledger, f"run_token:{handle.run_id}", handle.token)
         return handle
 
     def delete_run(self, run: RunHandle) -> dict[str, Any]:
@@ -97,6 +112,26 @@ class CertifyEnv:
 def session_key_dir(opts: CertifyOptions, session_key: str) -> Path:
     """Private files shared by this session's processes (fake control token, ports)."""
     return ensure_private_dir(opts.root.path / "certify" / session_key)
+
+
+def secrets_ledger(opts: CertifyOptions, session_key: str) -> Path:
+    """Where the session's processes name the secrets they know, for the session-end scan (0600 files in a
+    ``private`` folder: a ledger left behind by a crash is where secrets may be)."""
+    return session_key_dir(opts, session_key) / "private" / "secrets"
+
+
+@dataclass(frozen=True)
+class SessionEnd:
+    """What a session-end check sees (:func:`certify.registry.at_session_end`): the session's options, the
+    facts its processes agreed on (``session.json``; empty when no session opened) and its secrets ledger."""
+
+    options: CertifyOptions
+    facts: dict[str, Any]
+    ledger: Path
+
+    @property
+    def root(self) -> HitchRoot:
+        return self.options.root
 
 
 def fixture_checkpoint(ref: str, cache_dir: Path) -> Path:
@@ -193,7 +228,8 @@ def _oci_image(opts: CertifyOptions, runtime_id: str) -> str:
     return pinned_image(get_runtime(runtime_id))
 
 
-def _create_run(daemon: DaemonClient, body: dict[str, Any]) -> RunHandle:
+def create_run(daemon: DaemonClient, body: dict[str, Any]) -> RunHandle:
+    """``POST /v1/runs`` on ``daemon`` (the session's, or a private one) and the run's handle, token read."""
     run = daemon.request("POST", "/v1/runs", body, timeout_s=900.0)
     token = Path(run["token_file"]).read_text(encoding="utf-8").strip()
     return RunHandle(
@@ -208,7 +244,8 @@ def _create_run(daemon: DaemonClient, body: dict[str, Any]) -> RunHandle:
     )
 
 
-def _engine_endpoint(root: HitchRoot, service_id: str) -> tuple[str, str]:
+def engine_endpoint(root: HitchRoot, service_id: str) -> tuple[str, str]:
+    """(direct engine base URL, engine key) of a running service, from its endpoint record."""
     from harness.service.state_store import ServiceStateStore
 
     record = ServiceStateStore(root, service_id).read()
@@ -261,11 +298,16 @@ def open_session(opts: CertifyOptions, session_key: str, worker: str, *, referen
         body["fake_flags"] = FakeControl.launch_flags(port_file, token_file)
         fake = FakeControl(port_file, token_file.read_text(encoding="utf-8").strip())
     daemon = ensure_daemon(opts.root)
-    run = _create_run(daemon, {**body, "run_id": f"certify-{session_key[:8]}-{worker}"})
-    engine_url, engine_key = _engine_endpoint(opts.root, run.service_id)
+    run = create_run(daemon, {**body, "run_id": f"certify-{session_key[:8]}-{worker}"})
+    engine_url, engine_key = engine_endpoint(opts.root, run.service_id)
     from certify.model_facts import model_facts
 
-    env = CertifyEnv(opts, opts.root, daemon, model_ref, model_id, runtime_id, run, engine_url, engine_key, fake, body, [run])
+    ledger = secrets_ledger(opts, session_key)
+    remember(ledger, "engine_key", engine_key)
+    remember(ledger, f"run_token:{run.run_id}", run.token)
+    env = CertifyEnv(
+        opts, opts.root, daemon, model_ref, model_id, runtime_id, run, engine_url, engine_key, fake, body, [run], ledger
+    )
     facts = {
         "engine": opts.engine,
         "launcher": opts.launcher,

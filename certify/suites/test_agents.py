@@ -5,7 +5,7 @@ tools, images, action items and an over-budget request are refused before anythi
 
 Codex (``harness.agents.codex_install.CODEX_VERSION``): on the session's engine (fake or real SGLang) one
 turn completes without a protocol error. On a private scripted fake engine behind a private gateway
-(``agents_rig``): a task with two tool round trips (read a file, then change it) leaves the right file
+(``certify.kit.agents``): a task with two tool round trips (read a file, then change it) leaves the right file
 contents, every continuation carries the full history with ``store=false`` and no
 ``previous_response_id``, and tool-call ids round-trip; a cancel mid-stream ends the run and frees the
 engine slot; a context-limit refusal ends the run after exactly one request (no retry storm).
@@ -27,11 +27,12 @@ from typing import Any
 import httpx
 import pytest
 
+from certify.kit.agents import AgentRig, rig_lock
+from certify.kit.probes import evidence_rows, read_evidence
 from certify.model_facts import not_applicable
 from certify.registry import check
 from certify.session import CertifyEnv
 from certify.suites._prompt_cases import RESPONSES, SAMPLING_KEYS, gateway_prompt_tokens
-from certify.suites.agents_rig import AgentRig, rig_lock
 from gateway.sse import parse_events
 from harness.agents.codex_home import CodexBinding
 from harness.agents.codex_install import CodexInstall, find_codex
@@ -104,17 +105,6 @@ def _codex_run(
 # -- model-call ---------------------------------------------------------------------------------------
 
 
-def _evidence_rows(env: CertifyEnv, binding_id: str, *, at_least: int, timeout_s: float = 10.0) -> list[dict[str, Any]]:
-    """The gateway's evidence rows of one binding (written by a background writer: wait for ``at_least``)."""
-    path = env.root.path / "inference" / "gateway" / "evidence" / f"{binding_id}.requests.jsonl"
-    deadline = time.monotonic() + timeout_s
-    while True:
-        rows = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()] if path.exists() else []
-        if len(rows) >= at_least or time.monotonic() > deadline:
-            return rows
-        time.sleep(0.05)
-
-
 @check("agents.model_call.text", description="one Responses request through the binding: text, status, usage")
 def test_model_call_text(certify_env: CertifyEnv, certify_record: Any) -> None:
     # a run of its own: its evidence file counts the physical requests (the engine is shared under xdist)
@@ -125,7 +115,7 @@ def test_model_call_text(certify_env: CertifyEnv, certify_record: Any) -> None:
     certify_record.metric("output_tokens", res.usage.get("output_tokens"))
     assert res.status in ("completed", "incomplete")
     assert res.usage.get("input_tokens", 0) > 0 and 0 < res.usage.get("output_tokens", 0) <= 16
-    rows = _evidence_rows(certify_env, run.binding_id, at_least=1)
+    rows = evidence_rows(certify_env.root.gateway_dir, run.binding_id)
     certify_record.detail("physical_requests", len(rows))
     assert len(rows) == 1, rows  # exactly one request, no retry
     certify_env.delete_run(run)
@@ -146,7 +136,7 @@ def test_model_call_refusals(certify_env: CertifyEnv, certify_record: Any) -> No
             build_request(run.wire_model, prompt, cap, budget)
         assert err.value.code == code
     certify_record.detail("refused", len(cases))
-    assert _evidence_rows(certify_env, run.binding_id, at_least=0) == []  # nothing was sent
+    assert read_evidence(certify_env.root.gateway_dir, run.binding_id) == []  # nothing was sent
     certify_env.delete_run(run)
 
 
@@ -159,7 +149,7 @@ def test_model_call_refusals(certify_env: CertifyEnv, certify_record: Any) -> No
 )
 def test_codex_turn(certify_env: CertifyEnv, certify_record: Any, codex: CodexInstall, rig_factory: Any, tmp_path: Path) -> None:
     """On real SGLang the session's endpoint answers; the fake's generated text never ends a turn, so on the
-    fake a private scripted fake answers (``agents_rig``). A failed turn (Codex's ``turn.failed`` / ``error``:
+    fake a private scripted fake answers (``certify.kit.agents``). A failed turn (Codex's ``turn.failed`` / ``error``:
     a ``response.incomplete`` or ``response.failed``, a protocol error) or an empty answer fails the check.
     A model that cannot end a turn (the model-fixture catalog's ``natural_stop`` is not applicable: a random
     checkpoint) is shown as such: the turn must then end at the lock's budget without a protocol error."""

@@ -7,7 +7,7 @@ model and prompt set (:mod:`fixtures.reference`). The session computes it before
 Checks:
 
 - ``correctness.parity.{chat,responses}``: greedy parity on eight fixed prompts, 32 tokens each, compared
-  token by token (:func:`certify.suites._support_correctness.compare_greedy`, the method of SGLang's and
+  token by token (:func:`certify.kit.correctness.compare_greedy`, the method of SGLang's and
   vLLM's ``check_logprobs_close``), with the engine's logprobs and top-5 asked through the gateway;
 - ``correctness.prompt_tokens``: the prompt token count the engine reports equals the reference tokenizer's
   ``apply_chat_template`` ids, for every prompt on both APIs;
@@ -15,7 +15,7 @@ Checks:
 - ``correctness.natural_stop``: where the reference ends its turn on the end-of-turn token, the engine ends
   it too (finish_reason ``stop`` / status ``completed``, the same last token);
 - ``correctness.eval``: 22 short questions with one-word answers, scored on the engine and the reference by
-  normalised exact match (:func:`certify.suites._support_correctness.answer_matches`: NFKC, case-folded,
+  normalised exact match (:func:`certify.kit.correctness.answer_matches`: NFKC, case-folded,
   punctuation dropped; an accepted answer occurs as whole words in the answer's first line, so "The capital of
   France is Paris." is right and "Parisian" is not); the engine may not score below the reference minus
   :data:`EVAL_MARGIN`, and where the model can answer questions the reference must answer at least
@@ -53,6 +53,16 @@ from typing import Any
 import httpx
 import pytest
 
+from certify.kit.correctness import (
+    Comparison,
+    EngineToken,
+    TokenKeys,
+    answer_matches,
+    chat_tokens,
+    compare_greedy,
+    responses_tokens,
+)
+from certify.kit.requests import gw_post
 from certify.reference_set import (
     EVAL_SET,
     EVAL_TOKENS,
@@ -68,16 +78,6 @@ from certify.reference_set import (
 )
 from certify.registry import check
 from certify.session import CertifyEnv
-from certify.suites._support_correctness import (
-    Comparison,
-    EngineToken,
-    TokenKeys,
-    answer_matches,
-    chat_tokens,
-    compare_greedy,
-    responses_tokens,
-)
-from certify.suites._support_protocol import gw_post
 from fixtures.reference import ReferenceRunV1
 
 MATCH_TOL = 0.25
@@ -243,7 +243,7 @@ def test_question_set(bench: Bench, eval_ref: ReferenceRunV1, certify_record: An
     score = {"engine": sum(engine_ok), "reference": sum(ref_ok), "items": len(EVAL_SET), "margin": EVAL_MARGIN}
     certify_record.metric("correctness_eval", score)
     certify_record.detail("score", score)
-    certify_record.detail("match", "normalised exact match (certify.suites._support_correctness.answer_matches)")
+    certify_record.detail("match", "normalised exact match (certify.kit.correctness.answer_matches)")
     certify_record.detail(
         "answers",
         [

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from certify.kit.faults import MODE_CHECKS, fault_kind
 from certify.registry import all_checks, check
-from certify.suites._support_faults import MODE_CHECKS, fault_kind
 from fixtures.fake_sglang.faults import FAULT_NAMES
 
 _fault_kind = fault_kind("catalogue")

@@ -2,7 +2,7 @@
 
 On the fake engine each check uses the fake's fault mode; on real SGLang the fault proxy between a private
 gateway and the session's engine causes the same fault on the real engine's bytes (see
-:mod:`certify.suites._support_faults`). Both assert the same outcome: what the client receives (status, our
+:mod:`certify.kit.faults`). Both assert the same outcome: what the client receives (status, our
 error code, a broken or clean stream), the evidence row (status, error code), nothing left held, and the same
 front serving again once the fault is cleared.
 """
@@ -13,21 +13,12 @@ from typing import Any
 
 import pytest
 
+from certify.kit.faults import FAKE, MODE_CHECKS, SHORT_TIMEOUT_MS, FaultSite, fault_kind, row, serves
+from certify.kit.probes import engine_load
+from certify.kit.requests import chat_body
+from certify.kit.streams import RawStream, client_gone
 from certify.registry import check
 from certify.session import CertifyEnv
-from certify.suites._support_engines import RawStream, chat_body, close_held_stream, engine_running, evidence_rows
-from certify.suites._support_faults import (
-    FAKE,
-    MODE_CHECKS,
-    SHORT_TIMEOUT_MS,
-    FaultSite,
-    engine_proxy_fixture,  # noqa: F401 (the fixture ``engine_proxy``)
-    fault_kind,
-    fault_site_fixture,  # noqa: F401 (the fixture ``fault_site``)
-    gateway_dir,
-    row,
-    serves,
-)
 from fixtures.fault_proxy import ProxyFault
 
 pytestmark = pytest.mark.exclusive_engine  # on SGLang every check here sends through the session's engine
@@ -89,27 +80,20 @@ def test_ignore_aborts(fault_site: FaultSite, certify_record: Any) -> None:
         state = front.fake.state()
         certify_record.detail("engine_leaked_slots", state["leaked_slots"])
         # The leak stays visible to a saturation monitor: the engine reports a running request that nobody holds.
-        assert state["leaked_slots"] == 1 and engine_running(front.engine_url, front.engine_key_headers) == 1
+        assert state["leaked_slots"] == 1 and engine_load(front.engine_url, front.engine_key_headers) == 1
 
 
 @check("faults.client_disconnect.upstream_aborted", description="client gone mid-stream: engine request aborted, permit freed")
 def test_client_disconnect(certify_env: CertifyEnv, certify_record: Any) -> None:
     env = certify_env
-    run = env.new_run()
-    try:
-        busy, freed_ms = close_held_stream(env, run)
-        certify_record.metric("disconnect_slot_free_ms", round(freed_ms, 1))
-        certify_record.detail("engine_load_before_close", busy)
-        rows = evidence_rows(gateway_dir(env), run.binding_id)
+    with client_gone(env) as gone:
+        certify_record.metric("disconnect_slot_free_ms", round(gone.freed_ms, 1))
+        certify_record.detail("engine_load_before_close", gone.busy)
         certify_record.detail("client", {"status": 200, "closed_by_client": True})
-        certify_record.detail("evidence", {k: rows[-1].get(k) for k in ("status", "error_code", "http_status")})
-        certify_record.detail("recovery_ms", round(freed_ms, 1))
-        assert rows[-1]["status"] == "cancelled" and rows[-1]["error_code"] is None
-        assert freed_ms <= 5000, f"the engine slot was freed {freed_ms:.0f} ms after the client went away"
+        certify_record.detail("evidence", {k: gone.row.get(k) for k in ("status", "error_code", "http_status")})
+        certify_record.detail("recovery_ms", round(gone.freed_ms, 1))
+        assert gone.row["status"] == "cancelled" and gone.row["error_code"] is None
+        assert gone.freed_ms <= 5000, f"the engine slot was freed {gone.freed_ms:.0f} ms after the client went away"
         if env.fake is not None:
             assert env.fake.state()["num_aborted_requests"] >= 1
-        assert serves(run.base_url, run.headers(), run.wire_model) == 200  # the gateway permit is free again
-    finally:
-        if env.fake is not None:
-            env.fake.reset()
-        env.delete_run(run)
+        assert serves(gone.run.base_url, gone.run.headers(), gone.run.wire_model) == 200  # the gateway permit is free again

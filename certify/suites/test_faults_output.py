@@ -3,7 +3,7 @@ too large.
 
 On the fake engine each check uses the fake's fault mode; on real SGLang the fault proxy between a private
 gateway and the session's engine changes the real engine's bytes the same way (see
-:mod:`certify.suites._support_faults`). Both assert the same outcome: what the client receives, the evidence
+:mod:`certify.kit.faults`). Both assert the same outcome: what the client receives, the evidence
 row, nothing left held, and the same front serving again once the fault is cleared.
 """
 
@@ -14,16 +14,9 @@ from typing import Any
 
 import pytest
 
+from certify.kit.faults import MODE_CHECKS, FaultSite, fault_kind, row
+from certify.kit.requests import chat_body
 from certify.registry import check
-from certify.suites._support_engines import chat_body
-from certify.suites._support_faults import (
-    MODE_CHECKS,
-    FaultSite,
-    engine_proxy_fixture,  # noqa: F401 (the fixture ``engine_proxy``)
-    fault_kind,
-    fault_site_fixture,  # noqa: F401 (the fixture ``fault_site``)
-    row,
-)
 from fixtures.fault_proxy import FaultProxy, ProxyFault
 
 pytestmark = pytest.mark.exclusive_engine  # on SGLang every check here sends through the session's engine

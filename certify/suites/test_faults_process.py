@@ -25,37 +25,27 @@ from typing import Any
 import httpx
 import pytest
 
-from certify.registry import check
-from certify.session import CertifyEnv, RunHandle
-from certify.suites._support_engines import (
-    PrivateDaemon,
-    RawStream,
-    chat_body,
-    evidence_rows,
-    hold_stream,
-    kill_pid,
-    pid_alive,
-    private_daemon_fixture,  # noqa: F401 (the fixture ``private_daemon``)
-    session_lock,
-    wait_until,
-)
-from certify.suites._support_faults import (
+from certify.kit.daemon import PrivateDaemon
+from certify.kit.faults import (
     IDLE_GROUP_KILL,
     MODE_CHECKS,
     SHORT_TIMEOUT_MS,
     FaultFront,
     FaultSite,
     assert_crashed,
-    engine_proxy_fixture,  # noqa: F401 (the fixture ``engine_proxy``)
     failed_event,
     fault_kind,
-    fault_site_fixture,  # noqa: F401 (the fixture ``fault_site``)
     revoked,
     row,
     sealed_inference_id,
     serves,
     stream,
 )
+from certify.kit.probes import evidence_rows, kill_pid, pid_alive, session_lock, wait_until
+from certify.kit.requests import chat_body
+from certify.kit.streams import RawStream, hold_stream
+from certify.registry import check
+from certify.session import CertifyEnv, RunHandle
 from fixtures.process_faults import (
     frozen,
     group_alive,

@@ -19,15 +19,8 @@ from typing import Any
 import psutil
 import pytest
 
-from certify.registry import check
-from certify.session import fake_engine_image
-from certify.suites._support_engines import (
-    PrivateDaemon,
-    kill_pid,
-    private_daemon_fixture,  # noqa: F401 (the fixture ``private_daemon``)
-    wait_until,
-)
-from certify.suites._support_faults import (
+from certify.kit.daemon import PrivateDaemon
+from certify.kit.faults import (
     IDLE_GROUP_KILL,
     MODE_CHECKS,
     assert_crashed,
@@ -36,6 +29,9 @@ from certify.suites._support_faults import (
     sealed_inference_id,
     service_failure_code,
 )
+from certify.kit.probes import kill_pid, wait_until
+from certify.registry import check
+from certify.session import fake_engine_image
 from fixtures.process_faults import kill_group
 from harness.errors import HitchError
 

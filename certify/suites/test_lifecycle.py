@@ -3,7 +3,7 @@ daemon that died is cleaned up after by the next one (spec §8.2, §9.1, §9.3).
 
 - reuse and cancel run on the session's shared service (new runs on it, deleted afterwards);
 - idle stop and recovery need a daemon with a short idle TTL that may be SIGKILLed: the private daemon of
-  :mod:`certify.suites._support_engines` (its own HITCH_ROOT, the session's engine). On a real engine the
+  :mod:`certify.kit.stack` (its own HITCH_ROOT, the session's engine). On a real engine the
   recovery check reuses the engine the faults suite left running, and the idle-stop check reuses the one
   the recovery check started, so the real engine starts as few times as possible.
 
@@ -20,18 +20,12 @@ from typing import Any
 import httpx
 import pytest
 
+from certify.kit.daemon import PrivateDaemon
+from certify.kit.probes import kill_pid, pid_alive, wait_until
+from certify.kit.requests import chat_body
+from certify.kit.streams import client_gone
 from certify.registry import check
 from certify.session import CertifyEnv, RunHandle
-from certify.suites._support_engines import (
-    PrivateDaemon,
-    chat_body,
-    close_held_stream,
-    evidence_rows,
-    kill_pid,
-    pid_alive,
-    private_daemon_fixture,  # noqa: F401 (the fixture ``private_daemon``)
-    wait_until,
-)
 
 CANCEL_BOUND_S = 5.0
 IDLE_GRACE_S = 10.0
@@ -112,20 +106,12 @@ def test_reuse_no_second_engine(reuse: dict[str, Any], certify_record: Any) -> N
 @pytest.mark.exclusive_engine
 @check("lifecycle.cancel.slot_freed", description="a cancelled stream frees its engine slot within 5 s")
 def test_cancel_frees_slot(certify_env: CertifyEnv, certify_record: Any) -> None:
-    env = certify_env
-    run = env.new_run()
-    try:
-        _, freed = close_held_stream(env, run)
-        freed_ms = round(freed, 1)
+    with client_gone(certify_env) as gone:
+        freed_ms = round(gone.freed_ms, 1)
         _record(certify_record, "cancel_slot_free_ms", freed_ms)
-        rows = evidence_rows(env.root.gateway_dir, run.binding_id)
-        certify_record.detail("evidence_status", rows[-1]["status"])
-        assert rows[-1]["status"] == "cancelled"
+        certify_record.detail("evidence_status", gone.row["status"])
+        assert gone.row["status"] == "cancelled"
         assert freed_ms <= CANCEL_BOUND_S * 1000
-    finally:
-        if env.fake is not None:
-            env.fake.reset()
-        env.delete_run(run)
 
 
 # -- recovery (private daemon) ---------------------------------------------------------------------------
@@ -230,7 +216,7 @@ def test_idle_stop_after_ttl(private_daemon: PrivateDaemon, certify_record: Any)
     assert idle_stop_s <= ttl_s + IDLE_GRACE_S
 
     def epoch_events() -> list[str] | None:  # the manager logs "stopped" once the engine's resources are released
-        names = [e.event for e in daemon.events(run.service_id) if e.epoch == run.epoch]
+        names: list[str] = [e.event for e in daemon.events(run.service_id) if e.epoch == run.epoch]
         return names if "inference.stopped" in names else None
 
     events = wait_until(epoch_events, 10.0, interval_s=0.05, what="the epoch's inference.stopped event")

@@ -5,8 +5,9 @@ tricks on the allowed ones answer 404 ``inference_route_unavailable`` with our e
 engine none of them reaches the engine), run tokens (missing, malformed or wrong → 401
 ``inference_token_invalid``; run A's token is useless on run B's binding; a deleted run's token is refused
 with its code), headers (the caller's ``Authorization``, ``x-api-key``, cookies and proxy headers never
-reach the engine; the engine key is injected by the gateway), and a secrets scan (no engine key, admin key
-or run token in any file under HITCH_ROOT except the 0600 files of ``private`` folders, nor in any log), and
+reach the engine; the engine key is injected by the gateway), and a secrets scan run at session end, after
+every other check (no engine key, admin key or run token in any file under HITCH_ROOT except the 0600 files
+of ``private`` folders, nor in any log: :mod:`certify.secrets_scan`), and
 an engine that serves with the network cut (``security.network.engine_offline``, spec §8.2/§11.2).
 """
 
@@ -14,20 +15,19 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import secrets
-import stat
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 
+from catalog.evidence import EVIDENCE_DIR
+from certify.kit.probes import session_lock
+from certify.kit.requests import gw_post
 from certify.offline_engine import run_offline
-from certify.registry import check
-from certify.session import CertifyEnv, RunHandle
-from certify.suites._support_engines import session_lock
-from certify.suites._support_protocol import gw_post
+from certify.registry import at_session_end, check
+from certify.secrets_scan import ScanResult, scan_files, session_secrets
+from certify.session import CertifyEnv, RunHandle, SessionEnd
 
 ROUTE_CODE = "inference_route_unavailable"
 TOKEN_CODE = "inference_token_invalid"
@@ -362,99 +362,35 @@ def test_engine_key_injected(certify_env: CertifyEnv, certify_record: Any) -> No
     assert certify_env.engine_key not in via_gateway.text
 
 
-# -- secrets scan (kept last in the module: it looks at what the tests above left behind) ----------------------
+# -- secrets scan: at session end, after every other check (certify.secrets_scan) --------------------------
 
 
-def _secrets(env: CertifyEnv) -> dict[str, str]:
-    out = {"engine_key": env.engine_key}
-    admin = env.root.private_dir(env.run.service_id) / "admin-api-key"
-    if admin.exists():
-        out["admin_key"] = admin.read_text(encoding="utf-8").strip()
-    for run in env.runs:
-        out[f"run_token:{run.run_id}"] = run.token
-    return {k: v for k, v in out.items() if len(v) >= 8}
-
-
-def _is_log(path: Path) -> bool:
-    return path.suffix in (".log", ".jsonl") or ".log." in path.name
-
-
-def _files(env: CertifyEnv) -> list[Path]:
-    """Every regular file under the root, except the installed runtime environments (GBs of wheels and
-    interpreters, written at install time before any key or token of this session existed), and every
-    evidence file kept so far in the run's evidence store (it is published with the entry)."""
-    root = env.root.path
-    skip = env.root.runtime_envs
-    out: list[Path] = []
-    for top in (root, env.options.report_dir / "evidence"):
-        for dirpath, dirnames, filenames in os.walk(top):
-            here = Path(dirpath)
-            dirnames[:] = [d for d in dirnames if here / d != skip]
-            out.extend(here / f for f in filenames if not (here / f).is_symlink() and (here / f).is_file())
-    return sorted(out)
-
-
-def _rel(env: CertifyEnv, path: Path) -> Path:
-    for top in (env.root.path, env.options.report_dir):
-        if path.is_relative_to(top):
-            return path.relative_to(top)
-    return path
-
-
-def _scan(env: CertifyEnv, logs_only: bool) -> tuple[list[str], int, list[str]]:
-    """(hits "file: secret names", files scanned, files skipped as too large or removed while scanning).
-
-    Other checks run beside this one (xdist workers): a run that ends removes its 0600 token file between
-    the listing and the read. A file that is gone holds nothing at rest; it is named in the skipped list."""
-    needles = {name: value.encode() for name, value in _secrets(env).items()}
-    hits: list[str] = []
-    skipped: list[str] = []
-    scanned = private_hits = 0
-    for path in _files(env):
-        rel = _rel(env, path)
-        log = _is_log(path)
-        if logs_only != log:  # the two checks split the files: logs, and everything else
-            continue
-        try:
-            st = path.stat()
-            if st.st_size > 256 << 20:
-                skipped.append(f"{rel} (too large)")
-                continue
-            data = path.read_bytes()
-        except FileNotFoundError:
-            skipped.append(f"{rel} (removed while scanning)")
-            continue
-        mode = stat.S_IMODE(st.st_mode)
-        exempt = not log and mode == 0o600 and "private" in rel.parts
-        scanned += 1
-        found = [name for name, needle in needles.items() if needle in data]
-        if found and exempt:
-            private_hits += 1
-        elif found:
-            hits.append(f"{rel} ({oct(mode)}): {', '.join(sorted(found))}")
-    if not logs_only:  # the needles are right: the private files that should hold them do
-        assert private_hits > 0, "no 0600 private file holds any of the secrets: the scan looks for the wrong bytes"
-    return hits, scanned, skipped
+def _secrets_scan(end: SessionEnd, *, logs: bool) -> tuple[dict[str, str], ScanResult]:
+    secrets_known = session_secrets(end.ledger, end.root, end.facts.get("service_id"))
+    evidence_dir = end.options.report_dir / EVIDENCE_DIR
+    return secrets_known, scan_files(end.root, evidence_dir, secrets_known, logs=logs, leave_out=(end.ledger,))
 
 
 @check("security.secrets.files", description="no engine key or run token in non-log files under HITCH_ROOT but 0600 private ones")
-def test_secrets_in_files(certify_env: CertifyEnv, certify_record: Any) -> None:
-    hits, scanned, skipped = _scan(certify_env, logs_only=False)
-    certify_record.detail("files_scanned", scanned)
-    certify_record.detail("secrets_looked_for", sorted(_secrets(certify_env)))
-    certify_record.detail("skipped", skipped[:20])
-    assert not hits, f"secrets found outside the 0600 private files: {hits[:10]}"
+@at_session_end
+def secrets_in_files(end: SessionEnd, certify_record: Any) -> None:
+    secrets_known, found = _secrets_scan(end, logs=False)
+    certify_record.detail("files_scanned", len(found.scanned))
+    certify_record.detail("secrets_looked_for", sorted(secrets_known))
+    certify_record.detail("skipped", found.skipped[:20])
+    # the needles are right: the private files that should hold them do
+    assert found.private_hits > 0, "no 0600 private file holds any of the secrets: the scan looks for the wrong bytes"
+    assert not found.hits, f"secrets found outside the 0600 private files: {found.hits[:10]}"
 
 
 @check("security.secrets.logs", description="no engine key or run token in the daemon, engine or gateway logs")
-def test_secrets_in_logs(certify_env: CertifyEnv, certify_record: Any) -> None:
-    daemon_log = certify_env.root.daemon_dir / "daemon.log"
-    assert daemon_log.exists(), "no daemon log under the root"
-    hits, scanned, _ = _scan(certify_env, logs_only=True)
-    logs = [str(_rel(certify_env, p)) for p in _files(certify_env) if _is_log(p)]
-    certify_record.detail("logs", logs[:50])
-    certify_record.detail("logs_scanned", scanned)
-    assert not hits, f"secrets found in logs: {hits[:10]}"
+@at_session_end
+def secrets_in_logs(end: SessionEnd, certify_record: Any) -> None:
+    assert (end.root.daemon_dir / "daemon.log").exists(), "no daemon log under the root"
+    _, found = _secrets_scan(end, logs=True)
+    certify_record.detail("logs", found.scanned[:50])
+    certify_record.detail("logs_scanned", len(found.scanned))
+    assert not found.hits, f"secrets found in logs: {found.hits[:10]}"
 
 
 def _container_networks(container_id: str) -> dict[str, bool]:

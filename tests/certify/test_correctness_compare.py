@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from certify.suites._support_correctness import EngineToken, TokenKeys, answer_matches, answer_words, compare_greedy
+from certify.kit.correctness import EngineToken, TokenKeys, answer_matches, answer_words, compare_greedy
 from fixtures.reference import ReferencePromptResult, TokenLogprob
 
 

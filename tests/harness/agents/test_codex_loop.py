@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from certify.suites.agents_rig import AgentRig
+from certify.kit.agents import AgentRig
 from harness.agents.codex_home import CodexBinding
 from harness.agents.codex_install import CodexInstall
 from harness.agents.codex_runner import CodexRun

@@ -1,28 +1,24 @@
-"""Helpers for the protocol and security suites: gateway calls, SSE parsing, usage rules, engine load.
+"""Requests through a run's gateway and what their answers must satisfy (the protocol and security suites).
 
-Owns what both suites repeat: a request through a run's gateway URL (:func:`gw_post`, :func:`gw_stream`),
-the usage consistency rules for Responses and chat
-(:func:`responses_usage_problems`, :func:`chat_usage_problems`), how many requests the engine is running
-(:func:`engine_running`: the fake's control API, or real SGLang's ``/v1/loads`` / ``/metrics``), the gateway
-evidence row of one request (:func:`evidence_row`), and a private scripted fake engine behind its own
-gateway (:class:`ScriptedGateway`) for the checks that need a known model answer (a tool call, an empty
-output) — the shared engine is never given a script.
+Owns a request through a run's gateway URL (:func:`gw_post`, :func:`gw_stream`) and the chat body the
+other suites send (:func:`chat_body`), the usage consistency rules for Responses and chat
+(:func:`responses_usage_problems`, :func:`chat_usage_problems`), how many requests the session's engine is
+running (:func:`engine_running`: the fake's own count, or :func:`~certify.kit.probes.engine_load`), the
+gateway evidence row of one request (:func:`evidence_row`), and the forced tool call a model must make
+(:data:`FORECAST_TOOL`, :func:`arguments_problem`, :func:`chat_stream_calls`). A scripted private engine is
+:func:`certify.kit.stack.scripted_stack`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
+import jsonschema  # type: ignore[import-untyped,unused-ignore]
 
+from certify.kit.probes import engine_load, read_evidence, wait_for
 from certify.session import CertifyEnv, RunHandle
-from fixtures.fake_sglang.client import FakeEngineProcess, start_fake_engine
 from gateway.sse import parse_events
 
 __all__ = [
@@ -31,9 +27,8 @@ __all__ = [
     "FORECAST_SCHEMA",
     "FORECAST_TOOL",
     "OTHER_TOOL",
-    "REPO",
-    "ScriptedGateway",
     "arguments_problem",
+    "chat_body",
     "chat_stream_calls",
     "chat_usage_problems",
     "engine_running",
@@ -41,11 +36,8 @@ __all__ = [
     "gw_post",
     "gw_stream",
     "responses_usage_problems",
-    "scripted_gateway",
-    "wait_for",
 ]
 
-REPO = Path(__file__).resolve().parents[2]
 TIMEOUT = httpx.Timeout(300.0, connect=10.0)
 
 
@@ -115,50 +107,28 @@ def chat_usage_problems(usage: Any) -> list[str]:
     return problems
 
 
-def wait_for(predicate: Callable[[], bool], timeout_s: float, interval_s: float = 0.05) -> bool:
-    """Poll ``predicate`` until it holds or ``timeout_s`` passes; its last answer."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if predicate():
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(interval_s)
+def chat_body(model: str, *, stream: bool, max_tokens: int | None = 8, content: str = "hello") -> dict[str, Any]:
+    body: dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": content}], "stream": stream}
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    return body
 
 
 def engine_running(env: CertifyEnv) -> int:
-    """Requests the engine is running or queueing now (looked at behind the gateway)."""
+    """Requests the engine is running or queueing now (looked at behind the gateway; the fake's own count is exact)."""
     if env.fake is not None:
         state = env.fake.state()
         return int(state["num_running_reqs"]) + int(state["num_queue_reqs"])
-    r = httpx.get(env.engine_url + "/v1/loads", headers=env.engine_headers(), timeout=30)
-    if r.status_code == 200:
-        loads = r.json().get("loads") or []
-        return sum(int(x.get("num_running_reqs", 0)) + int(x.get("num_waiting_reqs", 0)) for x in loads)
-    r = httpx.get(env.engine_url + "/metrics", headers=env.engine_headers(), timeout=30)
-    r.raise_for_status()
-    total = 0.0
-    for line in r.text.splitlines():
-        if line.startswith(("sglang:num_running_reqs", "sglang:num_queue_reqs")):
-            total += float(line.rsplit(" ", 1)[1])
-    return int(total)
+    return engine_load(env.engine_url, env.engine_headers())
 
 
 def evidence_row(env: CertifyEnv, run: RunHandle, request_id: str, timeout_s: float = 10.0) -> dict[str, Any] | None:
     """The gateway's evidence row for ``request_id`` (rows are flushed in the background)."""
-    path = env.root.path / "inference" / "gateway" / "evidence" / f"{run.binding_id}.requests.jsonl"
     found: list[dict[str, Any]] = []
 
     def look() -> bool:
-        if not path.exists():
-            return False
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                row = json.loads(line)
-                if row.get("request_id") == request_id:
-                    found.append(row)
-                    return True
-        return False
+        found[:] = [row for row in read_evidence(env.root.gateway_dir, run.binding_id) if row.get("request_id") == request_id]
+        return bool(found)
 
     wait_for(look, timeout_s)
     return found[0] if found else None
@@ -192,8 +162,6 @@ FORCED_PROMPT = "What is the weather forecast in Paris, in celsius?"
 
 def arguments_problem(arguments: Any) -> str | None:
     """Why ``arguments`` (a call's JSON string) does not validate against the forced tool's schema, or None."""
-    import jsonschema  # type: ignore[import-untyped,unused-ignore]
-
     try:
         jsonschema.validate(json.loads(arguments), FORECAST_SCHEMA)
     except (TypeError, ValueError, jsonschema.ValidationError) as exc:
@@ -216,72 +184,3 @@ def chat_stream_calls(raw: bytes) -> tuple[list[dict[str, str]], str]:
                 call["arguments"] += fn.get("arguments") or ""
             finish = choice.get("finish_reason") or finish
     return [calls[i] for i in sorted(calls)], finish
-
-
-# -- a private scripted fake engine behind its own gateway ---------------------------------------------------
-
-
-@dataclass
-class ScriptedGateway:
-    """A fake engine started with ``--fake-script`` and a gateway (own loop thread) bound to it."""
-
-    run: RunHandle
-    engine: FakeEngineProcess
-
-    def ctl(self, method: str, path: str) -> Any:
-        return self.engine.ctl(method, path)
-
-    def state(self) -> dict[str, Any]:
-        return self.engine.state()
-
-
-@contextlib.contextmanager
-def scripted_gateway(env: CertifyEnv, turns: list[dict[str, Any]], workdir: Path) -> Iterator[ScriptedGateway]:
-    """A scripted fake engine (the session's model and sealed lock) behind a private gateway.
-
-    ``turns`` are the fake's script lines (``{"text": ...}`` or ``{"tool_calls": [...]}``), consumed one per
-    inference request. Everything lives under ``workdir`` (never under the session's HITCH_ROOT).
-    """
-    from gateway.bindings import UpstreamTarget
-    from gateway.server import GatewayConfig
-    from gateway.testing import GatewayThread
-    from harness.daemon.core import load_sealed_lock
-    from harness.engine.argv import parser_flags
-    from harness.store import model_files_dir
-
-    workdir.mkdir(parents=True, exist_ok=True)
-    script = workdir / "script.jsonl"
-    script.write_text("".join(json.dumps(t) + "\n" for t in turns), encoding="utf-8")
-    lock = load_sealed_lock(env.root, env.run.inference_id)
-    model_dir = model_files_dir(env.root, env.model_id)
-    served = env.run.wire_model
-    engine = start_fake_engine(model_dir, workdir, "--fake-script", str(script), *parser_flags(lock), served=served)
-    gateway: GatewayThread | None = None
-    try:
-        gateway = GatewayThread(GatewayConfig(state_dir=workdir / "gateway", metrics_port=None))
-        target = UpstreamTarget(
-            base_url=engine.base,
-            engine_key=engine.key,
-            service_id="svc-certify-scripted",
-            inference_id=lock.inference_id,
-            epoch=1,
-            lock=lock,
-            wire_model=served,
-            tokenizer_dir=model_dir,
-        )
-        record = gateway.register("certify-scripted", target)
-        run = RunHandle(
-            run_id=record.run_id,
-            binding_id=record.binding_id,
-            service_id=record.service_id,
-            inference_id=record.inference_id,
-            epoch=record.epoch,
-            base_url=record.base_url,
-            wire_model=record.wire_model,
-            token=gateway.token_of(record),
-        )
-        yield ScriptedGateway(run, engine)
-    finally:
-        if gateway is not None:
-            gateway.close()
-        engine.stop()

@@ -4,7 +4,7 @@ A network fault runs on a :class:`FaultFront`: one run whose upstream carries th
 
 - fake engine: the fake's own fault modes, on the session's shared engine (a run of its own) or, for a fault
   that needs a short request timeout or a small response cap, on a private fake engine behind a private
-  gateway (:class:`~certify.suites._support_engines.PrivateStack`);
+  gateway (:class:`~certify.kit.stack.PrivateStack`);
 - real SGLang: the fault proxy (:mod:`fixtures.fault_proxy`) between a private gateway (its own loop thread,
   the check's lock and response cap) and the session's real engine. One proxy serves the whole module; every
   proxy fault leaves the engine healthy (the proxy passes a client's close on to it), so no engine is started
@@ -28,20 +28,16 @@ from typing import Any
 import httpx
 import pytest
 
+from certify.kit.daemon import PrivateDaemon
+from certify.kit.probes import engine_load, evidence_rows, pid_alive, session_lock, wait_until
+from certify.kit.requests import chat_body
+from certify.kit.stack import PrivateStack, bind_upstream, queue_counts
 from certify.session import CertifyEnv, RunHandle
-from certify.suites._support_engines import (
-    PrivateDaemon,
-    PrivateStack,
-    bind_upstream,
-    chat_body,
-    engine_running,
-    evidence_rows,
-    queue_counts,
-    session_lock,
-    wait_until,
-)
 from fixtures.fault_proxy import FaultProxy, ProxyFault, start_fault_proxy
+from gateway.server import GatewayConfig
 from gateway.testing import GatewayThread
+from harness.service.state_store import ServiceStateStore
+from harness.store import model_files_dir
 
 __all__ = [
     "FAKE",
@@ -55,7 +51,6 @@ __all__ = [
     "fault_kind",
     "fault_site_fixture",
     "failed_event",
-    "gateway_dir",
     "revoked",
     "row",
     "sealed_inference_id",
@@ -87,10 +82,6 @@ MODE_CHECKS = {
 IDLE_GROUP_KILL = "idle_group_kill"
 SHORT_TIMEOUT_MS = 2000  # a held request ends on the lock's request timeout, not on the check's patience
 RESPONSE_CAP = 1 << 20
-
-
-def gateway_dir(env: CertifyEnv) -> Path:
-    return env.root.path / "inference" / "gateway"
 
 
 def serves(base_url: str, headers: dict[str, str], model: str) -> int:
@@ -180,7 +171,7 @@ class FaultFront:
 
     def engine_idle(self) -> None:
         """No request left running in the engine (SGLang's load snapshot lags: polled)."""
-        wait_until(lambda: engine_running(self.engine_url, self.engine_key_headers) == 0, 30.0, what="engine slot freed")
+        wait_until(lambda: engine_load(self.engine_url, self.engine_key_headers) == 0, 30.0, what="engine slot freed")
 
     def permits_released(self, acquired: int) -> None:
         """Every gateway permit of this front released exactly once (a private gateway only: the session
@@ -227,7 +218,7 @@ def fault_front(
         try:
             yield FaultFront(
                 env, run.base_url, run.token, run.wire_model, env.engine_url, env.engine_headers(), run.binding_id,
-                gateway_dir(env), fake=env.fake,
+                env.root.gateway_dir, fake=env.fake,
             )  # fmt: skip
         finally:
             env.fake.reset()
@@ -237,20 +228,18 @@ def fault_front(
     if env.engine == "fake":
         execution = lock.execution.model_copy(update={**updates, "max_running_requests": 1})
         stack = PrivateStack.start(
-            env, workdir, lock.model_copy(update={"execution": execution}), max_response_bytes=RESPONSE_CAP
-        )
+            model_files_dir(env.root, lock.model_id), workdir, lock.model_copy(update={"execution": execution}),
+            max_running=1, max_response_bytes=RESPONSE_CAP,
+        )  # fmt: skip
         try:
             yield FaultFront(
-                env, stack.base_url, stack.token, stack.wire_model, stack.engine_url, stack.engine_headers(),
-                stack.binding_id, stack.state_dir, fake=stack.control, gateway=stack.gateway,
+                env, stack.run.base_url, stack.run.token, stack.run.wire_model, stack.engine.base, stack.engine_headers(),
+                stack.run.binding_id, stack.state_dir, fake=stack.engine.control, gateway=stack.gateway,
             )  # fmt: skip
         finally:
             stack.close()
         return
     assert proxy is not None and proxy.alive()
-    from gateway.server import GatewayConfig
-    from harness.store import model_files_dir
-
     proxy.clear()
     proxy.wait(lambda s: s.open_connections == 0, what="the previous check's connections to close")
     proxy.forget()
@@ -301,7 +290,6 @@ def failed_event(
 
 def service_failure_code(daemon: PrivateDaemon, inference_id: str, timeout_s: float) -> str | None:
     """The failure code the supervisor recorded for any service of ``inference_id`` (None if none failed)."""
-    from harness.service.state_store import ServiceStateStore
 
     def found() -> str | None:
         if not daemon.root.services.is_dir():
@@ -338,8 +326,6 @@ def assert_crashed(
     daemon: PrivateDaemon, run: RunHandle, pid: int, code: str, need: tuple[str, ...] = ("code",)
 ) -> dict[str, Any]:
     """The epoch failed with ``code``, the service is failed or stopped, the binding revoked, the engine gone."""
-    from certify.suites._support_engines import pid_alive
-
     details = failed_event(daemon, run.service_id, run.epoch, timeout_s=30.0, need=need)
     assert details.get("code") == code, details
     record = daemon.record(run.service_id)

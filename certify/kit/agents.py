@@ -1,10 +1,10 @@
 """A private fake engine (scripted turns) behind a private in-process gateway, for the agents suite's
 tool-loop checks and tests/harness/agents (the session's shared engine cannot load a script).
 
-Owns :class:`AgentRig`: starts the fake engine with ``--fake-script FILE`` (the kit's launcher), a gateway with
-``capture="full"`` on its own event loop thread (the kit's rig),
-registers one run with a lock built for the tiny checkpoint at the given context, and exposes the run's
-base URL, token and the captured request bodies (what the engine received, in order).
+Owns :class:`AgentRig`: a :class:`~certify.kit.stack.PrivateStack` whose engine plays a script of model
+answers and whose gateway captures every exchange (``capture="full"``), on a lock built for the tiny
+checkpoint at the given context (:func:`rig_lock`); it exposes the run's base URL, token and the captured
+request bodies (what the engine received, in order).
 """
 
 from __future__ import annotations
@@ -13,9 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fixtures.fake_sglang.client import start_fake_engine
-from gateway.bindings import UpstreamTarget
-from gateway.server import GatewayConfig
+from certify.kit.probes import read_evidence
+from certify.kit.stack import PrivateStack, write_script
 from gateway.testing import GatewayThread
 from harness.contracts.lock import InferenceLockV1
 from harness.contracts.model import LocalModelManifestV1
@@ -39,43 +38,26 @@ def rig_lock(model: LocalModelManifestV1, context: int) -> InferenceLockV1:
 
 
 class AgentRig:
+    served = "rig-wire"
+
     def __init__(self, workdir: Path, model_dir: Path, lock: InferenceLockV1, script: list[dict[str, Any]], *extra: str) -> None:
-        workdir.mkdir(parents=True, exist_ok=True)
         self.workdir = workdir
         self.lock = lock
-        self.served = "rig-wire"
-        script_file = workdir / "script.jsonl"
-        script_file.write_text("".join(json.dumps(turn) + "\n" for turn in script), encoding="utf-8")
-        context = lock.execution.context_tokens_per_request
-        flags = ["--fake-script", str(script_file), *parser_flags(lock), *extra]
-        self.engine = start_fake_engine(model_dir, workdir, *flags, served=self.served, context=context)
-        self._gateway: GatewayThread | None = None
-        try:
-            self._gateway = GatewayThread(GatewayConfig(state_dir=workdir / "gateway", capture="full"))
-            target = UpstreamTarget(
-                base_url=self.engine.base,
-                engine_key=self.engine.key,
-                service_id="svc-agents-rig",
-                inference_id=lock.inference_id,
-                epoch=1,
-                lock=lock,
-                wire_model=self.served,
-                tokenizer_dir=model_dir,
-            )
-            self.record = self._gateway.register("run-agents-rig", target)
-        except BaseException:
-            self.close()
-            raise
-        self.token = self._gateway.token_of(self.record)
-        self.base_url = self.record.base_url
+        flags = ["--fake-script", str(write_script(workdir, script)), *parser_flags(lock), *extra]
+        self.stack = PrivateStack.start(
+            model_dir, workdir, lock, *flags, served=self.served, run_id="run-agents-rig", service_id="svc-agents-rig",
+            context=lock.execution.context_tokens_per_request, capture="full", metrics_port=0,
+        )  # fmt: skip
+        self.engine = self.stack.engine
+        self.token = self.stack.run.token
+        self.base_url = self.stack.run.base_url
 
     @property
     def gateway(self) -> GatewayThread:
-        assert self._gateway is not None
-        return self._gateway
+        return self.stack.gateway
 
     def ctl(self, method: str, path: str, **kw: Any) -> Any:
-        return self.engine.ctl(method, path, **kw)
+        return self.stack.ctl(method, path, **kw)
 
     def engine_requests(self) -> list[dict[str, Any]]:
         return self.engine.received()
@@ -83,7 +65,7 @@ class AgentRig:
     def captures(self) -> list[tuple[dict[str, Any], bytes]]:
         """(request body sent upstream, response bytes) of every forwarded request of one agent run, in turn order."""
         self.gateway.settle_evidence()
-        folder = self.workdir / "gateway" / "capture" / self.record.binding_id
+        folder = self.stack.state_dir / "capture" / self.stack.run.binding_id
         out: list[tuple[int, dict[str, Any], bytes]] = []
         for meta_path in folder.glob("*.meta.json"):
             base = meta_path.name[: -len(".meta.json")]
@@ -98,12 +80,7 @@ class AgentRig:
 
     def evidence_rows(self) -> list[dict[str, Any]]:
         self.gateway.settle_evidence()
-        path = self.gateway.gw.evidence.path_for(self.record.binding_id)
-        if not path.exists():
-            return []
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return read_evidence(self.stack.state_dir, self.stack.run.binding_id)
 
     def close(self) -> None:
-        if self._gateway is not None:
-            self._gateway.close()
-        self.engine.stop()
+        self.stack.close()

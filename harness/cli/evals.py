@@ -61,7 +61,17 @@ def run_cmd(
     tasks: Annotated[Path, typer.Argument(help="a Harbor task directory or a folder of them (e.g. fixtures/harbor_tasks)")],
     model: Annotated[str | None, typer.Option("--model", help="local/ALIAS or local/sha256:<hex>")] = None,
     inference: Annotated[str | None, typer.Option("--inference", help="a prepared inference id sha256:<hex>")] = None,
-    agent: Annotated[str, typer.Option("--agent", help="terminus-2 (host-side model calls) | oracle")] = "terminus-2",
+    agent: Annotated[
+        str,
+        typer.Option(
+            "--agent",
+            help="terminus-2 (model calls from Harbor's process) | oracle | any other Harbor agent "
+            "or module:Class (model calls from inside the trial container, through the eval network)",
+        ),
+    ] = "terminus-2",
+    agent_path: Annotated[
+        list[Path] | None, typer.Option("--agent-path", help="a folder put on Harbor's sys.path (for --agent module:Class)")
+    ] = None,
     env: Annotated[str, typer.Option("--env", help="Harbor environment: docker (others are refused)")] = "docker",
     attempts: Annotated[int, typer.Option("-k", "--n-attempts", help="trials per task")] = 1,
     concurrent: Annotated[int, typer.Option("-n", "--n-concurrent", help="trials at once")] = 2,
@@ -92,7 +102,8 @@ def run_cmd(
     body["capture"] = "metadata"
     if fake_script is not None:
         body["fake_flags"] = ["--fake-script", str(fake_script.resolve())]
-    options = EvalOptions(found, agent, env, attempts, concurrent, _kwargs(agent_kwarg or []), eval_id)
+    paths = [p.resolve() for p in agent_path or []]
+    options = EvalOptions(found, agent, env, attempts, concurrent, _kwargs(agent_kwarg or []), eval_id, agent_paths=paths)
     evaluation = HarborEvaluation(hroot, install, ensure_daemon(hroot), body, options)
 
     def progress(event: dict[str, Any]) -> None:

@@ -4,7 +4,9 @@ Harbor needs a newer Python than the project's, so it never runs in the hitch pr
 executed as ``<harbor venv>/bin/python harbor_driver.py`` and speaks JSON lines.
 
 - stdin, first line: ``{"trials": [{"name", "task_path", "trials_dir", "agent", "model_name", "base_url",
-  "api_key_env", "agent_kwargs", "overlays"}]}`` (no model fields for an agent that calls no model); then
+  "api_key_env", "env", "agent_kwargs", "overlays"}], "sys_path": [...]}`` (an in-container agent gets
+  ``env`` — Harbor's agent env, ``${VAR}`` resolved from this process's environment — instead of
+  ``base_url``/``api_key_env``); then
   any number of ``{"cancel": NAME}`` lines.
 - stdout: ``{"event": "started", "trial": NAME}`` when a trial's task begins, ``{"event": "finished",
   "trial": NAME, "reward": ..., "exception": ..., "cancelled": bool, "timing": {...}}`` when it ends, and
@@ -75,6 +77,7 @@ async def _one(spec: dict[str, Any]) -> dict[str, Any]:
             base_url=spec.get("base_url"),
             model_api_key_name=spec.get("api_key_env"),
             kwargs=spec.get("agent_kwargs") or {},
+            env=spec.get("env") or {},
         ),
         environment=EnvironmentConfig(type="docker", extra_docker_compose=[Path(p) for p in spec["overlays"]]),
     )
@@ -92,7 +95,9 @@ async def _main() -> int:
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     first = await reader.readline()
-    specs = json.loads(first)["trials"]
+    message = json.loads(first)
+    sys.path[:0] = message.get("sys_path") or []  # a custom agent's module (--agent module:Class)
+    specs = message["trials"]
     tasks = {s["name"]: asyncio.create_task(_one(s), name=s["name"]) for s in specs}
 
     async def listen() -> None:

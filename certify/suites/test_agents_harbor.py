@@ -38,7 +38,7 @@ import shutil
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import httpx
@@ -69,6 +69,7 @@ _TERMINUS_TURN = {
 }
 _VICTIM_NEEDLE = "calc.py"  # in fix-one-line's instruction only: the fake holds that trial's model requests
 _LOOPBACK = ("127.0.0.1", "::1", "localhost")
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _expected() -> bool:
@@ -330,12 +331,14 @@ def test_harbor_trial_container_reaches_only_its_binding(inside: dict[str, Any],
         assert foreign["status"] == 401 and foreign["code"] == "inference_token_invalid", foreign
 
 
-@check(
+def _scripted_check(check_id: str, description: str) -> Callable[[F], F]:
+    """A check that needs the fake engine's scripted turns or faults."""
+    return check(check_id, required=REQUIRED, engines=("fake",), reason=_FAKE_ONLY, description=description)
+
+
+@_scripted_check(
     "agents.harbor.cancel_isolated",
-    required=REQUIRED,
-    engines=("fake",),
-    reason=_FAKE_ONLY,
-    description="cancelling one Harbor trial mid-request frees its slot and leaves the other trial's requests "
+    "cancelling one Harbor trial mid-request frees its slot and leaves the other trial's requests "
     "and reward intact (needs Docker and Harbor)",
 )
 def test_harbor_cancel_mid_request_is_isolated(cancel: dict[str, Any], certify_record: Any) -> None:
@@ -356,13 +359,9 @@ def test_harbor_cancel_mid_request_is_isolated(cancel: dict[str, Any], certify_r
     assert victim["service"]["service_id"] == other["service"]["service_id"] == cancel["session"][0]
 
 
-@check(
+@_scripted_check(
     "agents.harbor.terminus_solves",
-    required=REQUIRED,
-    engines=("fake",),
-    reason=_FAKE_ONLY,
-    description="terminus-2 with the scripted terminus answers solves a local task through the gateway "
-    "(reward 1.0; needs Docker and Harbor)",
+    "terminus-2 with the scripted terminus answers solves a local task through the gateway (reward 1.0; needs Docker and Harbor)",
 )
 def test_harbor_terminus_solves_with_scripted_answers(cancel: dict[str, Any], certify_record: Any) -> None:
     _, solved = _trials(cancel)

@@ -25,6 +25,9 @@ class TrialTimingV1(Record):
     agent_setup_s: float | None = None
     agent_execution_s: float | None = None
     verifier_s: float | None = None
+    teardown_s: float | None = Field(
+        default=None, description="from the end of the last phase (verifier, else agent) to the trial's end: stop and removal"
+    )
 
 
 class TrialUsageV1(Record):

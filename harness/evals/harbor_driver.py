@@ -47,6 +47,8 @@ def _summary(result: Any) -> dict[str, Any]:
     started: datetime | None = result.started_at
     finished: datetime | None = result.finished_at
     total = round((finished - started).total_seconds(), 3) if started and finished else None
+    phases = [p.finished_at for p in (result.verifier, result.agent_execution) if p is not None and p.finished_at]
+    teardown = round((finished - phases[0]).total_seconds(), 3) if finished and phases else None
     return {
         "rewards": rewards,
         "reward": (rewards or {}).get("reward"),
@@ -59,6 +61,7 @@ def _summary(result: Any) -> dict[str, Any]:
             "agent_setup_s": _seconds(result.agent_setup),
             "agent_execution_s": _seconds(result.agent_execution),
             "verifier_s": _seconds(result.verifier),
+            "teardown_s": teardown,
         },
     }
 

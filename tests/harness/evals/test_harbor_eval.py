@@ -167,6 +167,9 @@ def test_an_in_container_agent_reaches_the_model_through_its_container_binding(i
     (trial,) = record.trials
     assert (trial.status, trial.reward, trial.error) == ("completed", 1.0, None)
     assert trial.usage is not None and trial.usage.requests == 1 and trial.usage.evidence_complete
+    timing = trial.timing
+    assert timing is not None and None not in (timing.environment_setup_s, timing.agent_execution_s, timing.verifier_s)
+    assert timing.teardown_s is not None and timing.total_s is not None and 0 <= timing.teardown_s < timing.total_s
     trial_dir = Path(out["path"]).parent / "trials" / trial.trial
     probe = json.loads((trial_dir / "agent" / "probe.json").read_text())
     assert probe["status"] == 200 and probe["command"] == "echo 'hello from hitch' > /app/hello.txt"

@@ -42,6 +42,15 @@ def _requests(trial: TrialOutcomeV1) -> str:
     return str(trial.usage.requests) if trial.usage else "-"
 
 
+def _times(trial: TrialOutcomeV1) -> str:
+    t = trial.timing
+    if t is None:
+        return ""
+    parts = [("setup", t.environment_setup_s), ("agent", t.agent_execution_s), ("verifier", t.verifier_s),
+             ("teardown", t.teardown_s), ("total", t.total_s)]  # fmt: skip
+    return " " + " ".join(f"{name}={value}s" for name, value in parts if value is not None)
+
+
 def _kwargs(items: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in items:
@@ -111,6 +120,6 @@ def run_cmd(
             sys.stderr.write(f"{event.get('event')}: {event.get('trial')} reward={event.get('reward')}\n")
 
     record = evaluation.run(progress)
-    lines = [f"{t.trial:<24} {t.status:<10} reward={t.reward} requests={_requests(t)}" for t in record.trials]
+    lines = [f"{t.trial:<24} {t.status:<10} reward={t.reward} requests={_requests(t)}{_times(t)}" for t in record.trials]
     emit(as_json, {"kind": "harbor-evaluation", "path": str(evaluation.dir / "evaluation.json"), "record": record.to_json_dict()},
          "\n".join([*lines, f"(evaluation {record.evaluation_id}: {evaluation.dir / 'evaluation.json'})"]))  # fmt: skip

@@ -7,25 +7,13 @@ silent skip of something CI is meant to run.
 
 from __future__ import annotations
 
-import os
-from typing import NoReturn
-
-import pytest
-
+from certify.components import missing
 from fixtures.fake_sglang.parity_engines import CPU_GENERIC_RUNTIME, EngineCommand, sglang_command
 from harness.errors import HitchError
 from harness.paths import HitchRoot
 from harness.runtimes import InstalledRuntime, get_runtime, installed_runtime
 
 __all__ = ["CPU_GENERIC_RUNTIME", "installed_sglang", "missing", "sglang_engine_command"]
-
-
-def missing(component: str, reason: str) -> NoReturn:
-    """Skip for ``reason``; fail instead when ``HITCH_REQUIRE_<COMPONENT>`` is set to anything but 0."""
-    var = f"HITCH_REQUIRE_{component.upper()}"
-    if os.environ.get(var, "") not in ("", "0"):
-        pytest.fail(f"{var} is set but {reason}", pytrace=False)
-    pytest.skip(reason)
 
 
 def installed_sglang(root: HitchRoot | None = None) -> InstalledRuntime:

@@ -43,6 +43,15 @@ def _requests(trial: TrialOutcomeV1) -> str:
     return str(trial.usage.requests) if trial.usage else "-"
 
 
+def _times(trial: TrialOutcomeV1) -> str:
+    t = trial.timing
+    if t is None:
+        return ""
+    parts = [("setup", t.environment_setup_s), ("agent", t.agent_execution_s), ("verifier", t.verifier_s),
+             ("teardown", t.teardown_s), ("total", t.total_s)]  # fmt: skip
+    return " " + " ".join(f"{name}={value}s" for name, value in parts if value is not None)
+
+
 def _kwargs(items: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in items:
@@ -62,7 +71,17 @@ def run_cmd(
     tasks: Annotated[Path, typer.Argument(help="a Harbor task directory or a folder of them (e.g. fixtures/harbor_tasks)")],
     model: opt.Model = None,
     inference: opt.Inference = None,
-    agent: Annotated[str, typer.Option("--agent", help="terminus-2 (host-side model calls) | oracle")] = "terminus-2",
+    agent: Annotated[
+        str,
+        typer.Option(
+            "--agent",
+            help="terminus-2 (model calls from Harbor's process) | oracle | any other Harbor agent "
+            "or module:Class (model calls from inside the trial container, through the eval network)",
+        ),
+    ] = "terminus-2",
+    agent_path: Annotated[
+        list[Path] | None, typer.Option("--agent-path", help="a folder put on Harbor's sys.path (for --agent module:Class)")
+    ] = None,
     env: Annotated[str, typer.Option("--env", help="Harbor environment: docker (others are refused)")] = "docker",
     attempts: Annotated[int, typer.Option("-k", "--n-attempts", help="trials per task")] = 1,
     concurrent: Annotated[int, typer.Option("-n", "--n-concurrent", help="trials at once")] = 2,
@@ -93,7 +112,8 @@ def run_cmd(
     body["capture"] = "metadata"
     if fake_script is not None:
         body["fake_flags"] = ["--fake-script", str(fake_script.resolve())]
-    options = EvalOptions(found, agent, env, attempts, concurrent, _kwargs(agent_kwarg or []), eval_id)
+    paths = [p.resolve() for p in agent_path or []]
+    options = EvalOptions(found, agent, env, attempts, concurrent, _kwargs(agent_kwarg or []), eval_id, agent_paths=paths)
     evaluation = HarborEvaluation(hroot, install, ensure_daemon(hroot), body, options)
 
     def progress(event: dict[str, Any]) -> None:
@@ -101,6 +121,6 @@ def run_cmd(
             sys.stderr.write(f"{event.get('event')}: {event.get('trial')} reward={event.get('reward')}\n")
 
     record = evaluation.run(progress)
-    lines = [f"{t.trial:<24} {t.status:<10} reward={t.reward} requests={_requests(t)}" for t in record.trials]
+    lines = [f"{t.trial:<24} {t.status:<10} reward={t.reward} requests={_requests(t)}{_times(t)}" for t in record.trials]
     emit(as_json, {"kind": "harbor-evaluation", "path": str(evaluation.dir / "evaluation.json"), "record": record.to_json_dict()},
          "\n".join([*lines, f"(evaluation {record.evaluation_id}: {evaluation.dir / 'evaluation.json'})"]))  # fmt: skip

@@ -25,6 +25,9 @@ class TrialTimingV1(Record):
     agent_setup_s: float | None = None
     agent_execution_s: float | None = None
     verifier_s: float | None = None
+    teardown_s: float | None = Field(
+        default=None, description="from the end of the last phase (verifier, else agent) to the trial's end: stop and removal"
+    )
 
 
 class TrialUsageV1(Record):
@@ -64,9 +67,10 @@ class EvaluationRecordV1(Record):
     tool: Literal["harbor"] = "harbor"
     tool_version: str
     agent: str
-    model_connection: Literal["host", "none"] = Field(
+    model_connection: Literal["host", "container", "none"] = Field(
         description="host: the agent calls the model from Harbor's process through the gateway on loopback; "
-        "none: the agent calls no model (oracle)"
+        "container: from inside the trial container, through the gateway's container-facing binding on hitch's "
+        "eval network; none: the agent calls no model (oracle)"
     )
     environment: Literal["docker"]
     inference_id: Sha256 | None

@@ -4,7 +4,9 @@ Harbor needs a newer Python than the project's, so it never runs in the hitch pr
 executed as ``<harbor venv>/bin/python harbor_driver.py`` and speaks JSON lines.
 
 - stdin, first line: ``{"trials": [{"name", "task_path", "trials_dir", "agent", "model_name", "base_url",
-  "api_key_env", "agent_kwargs", "overlays"}]}`` (no model fields for an agent that calls no model); then
+  "api_key_env", "env", "agent_kwargs", "overlays"}], "sys_path": [...]}`` (an in-container agent gets
+  ``env`` — Harbor's agent env, ``${VAR}`` resolved from this process's environment — instead of
+  ``base_url``/``api_key_env``); then
   any number of ``{"cancel": NAME}`` lines.
 - stdout: ``{"event": "started", "trial": NAME}`` when a trial's task begins, ``{"event": "finished",
   "trial": NAME, "reward": ..., "exception": ..., "cancelled": bool, "timing": {...}}`` when it ends, and
@@ -45,6 +47,8 @@ def _summary(result: Any) -> dict[str, Any]:
     started: datetime | None = result.started_at
     finished: datetime | None = result.finished_at
     total = round((finished - started).total_seconds(), 3) if started and finished else None
+    phases = [p.finished_at for p in (result.verifier, result.agent_execution) if p is not None and p.finished_at]
+    teardown = round((finished - phases[0]).total_seconds(), 3) if finished and phases else None
     return {
         "rewards": rewards,
         "reward": (rewards or {}).get("reward"),
@@ -57,6 +61,7 @@ def _summary(result: Any) -> dict[str, Any]:
             "agent_setup_s": _seconds(result.agent_setup),
             "agent_execution_s": _seconds(result.agent_execution),
             "verifier_s": _seconds(result.verifier),
+            "teardown_s": teardown,
         },
     }
 
@@ -75,6 +80,7 @@ async def _one(spec: dict[str, Any]) -> dict[str, Any]:
             base_url=spec.get("base_url"),
             model_api_key_name=spec.get("api_key_env"),
             kwargs=spec.get("agent_kwargs") or {},
+            env=spec.get("env") or {},
         ),
         environment=EnvironmentConfig(type="docker", extra_docker_compose=[Path(p) for p in spec["overlays"]]),
     )
@@ -92,7 +98,9 @@ async def _main() -> int:
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     first = await reader.readline()
-    specs = json.loads(first)["trials"]
+    message = json.loads(first)
+    sys.path[:0] = message.get("sys_path") or []  # a custom agent's module (--agent module:Class)
+    specs = message["trials"]
     tasks = {s["name"]: asyncio.create_task(_one(s), name=s["name"]) for s in specs}
 
     async def listen() -> None:

@@ -4,10 +4,14 @@ What it does, in order:
 
 1. :func:`model_connection` decides how the agent reaches the model, and refuses what the local gateway
    cannot serve with ``local_inference_topology_unsupported`` (it never pretends): a Harbor environment off
-   this host (daytona, modal, e2b, runloop, ...) cannot reach a gateway on loopback; an agent that calls the
-   model from inside its container needs the container-facing gateway binding (issue 15 item 4) — that is
-   the seam marked ``IN_CONTAINER`` below. ``terminus-2`` calls the model from Harbor's own process
-   (LiteLLM), so the gateway on loopback serves it and the trial container gets no network at all.
+   this host (daytona, modal, e2b, runloop, ...) cannot reach a gateway on this host. ``terminus-2`` calls
+   the model from Harbor's own process (LiteLLM): the gateway on loopback serves it and the trial container
+   gets no network at all (``host``). Any other model-calling agent calls from inside its container
+   (``container``): each run is created ``for_containers`` (the daemon probes that a container of the
+   eval image reaches the gateway on hitch's eval network and none of the engine's addresses, or refuses
+   with the same code), the trial container joins that internal network only, and the agent gets
+   ``OPENAI_BASE_URL`` (its binding's container-facing URL) and ``OPENAI_API_KEY`` (``${HITCH_TRIAL_TOKEN_n}``,
+   resolved by Harbor from its environment) through Harbor's agent env — never the engine's address or key.
 2. One run per trial through the daemon (``POST /v1/runs``): the first prepares the lock and the service,
    every later one pins that ``inference_id`` and leases the same service — one engine, one binding (own
    token, evidence, budget) per trial. Runs are created wave by wave, ``n_concurrent`` at a time.
@@ -59,32 +63,52 @@ LOCAL_ENVIRONMENTS = frozenset({"docker"})
 # and no network for the trial container: a host-side agent needs none, and nothing in it can reach the
 # engine, the gateway or another trial.
 OVERLAY = "services:\n  main:\n    stop_grace_period: 1s\n    network_mode: none\n"
+BASE_IMAGE = "hitch/harbor-base:dev"  # the task images' base (scripts/ci/build_harbor_base_image.py)
+
+
+def container_overlay(network: str) -> str:
+    """An in-container agent's trial: on hitch's internal eval network only (no default bridge, no egress)."""
+    return (
+        "services:\n  main:\n    stop_grace_period: 1s\n    networks: [hitch_eval]\n"
+        f"networks:\n  hitch_eval:\n    external: true\n    name: {json.dumps(network)}\n"
+    )
+
+
 _EVAL_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
 _RUN_FIELDS_PINNED = ("engine", "launcher", "runtime", "fake_flags", "image", "capture", "capture_max_bytes")
 
 
 def model_connection(agent: str, environment: str) -> str:
-    """``host`` or ``none``; anything the local gateway cannot serve is refused, never approximated."""
+    """``host``, ``container`` or ``none``; an environment off this host is refused, never approximated."""
     if environment not in LOCAL_ENVIRONMENTS:
         raise HitchError(
             "local_inference_topology_unsupported",
             f"Harbor environment {environment!r} runs trials off this host; the local gateway listens on this "
-            "host's loopback and is not reachable from there",
+            "host (loopback and hitch's eval network) and is not reachable from there",
             {"environment": environment, "supported": sorted(LOCAL_ENVIRONMENTS)},
         )
     if agent in HOST_SIDE_AGENTS:
         return "host"
     if agent in NO_MODEL_AGENTS:
         return "none"
-    # IN_CONTAINER (seam, issue 15 item 4): an agent that calls the model from inside the trial container
-    # needs the gateway's container-facing binding (a Docker bridge address + a reachability probe), passed
-    # with AgentConfig.env OPENAI_BASE_URL/OPENAI_API_KEY and the container on that network instead of none.
-    raise HitchError(
-        "local_inference_topology_unsupported",
-        f"agent {agent!r} calls the model from inside the trial container; the gateway has no container-facing "
-        "binding yet, so no container can reach it",
-        {"agent": agent, "host_side_agents": sorted(HOST_SIDE_AGENTS), "needs": "container-facing gateway binding"},
-    )
+    return "container"
+
+
+def base_image_id(tag: str = BASE_IMAGE) -> str:
+    """The ID of the task images' base: what the daemon's reachability probe runs for in-container trials."""
+    from harness.launch.docker_errors import docker_client
+
+    client = docker_client()
+    try:
+        return str(client.images.get(tag).id)
+    except Exception as exc:  # docker.errors.ImageNotFound / APIError
+        raise HitchError(
+            "harness_unavailable",
+            f"{tag} is not built (scripts/ci/build_harbor_base_image.py)",
+            {"image": tag, "cause": type(exc).__name__},
+        ) from exc
+    finally:
+        client.close()
 
 
 def task_dirs(path: Path) -> list[Path]:
@@ -106,6 +130,8 @@ class EvalOptions:
     n_concurrent: int = 2
     agent_kwargs: dict[str, Any] = field(default_factory=dict)
     evaluation_id: str | None = None
+    eval_image: str | None = None  # in-container agents: the pinned image the daemon probes with (default: base)
+    agent_paths: list[Path] = field(default_factory=list)  # put on Harbor's sys.path (a custom agent's module)
 
 
 @dataclass
@@ -144,6 +170,7 @@ class HarborEvaluation:
             for n, (task, i) in enumerate((t, i) for t in options.tasks for i in range(options.k))
         ]
         self.inference_id: str | None = run_body.get("inference_id")
+        self.eval_image = (options.eval_image or base_image_id()) if self.connection == "container" else None
         self._stdin: IO[str] | None = None
         self._stdin_lock = threading.Lock()
 
@@ -163,7 +190,6 @@ class HarborEvaluation:
     def run(self, on_event: Callable[[dict[str, Any]], None] | None = None) -> EvaluationRecordV1:
         ensure_private_dir(self.dir)
         overlay = self.dir / "overlay.compose.yaml"
-        overlay.write_text(OVERLAY)
         started = time.time()
         n = self.options.n_concurrent
         for first in range(0, len(self.trials), n):
@@ -191,21 +217,26 @@ class HarborEvaluation:
         else:  # the lock and service are prepared: every later trial pins them
             body = {k: self.run_body[k] for k in _RUN_FIELDS_PINNED if k in self.run_body} | {"inference_id": self.inference_id}
         body.update(run_id=trial.run_id, harness=f"harbor:{self.options.agent}")
+        if self.eval_image is not None:
+            body.update(for_containers=True, eval_image=self.eval_image)
         trial.run = self.client.request("POST", "/v1/runs", body, timeout_s=900.0)
         self.inference_id = str(trial.run["inference_id"])
 
     def _spec(self, trial: _Trial, overlay: Path) -> dict[str, Any]:
-        return {
+        spec: dict[str, Any] = {
             "name": trial.name,
             "task_path": str(trial.task),
             "trials_dir": str(self.dir / "trials"),
             "agent": self.options.agent,
             "model_name": f"openai/{trial.run['wire_model']}",
-            "base_url": trial.run["base_url"],
-            "api_key_env": trial.token_env,
             "agent_kwargs": self.options.agent_kwargs,
             "overlays": [str(overlay)],
         }
+        if self.connection == "container":  # Harbor resolves ${VAR} from its own environment: no key on stdin
+            spec["env"] = {"OPENAI_BASE_URL": trial.run["base_url"], "OPENAI_API_KEY": f"${{{trial.token_env}}}"}
+        else:
+            spec.update(base_url=trial.run["base_url"], api_key_env=trial.token_env)
+        return spec
 
     def _wave(self, wave: list[_Trial], overlay: Path, on_event: Callable[[dict[str, Any]], None] | None) -> None:
         live: list[_Trial] = []
@@ -216,6 +247,10 @@ class HarborEvaluation:
             env = self.install.environ()
             for trial in live:
                 env[trial.token_env] = Path(trial.run["token_file"]).read_text(encoding="utf-8").strip()
+            if self.connection == "container":
+                overlay.write_text(container_overlay(str(live[0].run["eval_network"])))
+            else:
+                overlay.write_text(OVERLAY)
             self._drive(live, overlay, env, on_event)
         finally:
             for trial in live:
@@ -244,7 +279,8 @@ class HarborEvaluation:
         by_name = {t.name: t for t in live}
         with self._stdin_lock:
             self._stdin = proc.stdin
-            proc.stdin.write(json.dumps({"trials": [self._spec(t, overlay) for t in live]}) + "\n")
+            first = {"trials": [self._spec(t, overlay) for t in live], "sys_path": [str(p) for p in self.options.agent_paths]}
+            proc.stdin.write(json.dumps(first) + "\n")
             proc.stdin.flush()
         store = RunStore(self.root)
         try:

@@ -22,17 +22,25 @@ from catalog.signing import load_entry, verify_envelope
 from certify.options import REPORT_ENV, SESSION_ENV
 from harness.daemon.client import daemon_running
 from harness.errors import HitchError
+from harness.evals.harbor_install import harbor_install
 from harness.paths import HitchRoot
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("certify")]
 
 
-def _certify(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], Path, HitchRoot]:
+def _certify(
+    tmp_path: Path, *args: str, harbor_link: bool = True, env_extra: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess[str], Path, HitchRoot]:
     root = HitchRoot(tmp_path / "root")
+    harbor = harbor_install(HitchRoot.at()) if harbor_link else None
+    if harbor is not None:  # the agents.harbor checks use the developer's Harbor instead of installing it again
+        root.tool_envs.mkdir(parents=True)
+        (root.tool_envs / "harbor").symlink_to(harbor.path.parent, target_is_directory=True)
     out = tmp_path / "out"
     env = {k: v for k, v in os.environ.items() if k not in (REPORT_ENV, SESSION_ENV)}
     env["HITCH_ROOT"] = str(root.path)
+    env.update(env_extra or {})
     cmd = [sys.executable, "-m", "pytest", "certify", "--engine", "fake", "--device", "cpu", "--report-dir", str(out)]
     cmd += ["-p", "no:cacheprovider", "-q", *args]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
@@ -96,3 +104,20 @@ def test_a_deselected_required_check_fails_the_level(tmp_path: Path) -> None:
     assert "hardware.server_info.device" in passed
     assert daemon_running(root) is None and _engines_of(root) == []
     assert proc.returncode == 1, "a failed level must not exit 0 even when every check that ran passed"
+
+
+@pytest.mark.parametrize("required", ["1", "0"])
+def test_harbor_checks_fail_when_required_and_harbor_is_missing(tmp_path: Path, required: str) -> None:
+    """A root without Harbor: under HITCH_REQUIRE_HARBOR=1 the agents.harbor checks are required and fail
+    (never skipped); without it they are optional and skipped with the reason."""
+    proc, out, root = _certify(
+        tmp_path, "-k", "harbor_trials_share", harbor_link=False, env_extra={"HITCH_REQUIRE_HARBOR": required}
+    )
+    rows = {c["id"]: c for c in json.loads((out / "results.json").read_text())["checks"]}
+    row = rows["agents.harbor.shared_service"]
+    if required == "1":
+        assert (row["required"], row["status"]) == (True, "failed"), row
+        assert "HITCH_REQUIRE_HARBOR is set" in proc.stdout + proc.stderr
+    else:
+        assert (row["required"], row["status"]) == (False, "skipped"), row
+    assert daemon_running(root) is None and _engines_of(root) == []

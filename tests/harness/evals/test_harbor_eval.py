@@ -13,13 +13,16 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
+from gateway.bindings import run_path_prefix
 from harness.contracts.evaluation import EvaluationRecordV1
 from harness.daemon import DaemonClient
 from harness.evals.harbor_install import HarborInstall, harbor_install
 from harness.evals.harbor_run import EvalOptions, HarborEvaluation
+from harness.launch.eval_network import eval_network_name
 from harness.paths import HitchRoot
 from tests.components import missing
 from tests.harness.daemon.conftest import FAST, as_json, hitch, stop_quietly
@@ -70,6 +73,15 @@ def _script(tmp_path: Path, turns: int = 16) -> Path:
     path = tmp_path / "terminus.jsonl"
     path.write_text("".join(json.dumps({"text": json.dumps(_TURN)}) + "\n" for _ in range(turns)))
     return path
+
+
+def _eval_gateway_ip(root: HitchRoot) -> str:
+    client = docker_client_or_skip()
+    try:
+        attrs = client.api.inspect_network(eval_network_name(root.path))
+        return str(next(c["Gateway"] for c in attrs["IPAM"]["Config"] if ":" not in c["Subnet"]))
+    finally:
+        client.close()
 
 
 def _trial_containers(eval_id: str) -> list[str]:
@@ -134,3 +146,35 @@ def test_cancelling_one_trial_leaves_the_other_reward_intact(inputs: ServiceInpu
     assert other.usage is not None and other.usage.requests >= 2
     assert json.loads((root.runs / cancelled.run_id / "run.json").read_text())["status"] == "cancelled"
     assert _trial_containers(f"ev-{how}") == []
+
+
+SHELL_AGENT = "fixtures.harbor_agents.shell_agent:ShellAgent"
+
+
+def test_an_in_container_agent_reaches_the_model_through_its_container_binding(inputs: ServiceInputs, tmp_path: Path) -> None:
+    """The agent's one model call is made from inside the trial container, with the env hitch passed through
+    Harbor (OPENAI_BASE_URL on the eval network, the key as ${HITCH_TRIAL_TOKEN_n}); the model's answer
+    solves the task there."""
+    script = tmp_path / "shell.jsonl"
+    # the service's own start-up probes take turns too (as in _script): every turn is the answer
+    script.write_text((json.dumps({"text": "echo 'hello from hitch' > /app/hello.txt"}) + "\n") * 16)
+    argv = ["eval", "harbor", "run", str(CREATE_FILE), "-k", "1", "-n", "1", "--model", "local/tiny", "--device", "cpu",
+            "--engine", "fake", "--fake-script", str(script), "--agent", SHELL_AGENT, "--agent-path", str(REPO),
+            "--eval-id", "ev-inside", "--json"]  # fmt: skip
+    out = as_json(hitch(inputs.root, *argv))
+    record = EvaluationRecordV1.model_validate(out["record"])
+    assert record.model_connection == "container"
+    (trial,) = record.trials
+    assert (trial.status, trial.reward, trial.error) == ("completed", 1.0, None)
+    assert trial.usage is not None and trial.usage.requests == 1 and trial.usage.evidence_complete
+    timing = trial.timing
+    assert timing is not None and None not in (timing.environment_setup_s, timing.agent_execution_s, timing.verifier_s)
+    assert timing.teardown_s is not None and timing.total_s is not None and 0 <= timing.teardown_s < timing.total_s
+    trial_dir = Path(out["path"]).parent / "trials" / trial.trial
+    probe = json.loads((trial_dir / "agent" / "probe.json").read_text())
+    assert probe["status"] == 200 and probe["command"] == "echo 'hello from hitch' > /app/hello.txt"
+    env = json.loads((trial_dir / "config.json").read_text())["agent"]["env"]
+    assert env["OPENAI_API_KEY"] == "${HITCH_TRIAL_TOKEN_0}", "the key is resolved by Harbor, never written down"
+    base = urlsplit(env["OPENAI_BASE_URL"])
+    assert base.hostname == _eval_gateway_ip(inputs.root) and base.path.startswith(run_path_prefix(str(trial.binding_id)))
+    assert _trial_containers("ev-inside") == []

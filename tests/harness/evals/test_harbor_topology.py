@@ -27,12 +27,16 @@ def test_cloud_environments_are_refused(environment: str) -> None:
     assert info.value.details["environment"] == environment
 
 
-@pytest.mark.parametrize("agent", ["codex", "claude-code", "mini-swe-agent", "openhands"])
-def test_in_container_agents_are_refused_until_the_container_binding_exists(agent: str) -> None:
+@pytest.mark.parametrize("agent", ["codex", "mini-swe-agent", "fixtures.harbor_agents.shell_agent:ShellAgent"])
+def test_other_agents_call_the_model_from_inside_their_container(agent: str) -> None:
+    assert model_connection(agent, "docker") == "container"
+
+
+@pytest.mark.parametrize("agent", ["terminus-2", "fixtures.harbor_agents.shell_agent:ShellAgent"])
+def test_cloud_environments_are_refused_whatever_the_agent(agent: str) -> None:
     with pytest.raises(HitchError) as info:
-        model_connection(agent, "docker")
+        model_connection(agent, "daytona")
     assert info.value.code == "local_inference_topology_unsupported"
-    assert info.value.details["needs"] == "container-facing gateway binding"
 
 
 def test_host_side_and_model_free_agents_are_served() -> None:

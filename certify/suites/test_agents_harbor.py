@@ -1,0 +1,395 @@
+"""agents.harbor: Harbor trials on the local model through the gateway (spec §15.3 "Linux Harbor local-docker").
+
+Real Harbor (its private venv, ``hitch eval harbor install``), real Docker trials of the local task set
+(``fixtures/harbor_tasks``, ``FROM hitch/harbor-base:dev``), trials driven through Harbor's Python API by
+:class:`harness.evals.harbor_run.HarborEvaluation` against the session's daemon: one run binding per trial.
+
+Every evaluation leases the session's own service (its ``inference_id``): no engine is started for it.
+
+- ``agents.harbor.shared_service``: two in-container trials at once (``ShellAgent``, whose model call is
+  made from inside the trial container through the container-facing binding) are two bindings of the
+  session's service, and both rewards are recorded (on the fake, scripted to solve the task: 1.0).
+- ``agents.harbor.container_isolation``: from inside each of those trial containers, neither the engine
+  (its own address, its port on the eval network's host address) accepts a connection, nor does another
+  run's binding on the same gateway listener accept the trial's key.
+- ``agents.harbor.cancel_isolated`` (fake): ``terminus-2`` on two tasks; the fake holds the victim's model
+  request (``slow_headers`` matching its task) and the victim is cancelled while that request is in flight:
+  its run ends ``cancelled`` with that exchange recorded ``cancelled``, the engine has no request open, the
+  baseline's one running slot answers a new request, and the other trial's requests and reward are intact.
+- ``agents.harbor.terminus_solves`` (fake): in that evaluation ``terminus-2`` solved its task (reward 1.0)
+  through the gateway on loopback with the scripted terminus answers — model, agent, container and
+  verifier in one loop.
+- ``agents.harbor.real_model`` (real SGLang): ``terminus-2`` on two local tasks at once; every trial ends,
+  through the gateway, with complete evidence, and the rewards the model earns are recorded as they are —
+  the check claims the loop ran, not that the model is good.
+
+The checks that script or fault the shared fake hold the engine alone (``engine_turn``) while they do.
+Required where Docker and Harbor are present (and always under ``HITCH_REQUIRE_HARBOR``): a missing
+component skips them elsewhere, and fails them under ``HITCH_REQUIRE_HARBOR`` / ``HITCH_REQUIRE_DOCKER``.
+Under xdist the evaluations run once per session (a file lock; the other worker reads the result).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+from filelock import FileLock
+
+from certify.components import missing
+from certify.plugin import engine_turn
+from certify.registry import check
+from certify.session import CertifyEnv
+from fixtures.fake_sglang.client import FakeControl
+from harness.devices.docker_probe import probe_docker
+from harness.errors import HitchError
+from harness.evals.harbor_install import HarborInstall, harbor_install
+from harness.evals.harbor_run import EvalOptions, HarborEvaluation, base_image_id
+from harness.paths import HitchRoot, ensure_private_dir
+
+REPO = Path(__file__).resolve().parents[2]
+TASKS = REPO / "fixtures" / "harbor_tasks"
+SHELL_AGENT = "fixtures.harbor_agents.shell_agent:ShellAgent"
+_SOLVE_CREATE = "echo 'hello from hitch' > /app/hello.txt"
+# terminus-2's JSON answer that solves create-file (terminus asks to confirm; the same answer confirms)
+_TERMINUS_TURN = {
+    "analysis": "The file does not exist yet.",
+    "plan": "Write the line into /app/hello.txt.",
+    "commands": [{"keystrokes": _SOLVE_CREATE + "\n", "duration": 0.3}],
+    "task_complete": True,
+}
+_VICTIM_NEEDLE = "calc.py"  # in fix-one-line's instruction only: the fake holds that trial's model requests
+_LOOPBACK = ("127.0.0.1", "::1", "localhost")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _expected() -> bool:
+    """Required where Docker and Harbor are present, or where CI requires Harbor."""
+    if os.environ.get("HITCH_REQUIRE_HARBOR", "") not in ("", "0"):
+        return True
+    return shutil.which("docker") is not None and harbor_install(HitchRoot.at()) is not None
+
+
+REQUIRED = _expected()
+_FAKE_ONLY = "scripted model turns: a real model's answers are not the check's to choose (real SGLang: agents.harbor.real_model)"
+
+
+@pytest.fixture(scope="module")
+def harbor(certify_env: CertifyEnv) -> HarborInstall:
+    facts = probe_docker()
+    if not facts.reachable:
+        missing("docker", f"Harbor trials need a reachable Docker engine: {facts.reason}")
+    found = harbor_install(certify_env.root)
+    if found is None:
+        missing("harbor", f"Harbor is not installed under {certify_env.root.path} (hitch eval harbor install)")
+    try:
+        base_image_id()
+    except HitchError as exc:
+        missing("harbor", exc.message)
+    return found
+
+
+def _once(env: CertifyEnv, name: str, compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``compute()`` once per certify session (keyed by the session's service), shared by xdist workers."""
+    folder = ensure_private_dir(env.root.path / "certify" / "harbor")
+    key = f"{name}-{env.run.service_id}-{env.run.epoch}"
+    out = folder / f"{key}.json"
+    with FileLock(str(folder / f"{key}.lock")):
+        if out.is_file():
+            kept: dict[str, Any] = json.loads(out.read_text())
+            return kept
+        result = compute()
+        out.write_text(json.dumps(result))
+    return result
+
+
+def _pinned(env: CertifyEnv) -> dict[str, Any]:
+    """A run body that leases the session's service (its inference id, its engine choice)."""
+    return {**env.body, "inference_id": env.run.inference_id, "capture": "metadata"}
+
+
+def _turns(text: str, n: int = 48) -> list[dict[str, Any]]:
+    return [{"text": text}] * n
+
+
+def _execution(root: HitchRoot, run_id: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((root.runs / run_id / "inference" / "execution.json").read_text())
+    return data
+
+
+def _network_gateway(network_id: str) -> str:
+    import docker
+
+    client = docker.from_env()
+    try:
+        attrs = client.api.inspect_network(network_id)
+        return str(next(c["Gateway"] for c in attrs["IPAM"]["Config"] if ":" not in c["Subnet"]))
+    finally:
+        client.close()
+
+
+def _in_container(env: CertifyEnv, harbor: HarborInstall) -> dict[str, Any]:
+    """Two ShellAgent trials at once on the session's service, each probing the engine and another run's
+    binding from inside its container (on the fake, the model's answer is scripted to solve the task)."""
+    tag = secrets.token_hex(4)
+    image = base_image_id()
+    body = _pinned(env)
+    sibling = env.daemon.request(
+        "POST", "/v1/runs", {**body, "run_id": f"cert-harbor-sib-{tag}", "for_containers": True, "eval_image": image},
+        timeout_s=900.0,
+    )  # fmt: skip
+    try:
+        if env.fake is not None:
+            env.fake.script(_turns(_SOLVE_CREATE))
+        engine = urlsplit(env.engine_url)
+        targets = [f"{_network_gateway(sibling['eval_network_id'])}:{engine.port}"]
+        if engine.hostname not in _LOOPBACK:
+            targets.insert(0, f"{engine.hostname}:{engine.port}")
+        foreign = f"{sibling['base_url']}/models"
+        options = EvalOptions(
+            [TASKS / "create-file"], agent=SHELL_AGENT, k=2, n_concurrent=2, evaluation_id=f"cert-inside-{tag}",
+            agent_kwargs={"probe_tcp": targets, "probe_urls": [foreign]}, eval_image=image, agent_paths=[REPO],
+        )  # fmt: skip
+        evaluation = HarborEvaluation(env.root, harbor, env.daemon, body, options)
+        record = evaluation.run()
+        probes = {}
+        for t in record.trials:
+            found = evaluation.dir / "trials" / t.trial / "agent" / "probe.json"
+            probes[t.trial] = json.loads(found.read_text()) if found.is_file() else None
+        return {
+            "record": record.to_json_dict(),
+            "probes": probes,
+            "targets": targets,
+            "foreign": foreign,
+            "session": [env.run.service_id, env.run.epoch],
+            "sibling_binding": sibling["binding_id"],
+        }
+    finally:
+        if env.fake is not None:
+            env.fake.script([])
+        env.daemon.request("DELETE", f"/v1/runs/{sibling['run_id']}")
+
+
+def _chat_active(env: CertifyEnv) -> int:
+    r = httpx.get(env.engine_url + "/metrics", headers=env.engine_headers(), timeout=10, trust_env=False)
+    r.raise_for_status()
+    for line in r.text.splitlines():
+        if line.startswith("sglang:http_requests_active{") and 'endpoint="/v1/chat/completions"' in line:
+            return int(float(line.rsplit(" ", 1)[1]))
+    return 0
+
+
+def _held_snapshot(env: CertifyEnv, control: FakeControl) -> tuple[int, int] | None:
+    """(requests logged, requests served) while a chat request is inside the fake but in none of its slots
+    (held by ``slow_headers``; the gateway's one running slot is then taken by it); None otherwise."""
+    state = control.state()
+    if _chat_active(env) < 1 or state["num_running_reqs"] != 0 or state["num_queue_reqs"] != 0:
+        return None
+    logged = [r for r in control.received() if not r["path"].startswith(("/metrics", "/ready"))]  # our own polls
+    return len(logged), int(state["requests_served"])
+
+
+def _cancel_mid_request(env: CertifyEnv, harbor: HarborInstall, control: FakeControl) -> dict[str, Any]:
+    """terminus-2 on fix-one-line (the victim: the fake holds its model requests) and create-file at once
+    on the session's service; the victim is cancelled while its request is in flight."""
+    tag = secrets.token_hex(4)
+    control.reset()
+    control.script(_turns(json.dumps(_TERMINUS_TURN)))
+    control.faults(f"slow_headers:t=900,match={_VICTIM_NEEDLE}")
+    out: dict[str, Any] = {"session": [env.run.service_id, env.run.epoch]}
+    try:
+        options = EvalOptions(
+            [TASKS / "fix-one-line", TASKS / "create-file"], k=1, n_concurrent=2, evaluation_id=f"cert-cancel-{tag}"
+        )
+        evaluation = HarborEvaluation(env.root, harbor, env.daemon, _pinned(env), options)
+        victim = evaluation.trials[0].name
+        cancelled, over = threading.Event(), threading.Event()
+
+        def cancel_when_held() -> None:
+            # a condition, not a race: the held request stays held until it is cancelled, so the same
+            # snapshot seen twice (nothing logged or served in between) is that request, not a passing one
+            last = None
+            try:
+                while not over.wait(0.05):
+                    now = _held_snapshot(env, control)
+                    if now is not None and now == last:
+                        out["cancel_sent"] = evaluation.cancel(victim)
+                        cancelled.set()
+                        return
+                    last = now
+            except Exception as exc:  # the check reports it (cancelled_while_held stays False)
+                out["watch_error"] = f"{type(exc).__name__}: {exc}"
+
+        def on_event(event: dict[str, Any]) -> None:
+            if event.get("event") == "started" and event.get("trial") == victim:
+                threading.Thread(target=cancel_when_held, daemon=True).start()
+
+        try:
+            record = evaluation.run(on_event)
+        finally:
+            over.set()
+        out["record"] = record.to_json_dict()
+        out["cancelled_while_held"] = cancelled.is_set()
+        out["execution"] = {t.run_id: _execution(env.root, t.run_id)["attempts"] for t in record.trials}
+        control.faults()
+        fresh = env.new_run(f"cert-harbor-after-{tag}")
+        req = {"model": fresh.wire_model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+        # with the baseline's one running slot this is answered only if the cancelled request left it
+        r = httpx.post(f"{fresh.base_url}/chat/completions", json=req, headers=fresh.headers(), timeout=300, trust_env=False)
+        out["after_cancel_status"] = r.status_code
+        out["chat_active_after"] = _chat_active(env)
+        out["fake_state"] = control.state()
+        return out
+    finally:
+        control.script([])
+        control.reset()
+
+
+def _real_model(env: CertifyEnv, harbor: HarborInstall) -> dict[str, Any]:
+    """terminus-2 on two local tasks at once on the session's service (real SGLang)."""
+    tag = secrets.token_hex(4)
+    options = EvalOptions(
+        [TASKS / "create-file", TASKS / "read-then-write"], k=1, n_concurrent=2, evaluation_id=f"cert-real-{tag}",
+        agent_kwargs={"max_turns": 4},
+    )  # fmt: skip
+    record = HarborEvaluation(env.root, harbor, env.daemon, _pinned(env), options).run()
+    return {"record": record.to_json_dict(), "session": [env.run.service_id, env.run.epoch]}
+
+
+@pytest.fixture(scope="module")
+def inside(request: pytest.FixtureRequest, certify_env: CertifyEnv, harbor: HarborInstall) -> dict[str, Any]:
+    with engine_turn(request.config, exclusive=True):  # it scripts the shared fake engine
+        return _once(certify_env, "inside", lambda: _in_container(certify_env, harbor))
+
+
+@pytest.fixture(scope="module")
+def cancel(request: pytest.FixtureRequest, certify_env: CertifyEnv, harbor: HarborInstall) -> dict[str, Any]:
+    control = certify_env.fake
+    if control is None:
+        pytest.skip("needs the fake engine's control channel (a process-launched contract session)")
+    with engine_turn(request.config, exclusive=True):  # faults, script and request log of the shared fake
+        return _once(certify_env, "cancel", lambda: _cancel_mid_request(certify_env, harbor, control))
+
+
+def _trials(result: dict[str, Any]) -> list[dict[str, Any]]:
+    trials: list[dict[str, Any]] = result["record"]["trials"]
+    return trials
+
+
+def _timings(certify_record: Any, result: dict[str, Any]) -> None:
+    for t in _trials(result):
+        certify_record.detail(f"trial {t['trial']}", {k: t.get(k) for k in ("status", "reward", "usage", "timing")})
+
+
+@check(
+    "agents.harbor.shared_service",
+    required=REQUIRED,
+    description="two Harbor trials at once (model calls from inside their containers) are two bindings of the "
+    "session's one service, and both rewards are recorded (needs Docker and Harbor)",
+)
+def test_harbor_trials_share_one_service(certify_env: CertifyEnv, inside: dict[str, Any], certify_record: Any) -> None:
+    _timings(certify_record, inside)
+    trials = _trials(inside)
+    assert inside["record"]["model_connection"] == "container"
+    assert len(trials) == 2 and [t["status"] for t in trials] == ["completed", "completed"], trials
+    assert all(t["reward"] is not None for t in trials), "both rewards are recorded"
+    if certify_env.engine == "fake":  # the scripted answer solves the task
+        assert [t["reward"] for t in trials] == [1.0, 1.0]
+    assert {(t["service"]["service_id"], t["service"]["epoch"]) for t in trials} == {tuple(inside["session"])}
+    assert all(t["service"]["reused_service"] for t in trials), "no engine started for the trials"
+    bindings = {t["binding_id"] for t in trials}
+    assert len(bindings) == 2 and inside["sibling_binding"] not in bindings
+    for t in trials:
+        assert t["usage"]["requests"] == 1 and t["usage"]["evidence_complete"] is True
+
+
+@check(
+    "agents.harbor.container_isolation",
+    required=REQUIRED,
+    description="from inside a Harbor trial container neither the engine nor another run's binding is reachable; "
+    "its own binding is (needs Docker and Harbor)",
+)
+def test_harbor_trial_container_reaches_only_its_binding(inside: dict[str, Any], certify_record: Any) -> None:
+    certify_record.detail("probes", {k: {"tcp": v["tcp"], "urls": v["urls"]} for k, v in inside["probes"].items() if v})
+    probes = inside["probes"]
+    assert len(probes) == 2
+    for probe in probes.values():
+        assert probe is not None and probe["status"] == 200, "the trial's own binding answered from its container"
+        assert [row["target"] for row in probe["tcp"]] == inside["targets"]
+        assert not any(row["connected"] for row in probe["tcp"]), probe["tcp"]
+        (foreign,) = probe["urls"]
+        assert foreign["url"] == inside["foreign"]
+        assert foreign["status"] == 401 and foreign["code"] == "inference_token_invalid", foreign
+
+
+def _scripted_check(check_id: str, description: str) -> Callable[[F], F]:
+    """A check that needs the fake engine's scripted turns or faults."""
+    return check(check_id, required=REQUIRED, engines=("fake",), reason=_FAKE_ONLY, description=description)
+
+
+@_scripted_check(
+    "agents.harbor.cancel_isolated",
+    "cancelling one Harbor trial mid-request frees its slot and leaves the other trial's requests "
+    "and reward intact (needs Docker and Harbor)",
+)
+def test_harbor_cancel_mid_request_is_isolated(cancel: dict[str, Any], certify_record: Any) -> None:
+    _timings(certify_record, cancel)
+    certify_record.detail("attempts", cancel["execution"])
+    victim, other = _trials(cancel)
+    assert cancel["cancelled_while_held"] is True and cancel["cancel_sent"] is True, cancel.get("watch_error")
+    assert victim["task"] == "fix-one-line" and victim["status"] == "cancelled" and victim["reward"] is None
+    assert victim["error"]["code"] == "run_cancelled"
+    held = cancel["execution"][victim["run_id"]]
+    assert held["rows"] >= 1 and held["begun"] == held["rows"], "the exchange in flight at the cancel is recorded"
+    assert held["by_status"].get("cancelled", 0) >= 1 and "completed" not in held["by_status"], held["by_status"]
+    assert cancel["after_cancel_status"] == 200, "the gateway's running slot was not freed"
+    assert cancel["chat_active_after"] == 0, "the held request is still open at the engine"
+    assert cancel["fake_state"]["num_running_reqs"] == 0 and cancel["fake_state"]["leaked_slots"] == 0
+    assert other["status"] == "completed" and other["reward"] == 1.0 and other["error"] is None
+    assert other["usage"]["requests"] >= 2 and other["usage"]["evidence_complete"] is True
+    assert victim["service"]["service_id"] == other["service"]["service_id"] == cancel["session"][0]
+
+
+@_scripted_check(
+    "agents.harbor.terminus_solves",
+    "terminus-2 with the scripted terminus answers solves a local task through the gateway (reward 1.0; needs Docker and Harbor)",
+)
+def test_harbor_terminus_solves_with_scripted_answers(cancel: dict[str, Any], certify_record: Any) -> None:
+    _, solved = _trials(cancel)
+    certify_record.metric("harbor_trial_s", (solved.get("timing") or {}).get("total_s"))
+    assert cancel["record"]["agent"] == "terminus-2" and cancel["record"]["model_connection"] == "host"
+    assert solved["task"] == "create-file" and solved["status"] == "completed" and solved["reward"] == 1.0
+    assert solved["usage"]["input_tokens"] > 0 and solved["usage"]["output_tokens"] > 0
+
+
+@check(
+    "agents.harbor.real_model",
+    required=REQUIRED,
+    engines=("sglang",),
+    reason="the fake engine's answers are scripted (agents.harbor.terminus_solves); this one is the model's own",
+    description="terminus-2 on two local Harbor tasks at once on the session's real engine: every trial ends "
+    "through the gateway and the model's rewards are recorded as earned (needs Docker and Harbor)",
+)
+@pytest.mark.exclusive_engine
+def test_harbor_real_model_run_completes(certify_env: CertifyEnv, harbor: HarborInstall, certify_record: Any) -> None:
+    result = _once(certify_env, "real", lambda: _real_model(certify_env, harbor))
+    _timings(certify_record, result)
+    trials = _trials(result)
+    certify_record.detail("rewards", {t["task"]: t["reward"] for t in trials})
+    assert len(trials) == 2
+    for t in trials:
+        assert t["status"] in ("completed", "failed") and t["status"] != "cancelled"
+        assert t["service"]["service_id"] == result["session"][0], "every trial leased the session's service"
+        assert t["usage"]["requests"] >= 1 and t["usage"]["evidence_complete"] is True
+        if t["status"] == "completed":
+            assert t["reward"] is not None, "a completed trial has the verifier's reward"
+    assert len({t["binding_id"] for t in trials}) == 2

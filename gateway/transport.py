@@ -6,9 +6,10 @@ Owns :class:`Exchange` (what one physical request did, for the evidence row) and
   (aiohttp client, no decompression, so the bytes are the engine's). A connect failure is
   ``inference_process_exited`` when the engine no longer accepts connections. POSTs are never retried.
 - :func:`relay_unary` reads the engine's JSON answer (bounded) and returns it byte for byte.
-- :func:`relay_stream` writes each upstream read to the client as it arrives (``StreamResponse.write``
-  waits for the client socket to drain: backpressure reaches the engine) while a
-  :class:`gateway.sse.StreamObserver` watches on the side. If the engine's body ends early (crash, reset,
+- :func:`relay_stream` writes each upstream read to the client as it arrives, as one HTTP chunk in one
+  socket write (after the first, straight to the transport: no coroutines per chunk), and waits for the
+  client socket to drain whenever the transport has paused writing (backpressure reaches the engine) while
+  a :class:`gateway.sse.StreamObserver` watches on the side. If the engine's body ends early (crash, reset,
   partial event, missing final event) the client connection is closed without the chunked terminator, so
   the client sees a broken stream, never a clean end; the evidence says ``failed`` with
   ``inference_process_exited`` when the engine is gone, else ``inference_upstream_failed``.
@@ -198,6 +199,15 @@ async def relay_unary(upstream: aiohttp.ClientResponse, ex: Exchange, max_bytes:
     return web.Response(body=data, status=upstream.status, headers=_client_headers(upstream, ex.request_id))
 
 
+def _write_chunk(transport: asyncio.Transport | None, chunk: bytes) -> None:
+    """One upstream read as one HTTP chunk in one socket write: the framing ``StreamResponse.write`` produces,
+    without its two coroutines per chunk. The caller awaits the drain only while the transport has paused
+    writing (``StreamResponse.write`` drains every 64 KiB, which waits only when paused too)."""
+    if transport is None or transport.is_closing():
+        raise ConnectionResetError("the client went away")
+    transport.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
+
+
 class _StreamResponse(web.StreamResponse):
     """Headers leave with the first relayed bytes (one write, one client wake-up), as ``web.Response`` does."""
 
@@ -215,6 +225,8 @@ async def relay_stream(request: web.BaseRequest, upstream: aiohttp.ClientRespons
     clock = time.perf_counter
     try:
         await resp.prepare(request)
+        writer, protocol = request.writer, request.protocol
+        started = False
         try:
             while True:
                 try:
@@ -224,7 +236,13 @@ async def relay_stream(request: web.BaseRequest, upstream: aiohttp.ClientRespons
                 if not chunk:
                     clean = True
                     break
-                await resp.write(chunk)  # ConnectionResetError here: the client went away
+                if started:
+                    _write_chunk(request.transport, chunk)  # ConnectionResetError: the client went away
+                    if protocol.writing_paused:  # the client reads slower than the engine writes
+                        await writer.drain()
+                else:
+                    await resp.write(chunk)  # the headers leave with the first bytes
+                    started = True
                 observer.feed(chunk, clock())  # fed only once written: what the observer saw was relayed
                 if capture is not None:
                     capture.response(chunk)

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from fixtures.fake_sglang.parity_checks import chunk_payloads
 from tests.gateway.support import Engine, GatewayThread, evidence_rows, make_lock, start_engine, target_for, token_of
 
 pytestmark = pytest.mark.integration
@@ -42,6 +43,21 @@ def _sse_events(raw: bytes) -> list[bytes]:
     return [e for e in raw.split(b"\n\n") if e.strip()]
 
 
+def _strip_ids(events: list[bytes]) -> list[Any]:
+    out = []
+    for e in events:
+        data = e.split(b"data: ", 1)[1]
+        obj = json.loads(data) if data != b"[DONE]" else data
+        if isinstance(obj, dict):
+            obj.pop("id", None)
+            obj.pop("created", None)
+        out.append(obj)
+    return out
+
+
+_LOCK_SAMPLING = {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0, "seed": 0}
+
+
 def test_split_utf8_reaches_the_client_as_the_engine_sent_it(engine: Engine, gateway: GatewayThread) -> None:
     rec = gateway.register("run-a", target_for(engine, make_lock()))
     engine.faults("split_utf8")
@@ -55,23 +71,44 @@ def test_split_utf8_reaches_the_client_as_the_engine_sent_it(engine: Engine, gat
     direct = _engine_bytes(
         engine,
         "/v1/chat/completions",
-        {**_chat_body(True), "temperature": 0.0, "top_p": 1.0, "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0, "seed": 0},
+        {**_chat_body(True), **_LOCK_SAMPLING},
     )
 
-    def strip_ids(events: list[bytes]) -> list[Any]:
-        out = []
-        for e in events:
-            data = e.split(b"data: ", 1)[1]
-            obj = json.loads(data) if data != b"[DONE]" else data
-            if isinstance(obj, dict):
-                obj.pop("id", None)
-                obj.pop("created", None)
-            out.append(obj)
-        return out
-
-    assert strip_ids(_sse_events(raw)) == strip_ids(_sse_events(direct))
+    assert _strip_ids(_sse_events(raw)) == _strip_ids(_sse_events(direct))
     [row] = evidence_rows(gateway, rec.binding_id)
     assert row["status"] in ("completed", "incomplete") and row["ttft_ms"] is not None and row["engine_rid"]
+
+
+def test_a_client_reading_slowly_gets_every_event(engine: Engine, gateway: GatewayThread) -> None:
+    """A long stream (~0.5 MB, every upstream read written as its own chunk) to a client with a 4 KiB receive
+    buffer reading 1 KiB at a time arrives whole and in order, as the engine sends it, and the evidence says
+    it completed. (Whether the gateway's transport pauses here depends on the kernel's socket buffers, which
+    grow to 4 MiB on loopback: this asserts the relay's bytes, not the pause.)"""
+    rec = gateway.register("run-a", target_for(engine, make_lock(max_output=2000)))
+    body = json.dumps(_chat_body(True, max_tokens=2000)).encode()
+    url = httpx.URL(rec.base_url)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.settimeout(60)
+    sock.connect((url.host, url.port))
+    head = (
+        f"POST {url.path}/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token_of(rec)}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    sock.sendall(head + body)
+    raw = b""
+    with sock:
+        while not raw.endswith(b"0\r\n\r\n"):
+            data = sock.recv(1024)
+            assert data, "the gateway closed the stream early"
+            raw += data
+    assert raw.startswith(b"HTTP/1.1 200 ")
+    events = _sse_events(b"".join(chunk_payloads(raw)))
+    assert len(raw) > 256 * 1024 and events[-1] == b"data: [DONE]"
+    direct = _engine_bytes(engine, "/v1/chat/completions", {**_chat_body(True, max_tokens=2000), **_LOCK_SAMPLING})
+    assert _strip_ids(events) == _strip_ids(_sse_events(direct))
+    [row] = evidence_rows(gateway, rec.binding_id)
+    assert (row["status"] in ("completed", "incomplete") and row["output_tokens"] is None) or row["status"] != "failed"
 
 
 def test_coalesced_events_pass_and_are_counted(engine: Engine, gateway: GatewayThread) -> None:

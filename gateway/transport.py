@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp import web
+from aiohttp.http_writer import StreamWriter
 from multidict import CIMultiDict
 from yarl import URL
 
@@ -226,6 +227,9 @@ async def relay_stream(request: web.BaseRequest, upstream: aiohttp.ClientRespons
     try:
         await resp.prepare(request)
         writer, protocol = request.writer, request.protocol
+        # our own chunk framing only where aiohttp frames chunks too (the gateway never compresses; an HTTP/1.0
+        # client gets a plain body until the connection closes: there, resp.write as before)
+        fast = isinstance(writer, StreamWriter) and writer.chunked
         started = False
         try:
             while True:
@@ -236,7 +240,7 @@ async def relay_stream(request: web.BaseRequest, upstream: aiohttp.ClientRespons
                 if not chunk:
                     clean = True
                     break
-                if started:
+                if started and fast:
                     _write_chunk(request.transport, chunk)  # ConnectionResetError: the client went away
                     if protocol.writing_paused:  # the client reads slower than the engine writes
                         await writer.drain()

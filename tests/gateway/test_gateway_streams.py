@@ -111,6 +111,30 @@ def test_a_client_reading_slowly_gets_every_event(engine: Engine, gateway: Gatew
     assert (row["status"] in ("completed", "incomplete") and row["output_tokens"] is None) or row["status"] != "failed"
 
 
+def test_an_http10_client_gets_the_stream_unframed(engine: Engine, gateway: GatewayThread) -> None:
+    """HTTP/1.0 has no chunked encoding: the relay writes the engine's bytes as they are and ends the body by
+    closing the connection (the relay frames chunks itself only where aiohttp chunks the response)."""
+    rec = gateway.register("run-a", target_for(engine, make_lock()))
+    body = json.dumps(_chat_body(True, max_tokens=12)).encode()
+    url = httpx.URL(rec.base_url)
+    with socket.create_connection((url.host, url.port), timeout=60) as sock:
+        head = (
+            f"POST {url.path}/chat/completions HTTP/1.0\r\nHost: x\r\nAuthorization: Bearer {token_of(rec)}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode()
+        sock.sendall(head + body)
+        raw = b""
+        while data := sock.recv(65536):
+            raw += data
+    status, _, payload = raw.partition(b"\r\n\r\n")
+    assert status.startswith(b"HTTP/1.") and b" 200 " in status.split(b"\r\n")[0]
+    assert b"transfer-encoding" not in status.lower()
+    events = _sse_events(payload)
+    assert b"\r\n" not in payload and all(e.startswith(b"data: ") for e in events), "no chunk framing in the body"
+    direct = _engine_bytes(engine, "/v1/chat/completions", {**_chat_body(True, max_tokens=12), **_LOCK_SAMPLING})
+    assert events[-1] == b"data: [DONE]" and _strip_ids(events) == _strip_ids(_sse_events(direct))
+
+
 def test_coalesced_events_pass_and_are_counted(engine: Engine, gateway: GatewayThread) -> None:
     rec = gateway.register("run-a", target_for(engine, make_lock()))
     engine.faults("coalesce_events:n=4")

@@ -19,7 +19,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from catalog.model_fixtures import fixture_for_model_id
-from fixtures.reference import REFERENCE_RUNTIME, ReferenceParams, ReferenceRunV1, reference_cache_dir, run_reference
+from fixtures.reference import (
+    REFERENCE_RUNTIME,
+    Prompt,
+    ReferenceParams,
+    ReferencePromptResult,
+    ReferenceRunV1,
+    reference_cache_dir,
+    run_reference,
+)
 from harness.paths import HitchRoot, ensure_private_dir
 
 __all__ = [
@@ -37,6 +45,7 @@ __all__ = [
     "eval_messages",
     "not_applicable",
     "prepare_references",
+    "reference_continuation",
     "reference_run",
 ]
 
@@ -129,6 +138,18 @@ def not_applicable(model_id: str, behaviour: str) -> str | None:
 
 def reference_run(root: HitchRoot, model_id: str, name: str) -> tuple[ReferenceRunV1, bool]:
     """The reference result of the set ``name`` for ``model_id`` (imported in ``root``), and whether it was cached."""
+    ref = REFERENCE_SETS[name]
+    return _run(root, model_id, list(ref.prompts), ref.params)
+
+
+def reference_continuation(root: HitchRoot, model_id: str, prompt_ids: list[int], max_new_tokens: int) -> ReferencePromptResult:
+    """The reference's greedy continuation of one prompt already rendered to ids (a request an engine answered,
+    as the gateway renders it); computed on demand, beside the engine, so keep ``max_new_tokens`` small."""
+    run, _ = _run(root, model_id, [{"prompt_token_ids": prompt_ids}], ReferenceParams(max_new_tokens=max_new_tokens, top_k=TOP_K))
+    return run.results[0]
+
+
+def _run(root: HitchRoot, model_id: str, prompts: list[Prompt], params: ReferenceParams) -> tuple[ReferenceRunV1, bool]:
     from harness.runtimes import get_runtime
     from harness.runtimes.install import installed_runtime
     from harness.store import model_files_dir
@@ -136,10 +157,7 @@ def reference_run(root: HitchRoot, model_id: str, name: str) -> tuple[ReferenceR
     runtime = installed_runtime(root, get_runtime(REFERENCE_RUNTIME))
     if runtime is None:
         raise RuntimeError(f"the reference runtime {REFERENCE_RUNTIME} is not installed under {root.root}")
-    ref = REFERENCE_SETS[name]
-    return run_reference(
-        runtime, model_files_dir(root, model_id), model_id, ref.prompts, ref.params, cache_dir=reference_cache_dir(root)
-    )
+    return run_reference(runtime, model_files_dir(root, model_id), model_id, prompts, params, cache_dir=reference_cache_dir(root))
 
 
 def prepare_references(root: HitchRoot, model_id: str) -> dict[str, dict[str, Any]]:

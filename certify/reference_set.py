@@ -14,12 +14,19 @@ budgets; the checks and their tolerances live in ``certify/suites/test_correctne
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
 from catalog.model_fixtures import fixture_for_model_id
-from fixtures.reference import REFERENCE_RUNTIME, ReferenceParams, ReferenceRunV1, reference_cache_dir, run_reference
+from fixtures.reference import (
+    REFERENCE_RUNTIME,
+    Prompt,
+    ReferenceParams,
+    ReferencePromptResult,
+    ReferenceRunV1,
+    reference_cache_dir,
+    run_references,
+)
 from harness.paths import HitchRoot, ensure_private_dir
 
 __all__ = [
@@ -37,6 +44,7 @@ __all__ = [
     "eval_messages",
     "not_applicable",
     "prepare_references",
+    "reference_continuation",
     "reference_run",
 ]
 
@@ -129,6 +137,19 @@ def not_applicable(model_id: str, behaviour: str) -> str | None:
 
 def reference_run(root: HitchRoot, model_id: str, name: str) -> tuple[ReferenceRunV1, bool]:
     """The reference result of the set ``name`` for ``model_id`` (imported in ``root``), and whether it was cached."""
+    ref = REFERENCE_SETS[name]
+    return _runs(root, model_id, [(list(ref.prompts), ref.params)])[0]
+
+
+def reference_continuation(root: HitchRoot, model_id: str, prompt_ids: list[int], max_new_tokens: int) -> ReferencePromptResult:
+    """The reference's greedy continuation of one prompt already rendered to ids (a request an engine answered,
+    as the gateway renders it); computed on demand, beside the engine, so keep ``max_new_tokens`` small."""
+    params = ReferenceParams(max_new_tokens=max_new_tokens, top_k=TOP_K)
+    run, _ = _runs(root, model_id, [([{"prompt_token_ids": prompt_ids}], params)])[0]
+    return run.results[0]
+
+
+def _runs(root: HitchRoot, model_id: str, jobs: list[tuple[list[Prompt], ReferenceParams]]) -> list[tuple[ReferenceRunV1, bool]]:
     from harness.runtimes import get_runtime
     from harness.runtimes.install import installed_runtime
     from harness.store import model_files_dir
@@ -136,32 +157,28 @@ def reference_run(root: HitchRoot, model_id: str, name: str) -> tuple[ReferenceR
     runtime = installed_runtime(root, get_runtime(REFERENCE_RUNTIME))
     if runtime is None:
         raise RuntimeError(f"the reference runtime {REFERENCE_RUNTIME} is not installed under {root.path}")
-    ref = REFERENCE_SETS[name]
-    return run_reference(
-        runtime, model_files_dir(root, model_id), model_id, ref.prompts, ref.params, cache_dir=reference_cache_dir(root)
-    )
+    return run_references(runtime, model_files_dir(root, model_id), model_id, jobs, cache_dir=reference_cache_dir(root))
 
 
 def prepare_references(root: HitchRoot, model_id: str) -> dict[str, dict[str, Any]]:
-    """Compute (or find cached) every reference set ``model_id`` needs; per set: seconds spent here, cached or not.
+    """Compute (or find cached) every reference set ``model_id`` needs, in one runner process; per set: its
+    prompts and budget, whether it was cached, and the seconds spent on it here and when it was computed.
 
     Serialised by a file lock beside the cache: concurrent sessions' processes compute each set once.
     """
     from filelock import FileLock
 
+    needed = [ref for ref in REFERENCE_SETS.values() if ref.behaviour is None or not_applicable(model_id, ref.behaviour) is None]
     cache = ensure_private_dir(reference_cache_dir(root))
-    done: dict[str, dict[str, Any]] = {}
     with FileLock(str(cache / "prepare.lock")):
-        for ref in REFERENCE_SETS.values():
-            if ref.behaviour is not None and not_applicable(model_id, ref.behaviour) is not None:
-                continue
-            started = time.monotonic()
-            run, cached = reference_run(root, model_id, ref.name)
-            done[ref.name] = {
-                "prompts": len(ref.prompts),
-                "max_new_tokens": ref.max_new_tokens,
-                "cached": cached,
-                "seconds": round(time.monotonic() - started, 2),
-                "computed_seconds": round(run.seconds, 2),
-            }
-    return done
+        runs = _runs(root, model_id, [(list(ref.prompts), ref.params) for ref in needed])
+    return {
+        ref.name: {
+            "prompts": len(ref.prompts),
+            "max_new_tokens": ref.max_new_tokens,
+            "cached": cached,
+            "seconds": 0.0 if cached else round(run.seconds, 2),  # spent here: its share of the one runner process
+            "computed_seconds": round(run.seconds, 2),
+        }
+        for ref, (run, cached) in zip(needed, runs, strict=True)
+    }

@@ -148,8 +148,12 @@ class ContextChecker:
                 "inference_protocol_unsupported", f"the model's chat template cannot render the input: {type(exc).__name__}", {}
             ) from exc
 
+    def encode(self, text: str) -> list[int]:
+        """The prompt ids of a rendered template (the specials are in the text: none added)."""
+        return list(self._tokenizer.encode(text, add_special_tokens=False).ids)
+
     def count(self, text: str) -> int:
-        return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
+        return len(self.encode(text))
 
     def check(
         self,

@@ -123,6 +123,10 @@ class FaultFront:
     gateway: GatewayThread | None = None  # a private gateway (None: the session daemon's)
     faults: list[str] = field(default_factory=list)
     t_fault_end: float = 0.0
+    # (base URL, token) of a binding on the same gateway and upstream under the session lock's own request
+    # timeout, for a front whose lock has the check's short one: that timeout is what the faulted request is
+    # about; the recovery request is not, and a real engine on a loaded machine may need longer to answer it
+    recovery: tuple[str, str] | None = field(default=None, repr=False)
 
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"}
@@ -200,7 +204,8 @@ class FaultFront:
         self.permits_released(acquired)
         self.engine_idle()
         self.clear()
-        assert serves(self.base_url, self.headers(), self.wire_model) == 200
+        base_url, token = self.recovery or (self.base_url, self.token)
+        assert serves(base_url, {"Authorization": f"Bearer {token}"}, self.wire_model) == 200
         certify_record.detail("recovery_ms", round((time.monotonic() - self.t_fault_end) * 1000, 1))
 
 
@@ -225,6 +230,7 @@ def fault_front(
             env.delete_run(run)
         return
     updates: dict[str, Any] = {} if timeout_ms is None else {"request_timeout_ms": timeout_ms}
+
     if env.engine == "fake":
         execution = lock.execution.model_copy(update={**updates, "max_running_requests": 1})
         stack = PrivateStack.start(
@@ -232,9 +238,16 @@ def fault_front(
             max_running=1, max_response_bytes=RESPONSE_CAP,
         )  # fmt: skip
         try:
+            recovery = None
+            if updates:
+                record = bind_upstream(
+                    stack.gateway, "certify-private-recovery", stack.engine.base, stack.engine.key, lock, stack.run.wire_model,
+                    model_files_dir(env.root, lock.model_id),
+                )  # fmt: skip
+                recovery = (record.base_url, stack.gateway.token_of(record))
             yield FaultFront(
                 env, stack.run.base_url, stack.run.token, stack.run.wire_model, stack.engine.base, stack.engine_headers(),
-                stack.run.binding_id, stack.state_dir, fake=stack.engine.control, gateway=stack.gateway,
+                stack.run.binding_id, stack.state_dir, fake=stack.engine.control, gateway=stack.gateway, recovery=recovery,
             )  # fmt: skip
         finally:
             stack.close()
@@ -251,9 +264,16 @@ def fault_front(
             gateway, "certify-proxy-run", proxy.base, env.engine_key, variant, env.run.wire_model,
             model_files_dir(env.root, lock.model_id),
         )  # fmt: skip
+        recovery = None
+        if updates:
+            again = bind_upstream(
+                gateway, "certify-proxy-recovery", proxy.base, env.engine_key, lock, env.run.wire_model,
+                model_files_dir(env.root, lock.model_id),
+            )  # fmt: skip
+            recovery = (again.base_url, gateway.token_of(again))
         yield FaultFront(
             env, record.base_url, gateway.token_of(record), env.run.wire_model, env.engine_url, env.engine_headers(),
-            record.binding_id, state_dir, proxy=proxy, gateway=gateway,
+            record.binding_id, state_dir, proxy=proxy, gateway=gateway, recovery=recovery,
         )  # fmt: skip
     finally:
         proxy.clear()

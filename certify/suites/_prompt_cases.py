@@ -23,7 +23,7 @@ from gateway.policy import apply_policy
 from gateway.routes import RouteName
 from harness.contracts.lock import InferenceLockV1
 
-__all__ = ["CASES", "CHAT", "RESPONSES", "SAMPLING_KEYS", "gateway_prompt_tokens", "prompt_counts"]
+__all__ = ["CASES", "CHAT", "RESPONSES", "SAMPLING_KEYS", "gateway_prompt_ids", "gateway_prompt_tokens", "prompt_counts"]
 
 CHAT: RouteName = "/v1/chat/completions"
 RESPONSES: RouteName = "/v1/responses"
@@ -96,14 +96,22 @@ CASES: dict[str, tuple[RouteName, dict[str, Any]]] = {
 }
 
 
+def gateway_prompt_ids(
+    route: RouteName, body: dict[str, Any], lock: InferenceLockV1, model: str, model_dir: Path
+) -> tuple[bytes, list[int]]:
+    """(the body the gateway forwards, the prompt ids its context check renders) for ``body``."""
+    prepared = apply_policy(route, json.dumps(body).encode(), lock, model)
+    checker = ContextChecker.for_dir(model_dir)
+    view = checker.view(prepared.messages, prepared.responses)
+    return prepared.body, checker.encode(checker.render(view, prepared.tools, prepared.template_kwargs))
+
+
 def gateway_prompt_tokens(
     route: RouteName, body: dict[str, Any], lock: InferenceLockV1, model: str, model_dir: Path
 ) -> tuple[bytes, int]:
     """(the body the gateway forwards, the exact prompt tokens its context check counts) for ``body``."""
-    prepared = apply_policy(route, json.dumps(body).encode(), lock, model)
-    checker = ContextChecker.for_dir(model_dir)
-    view = checker.view(prepared.messages, prepared.responses)
-    return prepared.body, checker.count(checker.render(view, prepared.tools, prepared.template_kwargs))
+    forwarded, ids = gateway_prompt_ids(route, body, lock, model, model_dir)
+    return forwarded, len(ids)
 
 
 def prompt_counts(

@@ -32,7 +32,7 @@ from certify.kit.probes import evidence_rows, read_evidence
 from certify.model_facts import not_applicable
 from certify.registry import check
 from certify.session import CertifyEnv
-from certify.suites._prompt_cases import RESPONSES, SAMPLING_KEYS, gateway_prompt_tokens
+from certify.suites._prompt_cases import RESPONSES, SAMPLING_KEYS, gateway_prompt_ids
 from gateway.sse import parse_events
 from harness.agents.codex_home import CodexBinding
 from harness.agents.codex_install import CodexInstall, find_codex
@@ -286,14 +286,21 @@ def test_codex_history_replay(
     the engine receives them: developer messages, item ids, function_call echoes with status,
     function_call_output with ids, include, reasoning, prompt_cache_key) are sent to the session's engine
     directly; each must stream to a terminal event with every output item done. On real SGLang the prompt
-    tokens the gateway counts for each request must equal those the engine reports."""
+    tokens the gateway counts for each request must equal those the engine reports.
+
+    A request answered with no output item at all is the endpoint's defect unless it is the model's own answer:
+    re-sent greedy, the engine must again end at once (one output token, no item), and the reference
+    (transformers, :func:`certify.reference_set.reference_continuation`) given the same prompt ids must end
+    its turn at its first token too; then the finding is recorded (entry and compatibility profile: which of
+    Codex's fields, removed, bring an answer back) and the check goes on. Any other outcome fails with the
+    cause. The fake has no reference: an empty answer there always fails."""
     rig: AgentRig = rig_factory(READ_THEN_CHANGE)
     passed = False
     diagnosis: dict[str, Any] = {}
     try:
         out = _codex_run(codex, rig.base_url, rig.served, rig.token, rig.lock, tmp_path, "Set count to 2.").run(600)
-        # The recording rig renders the session model's chat template: one that cannot render an assistant
-        # tool-call turn (no content) fails Codex's second request here, as SGLang's template step does.
+        # The recording rig's fake renders the session model's chat template as SGLang does (a null content as
+        # ""): a template that refuses Codex's history fails the recording here, with SGLang's 400.
         assert out.completed, f"recording Codex's requests failed: {out.errors}; engine: {rig.engine.output()[-600:]}"
         bodies = [body for body, _ in rig.captures()]
         assert len(bodies) == 3
@@ -312,16 +319,18 @@ def test_codex_history_replay(
             assert kinds and kinds[-1] in ("response.completed", "response.incomplete"), kinds[-3:]
             added = sum(1 for k in kinds if k == "response.output_item.added")
             ends.append(kinds[-1])
-            if added == 0:
-                # Completed with no output item at all: find which of Codex's fields makes the engine answer nothing.
-                diagnosis = {"request": i, **_empty_answer_diagnosis(certify_env, body)}
-                certify_record.detail("empty_answer", diagnosis)
-                pytest.fail(f"replay {i}: {kinds[-1]} with no output item; {diagnosis['cause']}")
             assert kinds.count("response.output_item.done") >= added  # no item left without its done event
+            prompt_ids: list[int] = []
             if certify_env.engine == "sglang":  # the fake's prompt is not SGLang's; the count is compared on real SGLang
                 unlocked = {k: v for k, v in body.items() if k not in SAMPLING_KEYS}
-                _, ours = gateway_prompt_tokens(RESPONSES, unlocked, lock, certify_env.run.wire_model, model_dir)
-                counted.append((ours, int(events[-1].json()["response"]["usage"]["input_tokens"])))
+                _, prompt_ids = gateway_prompt_ids(RESPONSES, unlocked, lock, certify_env.run.wire_model, model_dir)
+                counted.append((len(prompt_ids), int(events[-1].json()["response"]["usage"]["input_tokens"])))
+            if added == 0:
+                # Completed with no output item at all: the model's own answer, or the endpoint's defect?
+                diagnosis = {"request": i, **_empty_answer_diagnosis(certify_env, body, prompt_ids)}
+                certify_record.detail("empty_answer", diagnosis)
+                if not diagnosis["model_answer"]:
+                    pytest.fail(f"replay {i}: {kinds[-1]} with no output item; {diagnosis['cause']}")
         certify_record.detail("terminal_events", ends)
         if counted:
             certify_record.detail("prompt_tokens_gateway_engine", counted)
@@ -338,12 +347,17 @@ _EMPTY_ANSWER_PROBES: dict[str, tuple[str, ...]] = {
     "input[].role=developer": (),
     "reasoning/include": ("reasoning", "include"),
 }
+_REFERENCE_TOKENS = 4  # enough to show what the reference says instead when it does not end at once
 
 
-def _empty_answer_diagnosis(env: CertifyEnv, body: dict[str, Any]) -> dict[str, Any]:
-    """Re-send ``body`` (which the engine answered with no output item) without each probed field: the fields
-    whose removal brings an answer back are the trigger; the output token count tells whether the model ended
-    its turn at once (an end-of-turn token, 1 token) or text was generated and not returned."""
+def _empty_answer_diagnosis(env: CertifyEnv, body: dict[str, Any], prompt_ids: list[int]) -> dict[str, Any]:
+    """Why the engine answered ``body`` with no output item.
+
+    Re-sent greedy (temperature 0) the engine must end again after one output token (its end-of-turn, which
+    SGLang does not show); the reference, greedy on ``prompt_ids`` (the gateway's rendering of the same
+    request, whose count the check compares with the engine's), must end its turn at its first token. Both:
+    ``model_answer`` (the model ends its turn at once; the endpoint is faithful). Then each probed field is
+    removed in turn: those whose removal brings an answer back are what triggers it."""
 
     def answer(probe: dict[str, Any]) -> dict[str, Any]:
         url = env.engine_url + "/v1/responses"
@@ -353,22 +367,43 @@ def _empty_answer_diagnosis(env: CertifyEnv, body: dict[str, Any]) -> dict[str, 
         resp = r.json()
         return {"items": [i.get("type") for i in resp.get("output") or []], "output_tokens": resp["usage"]["output_tokens"]}
 
-    seen = {"as sent": answer(body)}
+    greedy_body = {**body, "temperature": 0.0, "top_p": 1.0}
+    seen = {"as sent": answer(body), "greedy": answer(greedy_body)}
+    greedy = seen["greedy"]
+    engine_ends = greedy.get("items") == [] and greedy.get("output_tokens") == 1
+    reference: dict[str, Any] | None = None
+    if env.engine == "sglang" and prompt_ids:
+        from certify.reference_set import reference_continuation
+
+        ref = reference_continuation(env.root, env.model_id, prompt_ids, _REFERENCE_TOKENS)
+        reference = {"token_ids": ref.token_ids, "text": ref.text, "finish_reason": ref.finish_reason}
+    reference_ends = reference is not None and reference["finish_reason"] == "stop" and len(reference["token_ids"]) == 1
     for name, keys in _EMPTY_ANSWER_PROBES.items():
         if name == "input[].role=developer":
-            probe = {**body, "input": [i for i in body.get("input") or [] if i.get("role") != "developer"]}
+            probe = {**greedy_body, "input": [i for i in body.get("input") or [] if i.get("role") != "developer"]}
         else:
-            probe = {k: v for k, v in body.items() if k not in keys}
+            probe = {k: v for k, v in greedy_body.items() if k not in keys}
         seen[f"without {name}"] = answer(probe)
     fields = [name for name in _EMPTY_ANSWER_PROBES if seen[f"without {name}"].get("items")]
-    tokens = seen["as sent"].get("output_tokens")
-    # Measured on SGLang 0.5.23 + SmolLM2 (Codex's third request, after two tool round trips): 1 output token,
-    # with and without tools: the model ends its turn at once and SGLang completes with no output item.
-    if tokens is None:
-        ended = "the request failed"
-    elif tokens <= 1:
-        ended = f"the model ended its turn at once ({tokens} output token: its end-of-turn) and SGLang sent no item"
+    if reference is None:
+        verdict = "no reference to tell the model's answer from the engine's (the fake engine)"
+    elif engine_ends and reference_ends:
+        verdict = (
+            "the model's own answer: greedy, the engine ends after one output token (its end-of-turn, no item) and "
+            f"transformers on the same {len(prompt_ids)} prompt tokens ends its turn at its first token too"
+        )
+    elif not engine_ends:
+        verdict = f"the engine answers the same request greedy with {greedy}: the empty answer is not the model's end of turn"
     else:
-        ended = f"the model generated {tokens} tokens and SGLang returned no text"
-    cause = f"{ended}; it answers when the request is sent without: {', '.join(fields) or 'none of the probed fields'}"
-    return {"cause": cause, "fields": ", ".join(fields) or None, "probes": seen}
+        verdict = (
+            f"the engine ends at once but transformers on the same prompt continues with {reference['text']!r} "
+            f"({reference['token_ids']}): the engine diverges from the reference"
+        )
+    cause = f"{verdict}; it answers when the request is sent without: {', '.join(fields) or 'none of the probed fields'}"
+    return {
+        "model_answer": engine_ends and reference_ends,
+        "cause": cause,
+        "fields": ", ".join(fields) or None,
+        "reference": reference,
+        "probes": seen,
+    }

@@ -40,6 +40,7 @@ from certify.suites._support_engines import (
     session_lock,
     wait_until,
 )
+from fixtures.engine_faults import EngineTarget
 from fixtures.fault_proxy import FaultProxy, ProxyFault, start_fault_proxy
 from gateway.testing import GatewayThread
 
@@ -335,17 +336,15 @@ def revoked(run: RunHandle, timeout_s: float = 10.0) -> dict[str, Any]:
 
 
 def assert_crashed(
-    daemon: PrivateDaemon, run: RunHandle, pid: int, code: str, need: tuple[str, ...] = ("code",)
+    daemon: PrivateDaemon, run: RunHandle, engine: EngineTarget, code: str, need: tuple[str, ...] = ("code",)
 ) -> dict[str, Any]:
     """The epoch failed with ``code``, the service is failed or stopped, the binding revoked, the engine gone."""
-    from certify.suites._support_engines import pid_alive
-
     details = failed_event(daemon, run.service_id, run.epoch, timeout_s=30.0, need=need)
     assert details.get("code") == code, details
     record = daemon.record(run.service_id)
     assert record is not None and record.state in ("failed", "stopped") and record.epoch == run.epoch
     assert revoked(run) == {"status": 403, "code": "inference_binding_revoked"}
-    wait_until(lambda: not pid_alive(pid), 30.0, what="the engine process gone")
+    wait_until(lambda: not engine.alive(), 30.0, what="the engine gone")
     daemon.runs.pop(run.run_id, None)
     return details
 

@@ -1,9 +1,9 @@
 """faults (resources: memory): an engine killed for memory, confirmed by the kernel (a container over its limit) or not.
 
-- ``memory_growth``: a process launcher cannot see the kernel's OOM mark of a process outside a memory
-  cgroup it owns, so a kill there must be reported as ``inference_process_exited``, never ``inference_oom``.
-  The fake grows its memory and is SIGKILLed as the OOM killer would; real SGLang's group is SIGKILLed the same
-  way (its memory cannot be made to grow from outside).
+- ``memory_growth``: a kill the kernel did not confirm as an OOM (a process outside a memory cgroup we own; a
+  container killed from outside, no ``oom`` event) must be reported as ``inference_process_exited``, never
+  ``inference_oom``. The fake grows its memory and is SIGKILLed as the OOM killer would; real SGLang is
+  SIGKILLed the same way (its memory cannot be made to grow from outside): its process group, or its container.
 - ``oom.container_limit``: a container over its memory limit is OOM-killed by the kernel and reported as
   ``inference_oom`` (needs Docker; without it this non-required check is skipped).
 """
@@ -16,14 +16,12 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import psutil
 import pytest
 
 from certify.registry import check
 from certify.session import fake_engine_image
 from certify.suites._support_engines import (
     PrivateDaemon,
-    kill_pid,
     private_daemon_fixture,  # noqa: F401 (the fixture ``private_daemon``)
     wait_until,
 )
@@ -36,7 +34,6 @@ from certify.suites._support_faults import (
     sealed_inference_id,
     service_failure_code,
 )
-from fixtures.process_faults import kill_group
 from harness.errors import HitchError
 
 _fault_kind = fault_kind("memory")
@@ -63,20 +60,20 @@ def test_memory_growth(pdaemon: PrivateDaemon, certify_record: Any) -> None:
         return
     warm = pdaemon.runs.get(str(pdaemon.shared.pop("warm_run_id", None)))
     run = warm if warm is not None else pdaemon.create_run()
-    pid = pdaemon.engine_pid(run.service_id)
-    assert pid is not None
+    engine = pdaemon.engine_target(run.service_id)
+    assert engine is not None
     if pdaemon.fake is not None:
-        before = psutil.Process(pid).memory_info().rss
+        before = engine.memory_bytes()
         pdaemon.fake.faults("memory_growth:mb_per_s=128")
-        wait_until(lambda: psutil.Process(pid).memory_info().rss > before + (96 << 20), 20.0, what="memory growth")
-        certify_record.detail("rss_growth_mib", (psutil.Process(pid).memory_info().rss - before) >> 20)
+        wait_until(lambda: engine.memory_bytes() > before + (96 << 20), 20.0, what="memory growth")
+        certify_record.detail("rss_growth_mib", (engine.memory_bytes() - before) >> 20)
         t_fault = time.monotonic()
-        kill_pid(pid)  # what the kernel's OOM killer does to a process outside a memory cgroup we own
+        engine.kill(leader_only=True)  # what the kernel's OOM killer does to a process outside a memory cgroup we own
     else:
-        certify_record.detail("rss_mib", psutil.Process(pid).memory_info().rss >> 20)
+        certify_record.detail("rss_mib", engine.memory_bytes() >> 20)
         t_fault = time.monotonic()
-        kill_group(os.getpgid(pid))
-    details = assert_crashed(pdaemon, run, pid, "inference_process_exited")
+        engine.kill()
+    details = assert_crashed(pdaemon, run, engine, "inference_process_exited")
     certify_record.detail("failed_event", details)
     certify_record.detail("client", {"next_request": 403, "code": "inference_binding_revoked"})
     certify_record.detail("recovery_ms", round((time.monotonic() - t_fault) * 1000, 1))

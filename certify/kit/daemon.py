@@ -26,6 +26,7 @@ import psutil
 import pytest
 
 from certify.session import CertifyEnv, RunHandle, create_run, engine_endpoint
+from fixtures.engine_faults import EngineTarget
 from fixtures.fake_sglang.client import FakeControl
 from harness.contracts.events import LifecycleEventV1
 from harness.contracts.lock import InferenceLockV1, compute_inference_id
@@ -110,6 +111,14 @@ class PrivateDaemon:
         if record is None or record.process is None or record.process.pid is None:
             return None
         return int(record.process.pid)
+
+    def engine_target(self, service_id: str) -> EngineTarget | None:
+        """The service's engine as a fault acts on it (process group or container), once its record names one."""
+        record = self.record(service_id)
+        process = None if record is None else record.process
+        if process is None or (process.pid is None and process.container_id is None):
+            return None
+        return EngineTarget(process)
 
     def engine_endpoint(self, service_id: str) -> tuple[str, dict[str, str]]:
         url, key = engine_endpoint(self.root, service_id)

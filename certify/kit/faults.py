@@ -29,10 +29,11 @@ import httpx
 import pytest
 
 from certify.kit.daemon import PrivateDaemon
-from certify.kit.probes import engine_load, evidence_rows, pid_alive, session_lock, wait_until
+from certify.kit.probes import engine_load, evidence_rows, session_lock, wait_until
 from certify.kit.requests import chat_body
 from certify.kit.stack import PrivateStack, bind_upstream, queue_counts
 from certify.session import CertifyEnv, RunHandle
+from fixtures.engine_faults import EngineTarget
 from fixtures.fault_proxy import FaultProxy, ProxyFault, start_fault_proxy
 from gateway.server import GatewayConfig
 from gateway.testing import GatewayThread
@@ -343,7 +344,7 @@ def revoked(run: RunHandle, timeout_s: float = 10.0) -> dict[str, Any]:
 
 
 def assert_crashed(
-    daemon: PrivateDaemon, run: RunHandle, pid: int, code: str, need: tuple[str, ...] = ("code",)
+    daemon: PrivateDaemon, run: RunHandle, engine: EngineTarget, code: str, need: tuple[str, ...] = ("code",)
 ) -> dict[str, Any]:
     """The epoch failed with ``code``, the service is failed or stopped, the binding revoked, the engine gone."""
     details = failed_event(daemon, run.service_id, run.epoch, timeout_s=30.0, need=need)
@@ -351,7 +352,7 @@ def assert_crashed(
     record = daemon.record(run.service_id)
     assert record is not None and record.state in ("failed", "stopped") and record.epoch == run.epoch
     assert revoked(run) == {"status": 403, "code": "inference_binding_revoked"}
-    wait_until(lambda: not pid_alive(pid), 30.0, what="the engine process gone")
+    wait_until(lambda: not engine.alive(), 30.0, what="the engine gone")
     daemon.runs.pop(run.run_id, None)
     return details
 

@@ -1,10 +1,13 @@
 """faults (process): the engine hangs, crashes, exits after N requests or N seconds, or never gets ready.
 
-On the fake engine each check uses the fake's fault mode; on real SGLang the same fault is a signal to the
-engine's process group (:mod:`fixtures.process_faults`): SIGSTOP during a stream (a hang), SIGKILL mid-stream,
-after the N-th answer or after N seconds (a crash), SIGSTOP before it is ready (a start that hangs). The
-outcome asserted is the same on both: the client's error, the evidence row, the service failed and its binding
-revoked, the engine's processes gone, and a new run getting a new epoch.
+On the fake engine each check uses the fake's fault mode; on real SGLang the same fault is done to the
+engine's processes through the launcher's own handle (:class:`fixtures.engine_faults.EngineTarget`): a signal
+to its process group on the process launcher, the Docker API on ``oci`` (``docker pause`` for SIGSTOP,
+``docker kill -s SIGKILL``). A hang during a stream, a kill mid-stream, after the N-th answer or after N
+seconds (a crash), a freeze before it is ready (a start that hangs). The outcome asserted is the same on every
+engine and launcher: the client's error, the evidence row, the service failed and its binding revoked (the
+exit code a SIGKILL leaves: -9 for a process, 137 for a container), the engine gone, and a new run getting a
+new epoch. The wrong-model start is the lock's own launch serving another name, on the session's launcher.
 
 A stall runs on the session's engine (a private gateway with a short request timeout; the engine continues
 afterwards); a crash runs on the private daemon (its own HITCH_ROOT), never the session's engine.
@@ -13,7 +16,6 @@ afterwards); a crash runs on the private daemon (its own HITCH_ROOT), never the 
 from __future__ import annotations
 
 import contextlib
-import os
 import secrets
 import threading
 import time
@@ -41,18 +43,13 @@ from certify.kit.faults import (
     serves,
     stream,
 )
-from certify.kit.probes import evidence_rows, kill_pid, pid_alive, session_lock, wait_until
+from certify.kit.probes import evidence_rows, session_lock, wait_until
 from certify.kit.requests import chat_body
 from certify.kit.streams import RawStream, hold_stream
 from certify.registry import check
 from certify.session import CertifyEnv, RunHandle
+from fixtures.engine_faults import EngineTarget
 from fixtures.process_faults import (
-    frozen,
-    group_alive,
-    kill_group,
-    kill_group_after,
-    kill_group_when,
-    stop_group,
     wrong_model_argv,
 )
 from harness.errors import HitchError
@@ -60,16 +57,16 @@ from harness.errors import HitchError
 _fault_kind = fault_kind("process")
 
 
-def _pgid(pid: int) -> int:
-    return os.getpgid(pid)
-
-
-def _session_engine_pid(env: CertifyEnv) -> int:
+def _session_engine(env: CertifyEnv) -> EngineTarget:
     from harness.service.state_store import ServiceStateStore
 
     record = ServiceStateStore(env.root, env.run.service_id).read()
-    assert record is not None and record.process is not None and record.process.pid is not None
-    return int(record.process.pid)
+    assert record is not None and record.process is not None
+    return EngineTarget(record.process)
+
+
+_FREEZE = {False: "SIGSTOP to its process group", True: "docker pause of its container"}
+_KILL = {False: "SIGKILL to its process group", True: "docker kill -s SIGKILL of its container"}
 
 
 # -- a hang mid-stream: the session's engine, a private gateway with a short request timeout --------------
@@ -88,11 +85,12 @@ def test_stall_mid_stream(fault_site: FaultSite, certify_record: Any) -> None:
             status, _, broken = front.chat_stream()
             answered = 0
         else:
-            front.faults = ["SIGSTOP engine group after 2 events"]
+            engine = _session_engine(fault_site.env)
+            front.faults = [f"freeze the engine after 2 events ({_FREEZE[engine.container_id is not None]})"]
             held, answered = _held_stream(front)
             try:
-                with frozen(_pgid(_session_engine_pid(fault_site.env))) as stopped:
-                    certify_record.detail("stopped_processes", len(stopped))
+                with engine.frozen() as stopped:
+                    certify_record.detail("stopped_processes", stopped)
                     held.read_all()  # ends when the gateway's request timeout breaks the stream
                 front.t_fault_end = time.monotonic()
             finally:
@@ -131,10 +129,10 @@ def pdaemon(private_daemon: PrivateDaemon) -> Iterator[PrivateDaemon]:
                 private_daemon.delete_run(run)
 
 
-def _engine(daemon: PrivateDaemon, run: RunHandle) -> int:
-    pid = daemon.engine_pid(run.service_id)
-    assert pid is not None
-    return pid
+def _engine(daemon: PrivateDaemon, run: RunHandle) -> EngineTarget:
+    engine = daemon.engine_target(run.service_id)
+    assert engine is not None, f"the record of {run.service_id} names no engine process or container"
+    return engine
 
 
 def _record_crash(certify_record: Any, details: dict[str, Any], t_fault: float, client: dict[str, Any]) -> None:
@@ -173,13 +171,12 @@ def _in_flight_stream(daemon: PrivateDaemon, run: RunHandle) -> RawStream:
 def killed(private_daemon: PrivateDaemon) -> KillOutcome:
     daemon = private_daemon
     run = _warm_run(daemon)
-    pid = daemon.engine_pid(run.service_id)
-    assert pid is not None
+    engine = _engine(daemon, run)
     before = _answered(daemon, run)
     stream_ = _in_flight_stream(daemon, run)
     try:
         t_kill = time.monotonic()
-        kill_pid(pid)
+        engine.kill(leader_only=True)
         stream_.read_all()
     finally:
         stream_.close()
@@ -188,7 +185,7 @@ def killed(private_daemon: PrivateDaemon) -> KillOutcome:
     detect_ms = (time.monotonic() - t_kill) * 1000
     gone = revoked(run)
     record = daemon.record(run.service_id)
-    pid_gone = not pid_alive(pid)
+    pid_gone = not engine.alive()
     daemon.runs.pop(run.run_id, None)
     if daemon.fake is not None:
         with contextlib.suppress(Exception):
@@ -239,7 +236,7 @@ def test_engine_killed_new_epoch(killed: KillOutcome, certify_record: Any) -> No
 )
 def test_crash_mid_stream(pdaemon: PrivateDaemon, certify_record: Any) -> None:
     run = _warm_run(pdaemon)
-    pid = _engine(pdaemon, run)
+    engine = _engine(pdaemon, run)
     before = _answered(pdaemon, run)  # the warm run has served once
     if pdaemon.fake is not None:
         pdaemon.fake.faults("crash_mid_stream:after=2,code=1")
@@ -249,7 +246,8 @@ def test_crash_mid_stream(pdaemon: PrivateDaemon, certify_record: Any) -> None:
         held = hold_stream(run)
         try:
             t_fault = time.monotonic()
-            kill_group(_pgid(pid))
+            engine.kill()
+            certify_record.detail("fault", {"via": _KILL[engine.container_id is not None]})
             held.read_all()
         finally:
             held.close()
@@ -258,7 +256,7 @@ def test_crash_mid_stream(pdaemon: PrivateDaemon, certify_record: Any) -> None:
     certify_record.detail("evidence", {k: got[k] for k in ("status", "error_code", "http_status")})
     assert (status, broken) == (200, True)
     assert (got["status"], got["error_code"]) == ("failed", "inference_process_exited")
-    details = assert_crashed(pdaemon, run, pid, "inference_process_exited")
+    details = assert_crashed(pdaemon, run, engine, "inference_process_exited")
     again = pdaemon.create_run()
     assert again.epoch > run.epoch and _serves_recorded(pdaemon, again) == 200
     _record_crash(certify_record, details, t_fault, {"status": status, "broken": broken})
@@ -277,7 +275,7 @@ def _warm_run(daemon: PrivateDaemon) -> RunHandle:
 )
 def test_exit_after_requests(pdaemon: PrivateDaemon, certify_record: Any) -> None:
     run = _warm_run(pdaemon)
-    pid = _engine(pdaemon, run)
+    engine = _engine(pdaemon, run)
     if pdaemon.fake is not None:
         pdaemon.fake.reset()
         pdaemon.fake.faults("exit_after_requests:n=1,code=3")
@@ -286,11 +284,12 @@ def test_exit_after_requests(pdaemon: PrivateDaemon, certify_record: Any) -> Non
     else:
         before = _answered(pdaemon, run)
         assert serves(run.base_url, run.headers(), run.wire_model) == 200
-        kill_group_when(_pgid(pid), lambda: _answered(pdaemon, run) > before, timeout_s=30)
+        engine.kill_when(lambda: _answered(pdaemon, run) > before, timeout_s=30)
+        certify_record.detail("fault", {"via": _KILL[engine.container_id is not None]})
         t_fault = time.monotonic()
-    details = assert_crashed(pdaemon, run, pid, "inference_process_exited", need=("code", "exit_code"))
+    details = assert_crashed(pdaemon, run, engine, "inference_process_exited", need=("code", "exit_code"))
     _record_crash(certify_record, details, t_fault, {"status": 200, "answered": True})
-    assert details.get("exit_code") == (3 if pdaemon.fake is not None else -9)
+    assert details.get("exit_code") == (3 if pdaemon.fake is not None else engine.killed_exit_code)
 
 
 def _serves_recorded(daemon: PrivateDaemon, run: RunHandle) -> int:
@@ -314,16 +313,17 @@ def _answered(daemon: PrivateDaemon, run: RunHandle) -> int:
 )
 def test_exit_after_seconds(pdaemon: PrivateDaemon, certify_record: Any) -> None:
     run = pdaemon.create_run()
-    pid = _engine(pdaemon, run)
+    engine = _engine(pdaemon, run)
     t_fault = time.monotonic()
     if pdaemon.fake is not None:
         with contextlib.suppress(httpx.HTTPError):  # t=0: the engine exits at once, maybe before it answers
             pdaemon.fake.faults("exit_after_seconds:t=0,code=4")
     else:
-        kill_group_after(_pgid(pid), 1.0).join(30)
-    details = assert_crashed(pdaemon, run, pid, "inference_process_exited", need=("code", "exit_code"))
+        engine.kill_after(1.0).join(30)
+        certify_record.detail("fault", {"via": _KILL[engine.container_id is not None]})
+    details = assert_crashed(pdaemon, run, engine, "inference_process_exited", need=("code", "exit_code"))
     _record_crash(certify_record, details, t_fault, {"idle": True, "next_request": 403})
-    assert details.get("exit_code") == (4 if pdaemon.fake is not None else -9)
+    assert details.get("exit_code") == (4 if pdaemon.fake is not None else engine.killed_exit_code)
     if pdaemon.fake is None:  # on SGLang this is also the memory check's kill (resources module): one engine start
         pdaemon.shared[IDLE_GROUP_KILL] = {"service_id": run.service_id, "epoch": run.epoch, "failed_event": details}
 
@@ -334,6 +334,9 @@ def test_exit_after_seconds(pdaemon: PrivateDaemon, certify_record: Any) -> None
     "name, its /server_info refused by the readiness verification, its process group gone)",
 )
 def test_wrong_model(pdaemon: PrivateDaemon, certify_env: CertifyEnv, certify_record: Any, tmp_path: Path) -> None:
+    if pdaemon.fake is None and pdaemon.body.get("launcher") == "oci":
+        _wrong_model_container(pdaemon, certify_record)
+        return
     if pdaemon.fake is None:
         _wrong_model_sglang(certify_env, certify_record, tmp_path)
         return
@@ -347,10 +350,49 @@ def test_wrong_model(pdaemon: PrivateDaemon, certify_env: CertifyEnv, certify_re
     assert caught.value.code == "inference_lock_mismatch"
     record = pdaemon.record(first.service_id)
     assert record is not None and record.state in ("failed", "stopped")
-    pid = record.process.pid if record.process is not None else None
-    if pid is not None:
-        wait_until(lambda: not pid_alive(pid), 15.0, what="the refused engine gone")
+    refused = pdaemon.engine_target(first.service_id)
+    if refused is not None:
+        wait_until(lambda: not refused.alive(), 15.0, what="the refused engine gone")
     assert [e for e in pdaemon.events(first.service_id) if e.event == "inference.ready" and e.epoch == record.epoch] == []
+
+
+def _wrong_model_container(daemon: PrivateDaemon, certify_record: Any) -> None:
+    """The container twin of :func:`_wrong_model_sglang`: the sealed lock's own launch (keys, flags, pinned image,
+    limits) with ``--served-model-name`` rewritten, started by the OCI launcher and met by the readiness probe
+    the supervisor runs, which must refuse it; the container and its network are gone afterwards."""
+    import asyncio
+    import dataclasses
+
+    from fixtures.wrong_model_exec import rewrite
+    from harness.engine import EngineProgram, prepare_launch, wait_ready
+    from harness.launch.oci import OciLauncher
+    from harness.store import model_files_dir
+
+    lock = daemon.sealed_lock(sealed_inference_id(daemon))
+    launch = prepare_launch(
+        daemon.root, lock, model_files_dir(daemon.root, lock.model_id),
+        EngineProgram("sglang", ("python3", "-m", "sglang.launch_server")),
+        service_id="certify-wrong-model-" + secrets.token_hex(4), epoch=1, port=30000, host="0.0.0.0",
+        launcher="oci", image=str(daemon.body["image"]),
+    )  # fmt: skip
+    spec = dataclasses.replace(launch.spec, argv=rewrite("not-the-locked-model", launch.spec.argv))
+
+    async def start_and_verify() -> tuple[HitchError, str, bool]:
+        engine = await OciLauncher(daemon.root.path).start(spec)
+        try:
+            with pytest.raises(HitchError) as caught:
+                await wait_ready(engine, launch.keys, launch.wire_model, launch.expected, 300.0)
+        finally:
+            await engine.stop(5.0)
+        return caught.value, engine.container_id, await asyncio.to_thread(engine._gone)
+
+    t0 = time.monotonic()
+    error, container_id, gone = asyncio.run(start_and_verify())
+    certify_record.metric("wrong_model_refused_s", round(time.monotonic() - t0, 2))
+    certify_record.detail("fault", {"via": "the lock's container launch with --served-model-name not-the-locked-model"})
+    certify_record.detail("client", {"code": error.code, "fields": error.details.get("fields")})
+    assert error.code == "inference_lock_mismatch" and error.details["fields"] == ["served_model_name"], error
+    assert gone, f"container {container_id[:12]} or its network is still present"
 
 
 def _wrong_model_sglang(env: CertifyEnv, certify_record: Any, workdir: Path) -> None:
@@ -406,9 +448,11 @@ def test_startup_hang(pdaemon: PrivateDaemon, certify_record: Any) -> None:
     starter = threading.Thread(target=create, daemon=True)
     starter.start()
     if pdaemon.fake is None:
-        hung = wait_until(lambda: pdaemon.engine_pid(sid), 60.0, interval_s=0.01, what="the engine's pid")
-        stop_group(_pgid(hung))  # before it can be ready
-        certify_record.detail("fault", {"via": "SIGSTOP", "pid_seen_after_s": round(time.monotonic() - t0, 2)})
+        hung = wait_until(lambda: pdaemon.engine_target(sid), 60.0, interval_s=0.01, what="the engine's process or container")
+        hung.stop()  # before it can be ready
+        certify_record.detail(
+            "fault", {"via": _FREEZE[hung.container_id is not None], "seen_after_s": round(time.monotonic() - t0, 2)}
+        )
     starter.join(120)
     assert not starter.is_alive()
     certify_record.metric("startup_hang_refused_s", round(time.monotonic() - t0, 2))
@@ -417,7 +461,7 @@ def test_startup_hang(pdaemon: PrivateDaemon, certify_record: Any) -> None:
     assert caught[0].code == "inference_start_timeout"
     record = pdaemon.record(sid)
     assert record is not None and record.state in ("failed", "stopped")
-    pid = record.process.pid if record.process is not None else None
-    if pid is not None:
-        wait_until(lambda: not group_alive(pid), 30.0, what="the hung engine's group gone")
+    if record.process is not None:
+        gone = EngineTarget(record.process)
+        wait_until(lambda: not gone.any_alive(), 30.0, what="the hung engine gone")
     certify_record.detail("recovery_ms", round((time.monotonic() - t0) * 1000, 1))

@@ -1,9 +1,9 @@
 """faults (resources: memory): an engine killed for memory, confirmed by the kernel (a container over its limit) or not.
 
-- ``memory_growth``: a process launcher cannot see the kernel's OOM mark of a process outside a memory
-  cgroup it owns, so a kill there must be reported as ``inference_process_exited``, never ``inference_oom``.
-  The fake grows its memory and is SIGKILLed as the OOM killer would; real SGLang's group is SIGKILLed the same
-  way (its memory cannot be made to grow from outside).
+- ``memory_growth``: a kill the kernel did not confirm as an OOM (a process outside a memory cgroup we own; a
+  container killed from outside, no ``oom`` event) must be reported as ``inference_process_exited``, never
+  ``inference_oom``. The fake grows its memory and is SIGKILLed as the OOM killer would; real SGLang is
+  SIGKILLed the same way (its memory cannot be made to grow from outside): its process group, or its container.
 - ``oom.container_limit``: a container over its memory limit is OOM-killed by the kernel and reported as
   ``inference_oom`` (needs Docker; without it this non-required check is skipped).
 """
@@ -16,7 +16,6 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import psutil
 import pytest
 
 from certify.kit.daemon import PrivateDaemon
@@ -29,10 +28,9 @@ from certify.kit.faults import (
     sealed_inference_id,
     service_failure_code,
 )
-from certify.kit.probes import kill_pid, wait_until
+from certify.kit.probes import wait_until
 from certify.registry import check
 from certify.session import fake_engine_image
-from fixtures.process_faults import kill_group
 from harness.errors import HitchError
 
 _fault_kind = fault_kind("memory")
@@ -59,20 +57,20 @@ def test_memory_growth(pdaemon: PrivateDaemon, certify_record: Any) -> None:
         return
     warm = pdaemon.runs.get(str(pdaemon.shared.pop("warm_run_id", None)))
     run = warm if warm is not None else pdaemon.create_run()
-    pid = pdaemon.engine_pid(run.service_id)
-    assert pid is not None
+    engine = pdaemon.engine_target(run.service_id)
+    assert engine is not None
     if pdaemon.fake is not None:
-        before = psutil.Process(pid).memory_info().rss
+        before = engine.memory_bytes()
         pdaemon.fake.faults("memory_growth:mb_per_s=128")
-        wait_until(lambda: psutil.Process(pid).memory_info().rss > before + (96 << 20), 20.0, what="memory growth")
-        certify_record.detail("rss_growth_mib", (psutil.Process(pid).memory_info().rss - before) >> 20)
+        wait_until(lambda: engine.memory_bytes() > before + (96 << 20), 20.0, what="memory growth")
+        certify_record.detail("rss_growth_mib", (engine.memory_bytes() - before) >> 20)
         t_fault = time.monotonic()
-        kill_pid(pid)  # what the kernel's OOM killer does to a process outside a memory cgroup we own
+        engine.kill(leader_only=True)  # what the kernel's OOM killer does to a process outside a memory cgroup we own
     else:
-        certify_record.detail("rss_mib", psutil.Process(pid).memory_info().rss >> 20)
+        certify_record.detail("rss_mib", engine.memory_bytes() >> 20)
         t_fault = time.monotonic()
-        kill_group(os.getpgid(pid))
-    details = assert_crashed(pdaemon, run, pid, "inference_process_exited")
+        engine.kill()
+    details = assert_crashed(pdaemon, run, engine, "inference_process_exited")
     certify_record.detail("failed_event", details)
     certify_record.detail("client", {"next_request": 403, "code": "inference_binding_revoked"})
     certify_record.detail("recovery_ms", round((time.monotonic() - t_fault) * 1000, 1))
@@ -96,6 +94,18 @@ def _docker_unreachable() -> str | None:
 
 # below what real SGLang's server process needs just to import its stack (well over 1 GiB resident)
 REAL_ENGINE_OOM_LIMIT = 384 << 20
+
+
+def _stop_live_services(daemon: PrivateDaemon) -> list[str]:
+    """Stop every service of ``daemon`` that is not stopped or failed (its runs deleted first); their ids."""
+    live = [
+        str(svc["service_id"])
+        for svc in daemon.client().services().get("services", [])
+        if svc.get("state") not in ("stopped", "failed")
+    ]
+    for service_id in live:
+        daemon.stop_service(service_id)
+    return live
 
 
 @check(
@@ -131,12 +141,12 @@ def test_oom_container_limit(private_daemon: PrivateDaemon, certify_record: Any)
         memory, flags, wait_s = 256 << 20, ("--fault", "memory_growth:mb_per_s=256"), 60.0
     certify_record.detail("engine", "sglang" if real else "fake")
     certify_record.detail("memory_limit_bytes", memory)
-    # the warm service (kept for the lifecycle suite, which makes a new one when it is gone) holds the cores a
-    # container service needs on a small machine: release and stop it first
-    warm = pdaemon.runs.get(str(pdaemon.shared.pop("warm_run_id", None)))
-    if warm is not None:
-        pdaemon.delete_run(warm)
-        pdaemon.stop_service(warm.service_id)
+    # every live service of the private daemon (the warm one kept for the lifecycle suite, which makes a new one
+    # when it is gone; anything an earlier check left) holds cores and memory the ledger would make this one wait
+    # for on a small machine: stop them all first
+    pdaemon.shared.pop("warm_run_id", None)
+    held = _stop_live_services(pdaemon)
+    certify_record.detail("services_stopped_first", held)
     lock = pdaemon.sealed_lock(sealed_inference_id(pdaemon))
     small = pdaemon.seal_variant(lock, resources={"memory_bytes": memory, "shm_bytes": 64 << 20, "cpu_cores": 1})
     t0 = time.monotonic()
@@ -150,8 +160,6 @@ def test_oom_container_limit(private_daemon: PrivateDaemon, certify_record: Any)
         )
     except HitchError as err:  # killed while starting, or between ready and the run's registration
         certify_record.detail("create_error", err.code)
-        if err.code == "inference_capacity_exceeded":  # the private daemon's other services hold the cores
-            pytest.skip(f"no free capacity for the container next to the private daemon's services: {err.message}")
         code = service_failure_code(pdaemon, small.inference_id, wait_s) or err.code
     else:
         code = str(failed_event(pdaemon, run.service_id, run.epoch, wait_s).get("code"))

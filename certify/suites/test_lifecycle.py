@@ -26,6 +26,7 @@ from certify.kit.requests import chat_body
 from certify.kit.streams import client_gone
 from certify.registry import check
 from certify.session import CertifyEnv, RunHandle
+from fixtures.engine_faults import EngineTarget
 
 CANCEL_BOUND_S = 5.0
 IDLE_GRACE_S = 10.0
@@ -47,9 +48,12 @@ def _serves(run: RunHandle) -> int:
     return r.status_code
 
 
-def _service_pid(env: CertifyEnv) -> int | None:
-    svc = env.service()
-    return None if svc is None or svc.get("pid") is None else int(svc["pid"])
+def _service_engine(env: CertifyEnv) -> str | None:
+    """What names the session service's engine (its process or its container), as its record says."""
+    from harness.service.state_store import ServiceStateStore
+
+    record = ServiceStateStore(env.root, env.run.service_id).read()
+    return None if record is None or record.process is None else EngineTarget(record.process).key
 
 
 # -- reuse -----------------------------------------------------------------------------------------------
@@ -58,7 +62,7 @@ def _service_pid(env: CertifyEnv) -> int | None:
 @pytest.fixture(scope="module")
 def reuse(certify_env: CertifyEnv) -> dict[str, Any]:
     env = certify_env
-    pid_before = _service_pid(env)
+    engine_before = _service_engine(env)
     t0 = time.perf_counter()
     a = env.new_run()
     t1 = time.perf_counter()
@@ -71,8 +75,8 @@ def reuse(certify_env: CertifyEnv) -> dict[str, Any]:
             "runs": [(r.service_id, r.epoch) for r in (a, b)],
             "session": (env.run.service_id, env.run.epoch),
             "owners": sorted((svc or {}).get("owners", [])),
-            "pid_before": pid_before,
-            "pid_after": _service_pid(env),
+            "engine_before": engine_before,
+            "engine_after": _service_engine(env),
             "services": len(same_inference),
             "served": [_serves(a), _serves(b)],
             "run_ids": [a.run_id, b.run_id],
@@ -93,10 +97,13 @@ def test_reuse_same_service(reuse: dict[str, Any], certify_record: Any) -> None:
     assert reuse["served"] == [200, 200]
 
 
-@check("lifecycle.reuse.no_second_engine", description="a second run starts no engine: same engine process, one service")
+@check(
+    "lifecycle.reuse.no_second_engine",
+    description="a second run starts no engine: same engine process (or container), one service",
+)
 def test_reuse_no_second_engine(reuse: dict[str, Any], certify_record: Any) -> None:
-    certify_record.detail("engine_pid", reuse["pid_after"])
-    assert reuse["pid_before"] is not None and reuse["pid_before"] == reuse["pid_after"]
+    certify_record.detail("engine", reuse["engine_after"])
+    assert reuse["engine_before"] is not None and reuse["engine_before"] == reuse["engine_after"]
     assert reuse["services"] == 1
 
 
@@ -135,8 +142,8 @@ def recovery(private_daemon: PrivateDaemon) -> dict[str, Any]:
 
     daemon = private_daemon
     run = _warm_run(daemon)
-    engine_pid = daemon.engine_pid(run.service_id)
-    assert engine_pid is not None
+    engine = daemon.engine_target(run.service_id)
+    assert engine is not None
     _, old_key = daemon.engine_endpoint(run.service_id)
     old_pid = daemon.daemon_pid()
     kill_pid(old_pid)
@@ -146,14 +153,14 @@ def recovery(private_daemon: PrivateDaemon) -> dict[str, Any]:
         return not pid_alive(old_pid)
 
     wait_until(daemon_gone, 15.0, what="the daemon gone")
-    engine_survived = pid_alive(engine_pid)
+    engine_survived = engine.alive()
     daemon.runs.clear()  # the killed daemon's runs died with it
     daemon.shared.pop("warm_run_id", None)
     t0 = time.monotonic()
     status = daemon.start()
     restart_s = time.monotonic() - t0
     outcomes = [o for o in status.get("recovery", []) if o.get("service_id") == run.service_id]
-    engine_gone = not pid_alive(engine_pid) or bool(wait_until(lambda: not pid_alive(engine_pid), 15.0, what="leftover gone"))
+    engine_gone = not engine.alive() or bool(wait_until(lambda: not engine.alive(), 15.0, what="leftover gone"))
     record = daemon.record(run.service_id)
     again = daemon.create_run()
     daemon.shared["warm_run_id"] = again.run_id  # the idle-stop check measures this one
@@ -196,8 +203,8 @@ def test_recovery_new_epoch(recovery: dict[str, Any], certify_record: Any) -> No
 def test_idle_stop_after_ttl(private_daemon: PrivateDaemon, certify_record: Any) -> None:
     daemon = private_daemon
     run = _warm_run(daemon)
-    pid = daemon.engine_pid(run.service_id)
-    assert pid is not None
+    engine = daemon.engine_target(run.service_id)
+    assert engine is not None
     ttl_s = daemon.ttl_ms / 1000
     daemon.delete_run(run)
     daemon.shared.pop("warm_run_id", None)
@@ -205,7 +212,7 @@ def test_idle_stop_after_ttl(private_daemon: PrivateDaemon, certify_record: Any)
 
     def stopped() -> bool:
         record = daemon.record(run.service_id)
-        return record is not None and record.state == "stopped" and not pid_alive(pid)
+        return record is not None and record.state == "stopped" and not engine.alive()
 
     wait_until(stopped, ttl_s + IDLE_GRACE_S, interval_s=0.05, what="the idle service stopped")
     idle_stop_s = time.monotonic() - t0

@@ -155,9 +155,14 @@ def _in_container(env: CertifyEnv, harbor: HarborInstall) -> dict[str, Any]:
         if engine.hostname not in _LOOPBACK:
             targets.insert(0, f"{engine.hostname}:{engine.port}")
         foreign = f"{sibling['base_url']}/models"
+        kwargs: dict[str, Any] = {"probe_tcp": targets, "probe_urls": [foreign]}
+        if env.fake is None:
+            # one shell command fits in 32 tokens; the two trials share one engine slot, and SmolLM2 on a busy
+            # 2-core CPU writing the agent's default 128 tokens held it past the other trial's 60 s permit wait
+            kwargs["max_tokens"] = 32
         options = EvalOptions(
             [TASKS / "create-file"], agent=SHELL_AGENT, k=2, n_concurrent=2, evaluation_id=f"cert-inside-{tag}",
-            agent_kwargs={"probe_tcp": targets, "probe_urls": [foreign]}, eval_image=image, agent_paths=[REPO],
+            agent_kwargs=kwargs, eval_image=image, agent_paths=[REPO],
         )  # fmt: skip
         evaluation = HarborEvaluation(env.root, harbor, env.daemon, body, options)
         record = evaluation.run()

@@ -116,7 +116,12 @@ def _start_held_run(root: HitchRoot, run_id: str, tmp_path: Path) -> tuple[subpr
 
 
 def _error_of(proc: subprocess.Popen[str]) -> dict[str, Any]:
-    out, err = proc.communicate(timeout=_WAIT_S)
+    try:
+        out, err = proc.communicate(timeout=_WAIT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()  # never leave a live `hitch run` (and its pipes) to be collected during another test
+        proc.communicate()
+        raise
     assert proc.returncode != 0, out + err
     error: dict[str, Any] = json.loads(out)["error"]
     return error

@@ -104,8 +104,8 @@ def test_two_trials_at_once_share_one_service_and_both_solve_the_task(inputs: Se
     assert Path(out["path"]).is_file() and record.model_connection == "host" and record.agent == "terminus-2"
     assert [t.status for t in record.trials] == ["completed", "completed"]
     assert [t.reward for t in record.trials] == [1.0, 1.0]
-    services = {t.service.service_id for t in record.trials if t.service is not None}
-    assert len(services) == 1, "both trials are served by one service"
+    services = {(t.service.service_id, t.service.epoch) for t in record.trials if t.service is not None}
+    assert len(services) == 1, "both trials are served by one service, started once"
     assert sorted(t.service.reused_service for t in record.trials if t.service is not None) == [False, True]
     assert len({t.binding_id for t in record.trials}) == 2 and len({t.run_id for t in record.trials}) == 2
     for trial in record.trials:

@@ -34,7 +34,7 @@ from tests.harness.engine.inputs import ServiceInputs
 pytestmark = pytest.mark.integration
 __all__ = ["inputs", "leak_guard"]  # the daemon tests' fixtures: a root holding local/tiny, the leak guard
 
-_WAIT_S = 120.0
+_WAIT_S = 600.0  # a bound for a wedged run, not a speed claim: CI runs real engines and certify sessions beside these
 _MARK = "hold-this-request"
 # the engine holds the request carrying the mark (its readiness probes pass); the test ends it
 _HOLD = ("--fake-fault", f"slow_headers:t=600,match={_MARK}")

@@ -79,23 +79,28 @@ def test_split_utf8_reaches_the_client_as_the_engine_sent_it(engine: Engine, gat
     assert row["status"] in ("completed", "incomplete") and row["ttft_ms"] is not None and row["engine_rid"]
 
 
+def _raw_chat_request(rec: Any, body: dict[str, Any], version: str) -> bytes:
+    """A chat completions request for a raw socket (the HTTP version and the reader are the test's)."""
+    data = json.dumps(body).encode()
+    head = (
+        f"POST {httpx.URL(rec.base_url).path}/chat/completions {version}\r\nHost: x\r\n"
+        f"Authorization: Bearer {token_of(rec)}\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
+    )
+    return head.encode() + data
+
+
 def test_a_client_reading_slowly_gets_every_event(engine: Engine, gateway: GatewayThread) -> None:
     """A long stream (~0.5 MB, every upstream read written as its own chunk) to a client with a 4 KiB receive
     buffer reading 1 KiB at a time arrives whole and in order, as the engine sends it, and the evidence says
     it completed. (Whether the gateway's transport pauses here depends on the kernel's socket buffers, which
     grow to 4 MiB on loopback: this asserts the relay's bytes, not the pause.)"""
     rec = gateway.register("run-a", target_for(engine, make_lock(max_output=2000)))
-    body = json.dumps(_chat_body(True, max_tokens=2000)).encode()
     url = httpx.URL(rec.base_url)
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.settimeout(60)
     sock.connect((url.host, url.port))
-    head = (
-        f"POST {url.path}/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token_of(rec)}\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-    ).encode()
-    sock.sendall(head + body)
+    sock.sendall(_raw_chat_request(rec, _chat_body(True, max_tokens=2000), "HTTP/1.1"))
     raw = b""
     with sock:
         while not raw.endswith(b"0\r\n\r\n"):
@@ -115,14 +120,9 @@ def test_an_http10_client_gets_the_stream_unframed(engine: Engine, gateway: Gate
     """HTTP/1.0 has no chunked encoding: the relay writes the engine's bytes as they are and ends the body by
     closing the connection (the relay frames chunks itself only where aiohttp chunks the response)."""
     rec = gateway.register("run-a", target_for(engine, make_lock()))
-    body = json.dumps(_chat_body(True, max_tokens=12)).encode()
     url = httpx.URL(rec.base_url)
     with socket.create_connection((url.host, url.port), timeout=60) as sock:
-        head = (
-            f"POST {url.path}/chat/completions HTTP/1.0\r\nHost: x\r\nAuthorization: Bearer {token_of(rec)}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-        ).encode()
-        sock.sendall(head + body)
+        sock.sendall(_raw_chat_request(rec, _chat_body(True, max_tokens=12), "HTTP/1.0"))
         raw = b""
         while data := sock.recv(65536):
             raw += data

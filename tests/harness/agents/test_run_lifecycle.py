@@ -34,7 +34,7 @@ from tests.harness.engine.inputs import ServiceInputs
 pytestmark = pytest.mark.integration
 __all__ = ["inputs", "leak_guard"]  # the daemon tests' fixtures: a root holding local/tiny, the leak guard
 
-_WAIT_S = 600.0  # a bound for a wedged run, not a speed claim: CI runs real engines and certify sessions beside these
+_WAIT_S = 120.0
 _MARK = "hold-this-request"
 # the engine holds the request carrying the mark (its readiness probes pass); the test ends it
 _HOLD = ("--fake-fault", f"slow_headers:t=600,match={_MARK}")
@@ -99,6 +99,12 @@ def _request_held(pid: int) -> bool:
     return False
 
 
+def _default_sigint() -> None:
+    """Ctrl-C reaches ``hitch run`` as in a terminal, however the suite was launched: a shell's background job
+    (``make test &``, nohup) ignores SIGINT, children inherit that, and Python then installs no handler."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start_held_run(root: HitchRoot, run_id: str, tmp_path: Path) -> tuple[subprocess.Popen[str], RunRecordV1, int]:
     """``hitch run`` in the background, returned once its request is held inside the engine."""
     proc = subprocess.Popen(
@@ -107,6 +113,7 @@ def _start_held_run(root: HitchRoot, run_id: str, tmp_path: Path) -> tuple[subpr
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "COLUMNS": "200"},
+        preexec_fn=_default_sigint,
     )
     record = _wait("run.json running", lambda: (r := _record(root, run_id)) is not None and r.status == "running" and r, proc)
     assert record.service_id is not None
@@ -295,6 +302,7 @@ def test_ctrl_c_while_the_run_is_being_prepared_still_ends_it_cancelled(inputs: 
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "COLUMNS": "200"},
+        preexec_fn=_default_sigint,
     )
     # a fresh root: the run prepares its lock first, and the signal arrives then (or later: same end)
     _wait("run.json preparing", lambda: (r := _record(root, "sigint-early")) is not None and r.status != "admitted", proc)

@@ -65,6 +65,20 @@ def _same(actual: Any, wanted: Any) -> bool:
     return bool(actual == wanted)
 
 
+def _pool_hint(mismatches: list[dict[str, Any]]) -> str:
+    """Why a smaller pool is refused, and what to do: SGLang sizes its pool from the memory free at start, and
+    a start that finds less than the sealed lock's pool (other processes holding memory) cannot reproduce it."""
+    pool = next((m for m in mismatches if m["field"] == "max_total_num_tokens"), None)
+    if pool is None or not isinstance(pool["actual"], int) or not isinstance(pool["expected"], int):
+        return ""
+    if pool["actual"] >= pool["expected"]:
+        return ""
+    return (
+        f" (the engine sized its token pool at {pool['actual']} tokens from the memory free now, the lock seals "
+        f"{pool['expected']}: free memory and start again, or re-run `hitch local prepare` on this machine's usual load)"
+    )
+
+
 def verify_server_info(info: dict[str, Any], expected: dict[str, Any], keys: EngineKeys) -> None:
     """Raise ``inference_lock_mismatch`` naming each field where ``info`` differs from ``expected``."""
     mismatches: list[dict[str, Any]] = []
@@ -79,6 +93,6 @@ def verify_server_info(info: dict[str, Any], expected: dict[str, Any], keys: Eng
         names = ", ".join(m["field"] for m in mismatches)
         raise HitchError(
             "inference_lock_mismatch",
-            f"the engine's /server_info does not match the lock: {names}",
+            f"the engine's /server_info does not match the lock: {names}{_pool_hint(mismatches)}",
             {"fields": [m["field"] for m in mismatches], "mismatches": mismatches},
         )

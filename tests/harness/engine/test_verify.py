@@ -30,6 +30,8 @@ def test_mismatch_names_every_differing_field(inputs: ServiceInputs) -> None:
     err = caught.value
     assert err.code == "inference_lock_mismatch"
     assert err.details["fields"] == ["model_path", "dtype", "max_total_num_tokens", "disable_radix_cache"]
+    # a pool smaller than the sealed one says why (memory free at start) and what to do
+    assert "sized its token pool at 999 tokens from the memory free now" in err.message
 
 
 def test_a_server_without_our_key_is_not_ours(inputs: ServiceInputs) -> None:

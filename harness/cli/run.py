@@ -18,6 +18,7 @@ from __future__ import annotations
 import secrets
 import shutil
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -226,6 +227,39 @@ def _emit_record(as_json: bool, hroot: HitchRoot, record: dict[str, Any]) -> Non
     emit(as_json, _record_payload(record, hroot), human)
 
 
+def _cancelled_record(hroot: HitchRoot, run_id: str) -> dict[str, Any]:
+    out: dict[str, Any] = DaemonClient(hroot).request("POST", f"/v1/runs/{run_id}/cancel", {})["record"]
+    return out
+
+
+def _stored_record(hroot: HitchRoot, run_id: str) -> dict[str, Any]:
+    record = RunStore(hroot).read(run_id)
+    if record is None:
+        raise HitchError("run_not_found", f"no run {run_id!r} in this root", {"run_id": run_id})
+    return record.to_json_dict()
+
+
+# `run cancel ID` and `run show ID` differ only in how they get the run's record
+_RECORD_COMMANDS: tuple[tuple[str, str, Callable[[HitchRoot, str], dict[str, Any]]], ...] = (
+    ("cancel", "cancel a live run: binding revoked, requests in flight ended, lease released", _cancelled_record),
+    ("show", "the durable record of a run (runs/<id>/run.json)", _stored_record),
+)
+
+
+def _add_record_command(
+    run_app: typer.Typer, name: str, help_text: str, record_of: Callable[[HitchRoot, str], dict[str, Any]]
+) -> None:
+    @run_app.command(name, help=help_text)
+    @cli_command
+    def record_cmd(
+        run_id: Annotated[str, typer.Argument(help="the run id")],
+        as_json: JsonOpt = False,
+        root: RootOpt = None,
+    ) -> None:
+        hroot = root_from(root)
+        _emit_record(as_json, hroot, record_of(hroot, run_id))
+
+
 def register(app: typer.Typer) -> None:
     run_app = typer.Typer(
         invoke_without_command=True,
@@ -234,29 +268,8 @@ def register(app: typer.Typer) -> None:
     )
     app.add_typer(run_app, name="run")
 
-    @run_app.command("cancel", help="cancel a live run: binding revoked, requests in flight ended, lease released")
-    @cli_command
-    def cancel_cmd(
-        run_id: Annotated[str, typer.Argument(help="the run id")],
-        as_json: JsonOpt = False,
-        root: RootOpt = None,
-    ) -> None:
-        hroot = root_from(root)
-        out = DaemonClient(hroot).request("POST", f"/v1/runs/{run_id}/cancel", {})
-        _emit_record(as_json, hroot, out["record"])
-
-    @run_app.command("show", help="the durable record of a run (runs/<id>/run.json)")
-    @cli_command
-    def show_cmd(
-        run_id: Annotated[str, typer.Argument(help="the run id")],
-        as_json: JsonOpt = False,
-        root: RootOpt = None,
-    ) -> None:
-        hroot = root_from(root)
-        record = RunStore(hroot).read(run_id)
-        if record is None:
-            raise HitchError("run_not_found", f"no run {run_id!r} in this root", {"run_id": run_id})
-        _emit_record(as_json, hroot, record.to_json_dict())
+    for name, help_text, record_of in _RECORD_COMMANDS:
+        _add_record_command(run_app, name, help_text, record_of)
 
     @run_app.callback()
     @cli_command

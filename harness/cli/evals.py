@@ -67,7 +67,6 @@ def _kwargs(items: list[str]) -> dict[str, Any]:
 
 @harbor_app.command("run", help="run Harbor tasks on a local model: one run binding per trial, one evaluation record")
 @cli_command
-@opt.grouped
 def run_cmd(
     tasks: Annotated[Path, typer.Argument(help="a Harbor task directory or a folder of them (e.g. fixtures/harbor_tasks)")],
     model: opt.Model = None,

@@ -157,7 +157,6 @@ def service_body_of(svc: opt.ServiceOptions, chosen: DeviceChoice, rt: Inference
 def register(app: typer.Typer) -> None:
     @app.command("prepare", help="start the service once, probe it, seal and save its lock; prints the inference_id")
     @cli_command
-    @opt.grouped
     def prepare_cmd(
         svc: opt.ServiceOptions,
         context: Annotated[int | None, typer.Option("--context", help="context tokens per request")] = None,

@@ -4,7 +4,8 @@
 Used as ``from harness.cli import options as opt`` and ``device: opt.Device = "auto"``. The ``Unset*`` forms
 default to None where a sealed lock (``--inference``) supplies the value instead. The options a command
 family always takes together are one dataclass (:class:`ServiceOptions`, :class:`RunServiceOptions`): the
-command names it as one parameter and :func:`grouped` shows its fields to Typer as the flags.
+command names it as one parameter and :func:`grouped` (applied by ``cli_command``) shows its fields to Typer
+as the flags.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, get_type_hints
+from typing import Annotated, Any, TypeVar, get_type_hints
 
 import typer
 
@@ -37,6 +38,8 @@ __all__ = [
     "UnsetProfile",
     "grouped",
 ]
+
+R = TypeVar("R")
 
 _MODEL_HELP = "local/ALIAS or local/sha256:<hex>"
 _DEVICE_HELP = "auto | cpu | cuda (auto: certified CUDA, else certified CPU, else refused)"
@@ -94,9 +97,11 @@ class RunServiceOptions:
 DEFAULT_RUN_SERVICE = RunServiceOptions()
 
 
-def grouped(fn: Callable[..., Any]) -> Callable[..., Any]:
+def grouped(fn: Callable[..., R]) -> Callable[..., R]:
     """Let a Typer command take an options dataclass as one parameter: Typer sees the dataclass's fields (their
-    ``Annotated`` option declarations and defaults) in its place, and the command gets them back as one object."""
+    ``Annotated`` option declarations and defaults) in its place, and the command gets them back as one object.
+    :func:`harness.cli.output.cli_command` applies it to every command; one without such a parameter is returned
+    as it is."""
     hints = get_type_hints(fn, include_extras=True)
     params: list[inspect.Parameter] = []
     groups: dict[str, tuple[type[Any], list[str]]] = {}
@@ -112,8 +117,11 @@ def grouped(fn: Callable[..., Any]) -> Callable[..., Any]:
             default = inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default
             params.append(param.replace(name=f.name, annotation=field_hints[f.name], default=default))
 
+    if not groups:
+        return fn
+
     @functools.wraps(fn)
-    def command(**kwargs: Any) -> Any:
+    def command(**kwargs: Any) -> R:
         for name, (kind, names) in groups.items():
             kwargs[name] = kind(**{n: kwargs.pop(n) for n in names})
         return fn(**kwargs)

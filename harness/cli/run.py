@@ -269,7 +269,6 @@ def register(app: typer.Typer) -> None:
 
     @run_app.callback()
     @cli_command
-    @opt.grouped
     def run_cmd(
         ctx: typer.Context,
         harness: Annotated[str | None, typer.Option("--harness", help="model-call | codex")] = None,

@@ -56,7 +56,6 @@ def _say(as_json: bool, payload: dict[str, Any], human: str) -> None:
 def register(app: typer.Typer) -> None:
     @app.command("serve", help="serve local/ALIAS through the gateway until SIGINT/SIGTERM (prints URL, model, token file)")
     @cli_command
-    @opt.grouped
     def serve_cmd(
         svc: opt.ServiceOptions,
         run_id: Annotated[str | None, typer.Option("--run-id", help="the run's id (default: random)")] = None,

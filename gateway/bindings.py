@@ -146,6 +146,10 @@ class Binding:
         return self.record.run_id
 
 
+# a container-facing listener: (host, origin)
+Listener = tuple[str, str]
+
+
 class BindingRegistry:
     """All bindings of one gateway; every request is resolved here before anything else happens."""
 
@@ -168,14 +172,12 @@ class BindingRegistry:
         self,
         run_id: str,
         target: UpstreamTarget,
-        *,
-        queue_timeout_ms: int | None = None,
-        capture: RunCapture | None = None,
-        origin: str | None = None,
-        listen_host: str | None = None,
+        queue_timeout_ms: int | None,
+        capture: RunCapture | None,
+        listener: Listener | None,
     ) -> ModelEndpointBindingV1:
-        """Bind ``run_id`` to ``target``; returns the record (the token is in the file it names). ``origin``
-        replaces the gateway's for a binding served on another listener (``listen_host``)."""
+        """Bind ``run_id`` to ``target``; returns the record (the token is in the file it names). With a
+        ``listener`` (host, origin) the binding is served only there and its base URL is on that origin."""
         if not run_id or len(run_id) > 200:
             raise HitchError("usage_error", "a run id is 1..200 characters", {})
         if run_id in self._active_run:
@@ -199,13 +201,14 @@ class BindingRegistry:
             inference_id=target.inference_id,
             epoch=target.epoch,
             wire_model=target.wire_model,
-            base_url=(origin.rstrip("/") if origin else self._origin) + run_path_prefix(binding_id),
+            base_url=(listener[1].rstrip("/") if listener else self._origin) + run_path_prefix(binding_id),
             token_ref=str(token_path),
             state="active",
             created_at=time.time(),
         )
         timeout = queue_timeout_ms if queue_timeout_ms is not None else target.lock.execution.queue_timeout_ms
         checker = ContextChecker.for_dir(target.tokenizer_dir)
+        listen_host = listener[0] if listener else None
         self._by_id[binding_id] = Binding(record, token.encode(), target, timeout, checker, capture, listen_host)
         self._active_run[run_id] = binding_id
         return record

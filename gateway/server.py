@@ -129,15 +129,13 @@ class Gateway:
         """Bind a run; ``capture`` replaces the gateway's capture for this run only; ``listen_host`` makes it a
         container-facing binding, served only on that listener (:meth:`listen_on` first)."""
         timeout = queue_timeout_ms if queue_timeout_ms is not None else self.config.queue_timeout_ms
-        origin = None
+        listener = None
         if listen_host is not None:
             known = self._extra_sites.get(listen_host)
             if known is None:
                 raise HitchError("internal_error", f"the gateway does not listen on {listen_host}", {})
-            origin = known[1]
-        return self.registry.register(
-            run_id, target, queue_timeout_ms=timeout, capture=capture, origin=origin, listen_host=listen_host
-        )
+            listener = (listen_host, known[1])
+        return self.registry.register(run_id, target, timeout, capture, listener)
 
     async def listen_on(self, host: str) -> str:
         """Also accept connections on ``host`` (the Docker bridge address eval containers reach); returns that

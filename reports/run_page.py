@@ -54,13 +54,14 @@ def overhead_bound_ms(direct_p50_ms: float | None) -> float:
     return max(BOUND_FLOOR_MS, BOUND_FRACTION * direct_p50_ms) if direct_p50_ms else BOUND_FLOOR_MS
 
 
-def _checks(results: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
-    """(check rows, per-suite status counts, ids of required checks that did not pass)."""
+def _checks(results: Mapping[str, Any]) -> dict[str, Any]:
+    """The page's ``checks`` (rows), ``summary`` (per-suite status counts) and ``blocking`` (ids of required
+    checks that did not pass)."""
     raw = results.get("checks", [])
     if not isinstance(raw, list) or not all(isinstance(c, Mapping) and isinstance(c.get("id"), str) for c in raw):
         raise _invalid("results.checks must be a list of objects with a string id")
     if not raw:
-        return [], [], []
+        return {"checks": [], "summary": [], "blocking": []}
     df = pd.DataFrame(
         {
             "id": [c["id"] for c in raw],
@@ -84,7 +85,7 @@ def _checks(results: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[dict
         | {"duration_s": None if pd.isna(rec["duration_s"]) else float(rec["duration_s"])}
         for rec in df.to_dict("records")
     ]
-    return rows, summary, [str(b) for b in blocking]
+    return {"checks": rows, "summary": summary, "blocking": [str(b) for b in blocking]}
 
 
 def _compact(value: Any) -> str:
@@ -122,8 +123,9 @@ def _arm(section: Mapping[str, Any], arm: str, field: str) -> Mapping[str, Any]:
     return inner if isinstance(inner, Mapping) else {}
 
 
-def _overhead(results: Mapping[str, Any]) -> tuple[list[Markup], list[dict[str, Any]], dict[str, Any]]:
-    """Charts, figure rows and run facts from the certify.perf JSON, or from the predicate's metrics alone."""
+def _overhead(results: Mapping[str, Any]) -> dict[str, Any]:
+    """The page's ``overhead_charts``, ``overhead_rows`` (figures) and ``overhead_facts`` (the run's) from the
+    certify.perf JSON, or from the predicate's metrics alone."""
     overhead = results.get("overhead")
     metrics = results.get("metrics") if isinstance(results.get("metrics"), Mapping) else {}
     charts: list[Markup] = []
@@ -137,7 +139,7 @@ def _overhead(results: Mapping[str, Any]) -> tuple[list[Markup], list[dict[str, 
                 "overhead-metrics-added", "Gateway added latency (signed metrics)", series, f"bound {bound:.0f} ms", bound
             )
             charts.append(chart)
-        return charts, rows, {}
+        return {"overhead_charts": charts, "overhead_rows": rows, "overhead_facts": {}}
     if not isinstance(overhead, Mapping) or not isinstance(overhead.get("results"), Mapping):
         raise _invalid("results.overhead must be the JSON written by certify.perf (with a 'results' object)")
     res = overhead["results"]
@@ -196,7 +198,7 @@ def _overhead(results: Mapping[str, Any]) -> tuple[list[Markup], list[dict[str, 
     rss = res.get("gateway_rss_bytes_per_open_stream")
     if _number(rss) is not None:
         facts["gateway KiB per open stream"] = round(float(rss) / 1024, 1)
-    return charts, rows, facts
+    return {"overhead_charts": charts, "overhead_rows": rows, "overhead_facts": facts}
 
 
 def _per_arm(section: Mapping[str, Any], field: str) -> dict[str, list[float | None]]:
@@ -234,7 +236,8 @@ def _interval_cells(ci: Any) -> dict[str, Any]:
     return cells
 
 
-def _lifecycle(results: Mapping[str, Any]) -> tuple[list[tuple[str, Any]], list[Markup], list[dict[str, Any]]]:
+def _lifecycle(results: Mapping[str, Any]) -> dict[str, Any]:
+    """The page's ``timings``, ``lifecycle_charts`` and ``bounds`` (each lifecycle metric against its limit)."""
     lifecycle = results.get("lifecycle")
     if lifecycle is not None and not isinstance(lifecycle, Mapping):
         raise _invalid("results.lifecycle must be an object of timing name -> number")
@@ -256,7 +259,7 @@ def _lifecycle(results: Mapping[str, Any]) -> tuple[list[tuple[str, Any]], list[
     for key, (limit, unit) in LIFECYCLE_BOUNDS.items():
         value = _number(metrics.get(key)) if isinstance(metrics, Mapping) else None
         bounds.append({"metric": key, "value": value, "limit": limit, "unit": unit, "ok": value is not None and value <= limit})
-    return timings, charts, bounds
+    return {"timings": timings, "lifecycle_charts": charts, "bounds": bounds}
 
 
 def _evidence(evidence: Mapping[str, Any], out_dir: Path) -> list[dict[str, Any]]:
@@ -282,15 +285,15 @@ def build_run_page(results: dict[str, Any], out_dir: Path, *, name: str = "run.h
     """Write the per-run page for ``results`` to ``out_dir/name``; returns its path."""
     if not isinstance(results, Mapping):
         raise _invalid("results must be a JSON object")
-    checks, summary, blocking = _checks(results)
+    checks = _checks(results)
     faults = _faults(results)
     evidence = results.get("evidence", {})
     if not isinstance(evidence, Mapping):
         raise _invalid("results.evidence must be an object of name -> digest")
     evidence_rows = _evidence(evidence, Path(out_dir))
     hardware = results.get("hardware", {})
-    overhead_charts, overhead_rows, overhead_facts = _overhead(results)
-    timings, lifecycle_charts, bounds = _lifecycle(results)
+    overhead = _overhead(results)
+    lifecycle = _lifecycle(results)
     facts = [
         (k, results.get(k))
         for k in ("runtime_id", "model_id", "inference_id", "device", "engine", "profile", "suite_version", "project_commit")
@@ -305,18 +308,12 @@ def build_run_page(results: dict[str, Any], out_dir: Path, *, name: str = "run.h
         level=str(results.get("level", "unknown")),
         reasons=[str(r) for r in results.get("reasons", []) or []],
         facts=facts,
-        checks=checks,
         faults=faults,
-        summary=summary,
-        blocking=blocking,
         evidence=evidence_rows,
         hardware=flatten(hardware) if hardware else [],
         metrics=flatten(results.get("metrics")) if results.get("metrics") else [],
-        overhead_charts=overhead_charts,
-        overhead_rows=overhead_rows,
-        overhead_facts=overhead_facts,
-        timings=timings,
-        lifecycle_charts=lifecycle_charts,
-        bounds=bounds,
         percentiles=PERCENTILES,
+        **checks,
+        **overhead,
+        **lifecycle,
     )

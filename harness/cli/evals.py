@@ -86,13 +86,7 @@ def run_cmd(
     attempts: Annotated[int, typer.Option("-k", "--n-attempts", help="trials per task")] = 1,
     concurrent: Annotated[int, typer.Option("-n", "--n-concurrent", help="trials at once")] = 2,
     agent_kwarg: Annotated[list[str] | None, typer.Option("--agent-kwarg", help="KEY=VALUE for the agent")] = None,
-    device: opt.UnsetDevice = None,
-    allow_uncertified: opt.AllowUncertified = False,
-    profile: opt.UnsetProfile = None,
-    engine: opt.Engine = "sglang",
-    launcher: opt.Launcher = "process",
-    runtime: opt.Runtime = None,
-    offline: opt.Offline = False,
+    svc: opt.RunServiceOptions = opt.DEFAULT_RUN_SERVICE,
     eval_id: Annotated[str | None, typer.Option("--eval-id", help="the evaluation's id (default: random)")] = None,
     fake_script: Annotated[
         Path | None, typer.Option("--fake-script", hidden=True, help="--engine fake only: scripted model turns (JSON lines)")
@@ -103,12 +97,12 @@ def run_cmd(
     from harness.cli.run import _run_body
 
     model_connection(agent, env)  # a topology the gateway cannot serve is refused before anything starts
-    if fake_script is not None and engine != "fake":
+    if fake_script is not None and svc.engine != "fake":
         raise HitchError("usage_error", "--fake-script is for --engine fake", {})
     hroot = root_from(root)
     install = require_harbor(hroot)
     found = task_dirs(tasks)
-    body = _run_body(hroot, root, model, inference, device, profile, engine, launcher, runtime, offline, None, allow_uncertified)
+    body = _run_body(hroot, root, model, inference, svc)
     body["capture"] = "metadata"
     if fake_script is not None:
         body["fake_flags"] = ["--fake-script", str(fake_script.resolve())]

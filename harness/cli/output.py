@@ -15,6 +15,7 @@ from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
 
+from harness.cli.options import grouped
 from harness.errors import HitchError
 from harness.paths import HitchRoot
 
@@ -63,12 +64,14 @@ def _wants_json(kwargs: dict[str, Any]) -> bool:
 
 
 def cli_command(fn: Callable[P, R]) -> Callable[P, R]:
-    """Wrap a command: a HitchError becomes JSON or human output and the table's exit code."""
+    """Wrap a command: an options dataclass parameter stands for its fields' flags (:func:`grouped`); a
+    HitchError becomes JSON or human output and the table's exit code."""
+    command = grouped(fn)
 
-    @functools.wraps(fn)
+    @functools.wraps(command)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
-            return fn(*args, **kwargs)
+            return command(*args, **kwargs)
         except HitchError as exc:
             if _wants_json(kwargs):
                 sys.stdout.write(

@@ -18,6 +18,7 @@ from __future__ import annotations
 import secrets
 import shutil
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -58,16 +59,12 @@ def _run_body(
     root: Path | None,
     model: str | None,
     inference: str | None,
-    device: str | None,
-    profile: str | None,
-    engine: str,
-    launcher: str,
-    runtime: str | None,
-    offline: bool,
+    svc: opt.RunServiceOptions,
     image: str | None = None,
-    allow_uncertified: bool = False,
 ) -> dict[str, Any]:
     from harness.cli.local_services import _ensure_runtime, device_argv, run_image, service_body, service_choice
+
+    device, profile, engine, launcher = svc.device, svc.profile, svc.engine, svc.launcher
 
     if inference is not None:
         if device is not None or profile is not None:
@@ -80,7 +77,7 @@ def _run_body(
         if lock.execution.backend_certification == "uncertified":
             argv.append("--allow-uncertified")
         if engine == "sglang":  # first: --offline names the pin/prepare commands before an unpinned image is refused
-            _ensure_runtime(hroot, rt, offline, root, argv)
+            _ensure_runtime(hroot, rt, svc.offline, root, argv)
         pinned = run_image(rt, engine, launcher, image)
         body: dict[str, Any] = {
             "inference_id": inference,
@@ -96,10 +93,10 @@ def _run_body(
 
     resolve_model(hroot, model)  # the alias first: an unknown model fails before anything else is looked at
     prof = profile or "baseline"
-    chosen, rt = service_choice(device or "auto", prof, engine, launcher, runtime, allow_uncertified)
+    chosen, rt = service_choice(device or "auto", prof, engine, launcher, svc.runtime, svc.allow_uncertified)
     argv = [model, *device_argv(chosen), "--profile", prof, "--runtime", rt.name]
     if engine == "sglang":
-        _ensure_runtime(hroot, rt, offline, root, argv)
+        _ensure_runtime(hroot, rt, svc.offline, root, argv)
     return service_body(model, chosen, prof, rt, engine, launcher, run_image(rt, engine, launcher, image))
 
 
@@ -226,6 +223,39 @@ def _emit_record(as_json: bool, hroot: HitchRoot, record: dict[str, Any]) -> Non
     emit(as_json, _record_payload(record, hroot), human)
 
 
+def _cancelled_record(hroot: HitchRoot, run_id: str) -> dict[str, Any]:
+    out: dict[str, Any] = DaemonClient(hroot).request("POST", f"/v1/runs/{run_id}/cancel", {})["record"]
+    return out
+
+
+def _stored_record(hroot: HitchRoot, run_id: str) -> dict[str, Any]:
+    record = RunStore(hroot).read(run_id)
+    if record is None:
+        raise HitchError("run_not_found", f"no run {run_id!r} in this root", {"run_id": run_id})
+    return record.to_json_dict()
+
+
+# `run cancel ID` and `run show ID` differ only in how they get the run's record
+_RECORD_COMMANDS: tuple[tuple[str, str, Callable[[HitchRoot, str], dict[str, Any]]], ...] = (
+    ("cancel", "cancel a live run: binding revoked, requests in flight ended, lease released", _cancelled_record),
+    ("show", "the durable record of a run (runs/<id>/run.json)", _stored_record),
+)
+
+
+def _add_record_command(
+    run_app: typer.Typer, name: str, help_text: str, record_of: Callable[[HitchRoot, str], dict[str, Any]]
+) -> None:
+    @run_app.command(name, help=help_text)
+    @cli_command
+    def record_cmd(
+        run_id: Annotated[str, typer.Argument(help="the run id")],
+        as_json: JsonOpt = False,
+        root: RootOpt = None,
+    ) -> None:
+        hroot = root_from(root)
+        _emit_record(as_json, hroot, record_of(hroot, run_id))
+
+
 def register(app: typer.Typer) -> None:
     run_app = typer.Typer(
         invoke_without_command=True,
@@ -234,29 +264,8 @@ def register(app: typer.Typer) -> None:
     )
     app.add_typer(run_app, name="run")
 
-    @run_app.command("cancel", help="cancel a live run: binding revoked, requests in flight ended, lease released")
-    @cli_command
-    def cancel_cmd(
-        run_id: Annotated[str, typer.Argument(help="the run id")],
-        as_json: JsonOpt = False,
-        root: RootOpt = None,
-    ) -> None:
-        hroot = root_from(root)
-        out = DaemonClient(hroot).request("POST", f"/v1/runs/{run_id}/cancel", {})
-        _emit_record(as_json, hroot, out["record"])
-
-    @run_app.command("show", help="the durable record of a run (runs/<id>/run.json)")
-    @cli_command
-    def show_cmd(
-        run_id: Annotated[str, typer.Argument(help="the run id")],
-        as_json: JsonOpt = False,
-        root: RootOpt = None,
-    ) -> None:
-        hroot = root_from(root)
-        record = RunStore(hroot).read(run_id)
-        if record is None:
-            raise HitchError("run_not_found", f"no run {run_id!r} in this root", {"run_id": run_id})
-        _emit_record(as_json, hroot, record.to_json_dict())
+    for name, help_text, record_of in _RECORD_COMMANDS:
+        _add_record_command(run_app, name, help_text, record_of)
 
     @run_app.callback()
     @cli_command
@@ -268,14 +277,8 @@ def register(app: typer.Typer) -> None:
         ] = None,
         model: opt.Model = None,
         inference: opt.Inference = None,
-        device: opt.UnsetDevice = None,
-        allow_uncertified: opt.AllowUncertified = False,
-        profile: opt.UnsetProfile = None,
-        engine: opt.Engine = "sglang",
-        launcher: opt.Launcher = "process",
+        svc: opt.RunServiceOptions = opt.DEFAULT_RUN_SERVICE,
         image: opt.Image = None,
-        runtime: opt.Runtime = None,
-        offline: opt.Offline = False,
         max_output_tokens: Annotated[int | None, typer.Option("--max-output-tokens", help="<= the lock's")] = None,
         workdir: Annotated[Path | None, typer.Option("--workdir", help="codex: the agent's working directory")] = None,
         agent_arg: Annotated[list[str] | None, typer.Option("--agent-arg", help="codex: extra `codex exec` argument")] = None,
@@ -306,7 +309,7 @@ def register(app: typer.Typer) -> None:
             raise HitchError("usage_error", "--agent-arg is for codex", {})
         if capture not in _CAPTURE:
             raise HitchError("usage_error", "--capture is off|metadata|full", {"capture": capture})
-        if fake_fault and engine != "fake":
+        if fake_fault and svc.engine != "fake":
             raise HitchError("usage_error", "--fake-fault is for --engine fake", {})
         hroot = root_from(root)
         if run_id is not None:
@@ -314,16 +317,14 @@ def register(app: typer.Typer) -> None:
             if known is not None and known.terminal:  # idempotent: the same record, nothing runs again
                 _emit_record(as_json, hroot, known.to_json_dict())
                 return
-        body = _run_body(
-            hroot, root, model, inference, device, profile, engine, launcher, runtime, offline, image, allow_uncertified
-        )
+        body = _run_body(hroot, root, model, inference, svc, image)
         body.update(run_id=run_id or "run-" + secrets.token_hex(8), harness=harness, capture=capture)
         if capture_max_bytes is not None:
             body["capture_max_bytes"] = capture_max_bytes
         if fake_fault:
             body["fake_flags"] = [arg for fault in fake_fault for arg in ("--fault", fault)]
         if harness == "codex":  # before any service starts: a missing harness or an uncertified profile fails fast
-            _codex_preflight(hroot, body, model, engine)
+            _codex_preflight(hroot, body, model, svc.engine)
         client: DaemonClient = ensure_daemon(hroot)  # before blocking: a daemon spawned here must not inherit the mask
         # Ctrl-C while the run is being created is taken right after, inside _execute, so the run it
         # created is ended (cancelled), never left running
@@ -337,7 +338,7 @@ def register(app: typer.Typer) -> None:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
             _emit_record(as_json, hroot, run["record"])
             return
-        _execute(hroot, client, run, harness, prompt, max_output_tokens, workdir, list(agent_arg or []), engine, as_json)
+        _execute(hroot, client, run, harness, prompt, max_output_tokens, workdir, list(agent_arg or []), svc.engine, as_json)
 
 
 def _execute(

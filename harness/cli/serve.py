@@ -57,14 +57,7 @@ def register(app: typer.Typer) -> None:
     @app.command("serve", help="serve local/ALIAS through the gateway until SIGINT/SIGTERM (prints URL, model, token file)")
     @cli_command
     def serve_cmd(
-        model: opt.ModelArg,
-        device: opt.Device = "auto",
-        allow_uncertified: opt.AllowUncertified = False,
-        profile: opt.Profile = "baseline",
-        engine: opt.Engine = "sglang",
-        launcher: opt.Launcher = "process",
-        image: opt.Image = None,
-        runtime: opt.Runtime = None,
+        svc: opt.ServiceOptions,
         run_id: Annotated[str | None, typer.Option("--run-id", help="the run's id (default: random)")] = None,
         capture: Annotated[
             str, typer.Option("--capture", help="off | metadata | full (payloads 0600 under the run)")
@@ -83,13 +76,13 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
         root: RootOpt = None,
     ) -> None:
-        from harness.cli.local_services import run_image, service_body, service_choice
+        from harness.cli.local_services import service_body_of, service_choice_of
 
         if capture not in ("off", "metadata", "full"):
             raise HitchError("usage_error", "--capture is off|metadata|full", {"capture": capture})
-        chosen, rt = service_choice(device, profile, engine, launcher, runtime, allow_uncertified)
+        chosen, rt = service_choice_of(svc)
         hroot = root_from(root)
-        body = service_body(model, chosen, profile, rt, engine, launcher, run_image(rt, engine, launcher, image))
+        body = service_body_of(svc, chosen, rt)
         body["capture"] = capture
         if run_id is not None:
             body["run_id"] = run_id

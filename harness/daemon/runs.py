@@ -68,7 +68,7 @@ from harness.service.starter_supervisor import EngineChoice, SupervisedService
 from harness.service.state_store import ServiceStateStore
 from harness.store import model_files_dir, resolve_model
 
-__all__ = ["REVOKING_EVENTS", "RunService", "add_run_routes"]
+__all__ = ["REVOKING_EVENTS", "RunService", "run_routes"]
 
 REVOKING_EVENTS = frozenset({"inference.failed", "inference.draining", "inference.stopped"})
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -401,25 +401,29 @@ def _sealed_for_draft(core: DaemonCore, draft_id: str) -> str | None:
     return max(found)[1] if found else None
 
 
-def add_run_routes(
-    app: web.Application,
+def run_routes(
     runs: RunService,
     body_of: Callable[[web.Request], Awaitable[dict[str, Any]]],
     choice_of: Callable[[dict[str, Any]], EngineChoice],
     reply: Callable[[dict[str, Any]], web.Response],
-) -> None:
-    """``POST /v1/runs``, ``GET /v1/runs``, ``DELETE /v1/runs/{run_id}`` on the daemon's management app."""
+) -> web.RouteTableDef:
+    """The ``/v1/runs`` routes of the daemon's management app."""
+    routes = web.RouteTableDef()
 
+    @routes.post("/v1/runs")
     async def create(request: web.Request) -> web.Response:
         body = await body_of(request)
         return reply({"kind": "run", **await runs.create(body, choice_of(body))})
 
+    @routes.get("/v1/runs")
     async def listing(_: web.Request) -> web.Response:
         return reply({"kind": "runs", "runs": runs.view()})
 
+    @routes.delete("/v1/runs/{run_id}")
     async def delete(request: web.Request) -> web.Response:
         return reply({"kind": "run-delete", **await runs.delete(request.match_info["run_id"])})
 
+    @routes.get("/v1/runs/{run_id}")
     async def show(request: web.Request) -> web.Response:
         run_id = request.match_info["run_id"]
         record = runs.store.read(run_id)
@@ -427,6 +431,7 @@ def add_run_routes(
             raise HitchError("run_not_found", f"no run {run_id!r} in this root", {"run_id": run_id})
         return reply({"kind": "run-record", "run_id": run_id, "record": record.to_json_dict()})
 
+    @routes.post("/v1/runs/{run_id}/finish")
     async def finish(request: web.Request) -> web.Response:
         body = await body_of(request)
         status = body.get("status")
@@ -441,12 +446,8 @@ def add_run_routes(
             err = HitchError(code, str(error.get("message", ""))[:2000] if isinstance(error, dict) else "", {})
         return reply({"kind": "run-finish", **await runs.finish(request.match_info["run_id"], status, err)})
 
+    @routes.post("/v1/runs/{run_id}/cancel")
     async def cancel(request: web.Request) -> web.Response:
         return reply({"kind": "run-cancel", **await runs.cancel(request.match_info["run_id"])})
 
-    app.router.add_post("/v1/runs", create)
-    app.router.add_get("/v1/runs", listing)
-    app.router.add_get("/v1/runs/{run_id}", show)
-    app.router.add_post("/v1/runs/{run_id}/finish", finish)
-    app.router.add_post("/v1/runs/{run_id}/cancel", cancel)
-    app.router.add_delete("/v1/runs/{run_id}", delete)
+    return routes

@@ -31,7 +31,7 @@ from aiohttp import web
 
 from harness.daemon.core import DaemonCore, lease_json, load_sealed_lock
 from harness.daemon.prepare import PrepareRequest, device_choice_of, prepare
-from harness.daemon.runs import RunService, add_run_routes
+from harness.daemon.runs import RunService, run_routes
 from harness.errors import HitchError
 from harness.lock import validate_lock
 from harness.service.starter_supervisor import EngineChoice
@@ -96,22 +96,29 @@ def build_app(core: DaemonCore, token: str, shutdown: Callable[[bool], None], ru
             _log.exception("daemon request %s failed", request.path)
             return _error(HitchError("internal_error", f"the daemon failed: {type(exc).__name__}", {}))
 
+    routes = web.RouteTableDef()
+
+    @routes.get("/v1/status")
     async def status(_: web.Request) -> web.Response:
         return _json({"kind": "daemon-status", **core.status()})
 
+    @routes.get("/v1/services")
     async def services(_: web.Request) -> web.Response:
         return _json({"kind": "services", "services": core.services(), "quarantined": core.quarantined()})
 
+    @routes.post("/v1/services/{service_id}/stop")
     async def stop(request: web.Request) -> web.Response:
         body = await _body(request)
         sid = request.match_info["service_id"]
         stopped = await core.stop_service(sid, force=bool(body.get("force", False)))
         return _json({"kind": "service-stop", "service_id": sid, "stopped": stopped})
 
+    @routes.post("/v1/services/{service_id}/unquarantine")
     async def unquarantine(request: web.Request) -> web.Response:
         sid = request.match_info["service_id"]
         return _json({"kind": "service-unquarantine", "service_id": sid, "cleared": core.unquarantine(sid)})
 
+    @routes.post("/v1/acquire")
     async def acquire(request: web.Request) -> web.Response:
         body = await _body(request)
         owner = body.get("owner")
@@ -123,11 +130,13 @@ def build_app(core: DaemonCore, token: str, shutdown: Callable[[bool], None], ru
         lease = await core.acquire(lock, owner, _choice(body), scope if isinstance(scope, str) else None)
         return _json({"kind": "lease", **lease_json(lease)})
 
+    @routes.post("/v1/release")
     async def release(request: web.Request) -> web.Response:
         body = await _body(request)
         lease_id = str(body.get("lease_id", ""))
         return _json({"kind": "release", "lease_id": lease_id, "released": await core.release(lease_id)})
 
+    @routes.post("/v1/prepare")
     async def prepare_route(request: web.Request) -> web.Response:
         body = await _body(request)
         device, profile = body.get("device", "cpu"), body.get("profile", "baseline")
@@ -145,20 +154,14 @@ def build_app(core: DaemonCore, token: str, shutdown: Callable[[bool], None], ru
         )
         return _json({"kind": "inference-prepare", **await prepare(core, req)})
 
+    @routes.post("/v1/shutdown")
     async def shutdown_route(request: web.Request) -> web.Response:
         body = await _body(request)
         asyncio.get_running_loop().call_soon(shutdown, bool(body.get("force", True)))
         return _json({"kind": "daemon-shutdown", "accepted": True})
 
     app = web.Application(middlewares=[auth])
-    app.router.add_get("/v1/status", status)
-    app.router.add_get("/v1/services", services)
-    app.router.add_post("/v1/services/{service_id}/stop", stop)
-    app.router.add_post("/v1/services/{service_id}/unquarantine", unquarantine)
-    app.router.add_post("/v1/acquire", acquire)
-    app.router.add_post("/v1/release", release)
-    app.router.add_post("/v1/prepare", prepare_route)
-    app.router.add_post("/v1/shutdown", shutdown_route)
+    app.add_routes(routes)
     if runs is not None:
-        add_run_routes(app, runs, _body, _choice, _json)
+        app.add_routes(run_routes(runs, _body, _choice, _json))
     return app

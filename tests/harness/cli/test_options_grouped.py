@@ -1,0 +1,60 @@
+"""``opt.grouped`` (applied by ``cli_command``): a command that takes an options dataclass gets the dataclass's
+fields as its flags, in the dataclass's place, and receives them back as one object."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from typer.testing import CliRunner
+
+from harness.cli import options as opt
+from harness.cli.output import JsonOpt, cli_command
+from harness.errors import HitchError
+
+
+def _app() -> tuple[typer.Typer, list[tuple[str, opt.ServiceOptions, bool]]]:
+    app = typer.Typer()
+    seen: list[tuple[str, opt.ServiceOptions, bool]] = []
+
+    @app.command()
+    @cli_command
+    def cmd(
+        name: Annotated[str, typer.Option("--name")],
+        svc: opt.ServiceOptions,
+        offline: opt.Offline = False,
+        as_json: JsonOpt = False,
+    ) -> None:
+        seen.append((name, svc, offline))
+        if name == "refused":
+            raise HitchError("usage_error", "refused", {})
+
+    return app, seen
+
+
+def test_grouped_fields_are_flags_and_come_back_as_the_dataclass() -> None:
+    app, seen = _app()
+    out = CliRunner().invoke(
+        app, ["--name", "n", "local/tiny", "--device", "cpu", "--allow-uncertified", "--engine", "fake", "--offline"]
+    )
+    assert out.exit_code == 0, out.output
+    assert seen == [("n", opt.ServiceOptions(model="local/tiny", device="cpu", allow_uncertified=True, engine="fake"), True)]
+
+
+def test_grouped_defaults_are_the_dataclass_defaults() -> None:
+    app, seen = _app()
+    out = CliRunner().invoke(app, ["--name", "n", "local/tiny"])
+    assert out.exit_code == 0, out.output
+    assert seen == [("n", opt.ServiceOptions(model="local/tiny"), False)]
+
+
+def test_grouped_required_field_stays_required() -> None:
+    app, seen = _app()
+    out = CliRunner().invoke(app, ["--name", "n"])
+    assert out.exit_code == 2 and not seen
+
+
+def test_a_grouped_command_keeps_cli_commands_error_handling() -> None:
+    app, _ = _app()
+    out = CliRunner().invoke(app, ["--name", "refused", "local/tiny", "--json"])
+    assert out.exit_code == 2 and '"code": "usage_error"' in out.output

@@ -155,13 +155,6 @@ def engine_pid(starter: SupervisorStarter, service_id: str) -> int:
     return engine.identity.pid
 
 
-def running(pid: int) -> bool:
-    try:
-        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
-    except psutil.Error:
-        return False
-
-
 def lock_variant(lock: InferenceLockV1, **execution: Any) -> InferenceLockV1:
     """``lock`` with other execution values and its recomputed id (a genuinely different lock)."""
     from harness.contracts.lock import compute_inference_id

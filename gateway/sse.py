@@ -1,9 +1,9 @@
 """Incremental SSE parsing and what a stream says about its own outcome (reference §4.1, §4.4).
 
-Owns :class:`SseParser` (bytes in, complete events out: events split across reads, several events per
-read, ``\\r\\n`` framing; events are cut at blank lines on *bytes*, so a multibyte character split across
-reads is never decoded half-way; an unterminated tail at close is reported as a partial event) and
-:class:`StreamObserver`, which watches a chat or Responses stream on the side of the byte pass-through:
+Reads events with the one SSE reader, ``harness.sse`` (its :class:`SseParser`, ``SseEvent`` and
+``parse_events`` are re-exported here: events split across reads, several events per read, ``\\r\\n``
+framing; an unterminated tail at close is reported as a partial event), and owns :class:`StreamObserver`,
+which watches a chat or Responses stream on the side of the byte pass-through:
 
 - TTFT is the first event carrying text: a chat ``delta.content`` / ``reasoning_content`` / ``tool_calls``
   or a Responses ``*.delta`` event with a non-empty delta; never the role chunk, headers or a heartbeat.
@@ -23,6 +23,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from harness.sse import SseEvent, SseParser, parse_events
 
 __all__ = [
     "TEXT_DELTAS",
@@ -50,70 +52,6 @@ TEXT_DELTAS = frozenset(
 _CHAT_MARKERS = (b'"finish_reason":"', b'"usage"', b"[DONE]", b'"error"', b'"finish_reason": "', b'"tool_calls"')
 _RESPONSES_MARKERS = (b"response.completed", b"response.incomplete", b"response.failed", b"event: error", b'"type":"error"')
 _TERMINAL = {"response.completed": "completed", "response.incomplete": "incomplete", "response.failed": "failed"}
-
-
-class SseParser:
-    """Bytes in, ``(event_name, data_bytes)`` out; keeps the unterminated tail between reads."""
-
-    __slots__ = ("_buf",)
-
-    def __init__(self) -> None:
-        self._buf = b""
-
-    def feed(self, chunk: bytes) -> list[tuple[bytes | None, bytes]]:
-        buf = self._buf + chunk if self._buf else chunk
-        if b"\r" in buf:
-            buf = buf.replace(b"\r\n", b"\n")
-        blocks = buf.split(b"\n\n")
-        self._buf = blocks.pop()
-        out: list[tuple[bytes | None, bytes]] = []
-        for block in blocks:
-            if block.startswith(b"data: ") and b"\n" not in block:  # the common one-line event
-                out.append((None, block[6:]))
-                continue
-            event = _parse_block(block)
-            if event is not None:
-                out.append(event)
-        return out
-
-    def tail(self) -> bytes:
-        """What is left after the last complete event (a partial event when not blank)."""
-        return self._buf
-
-
-@dataclass(frozen=True)
-class SseEvent:
-    """One complete event of a whole stream body, for readers that have all of it (checks, tests, parity)."""
-
-    event: str | None
-    data: str
-
-    def json(self) -> Any:
-        return json.loads(self.data)
-
-
-def parse_events(raw: bytes) -> list[SseEvent]:
-    """Every complete event of a whole SSE body, through the one :class:`SseParser` (an unterminated tail is
-    not an event: a reader that cares about it asks the parser's ``tail``)."""
-    return [
-        SseEvent(None if name is None else name.decode("utf-8", "replace"), data.decode("utf-8", "replace"))
-        for name, data in SseParser().feed(raw)
-    ]
-
-
-def _parse_block(block: bytes) -> tuple[bytes | None, bytes] | None:
-    name: bytes | None = None
-    data: list[bytes] = []
-    for line in block.split(b"\n"):
-        if line.startswith(b"data:"):
-            value = line[5:]
-            data.append(value[1:] if value.startswith(b" ") else value)
-        elif line.startswith(b"event:"):
-            name = line[6:].strip()
-        # ":" comments (heartbeats), "id:" and "retry:" lines carry nothing we need
-    if not data and name is None:
-        return None
-    return name, b"\n".join(data)
 
 
 @dataclass

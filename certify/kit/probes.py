@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
-import psutil
 
 from certify.session import CertifyEnv
 from harness.contracts.lock import InferenceLockV1
@@ -28,7 +27,6 @@ __all__ = [
     "engine_load",
     "evidence_rows",
     "kill_pid",
-    "pid_alive",
     "read_evidence",
     "session_lock",
     "wait_for",
@@ -60,13 +58,6 @@ def wait_for(predicate: Callable[[], bool], timeout_s: float, interval_s: float 
     try:
         return wait_until(predicate, timeout_s, interval_s)
     except WaitTimeout:
-        return False
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
-    except psutil.Error:
         return False
 
 

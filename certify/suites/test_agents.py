@@ -184,9 +184,9 @@ def test_codex_turn(certify_env: CertifyEnv, certify_record: Any, codex: CodexIn
 
 def _call_ids(sse: bytes) -> list[str]:
     ids = []
-    for line in sse.decode("utf-8", "replace").splitlines():
-        if line.startswith("data: ") and '"response.output_item.done"' in line:
-            item = json.loads(line[6:]).get("item") or {}
+    for event in parse_events(sse):
+        if '"response.output_item.done"' in event.data:
+            item = event.json().get("item") or {}
             if item.get("type") == "function_call":
                 ids.append(item["call_id"])
     return ids

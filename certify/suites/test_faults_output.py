@@ -9,7 +9,6 @@ row, nothing left held, and the same front serving again once the fault is clear
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -18,6 +17,7 @@ from certify.kit.faults import MODE_CHECKS, FaultSite, fault_kind, row
 from certify.kit.requests import chat_body
 from certify.registry import check
 from fixtures.fault_proxy import FaultProxy, ProxyFault
+from gateway.sse import parse_events
 
 pytestmark = pytest.mark.exclusive_engine  # on SGLang every check here sends through the session's engine
 
@@ -59,8 +59,8 @@ def test_coalesce_events(fault_site: FaultSite, certify_record: Any) -> None:
         body = {"model": front.wire_model, "input": "hello", "max_output_tokens": 6, "stream": True}
         status, raw, broken = front.stream("/responses", body)
         assert (status, broken) == (200, False)
-        events = [e for e in raw.split(b"\n\n") if e.strip()]
-        last = json.loads(events[-1].split(b"data: ", 1)[1])
+        events = parse_events(raw)
+        last = events[-1].json()
         usage = last["response"]["usage"]
         got = row(front.rows())
         front.record(certify_record, {"status": status, "broken": broken, "events": len(events)}, got)

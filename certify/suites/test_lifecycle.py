@@ -21,12 +21,13 @@ import httpx
 import pytest
 
 from certify.kit.daemon import PrivateDaemon
-from certify.kit.probes import kill_pid, pid_alive, wait_until
+from certify.kit.probes import kill_pid, wait_until
 from certify.kit.requests import chat_body
 from certify.kit.streams import client_gone
 from certify.registry import check
 from certify.session import CertifyEnv, RunHandle
 from fixtures.engine_faults import EngineTarget
+from fixtures.process_faults import pid_alive
 
 CANCEL_BOUND_S = 5.0
 IDLE_GRACE_S = 10.0

@@ -10,7 +10,8 @@ Steps (facts behind them: shared/reference/docker-engine-in-ci.md):
 2. ``pip install --target`` the fake engine's deps (aiohttp, tokenizers, jinja2 and what they pull in),
    constrained to the versions in this checkout's venv, with the host's Python — it must be 3.11 like the
    image's, so compiled wheels match; then ``compileall`` so a read-only rootfs never needs a .pyc write.
-3. Copy ``fixtures/__init__.py``, ``fixtures/fake_sglang/`` ``harness/chat_template.py`` and ``harness/sglang_parsers.py`` in.
+3. Copy ``fixtures/__init__.py``, ``fixtures/fake_sglang/``, ``harness/chat_template.py``, ``harness/sglang_parsers.py``
+   and ``harness/sse.py`` (the eval trial client built on this image reads its stream with it) in.
 4. One tar (all files owned by root) → ``docker import`` with ENV/WORKDIR/LABEL changes; tag it.
 
 Idempotent: the image carries ``dev.hitch.fixture-image.recipe`` = a hash of this script, the package
@@ -44,14 +45,15 @@ SITE_DIR = "/opt/hitch/site-packages"
 DEBIAN_PACKAGES = PYTHON_PACKAGES
 PY_TOP_LEVEL = ("aiohttp", "jinja2", "pyyaml", "pydantic")  # with their deps (pyyaml: --config YAML; pydantic: request models)
 PY_NO_DEPS = ("tokenizers",)  # its huggingface_hub dependency is only for downloads (none here): ~25 MB saved
-# two leaf modules of ours the fake shares with the product (they import only jinja2 / typing): the chat-template
-# environment and SGLang's tool-call parser names
+# leaf modules of ours the fake shares with the product (they import only jinja2 / the standard library): the
+# chat-template environment, SGLang's tool-call parser names and the SSE reader (the eval trial client's)
 FIXTURE_SOURCES = (
     "fixtures/__init__.py",
     "fixtures/fake_sglang",
     "harness/__init__.py",
     "harness/chat_template.py",
     "harness/sglang_parsers.py",
+    "harness/sse.py",
 )
 
 

@@ -62,14 +62,19 @@ def canary(entry: Path, history: Path, key: KeyPair, *extra: str) -> int:
     return main(["--entry", str(entry), "--history", str(history), "--keys", str(key.public_key.parent), *extra])
 
 
+def canary_verdict(entry: Path, history: Path, key: KeyPair, out_file: Path) -> tuple[int, dict[str, Any]]:
+    """The exit status of a canary run told to write its verdict (``--out``), and that verdict."""
+    status = canary(entry, history, key, "--out", str(out_file))
+    return status, json.loads(out_file.read_text())
+
+
 def test_newly_failing_check_is_a_regression(tmp_path: Path, key: KeyPair, capsys: pytest.CaptureFixture[str]) -> None:
     sign(predicate(), key, tmp_path / "history")
     new = sign(predicate(failing=("faults.engine.kill",), finished_at="2026-11-02T00:00:00Z"), key, tmp_path / "new")
-    out_file = tmp_path / "verdict.json"
-    assert canary(new, tmp_path / "history", key, "--out", str(out_file)) == 1
+    status, verdict = canary_verdict(new, tmp_path / "history", key, tmp_path / "verdict.json")
+    assert status == 1
     out = capsys.readouterr().out
     assert "faults.engine.kill" in out and "REGRESSION" in out
-    verdict = json.loads(out_file.read_text())
     assert verdict["regressed"] is True
     assert verdict["regressions"] == ["level: failed", "faults.engine.kill: passed before, failed now"]
 
@@ -100,9 +105,8 @@ def test_the_latest_matching_entry_is_the_baseline(tmp_path: Path, key: KeyPair)
     sign(predicate(failing=("faults.engine.kill",), finished_at="2026-10-01T00:00:00Z"), key, history)
     latest = sign(predicate(finished_at="2026-10-20T00:00:00Z"), key, history / "nested-artifact")
     new = sign(predicate(failing=("faults.engine.kill",), finished_at="2026-11-02T00:00:00Z"), key, tmp_path / "new")
-    out_file = tmp_path / "verdict.json"
-    assert canary(new, history, key, "--out", str(out_file)) == 1
-    assert json.loads(out_file.read_text())["baseline"] == str(latest)
+    status, verdict = canary_verdict(new, history, key, tmp_path / "verdict.json")
+    assert (status, verdict["baseline"]) == (1, str(latest))
 
 
 def test_other_profile_is_ignored(tmp_path: Path, key: KeyPair, capsys: pytest.CaptureFixture[str]) -> None:
@@ -123,11 +127,10 @@ def test_the_new_entry_in_the_history_is_not_its_own_baseline(
 def test_failed_entry_without_a_baseline_fails(tmp_path: Path, key: KeyPair, capsys: pytest.CaptureFixture[str]) -> None:
     pred = {**predicate(failing=("faults.engine.kill",)), "reasons": ["faults.engine.kill: required check failed"]}
     new = sign(pred, key, tmp_path / "new")
-    out_file = tmp_path / "verdict.json"
-    assert canary(new, tmp_path / "empty-history", key, "--out", str(out_file)) == 1
+    status, verdict = canary_verdict(new, tmp_path / "empty-history", key, tmp_path / "verdict.json")
+    assert status == 1
     out = capsys.readouterr().out
     assert "no previous verified entry" in out and "RESULT: REGRESSION (1)" in out
-    verdict = json.loads(out_file.read_text())
     assert verdict["baseline"] is None
     assert verdict["regressions"] == ["level: failed (faults.engine.kill: required check failed)"]
 
@@ -137,10 +140,8 @@ def test_a_combination_that_stays_failed_fails_every_time(tmp_path: Path, key: K
     sign(predicate(failing=("faults.engine.kill",), finished_at="2026-10-01T00:00:00Z"), key, history)
     for day in ("02", "03"):  # the same failure, run after run: never "no regression"
         new = sign(predicate(failing=("faults.engine.kill",), finished_at=f"2026-11-{day}T00:00:00Z"), key, tmp_path / day)
-        out_file = tmp_path / f"verdict-{day}.json"
-        assert canary(new, history, key, "--out", str(out_file)) == 1
-        verdict = json.loads(out_file.read_text())
-        assert verdict["baseline"] is not None and verdict["regressions"] == ["level: failed"]
+        status, verdict = canary_verdict(new, history, key, tmp_path / f"verdict-{day}.json")
+        assert status == 1 and verdict["baseline"] is not None and verdict["regressions"] == ["level: failed"]
         sign(predicate(failing=("faults.engine.kill",), finished_at=f"2026-11-{day}T00:00:00Z"), key, history)
 
 
@@ -168,11 +169,10 @@ def test_tampered_previous_entry_is_ignored_with_a_warning(
     tampered = sign(predicate(p95=3.0, failing=("faults.engine.kill",), finished_at="2026-10-30T00:00:00Z"), key, history)
     _tamper(tampered)  # would claim everything passed at 0.1 ms: a regression if it were trusted
     new = sign(predicate(p95=3.2, failing=("faults.engine.kill",), finished_at="2026-11-02T00:00:00Z"), key, tmp_path / "new")
-    out_file = tmp_path / "verdict.json"
-    assert canary(new, history, key, "--out", str(out_file)) == 1  # still failed: see the stays-failed test
+    status, verdict = canary_verdict(new, history, key, tmp_path / "verdict.json")
+    assert status == 1  # still failed: see the stays-failed test
     captured = capsys.readouterr()
     assert f"ignored {tampered}" in captured.err and "does not verify" in captured.err
-    verdict = json.loads(out_file.read_text())
     assert verdict["baseline"] == str(honest)
     # against the honest baseline the check was already failing and p95 is within 20 %: only the level counts
     assert [r.split(" ")[0] for r in verdict["regressions"]] == ["level:"]

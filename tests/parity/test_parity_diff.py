@@ -32,8 +32,8 @@ def test_type_value_missing_extra_and_order_are_reported() -> None:
 
 
 def test_sse_runs_of_same_shape_collapse() -> None:
-    fake = _obs(parse_sse('data: {"d":"a"}\n\ndata: [DONE]\n\n'), kind="sse")
-    real = _obs(parse_sse('data: {"d":"b"}\n\ndata: {"d":"c"}\n\ndata: [DONE]\n\n'), kind="sse")
+    fake = _obs(parse_sse(b'data: {"d":"a"}\n\ndata: [DONE]\n\n'), kind="sse")
+    real = _obs(parse_sse(b'data: {"d":"b"}\n\ndata: {"d":"c"}\n\ndata: [DONE]\n\n'), kind="sse")
     assert [d.path for d in diff(fake, real)] == [".body[0].data.d"]
 
 
@@ -58,7 +58,7 @@ def _generate_stream(chunks: list[int]) -> Observation:
         if last:
             meta["e2e_latency"] = 0.5
         lines.append("data: " + json.dumps({"text": "x", "output_ids": list(ids), "meta_info": meta}) + "\n\n")
-    return _obs(parse_sse("".join(lines) + "data: [DONE]\n\n"), kind="sse")
+    return _obs(parse_sse(("".join(lines) + "data: [DONE]\n\n").encode()), kind="sse")
 
 
 def test_generate_stream_token_coalescing_is_not_a_difference() -> None:
@@ -68,5 +68,15 @@ def test_generate_stream_token_coalescing_is_not_a_difference() -> None:
     # and the other way round (CI later saw the fake send 1,3 while real sent 1,1,2)
     assert unexcused("generate.stream", _generate_stream([1, 3]), _generate_stream([1, 1, 2])) == []
     # a stream that never finishes is still a difference
-    unfinished = _obs(parse_sse('data: {"text": "x", "output_ids": [1], "meta_info": {"finish_reason": null}}\n\n'), kind="sse")
+    unfinished = _obs(parse_sse(b'data: {"text": "x", "output_ids": [1], "meta_info": {"finish_reason": null}}\n\n'), kind="sse")
     assert unexcused("generate.stream", unfinished, real) != []
+
+
+def test_sse_framing_lines_are_kept_verbatim() -> None:
+    # What a client reads through (a heartbeat, "data:" without its space, CRLF) is a wire difference for parity.
+    plain = parse_sse(b'event: a\ndata: {"d": 1}\n\n')
+    assert plain == [{"event": "a", "data": {"d": 1}}]
+    assert parse_sse(b': ping\nevent: a\ndata: {"d": 1}\n\n') == [{**plain[0], "unparsed_lines": [": ping"]}]
+    assert parse_sse(b'event: a\ndata:{"d": 1}\n\n') == [{"event": "a", "data": "", "unparsed_lines": ['data:{"d": 1}']}]
+    crlf = _obs(parse_sse(b'event: a\r\ndata: {"d": 1}\r\n\r\n'), kind="sse")
+    assert diff(crlf, _obs(plain, kind="sse")) != []

@@ -13,6 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from fixtures.process_faults import pid_alive
 from harness.contracts.service import DeviceAllocationV1, InferenceServiceRecordV1, ProcessIdentityV1
 from harness.daemon import DaemonClient, start_daemon
 from harness.daemon.client import reap_spawned
@@ -28,21 +29,14 @@ from tests.harness.lock_inputs import runtime_manifest
 pytestmark = pytest.mark.integration
 
 
-def _running(pid: int) -> bool:
-    try:
-        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
-    except psutil.NoSuchProcess:
-        return False
-
-
 def _kill9(pid: int) -> None:
     os.kill(pid, signal.SIGKILL)
     end = time.monotonic() + 10
-    while _running(pid) and time.monotonic() < end:
+    while pid_alive(pid) and time.monotonic() < end:
         reap_spawned()
         time.sleep(0.05)
     reap_spawned()
-    assert not _running(pid)
+    assert not pid_alive(pid)
 
 
 def test_sigkilled_daemon_restart_stops_leftovers_and_rotates_keys(inputs: ServiceInputs) -> None:
@@ -54,15 +48,15 @@ def test_sigkilled_daemon_restart_stops_leftovers_and_rotates_keys(inputs: Servi
     record = ServiceStateStore(inputs.root, sid).read()
     assert record is not None and record.state == "ready" and record.process is not None
     engine_pid = record.process.pid
-    assert engine_pid is not None and _running(engine_pid)
+    assert engine_pid is not None and pid_alive(engine_pid)
     _kill9(first["pid"])
-    assert _running(engine_pid)  # the daemon died, its engine did not
+    assert pid_alive(engine_pid)  # the daemon died, its engine did not
     second = start_daemon(inputs.root, FAST)
     assert second["pid"] != first["pid"]
     (outcome,) = [o for o in second["recovery"] if o["service_id"] == sid]
     assert outcome["action"] == "stopped"
     assert "engine-api-key" in outcome["details"]["keys_removed"]
-    assert not _running(engine_pid)
+    assert not pid_alive(engine_pid)
     assert not key_file.exists()  # the old epoch's key is gone
     after = ServiceStateStore(inputs.root, sid).read()
     assert after is not None and after.state == "stopped"
@@ -99,7 +93,7 @@ def test_a_reused_pid_is_ambiguous_quarantined_and_not_killed(inputs: ServiceInp
         status = start_daemon(inputs.root, FAST)
         (outcome,) = [o for o in status["recovery"] if o["service_id"] == sid]
         assert outcome["action"] == "ambiguous"
-        assert sleeper.poll() is None and _running(sleeper.pid)  # never signalled
+        assert sleeper.poll() is None and pid_alive(sleeper.pid)  # never signalled
         quarantined = as_json(hitch(inputs.root, "local", "status", "--json"))["quarantined"]
         assert [q["service_id"] for q in quarantined] == [sid]
         assert quarantined[0]["code"] == "inference_recovery_ambiguous"

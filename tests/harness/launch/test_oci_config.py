@@ -1,4 +1,5 @@
-"""The OCI launcher's create kwargs and image pinning, as data (no Docker engine needed)."""
+"""The OCI launcher's create kwargs and image pinning (`harness.launch.oci_config`, the module under test), as data
+(no Docker engine needed)."""
 
 from __future__ import annotations
 
@@ -11,19 +12,8 @@ from docker.types import DeviceRequest
 from harness.contracts.lock import ResourceVectorV1
 from harness.engine.launch_spec import LaunchSpec
 from harness.errors import HitchError
+from harness.launch import oci_config
 from harness.launch.oci import OciLauncher
-from harness.launch.oci_config import (
-    LABEL_EPOCH,
-    LABEL_INFERENCE_ID,
-    LABEL_ROOT,
-    LABEL_SERVICE,
-    ContainerOptions,
-    container_kwargs,
-    network_name,
-    owner_labels,
-    require_pinned_image,
-    root_label,
-)
 
 IMAGE_ID = "sha256:" + "ab" * 32
 INFERENCE_ID = "sha256:" + "cd" * 32
@@ -51,8 +41,13 @@ def _spec(tmp_path: Path, **over: object) -> LaunchSpec:
 
 
 def _kwargs(tmp_path: Path, spec: LaunchSpec) -> dict[str, object]:
-    return container_kwargs(
-        spec, image_id=IMAGE_ID, labels=owner_labels(tmp_path, spec), network="n", name="n", options=ContainerOptions()
+    return oci_config.container_kwargs(
+        spec,
+        image_id=IMAGE_ID,
+        labels=oci_config.owner_labels(tmp_path, spec),
+        network="n",
+        name="n",
+        options=oci_config.ContainerOptions(),
     )
 
 
@@ -61,7 +56,7 @@ def _kwargs(tmp_path: Path, spec: LaunchSpec) -> dict[str, object]:
     [IMAGE_ID, "lmsysorg/sglang@sha256:" + "0f" * 32, "registry.example:5000/a/b@sha256:" + "12" * 32],
 )
 def test_pinned_image_references_accepted(ref: str) -> None:
-    assert require_pinned_image(ref) == ref
+    assert oci_config.require_pinned_image(ref) == ref
 
 
 @pytest.mark.parametrize(
@@ -69,7 +64,7 @@ def test_pinned_image_references_accepted(ref: str) -> None:
 )
 def test_tag_or_partial_reference_refused_as_unpinned(ref: str | None) -> None:
     with pytest.raises(HitchError) as err:
-        require_pinned_image(ref)
+        oci_config.require_pinned_image(ref)
     assert err.value.code == "inference_runtime_unpinned"
 
 
@@ -131,26 +126,30 @@ def test_memory_limit_required(tmp_path: Path) -> None:
 
 
 def test_ownership_labels_win_over_spec_labels(tmp_path: Path) -> None:
-    spec = _spec(tmp_path, labels={LABEL_ROOT: "forged", "team": "x"})
-    labels = owner_labels(tmp_path, spec)
-    assert labels[LABEL_ROOT] == root_label(tmp_path)
-    assert labels[LABEL_SERVICE] == "svc-1"
-    assert labels[LABEL_EPOCH] == "3"
-    assert labels[LABEL_INFERENCE_ID] == INFERENCE_ID
-    assert labels["team"] == "x"
+    # The label names are spelled out, not imported: containers an earlier hitch left behind carry them.
+    spec = _spec(tmp_path, labels={"dev.hitch.root": "forged", "team": "x"})
+    assert oci_config.owner_labels(tmp_path, spec) == {
+        "team": "x",
+        "dev.hitch.root": oci_config.root_label(tmp_path),
+        "dev.hitch.service": "svc-1",
+        "dev.hitch.epoch": "3",
+        "dev.hitch.inference_id": INFERENCE_ID,
+    }
 
 
 def test_root_label_is_path_hash_and_network_names_unique(tmp_path: Path) -> None:
-    assert root_label(tmp_path) == root_label(tmp_path / "." / "sub" / "..")
-    assert root_label(tmp_path) != root_label(tmp_path / "other")
+    assert oci_config.root_label(tmp_path) == oci_config.root_label(tmp_path / "." / "sub" / "..")
+    assert oci_config.root_label(tmp_path) != oci_config.root_label(tmp_path / "other")
     spec = _spec(tmp_path)
-    assert network_name(tmp_path, spec) != network_name(tmp_path, spec)
+    assert oci_config.network_name(tmp_path, spec) != oci_config.network_name(tmp_path, spec)
 
 
 def test_the_engines_home_is_a_private_tmpfs_in_the_container(tmp_path: Path) -> None:
     home = str(tmp_path / "private" / "home")
     spec = _spec(tmp_path, env={"HOME": home, "SGLANG_USE_CPU_ENGINE": "1"})
-    kw = container_kwargs(spec, image_id=IMAGE_ID, labels={}, network="n", name="n", options=ContainerOptions(user="1000:1001"))
+    kw = oci_config.container_kwargs(
+        spec, image_id=IMAGE_ID, labels={}, network="n", name="n", options=oci_config.ContainerOptions(user="1000:1001")
+    )
     assert kw["tmpfs"][home] == "rw,nosuid,nodev,size=536870912,mode=0700,uid=1000,gid=1001"  # type: ignore[index]
     assert kw["tmpfs"]["/tmp"] == "rw,nosuid,nodev,size=536870912"  # type: ignore[index]
     assert not any(m["Target"] == home for m in kw["mounts"])  # type: ignore[attr-defined]  # never the host dir

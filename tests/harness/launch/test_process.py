@@ -10,9 +10,9 @@ import textwrap
 from dataclasses import replace
 from pathlib import Path
 
-import psutil
 import pytest
 
+from fixtures.process_faults import pid_alive
 from harness.contracts.lock import ResourceVectorV1
 from harness.contracts.service import ProcessIdentityV1
 from harness.engine.launch_spec import LaunchSpec
@@ -45,13 +45,6 @@ FAMILY = textwrap.dedent(
     time.sleep(600)
     """
 )
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
-    except psutil.NoSuchProcess:
-        return False
 
 
 def _spec(tmp_path: Path, mode: str, env: dict[str, str] | None = None) -> LaunchSpec:
@@ -99,7 +92,7 @@ def test_stop_takes_the_whole_group_down(tmp_path: Path) -> None:
         exit_info = await engine.stop(5.0)
         assert exit_info.exit_code == 0 and not exit_info.oom
         assert live_group_members(engine.pid) == []
-        assert not any(_alive(k) for k in kids)
+        assert not any(pid_alive(k) for k in kids)
         assert await engine.stop(5.0) == exit_info  # idempotent
 
     asyncio.run(run())
@@ -111,7 +104,7 @@ def test_sigkill_after_the_grace_period(tmp_path: Path) -> None:
         exit_info = await engine.stop(0.5)
         assert exit_info.exit_code == -9 and "SIGKILL" in exit_info.reason
         assert live_group_members(engine.pid) == []
-        assert not any(_alive(k) for k in kids)
+        assert not any(pid_alive(k) for k in kids)
 
     asyncio.run(run())
 

@@ -14,7 +14,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,8 @@ from harness.paths import HitchRoot
 from harness.service.gpu_leases import GpuLeases
 from harness.service.ledger import Capacity, ResourceLedger
 from harness.service.manager import ServiceManager
-from harness.service.starter_supervisor import EngineChoice, SupervisorStarter
+from harness.service.starter import LeaseHandle
+from harness.service.starter_supervisor import EngineChoice, SupervisedService, SupervisorStarter
 
 BIG = Capacity(cpu_cores=1024, memory_bytes=1 << 50, gpu_count=8, disk_bytes=1 << 50)
 SETTLE_S = 20.0
@@ -133,17 +134,25 @@ def fake_manager(
     return manager, starter
 
 
+@contextlib.asynccontextmanager
+async def supervised_lease(
+    manager: ServiceManager, lock: InferenceLockV1
+) -> AsyncIterator[tuple[LeaseHandle, SupervisedService]]:
+    """A lease for ``run-1`` on the supervised service for ``lock``; released, and the manager closed, however the
+    body ends."""
+    lease = await manager.acquire(lock, "run-1")
+    try:
+        assert isinstance(lease.service, SupervisedService)
+        yield lease, lease.service
+    finally:
+        await manager.release(lease.lease_id)
+        await manager.close()
+
+
 def engine_pid(starter: SupervisorStarter, service_id: str) -> int:
     engine = starter.supervisors[service_id].engine
     assert engine is not None and engine.identity.pid is not None
     return engine.identity.pid
-
-
-def running(pid: int) -> bool:
-    try:
-        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
-    except psutil.Error:
-        return False
 
 
 def lock_variant(lock: InferenceLockV1, **execution: Any) -> InferenceLockV1:

@@ -32,7 +32,7 @@ from harness.launch.oci_config import LABEL_EPOCH, LABEL_ROOT, LABEL_SERVICE, ro
 from harness.service.starter_supervisor import EngineChoice, SupervisedService
 from harness.service.state_store import ServiceStateStore
 from tests.harness.engine.inputs import ServiceInputs, checkpoint_cache, service_inputs
-from tests.harness.service.integration_support import LeakGuard, fake_manager, leak_guard_for
+from tests.harness.service.integration_support import LeakGuard, fake_manager, leak_guard_for, supervised_lease
 from tests.harness.service.manager_fakes import run
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_docker]
@@ -194,10 +194,7 @@ def test_an_oci_service_serves_a_chat_request_through_the_gateway(
     lock = _small(inputs.lock, 512 * MiB)
 
     async def body() -> None:
-        lease = await manager.acquire(lock, "run-1")
-        service = lease.service
-        assert isinstance(service, SupervisedService)
-        try:
+        async with supervised_lease(manager, lock) as (lease, service):
             process = await service.verified_process()
             assert process is not None and process.launcher == "oci" and process.network_subnet
             net = client.api.inspect_network(process.network_id)
@@ -214,9 +211,6 @@ def test_an_oci_service_serves_a_chat_request_through_the_gateway(
             answer = reply.json()
             assert answer["object"] == "chat.completion" and answer["choices"][0]["message"]["role"] == "assistant"
             assert answer["usage"]["completion_tokens"] >= 1
-        finally:
-            await manager.release(lease.lease_id)
-            await manager.close()
 
     try:
         run(body())
@@ -237,10 +231,7 @@ def test_forged_container_routes_are_refused(inputs: ServiceInputs, client: dock
     )
 
     async def body() -> None:
-        lease = await manager.acquire(lock, "run-1")
-        service = lease.service
-        assert isinstance(service, SupervisedService)
-        try:
+        async with supervised_lease(manager, lock) as (lease, service):
             real = await service.verified_process()
             assert real is not None and real.network_subnet is not None
             sid, epoch = lease.service_id, lease.epoch
@@ -275,9 +266,6 @@ def test_forged_container_routes_are_refused(inputs: ServiceInputs, client: dock
                 with pytest.raises(HitchError) as caught:
                     _target(service, lock, inputs, record, url)
                 assert caught.value.code == "inference_route_unavailable"
-        finally:
-            await manager.release(lease.lease_id)
-            await manager.close()
 
     try:
         run(body())

@@ -16,13 +16,14 @@ from typing import Any
 import httpx
 import pytest
 
+from fixtures.process_faults import pid_alive
 from harness.launch.process import live_group_members
 from harness.paths import HitchRoot
 from harness.service.starter_supervisor import EngineChoice, SupervisedService
 from harness.service.state_store import ServiceStateStore
 from tests.components import installed_sglang
 from tests.harness.engine.inputs import checkpoint_cache, service_inputs
-from tests.harness.service.integration_support import LeakGuard, engine_pid, fake_manager, leak_guard_for, running
+from tests.harness.service.integration_support import LeakGuard, engine_pid, fake_manager, leak_guard_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_sglang, pytest.mark.slow, pytest.mark.xdist_group("sglang")]
 
@@ -67,7 +68,7 @@ def test_real_sglang_through_the_manager_start_acquire_release_ttl_stop(
                 break
             await asyncio.sleep(0.1)
         assert manager.services() == []
-        assert live_group_members(pid) == [] and not any(running(p) for p in members)
+        assert live_group_members(pid) == [] and not any(pid_alive(p) for p in members)
         record = ServiceStateStore(inputs.root, lease.service_id).read()
         assert record is not None and record.state == "stopped"
 

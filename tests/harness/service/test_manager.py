@@ -27,13 +27,22 @@ def _manager(
     return ServiceManager(HitchRoot(tmp_path / "root"), starter, ResourceLedger(BIG), idle_ttl_ms=idle_ttl_ms, events=sink)
 
 
+@pytest.fixture
+def starter() -> FakeStarter:
+    return FakeStarter()
+
+
+@pytest.fixture
+def manager(tmp_path: Path, starter: FakeStarter) -> ServiceManager:
+    """The manager most tests use: the fake starter, a 60 s idle TTL, no event sink."""
+    return _manager(tmp_path, starter)
+
+
 def _names(events: list[LifecycleEventV1]) -> list[str]:
     return [e.event for e in events]
 
 
-def test_twenty_concurrent_acquires_start_exactly_one_service(tmp_path: Path) -> None:
-    starter = FakeStarter()
-    manager = _manager(tmp_path, starter)
+def test_twenty_concurrent_acquires_start_exactly_one_service(starter: FakeStarter, manager: ServiceManager) -> None:
     lock = make_lock()
 
     async def body() -> None:
@@ -54,9 +63,9 @@ def test_twenty_concurrent_acquires_start_exactly_one_service(tmp_path: Path) ->
     run(body())
 
 
-def test_failed_start_fails_every_waiter_with_the_same_error_and_next_acquire_is_a_new_epoch(tmp_path: Path) -> None:
-    starter = FakeStarter()
-    manager = _manager(tmp_path, starter)
+def test_failed_start_fails_every_waiter_with_the_same_error_and_next_acquire_is_a_new_epoch(
+    starter: FakeStarter, manager: ServiceManager
+) -> None:
     lock = make_lock()
 
     async def body() -> None:
@@ -81,9 +90,7 @@ def test_failed_start_fails_every_waiter_with_the_same_error_and_next_acquire_is
     run(body())
 
 
-def test_different_locks_get_different_services(tmp_path: Path) -> None:
-    starter = FakeStarter()
-    manager = _manager(tmp_path, starter)
+def test_different_locks_get_different_services(starter: FakeStarter, manager: ServiceManager) -> None:
 
     async def body() -> None:
         a = await manager.acquire(make_lock(context=4096), "run-1")
@@ -97,9 +104,9 @@ def test_different_locks_get_different_services(tmp_path: Path) -> None:
     run(body())
 
 
-def test_throughput_cache_scopes_never_share_a_service_and_one_scope_shares(tmp_path: Path) -> None:
-    starter = FakeStarter()
-    manager = _manager(tmp_path, starter)
+def test_throughput_cache_scopes_never_share_a_service_and_one_scope_shares(
+    starter: FakeStarter, manager: ServiceManager
+) -> None:
     lock = make_lock("throughput")
 
     async def body() -> None:
@@ -121,9 +128,7 @@ def test_throughput_cache_scopes_never_share_a_service_and_one_scope_shares(tmp_
     run(body())
 
 
-def test_baseline_without_prefix_cache_shares_one_service_across_scopes(tmp_path: Path) -> None:
-    starter = FakeStarter()
-    manager = _manager(tmp_path, starter)
+def test_baseline_without_prefix_cache_shares_one_service_across_scopes(starter: FakeStarter, manager: ServiceManager) -> None:
     lock = make_lock("baseline")
     assert service_key(lock, "a", "eval-A").cache_scope == SHARED_SCOPE
 
@@ -259,9 +264,7 @@ def test_acquire_during_draining_waits_for_the_stop_and_starts_a_new_epoch(tmp_p
     run(body())
 
 
-def test_stop_with_live_leases_is_in_use_unless_forced(tmp_path: Path) -> None:
-    starter = FakeStarter()
-    manager = _manager(tmp_path, starter)
+def test_stop_with_live_leases_is_in_use_unless_forced(starter: FakeStarter, manager: ServiceManager) -> None:
 
     async def body() -> None:
         lease = await manager.acquire(make_lock(), "run-1")
@@ -283,9 +286,7 @@ def test_stop_with_live_leases_is_in_use_unless_forced(tmp_path: Path) -> None:
     run(body())
 
 
-def test_stop_without_leases_drains_the_service(tmp_path: Path) -> None:
-    starter = FakeStarter()
-    manager = _manager(tmp_path, starter)
+def test_stop_without_leases_drains_the_service(starter: FakeStarter, manager: ServiceManager) -> None:
 
     async def body() -> None:
         lease = await manager.acquire(make_lock(), "run-1")
@@ -334,9 +335,7 @@ def test_failure_drops_the_service_at_once_and_releases_resources_only_after_the
     run(body())
 
 
-def test_failure_reported_while_starting_fails_the_waiters(tmp_path: Path) -> None:
-    starter = FakeStarter()
-    manager = _manager(tmp_path, starter)
+def test_failure_reported_while_starting_fails_the_waiters(starter: FakeStarter, manager: ServiceManager) -> None:
 
     async def body() -> None:
         starter.fail_while_starting = "inference_oom"
@@ -378,9 +377,7 @@ def test_failed_service_that_never_confirms_its_stop_keeps_resources_held(tmp_pa
     run(body())
 
 
-def test_start_that_cannot_confirm_its_cleanup_keeps_resources_held(tmp_path: Path) -> None:
-    starter = FakeStarter()
-    manager = _manager(tmp_path, starter)
+def test_start_that_cannot_confirm_its_cleanup_keeps_resources_held(starter: FakeStarter, manager: ServiceManager) -> None:
 
     async def body() -> None:
         starter.start_error = HitchError("inference_recovery_ambiguous", "engine may still run", {})
@@ -412,9 +409,7 @@ def test_the_services_own_epoch_wins(tmp_path: Path) -> None:
     run(body())
 
 
-def test_unconfirmed_stop_keeps_resources_held(tmp_path: Path) -> None:
-    starter = FakeStarter()
-    manager = _manager(tmp_path, starter)
+def test_unconfirmed_stop_keeps_resources_held(starter: FakeStarter, manager: ServiceManager) -> None:
 
     async def body() -> None:
         lease = await manager.acquire(make_lock(), "run-1")

@@ -13,6 +13,7 @@ import httpx
 import psutil
 import pytest
 
+from fixtures.process_faults import pid_alive
 from harness.engine import EngineProgram
 from harness.launch.process import ProcessEngine, live_group_members
 from tests.components import installed_sglang
@@ -21,13 +22,6 @@ from tests.harness.engine.inputs import checkpoint_cache, service_inputs
 pytestmark = [pytest.mark.integration, pytest.mark.needs_sglang, pytest.mark.slow, pytest.mark.xdist_group("sglang")]
 
 REAL_STARTUP_TIMEOUT_S = 300.0
-
-
-def _running(pid: int) -> bool:
-    try:
-        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
-    except psutil.NoSuchProcess:
-        return False
 
 
 def _real_program() -> EngineProgram:
@@ -60,7 +54,7 @@ def test_real_sglang_start_ready_stop(tmp_path: Path, tmp_path_factory: pytest.T
         exit_info = await sup.stop()
         assert exit_info is not None and exit_info.exit_code == 0
         assert live_group_members(engine.pid) == []
-        assert not any(_running(p) for p in members)  # reparented children may linger as zombies briefly
+        assert not any(pid_alive(p) for p in members)  # reparented children may linger as zombies briefly
         assert sup.state == "stopped"
         log = (inputs.root.service_dir("svc-real") / "engine.log").read_text()
         assert "server_args=" in log and "<redacted>" in log

@@ -22,6 +22,8 @@ from typing import Literal
 
 import psutil
 
+from harness.net import free_port
+
 __all__ = ["ListenerState", "choose_port", "listener_state", "port_is_bindable", "process_tree"]
 
 ListenerState = Literal["ours", "other", "none"]
@@ -43,9 +45,7 @@ def choose_port(host: str = "127.0.0.1", avoid: Iterable[int] = ()) -> int:
     """A port the OS just handed out on ``host`` (bind to port 0), never one of ``avoid``."""
     skip = set(avoid)
     for _ in range(64):
-        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind((host, 0))
-            port = int(s.getsockname()[1])
+        port = free_port(host)
         if port not in skip:
             return port
     raise OSError("no free port outside the avoided ones")  # pragma: no cover - 64 collisions in a row

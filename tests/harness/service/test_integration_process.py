@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from fixtures.process_faults import pid_alive
 from harness.errors import HitchError
 from harness.service.manager import LeaseHandle
 from harness.service.starter_supervisor import SupervisedService
@@ -25,7 +26,6 @@ from tests.harness.service.integration_support import (
     fake_manager,
     leak_guard_for,
     lock_variant,
-    running,
 )
 from tests.harness.service.manager_fakes import run
 
@@ -44,7 +44,7 @@ def inputs(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> ServiceI
 
 async def _wait_gone(pid: int, timeout_s: float = 30.0) -> None:
     end = asyncio.get_running_loop().time() + timeout_s
-    while running(pid) and asyncio.get_running_loop().time() < end:
+    while pid_alive(pid) and asyncio.get_running_loop().time() < end:
         await asyncio.sleep(0.05)
 
 
@@ -67,7 +67,7 @@ def test_start_ready_acquire_release_ttl_stop(inputs: ServiceInputs) -> None:
         assert models.status_code == 200
         assert await manager.release(lease.lease_id) is True
         await _wait_gone(pid)
-        assert not running(pid)
+        assert not pid_alive(pid)
         for _ in range(2400):
             if not manager.services():
                 break
@@ -102,7 +102,7 @@ def test_twenty_concurrent_acquires_start_one_engine(inputs: ServiceInputs) -> N
         for lease in leases:
             assert await manager.release(lease.lease_id)
         await manager.close(force=False)
-        assert not running(pid)
+        assert not pid_alive(pid)
         names = _events(inputs, leases[0].service_id)
         assert names.count("inference.starting") == 1
         assert names.count("inference.acquired") == 20
@@ -119,11 +119,11 @@ def test_different_locks_get_different_services(inputs: ServiceInputs) -> None:
         a, b = await asyncio.gather(manager.acquire(inputs.lock, "run-a"), manager.acquire(other, "run-b"))
         assert a.service_id != b.service_id and a.service.base_url != b.service.base_url
         pids = [engine_pid(starter, a.service_id), engine_pid(starter, b.service_id)]
-        assert pids[0] != pids[1] and all(running(p) for p in pids)
+        assert pids[0] != pids[1] and all(pid_alive(p) for p in pids)
         await manager.release(a.lease_id)
         await manager.release(b.lease_id)
         await manager.close(force=False)
-        assert not any(running(p) for p in pids)
+        assert not any(pid_alive(p) for p in pids)
 
     run(body())
 
@@ -159,12 +159,12 @@ def test_ttl_racing_new_acquires_leaks_no_engine(inputs: ServiceInputs) -> None:
             await manager.release(lease.lease_id)
             # the TTL (1 ms) fires while the next acquire is already on its way
             await asyncio.sleep(0.001 * (i % 3))
-            live = [p for p in seen if running(p)]
+            live = [p for p in seen if pid_alive(p)]
             assert len(live) <= 1, live
         await manager.close(force=False)
 
     run(body())
-    assert seen and not any(running(p) for p in seen)
+    assert seen and not any(pid_alive(p) for p in seen)
 
 
 def test_port_held_by_unknown_server_gets_nothing_and_a_new_port_is_used(inputs: ServiceInputs) -> None:

@@ -160,10 +160,6 @@ class HitchError(Exception):
     def exit_code(self) -> int:
         return self.spec.exit_code
 
-    @property
-    def retryable(self) -> bool:
-        return self.spec.retryable
-
     def to_dict(self) -> dict[str, Any]:
         """The JSON form; the human form is rendered from the same fields."""
         return {

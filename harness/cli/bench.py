@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from harness.cli.output import JsonOpt, RootOpt, cli_command, root_from
+from harness.cli.output import COMMON, Common, cli_command
 from harness.errors import HitchError
 
 app = typer.Typer(no_args_is_help=True, help="benchmarks (figures, not pass/fail)")
@@ -83,8 +83,7 @@ def load(
     direct_url: Annotated[str | None, typer.Option("--direct-url", help="the engine's URL (ends in /v1)")] = None,
     direct_key_file: Annotated[Path | None, typer.Option("--direct-key-file", help="the engine key file")] = None,
     direct_model: Annotated[str | None, typer.Option("--direct-model", help="engine model name (default --model)")] = None,
-    root: RootOpt = None,
-    as_json: JsonOpt = False,
+    common: Common = COMMON,
 ) -> None:
     from certify.load.schedule import APIS, LoadSchedule, parse_run_time, targets_for
 
@@ -103,7 +102,7 @@ def load(
     for flag, value in optional.items():
         if value is not None:
             argv += [flag, str(value)]
-    if as_json:
+    if common.as_json:
         argv.append("--json")
-    env = {**os.environ, "HITCH_ROOT": str(root_from(root).path)} if root is not None else None
+    env = {**os.environ, "HITCH_ROOT": str(common.hroot.path)} if common.root is not None else None
     raise typer.Exit(subprocess.call(argv, env=env))

@@ -31,7 +31,7 @@ from catalog.signing import (
     verify_envelope,
     write_entry,
 )
-from harness.cli.output import JsonOpt, RootOpt, cli_command, emit, root_from
+from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.errors import HitchError
 
 app = typer.Typer(no_args_is_help=True, help="catalog commands")
@@ -51,20 +51,19 @@ def _keys(keys: list[Path] | None) -> list[Path]:
 def keygen(
     out: Annotated[Path | None, typer.Option("--out", help="private key file to create (default: the dev key)")] = None,
     force: Annotated[bool, typer.Option("--force", help="replace an existing key at --out")] = False,
-    as_json: JsonOpt = False,
-    root: RootOpt = None,
+    common: Common = COMMON,
 ) -> None:
     """Create an Ed25519 key (0600) and export its public half to <dir>/public/<keyid>.pub.pem.
 
     Without --out: the development key under HITCH_ROOT, created only if absent."""
-    pair = generate_key(out, force=force) if out is not None else dev_key_pair(root_from(root))
+    pair = generate_key(out, force=force) if out is not None else dev_key_pair(common.hroot)
     payload = pair.to_dict()
     human = (
         f"{'created' if pair.created else 'exists'}: {pair.private_key} (keyid {pair.keyid})\n"
         f"public key: {pair.public_key}\n"
         f"verify its entries with --keys {pair.public_key.parent}, or trust it: hitch catalog trust {pair.public_key}"
     )
-    emit(as_json, payload, human)
+    emit(common.as_json, payload, human)
 
 
 def _parse_subjects(items: list[str]) -> dict[str, str]:
@@ -98,11 +97,10 @@ def sign(
     ] = None,
     key: Annotated[Path | None, typer.Option("--key", help="Ed25519 private key (default: the dev key)")] = None,
     out: Annotated[Path | None, typer.Option("--out", help="entry dir (default: <HITCH_ROOT>/catalog/entries)")] = None,
-    as_json: JsonOpt = False,
-    root: RootOpt = None,
+    common: Common = COMMON,
 ) -> None:
     """Sign a predicate (or statement) into a DSSE envelope and write it as <...>.dsse.json."""
-    hroot = root_from(root)
+    hroot = common.hroot
     document = _read_json(source)
     if isinstance(document, dict) and "_type" in document and document.get("_type") == STATEMENT_TYPE:
         if subject:
@@ -126,7 +124,7 @@ def sign(
     human = (
         f"signed ({statement['predicate']['level']}): {path}\nverify: hitch catalog verify {path} --keys {pair.public_key.parent}"
     )
-    emit(as_json, payload, human)
+    emit(common.as_json, payload, human)
 
 
 @app.command("verify")
@@ -138,8 +136,7 @@ def verify(
         Path | None,
         typer.Option("--evidence", help="also re-hash every evidence file the entry names (report dir or its evidence/)"),
     ] = None,
-    as_json: JsonOpt = False,
-    root: RootOpt = None,
+    common: Common = COMMON,
 ) -> None:
     """Verify an entry offline against trusted public keys; exit 3 (catalog_signature_invalid) if it does not.
 
@@ -164,7 +161,7 @@ def verify(
     )
     if checked is not None:
         human += f"\nevidence: {checked} file(s) re-hashed, all match"
-    emit(as_json, payload, human)
+    emit(common.as_json, payload, human)
 
 
 @app.command("list")
@@ -175,11 +172,10 @@ def list_(
         typer.Argument(help="entry dirs (default: catalog/entries and <HITCH_ROOT>/catalog/entries)"),
     ] = None,
     keys: KeysOpt = None,
-    as_json: JsonOpt = False,
-    root: RootOpt = None,
+    common: Common = COMMON,
 ) -> None:
     """Every entry with its level, runtime, model, device, profile and whether (or why not) it verified."""
-    directories = list(dirs) if dirs else [published_entries_dir(), root_entries_dir(root_from(root))]
+    directories = list(dirs) if dirs else [published_entries_dir(), root_entries_dir(common.hroot)]
     entries = [check.summary() for check in scan_entries(directories, _keys(keys))]
     lines = [
         f"{'yes' if e['verified'] else 'NO '}  {e['level'] or '-'}  {e['runtime'] or '-'}  {e['model_id'] or '-'}  "
@@ -187,7 +183,7 @@ def list_(
         for e in entries
     ]
     emit(
-        as_json,
+        common.as_json,
         {"dirs": [str(d) for d in directories], "keys_dirs": [str(k) for k in _keys(keys)], "entries": entries},
         "\n".join(lines) or f"no entries in {', '.join(str(d) for d in directories)}",
     )
@@ -198,9 +194,8 @@ def list_(
 def trust(
     public_key: Annotated[Path, typer.Argument(help="an Ed25519 public key PEM (e.g. from `hitch catalog keygen`)")],
     keys: Annotated[Path | None, typer.Option("--keys", help="trusted keys dir (default catalog/keys)")] = None,
-    as_json: JsonOpt = False,
-    root: RootOpt = None,
+    common: Common = COMMON,
 ) -> None:
     """Copy a public key into a trusted keys dir as <keyid>.pub.pem."""
     path = trust_public_key(public_key, keys if keys is not None else trusted_keys_dir())
-    emit(as_json, {"trusted": str(path), "keyid": path.name.removesuffix(".pub.pem")}, f"trusted: {path}")
+    emit(common.as_json, {"trusted": str(path), "keyid": path.name.removesuffix(".pub.pem")}, f"trusted: {path}")

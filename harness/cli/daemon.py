@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from harness.cli.output import JsonOpt, RootOpt, cli_command, emit, root_from
+from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.daemon import DaemonPaths, daemon_running, start_daemon, stop_daemon
 
 app = typer.Typer(no_args_is_help=True, help="the per-root daemon that owns engine services")
@@ -41,10 +41,9 @@ def start_cmd(
     capacity_cpu: Annotated[int | None, typer.Option("--capacity-cpu", hidden=True)] = None,
     capacity_memory: Annotated[int | None, typer.Option("--capacity-memory", hidden=True)] = None,
     recover_docker: Annotated[bool, typer.Option("--recover-docker", help="also sweep this root's containers")] = False,
-    as_json: JsonOpt = False,
-    root: RootOpt = None,
+    common: Common = COMMON,
 ) -> None:
-    hroot = root_from(root)
+    hroot = common.hroot
     args: list[str] = []
     for flag, value in (
         ("--idle-ttl-ms", idle_ttl_ms),
@@ -62,27 +61,27 @@ def start_cmd(
         args.append("--recover-docker")
     status = start_daemon(hroot, args)
     payload = {"kind": "daemon-start", **_summary(status, DaemonPaths(hroot))}
-    emit(as_json, payload, f"daemon {payload['pid']} serving {payload['root']} on {payload['socket']}")
+    emit(common.as_json, payload, f"daemon {payload['pid']} serving {payload['root']} on {payload['socket']}")
 
 
 @app.command("stop", help="drain and stop every service, then stop the daemon")
 @cli_command
-def stop_cmd(as_json: JsonOpt = False, root: RootOpt = None) -> None:
-    stopped = stop_daemon(root_from(root))
-    emit(as_json, {"kind": "daemon-stop", "stopped": stopped}, "daemon stopped" if stopped else "no daemon was running")
+def stop_cmd(common: Common = COMMON) -> None:
+    stopped = stop_daemon(common.hroot)
+    emit(common.as_json, {"kind": "daemon-stop", "stopped": stopped}, "daemon stopped" if stopped else "no daemon was running")
 
 
 @app.command("status", help="pid, socket and services of this root's daemon")
 @cli_command
-def status_cmd(as_json: JsonOpt = False, root: RootOpt = None) -> None:
-    hroot = root_from(root)
+def status_cmd(common: Common = COMMON) -> None:
+    hroot = common.hroot
     paths = DaemonPaths(hroot)
     status = daemon_running(hroot)
     if status is None:
-        emit(as_json, {"kind": "daemon-status", "running": False, "socket": str(paths.socket)}, "no daemon is running")
+        emit(common.as_json, {"kind": "daemon-status", "running": False, "socket": str(paths.socket)}, "no daemon is running")
         return
     payload = {"kind": "daemon-status", **_summary(status, paths)}
     lines = [f"daemon {payload['pid']} on {payload['socket']}"]
     lines += [f"  {s['service_id']} {s['state']} epoch {s['epoch']} leases {len(s['leases'])}" for s in payload["services"]]
     lines += [f"  {q.get('service_id')} QUARANTINED: {q.get('reason')}" for q in payload["quarantined"]]
-    emit(as_json, payload, "\n".join(lines))
+    emit(common.as_json, payload, "\n".join(lines))

@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from harness.cli.output import JsonOpt, RootOpt, cli_command, emit
+from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.devices.doctor import run_doctor
 from harness.devices.report import DoctorReportV1
 
@@ -96,7 +96,7 @@ def render_human(report: DoctorReportV1, console: Console | None = None) -> None
 
 
 @cli_command
-def doctor(device: DeviceOpt = DeviceChoice.auto, as_json: JsonOpt = False, root: RootOpt = None) -> None:
+def doctor(device: DeviceOpt = DeviceChoice.auto, common: Common = COMMON) -> None:
     """Report CPU/CUDA/Docker facts and whether each device is certifiable (writes nothing)."""
-    report = run_doctor(device.value, root=root)
-    emit(as_json, report.to_json_dict(), lambda: render_human(report))
+    report = run_doctor(device.value, root=common.root)
+    emit(common.as_json, report.to_json_dict(), lambda: render_human(report))

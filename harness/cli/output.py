@@ -10,6 +10,7 @@ import functools
 import json
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, ParamSpec, TypeVar
 
@@ -20,12 +21,13 @@ from harness.errors import HitchError
 from harness.paths import HitchRoot
 
 __all__ = [
+    "COMMON",
     "JSON_SCHEMA_VERSION",
+    "Common",
     "JsonOpt",
     "RootOpt",
     "cli_command",
     "emit",
-    "root_from",
 ]
 
 JSON_SCHEMA_VERSION = "1"
@@ -36,12 +38,24 @@ RootOpt = Annotated[
     typer.Option("--root", help="HITCH_ROOT to use (default: $HITCH_ROOT or ~/.local/share/hitch)"),
 ]
 
+
+@dataclass(frozen=True)
+class Common:
+    """``--json`` and ``--root``, which every command that reads a root takes: one parameter
+    (``common: Common = COMMON``) that :func:`cli_command` shows to Typer as the two flags."""
+
+    as_json: JsonOpt = False
+    root: RootOpt = None
+
+    @property
+    def hroot(self) -> HitchRoot:
+        return HitchRoot.at(self.root)
+
+
+COMMON = Common()
+
 P = ParamSpec("P")
 R = TypeVar("R")
-
-
-def root_from(root: Path | None) -> HitchRoot:
-    return HitchRoot.at(root)
 
 
 def emit(as_json: bool, payload: dict[str, Any], human: str | Callable[[], None] | None = None) -> None:

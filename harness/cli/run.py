@@ -38,7 +38,7 @@ from harness.agents.profiles import (
     model_call_key,
 )
 from harness.cli import options as opt
-from harness.cli.output import JsonOpt, RootOpt, cli_command, emit, root_from
+from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.contracts.agent_profile import FieldRuleV1, HarnessKeyV1
 from harness.contracts.lock import InferenceLockV1
 from harness.daemon import DaemonClient, ensure_daemon
@@ -249,11 +249,10 @@ def _add_record_command(
     @cli_command
     def record_cmd(
         run_id: Annotated[str, typer.Argument(help="the run id")],
-        as_json: JsonOpt = False,
-        root: RootOpt = None,
+        common: Common = COMMON,
     ) -> None:
-        hroot = root_from(root)
-        _emit_record(as_json, hroot, record_of(hroot, run_id))
+        hroot = common.hroot
+        _emit_record(common.as_json, hroot, record_of(hroot, run_id))
 
 
 def register(app: typer.Typer) -> None:
@@ -294,8 +293,7 @@ def register(app: typer.Typer) -> None:
         fake_fault: Annotated[
             list[str] | None, typer.Option("--fake-fault", hidden=True, help="--engine fake only: a fake engine --fault")
         ] = None,
-        as_json: JsonOpt = False,
-        root: RootOpt = None,
+        common: Common = COMMON,
     ) -> None:
         if ctx.invoked_subcommand is not None:
             return
@@ -311,13 +309,13 @@ def register(app: typer.Typer) -> None:
             raise HitchError("usage_error", "--capture is off|metadata|full", {"capture": capture})
         if fake_fault and svc.engine != "fake":
             raise HitchError("usage_error", "--fake-fault is for --engine fake", {})
-        hroot = root_from(root)
+        hroot = common.hroot
         if run_id is not None:
             known = RunStore(hroot).read(run_id)
             if known is not None and known.terminal:  # idempotent: the same record, nothing runs again
-                _emit_record(as_json, hroot, known.to_json_dict())
+                _emit_record(common.as_json, hroot, known.to_json_dict())
                 return
-        body = _run_body(hroot, root, model, inference, svc, image)
+        body = _run_body(hroot, common.root, model, inference, svc, image)
         body.update(run_id=run_id or "run-" + secrets.token_hex(8), harness=harness, capture=capture)
         if capture_max_bytes is not None:
             body["capture_max_bytes"] = capture_max_bytes
@@ -336,9 +334,10 @@ def register(app: typer.Typer) -> None:
             raise
         if run.get("existing"):
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-            _emit_record(as_json, hroot, run["record"])
+            _emit_record(common.as_json, hroot, run["record"])
             return
-        _execute(hroot, client, run, harness, prompt, max_output_tokens, workdir, list(agent_arg or []), svc.engine, as_json)
+        agent_args = list(agent_arg or [])
+        _execute(hroot, client, run, harness, prompt, max_output_tokens, workdir, agent_args, svc.engine, common.as_json)
 
 
 def _execute(

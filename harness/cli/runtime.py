@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from harness.cli.output import JsonOpt, RootOpt, cli_command, emit, root_from
+from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.contracts.runtime import InferenceRuntimeManifestV1
 from harness.errors import HitchError
 from harness.paths import HitchRoot
@@ -43,12 +43,12 @@ def _line(m: InferenceRuntimeManifestV1, installed: bool | None) -> str:
 
 @app.command("list", help="every runtime of the catalog")
 @cli_command
-def list_cmd(as_json: JsonOpt = False, root: RootOpt = None) -> None:
-    hroot = root_from(root)
+def list_cmd(common: Common = COMMON) -> None:
+    hroot = common.hroot
     runtimes = load_catalog()
     installed = {m.name: _installed(hroot, m) for m in runtimes}
     emit(
-        as_json,
+        common.as_json,
         {
             "kind": "runtime-list",
             "runtimes": [m.to_json_dict() for m in runtimes],
@@ -60,8 +60,8 @@ def list_cmd(as_json: JsonOpt = False, root: RootOpt = None) -> None:
 
 @app.command("show", help="one runtime's manifest (and whether it is installed here)")
 @cli_command
-def show_cmd(runtime: IdArg, as_json: JsonOpt = False, root: RootOpt = None) -> None:
-    hroot = root_from(root)
+def show_cmd(runtime: IdArg, common: Common = COMMON) -> None:
+    hroot = common.hroot
     manifest = get_runtime(runtime)
     found = installed_runtime(hroot, manifest) if manifest.package.kind == "python-env" else None
     payload: dict[str, Any] = {
@@ -74,13 +74,13 @@ def show_cmd(runtime: IdArg, as_json: JsonOpt = False, root: RootOpt = None) -> 
     human = _line(manifest, _installed(hroot, manifest)) + "\n" + json.dumps(manifest.to_json_dict(), indent=2)
     if found:
         human += f"\ninstalled at {found.path}"
-    emit(as_json, payload, human)
+    emit(common.as_json, payload, human)
 
 
 @app.command("install", help="install a runtime (python-env: private venv from the hash-pinned lock; progress on stderr)")
 @cli_command
-def install_cmd(runtime: IdArg, as_json: JsonOpt = False, root: RootOpt = None) -> None:
-    hroot = root_from(root)
+def install_cmd(runtime: IdArg, common: Common = COMMON) -> None:
+    hroot = common.hroot
     manifest = get_runtime(runtime)
     result = install_runtime(hroot, manifest)
     found = result.runtime
@@ -97,7 +97,7 @@ def install_cmd(runtime: IdArg, as_json: JsonOpt = False, root: RootOpt = None) 
     }
     verb = "already installed" if result.already_installed else f"installed in {result.seconds:.1f} s"
     where = f" at {found.path}" if found else ""
-    emit(as_json, payload, f"{manifest.name} {verb}{where}")
+    emit(common.as_json, payload, f"{manifest.name} {verb}{where}")
 
 
 @app.command("pin", help="pin an unpinned OCI runtime to an image already in the local Docker engine (operator overlay)")
@@ -105,10 +105,9 @@ def install_cmd(runtime: IdArg, as_json: JsonOpt = False, root: RootOpt = None) 
 def pin_cmd(
     runtime: Annotated[str, typer.Argument(help="catalog name of an OCI runtime without a digest")],
     image: Annotated[str | None, typer.Option("--image", help="local image (default: the catalog's image:tag_hint)")] = None,
-    as_json: JsonOpt = False,
-    root: RootOpt = None,
+    common: Common = COMMON,
 ) -> None:
-    hroot = root_from(root)
+    hroot = common.hroot
     pin = pin_runtime(hroot, runtime, image)
     manifest = next(m for m in load_catalog(operator_pins=pins_path(hroot.path)) if m.name == runtime)
     payload: dict[str, Any] = {
@@ -119,7 +118,7 @@ def pin_cmd(
     }
     what = "RepoDigest (registry manifest digest)" if pin.source == "repo_digest" else "image ID (no RepoDigest: a local image)"
     emit(
-        as_json,
+        common.as_json,
         payload,
         f"{runtime} pinned by operator to {pin.digest}\n  from {pin.image_ref}: its {what}\n"
         f"  overlay: {payload['overlay']}\n  runtime_id: {manifest.runtime_id}",

@@ -24,7 +24,7 @@ from typing import Annotated, Any
 import typer
 
 from harness.cli import options as opt
-from harness.cli.output import JSON_SCHEMA_VERSION, JsonOpt, RootOpt, cli_command, root_from
+from harness.cli.output import COMMON, JSON_SCHEMA_VERSION, Common, cli_command
 from harness.daemon import ensure_daemon
 from harness.errors import HitchError
 
@@ -73,15 +73,14 @@ def register(app: typer.Typer) -> None:
         eval_image: Annotated[
             str | None, typer.Option("--eval-image", help="with --for-containers: the eval containers' image (ID or digest)")
         ] = None,
-        as_json: JsonOpt = False,
-        root: RootOpt = None,
+        common: Common = COMMON,
     ) -> None:
         from harness.cli.local_services import service_body_of, service_choice_of
 
         if capture not in ("off", "metadata", "full"):
             raise HitchError("usage_error", "--capture is off|metadata|full", {"capture": capture})
         chosen, rt = service_choice_of(svc)
-        hroot = root_from(root)
+        hroot = common.hroot
         body = service_body_of(svc, chosen, rt)
         body["capture"] = capture
         if run_id is not None:
@@ -97,10 +96,10 @@ def register(app: typer.Typer) -> None:
         run = client.request("POST", "/v1/runs", body, timeout_s=900.0)
         run.pop("schema_version", None)
         try:
-            _say(as_json, run, _human(run))
+            _say(common.as_json, run, _human(run))
             got = signal.sigwait(_STOP_SIGNALS)
         finally:
             deleted = client.request("DELETE", f"/v1/runs/{run['run_id']}")
         deleted.pop("schema_version", None)
         name = signal.Signals(got).name
-        _say(as_json, {**deleted, "signal": name}, f"stopped on {name}: run {run['run_id']} revoked, lease released")
+        _say(common.as_json, {**deleted, "signal": name}, f"stopped on {name}: run {run['run_id']} revoked, lease released")

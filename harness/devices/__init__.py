@@ -1,6 +1,7 @@
 """Read-only machine facts and verdicts: CPU (ISA incl. AMX, NUMA), CUDA (NVML), Docker.
 
-``run_doctor`` gathers them into a ``DoctorReportV1``; nothing in this package writes.
+``run_doctor`` gathers them into a ``DoctorReportV1``; nothing in this package writes. The report's parts
+(``CpuFactsV1``, ``DeviceVerdictV1``, ...) are imported from :mod:`harness.devices.report` by the few that need them.
 """
 
 from __future__ import annotations
@@ -10,35 +11,15 @@ from harness.devices.cuda import MIN_DRIVER_MAJOR, NvmlProvider, PynvmlProvider,
 from harness.devices.docker_probe import DockerApi, probe_docker
 from harness.devices.doctor import CatalogView, fingerprint_record, gpu_reasons, read_catalog, run_doctor, select_device
 from harness.devices.fingerprint import fingerprint_of, hardware_fingerprint
-from harness.devices.report import (
-    CpuFactsV1,
-    CudaFactsV1,
-    DeviceName,
-    DeviceVerdictV1,
-    DockerFactsV1,
-    DoctorReportV1,
-    GpuFactsV1,
-    HostFactsV1,
-    NumaNodeV1,
-    RequestedDevice,
-)
+from harness.devices.report import DoctorReportV1
 
 __all__ = [
     "MIN_DRIVER_MAJOR",
     "CatalogView",
-    "CpuFactsV1",
-    "CudaFactsV1",
-    "DeviceName",
-    "DeviceVerdictV1",
     "DockerApi",
-    "DockerFactsV1",
     "DoctorReportV1",
-    "GpuFactsV1",
-    "HostFactsV1",
-    "NumaNodeV1",
     "NvmlProvider",
     "PynvmlProvider",
-    "RequestedDevice",
     "fingerprint_of",
     "fingerprint_record",
     "gpu_reasons",

@@ -1,21 +1,23 @@
 """``opt.grouped`` (applied by ``cli_command``): a command that takes an options dataclass gets the dataclass's
-fields as its flags, in the dataclass's place, and receives them back as one object."""
+fields as its flags, in the dataclass's place, and receives them back as one object (two groups here: the
+service options and ``--json``/``--root``)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
 from typer.testing import CliRunner
 
 from harness.cli import options as opt
-from harness.cli.output import JsonOpt, cli_command
+from harness.cli.output import COMMON, Common, cli_command
 from harness.errors import HitchError
 
 
-def _app() -> tuple[typer.Typer, list[tuple[str, opt.ServiceOptions, bool]]]:
+def _app() -> tuple[typer.Typer, list[tuple[str, opt.ServiceOptions, bool, Common]]]:
     app = typer.Typer()
-    seen: list[tuple[str, opt.ServiceOptions, bool]] = []
+    seen: list[tuple[str, opt.ServiceOptions, bool, Common]] = []
 
     @app.command()
     @cli_command
@@ -23,9 +25,9 @@ def _app() -> tuple[typer.Typer, list[tuple[str, opt.ServiceOptions, bool]]]:
         name: Annotated[str, typer.Option("--name")],
         svc: opt.ServiceOptions,
         offline: opt.Offline = False,
-        as_json: JsonOpt = False,
+        common: Common = COMMON,
     ) -> None:
-        seen.append((name, svc, offline))
+        seen.append((name, svc, offline, common))
         if name == "refused":
             raise HitchError("usage_error", "refused", {})
 
@@ -38,14 +40,22 @@ def test_grouped_fields_are_flags_and_come_back_as_the_dataclass() -> None:
         app, ["--name", "n", "local/tiny", "--device", "cpu", "--allow-uncertified", "--engine", "fake", "--offline"]
     )
     assert out.exit_code == 0, out.output
-    assert seen == [("n", opt.ServiceOptions(model="local/tiny", device="cpu", allow_uncertified=True, engine="fake"), True)]
+    svc = opt.ServiceOptions(model="local/tiny", device="cpu", allow_uncertified=True, engine="fake")
+    assert seen == [("n", svc, True, COMMON)]
+
+
+def test_json_and_root_come_back_as_common(tmp_path: Path) -> None:
+    app, seen = _app()
+    out = CliRunner().invoke(app, ["--json", "--name", "n", "local/tiny", "--root", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    assert seen[0][3] == Common(as_json=True, root=tmp_path) and seen[0][3].hroot.path == tmp_path
 
 
 def test_grouped_defaults_are_the_dataclass_defaults() -> None:
     app, seen = _app()
     out = CliRunner().invoke(app, ["--name", "n", "local/tiny"])
     assert out.exit_code == 0, out.output
-    assert seen == [("n", opt.ServiceOptions(model="local/tiny"), False)]
+    assert seen == [("n", opt.ServiceOptions(model="local/tiny"), False, COMMON)]
 
 
 def test_grouped_required_field_stays_required() -> None:

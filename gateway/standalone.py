@@ -17,9 +17,7 @@ hosts the gateway in-process instead; this entry point is for measuring it on it
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +27,7 @@ from gateway.bindings import UpstreamTarget
 from gateway.server import Gateway, GatewayConfig
 from harness.contracts.lock import InferenceLockV1
 from harness.paths import atomic_write_json
+from harness.signals import stop_requested
 
 __all__ = ["main", "serve_spec"]
 
@@ -63,10 +62,7 @@ async def serve_spec(spec: dict[str, Any]) -> None:
         Path(spec["ready_file"]),
         {"base_url": gateway.base_url, "metrics_url": gateway.metrics_url, "bindings": [r.to_json_dict() for r in records]},
     )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_requested()
     await stop.wait()
     for record in records:
         gateway.revoke(record.binding_id)

@@ -13,10 +13,8 @@ receives ``{"base_url": ...}`` once listening.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import hmac
 import json
-import signal
 from pathlib import Path
 
 import aiohttp
@@ -24,6 +22,7 @@ import uvloop
 from aiohttp import web
 
 from harness.paths import atomic_write_json
+from harness.signals import stop_requested
 
 __all__ = ["main"]
 
@@ -81,10 +80,7 @@ async def _serve(args: argparse.Namespace) -> None:
     await site.start()
     port = next(a[1] for a in runner.addresses if isinstance(a, tuple))
     atomic_write_json(Path(args.ready_file), {"base_url": f"http://127.0.0.1:{port}"})
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_requested()
     await stop.wait()
     await runner.cleanup()
 

@@ -10,8 +10,9 @@ Steps (facts behind them: shared/reference/docker-engine-in-ci.md):
 2. ``pip install --target`` the fake engine's deps (aiohttp, tokenizers, jinja2 and what they pull in),
    constrained to the versions in this checkout's venv, with the host's Python — it must be 3.11 like the
    image's, so compiled wheels match; then ``compileall`` so a read-only rootfs never needs a .pyc write.
-3. Copy ``fixtures/__init__.py``, ``fixtures/fake_sglang/``, ``harness/chat_template.py``, ``harness/sglang_parsers.py``
-   and ``harness/sse.py`` (the eval trial client built on this image reads its stream with it) in.
+3. Copy ``fixtures/__init__.py``, ``fixtures/fake_sglang/``, ``harness/chat_template.py``, ``harness/sglang_parsers.py``,
+   ``harness/signals.py`` (the fake's SIGTERM handling) and ``harness/sse.py`` (the eval trial client built on
+   this image reads its stream with it) in.
 4. One tar (all files owned by root) → ``docker import`` with ENV/WORKDIR/LABEL changes; tag it.
 
 Idempotent: the image carries ``dev.hitch.fixture-image.recipe`` = a hash of this script, the package
@@ -54,6 +55,7 @@ FIXTURE_SOURCES = (
     "harness/chat_template.py",
     "harness/sglang_parsers.py",
     "harness/sse.py",
+    "harness/signals.py",
 )
 
 

@@ -69,10 +69,12 @@ schemas: venv
 unit: venv
 	$(VENV)/bin/pytest -n auto --dist loadgroup --durations=20 tests
 
-# Hermetic tests only: no engine, Docker, browser or runtime needed (no setup beyond the venv).
+# Hermetic tests only: no engine, Docker, browser or runtime needed (no setup beyond the venv). Bytecode is
+# cached even where PYTHONDONTWRITEBYTECODE is set: otherwise every xdist worker re-rewrites ~470 modules'
+# asserts and every `hitch` subprocess a test starts compiles the whole CLI from source (~40 s of CPU in all).
 FAST := not integration and not slow and not needs_docker and not needs_sglang and not needs_chromium
 fast: venv
-	$(VENV)/bin/pytest -n auto -q -p no:cacheprovider -m "$(FAST)" tests
+	PYTHONDONTWRITEBYTECODE= $(VENV)/bin/pytest -n auto -q -p no:cacheprovider -m "$(FAST)" tests
 
 test: setup lint typecheck unit
 

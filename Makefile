@@ -79,8 +79,8 @@ fast: venv
 test: setup lint typecheck unit
 
 # The quick loop while developing: lint, import layers, types (mypy's cache makes a re-run ~1 s; 25 s cold),
-# hermetic tests. About 120 s of CPU in all (measured Dec 2026; was 195 s), so 60-75 s of wall time on an idle
-# 2-core machine (estimated; 3.5-4 minutes measured on the shared one at load 6-8). Most of what is left is `hitch`
+# hermetic tests. 110-120 s of CPU in all (measured Dec 2026; was 195 s), so 60-75 s of wall time on an idle
+# 2-core machine (estimated; 2.5-4 minutes measured on the shared one at load 6-8). Most of what is left is `hitch`
 # subprocesses (~1.2 s of CPU each, mostly imports). What builds SmolLM2 or starts a second xdist session is
 # marked slow: `make test` runs it.
 check: lint typecheck fast

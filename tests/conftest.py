@@ -8,8 +8,14 @@ from pathlib import Path
 
 import docker
 import pytest
+from hypothesis import HealthCheck, settings
 
 from fixtures.checkpoint import tiny_checkpoint_cached
+
+# No test may depend on timing: Hypothesis's per-example deadline (200 ms) and its too-slow health check fail
+# a property test when the shared machine is busy, never because the property broke.
+settings.register_profile("hitch", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("hitch")
 
 
 @pytest.fixture(scope="session")

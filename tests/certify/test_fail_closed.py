@@ -24,7 +24,8 @@ REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(probe_cuda().available, reason="this machine has an NVIDIA driver: nothing fails closed")
 
 
-@pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["serial", "xdist"])
+# the xdist variant (three more pytest processes collecting certify) runs in `make test`, not `make check`
+@pytest.mark.parametrize("xdist", [pytest.param((), id="serial"), pytest.param(("-n", "2"), id="xdist", marks=pytest.mark.slow)])
 def test_cuda_without_a_driver_stops_before_the_suites_with_a_failed_signed_entry(tmp_path: Path, xdist: tuple[str, ...]) -> None:
     root = HitchRoot(tmp_path / "root")
     out = tmp_path / "out"

@@ -12,8 +12,12 @@ from typing import Any
 
 import httpx
 import pytest
+from aiohttp.http_writer import StreamWriter
 
 from fixtures.fake_sglang.parity_checks import chunk_payloads
+from fixtures.process_faults import wait_for
+from gateway.server import Gateway
+from gateway.transport import relay_stream
 from tests.gateway.support import Engine, GatewayThread, evidence_rows, make_lock, start_engine, target_for, token_of
 
 pytestmark = pytest.mark.integration
@@ -89,31 +93,95 @@ def _raw_chat_request(rec: Any, body: dict[str, Any], version: str) -> bytes:
     return head.encode() + data
 
 
+_LONG = 2000  # tokens: a ~0.5 MB stream, every upstream read its own chunk
+
+
+def _small_window_client(rec: Any) -> socket.socket:
+    """A client socket with a 4 KiB receive buffer (set before connect: it bounds the advertised window)."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.settimeout(60)
+    url = httpx.URL(rec.base_url)
+    sock.connect((url.host, url.port))
+    return sock
+
+
+def _read_to_the_last_chunk(sock: socket.socket, bufsize: int) -> bytes:
+    raw = b""
+    while not raw.endswith(b"0\r\n\r\n"):
+        data = sock.recv(bufsize)
+        assert data, "the gateway closed the stream early"
+        raw += data
+    return raw
+
+
+def _assert_the_engines_long_stream(raw: bytes, engine: Engine) -> None:
+    """Whole and in order, as the engine sends the same request directly (ids aside)."""
+    assert raw.startswith(b"HTTP/1.1 200 ")
+    events = _sse_events(b"".join(chunk_payloads(raw)))
+    assert len(raw) > 256 * 1024 and events[-1] == b"data: [DONE]"
+    direct = _engine_bytes(engine, "/v1/chat/completions", {**_chat_body(True, max_tokens=_LONG), **_LOCK_SAMPLING})
+    assert _strip_ids(events) == _strip_ids(_sse_events(direct))
+
+
 def test_a_client_reading_slowly_gets_every_event(engine: Engine, gateway: GatewayThread) -> None:
     """A long stream (~0.5 MB, every upstream read written as its own chunk) to a client with a 4 KiB receive
     buffer reading 1 KiB at a time arrives whole and in order, as the engine sends it, and the evidence says
     it completed. (Whether the gateway's transport pauses here depends on the kernel's socket buffers, which
-    grow to 4 MiB on loopback: this asserts the relay's bytes, not the pause.)"""
-    rec = gateway.register("run-a", target_for(engine, make_lock(max_output=2000)))
-    url = httpx.URL(rec.base_url)
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.settimeout(60)
-    sock.connect((url.host, url.port))
-    sock.sendall(_raw_chat_request(rec, _chat_body(True, max_tokens=2000), "HTTP/1.1"))
-    raw = b""
-    with sock:
-        while not raw.endswith(b"0\r\n\r\n"):
-            data = sock.recv(1024)
-            assert data, "the gateway closed the stream early"
-            raw += data
-    assert raw.startswith(b"HTTP/1.1 200 ")
-    events = _sse_events(b"".join(chunk_payloads(raw)))
-    assert len(raw) > 256 * 1024 and events[-1] == b"data: [DONE]"
-    direct = _engine_bytes(engine, "/v1/chat/completions", {**_chat_body(True, max_tokens=2000), **_LOCK_SAMPLING})
-    assert _strip_ids(events) == _strip_ids(_sse_events(direct))
+    grow to 4 MiB on loopback: this asserts the relay's bytes; the next test forces the pause.)"""
+    rec = gateway.register("run-a", target_for(engine, make_lock(max_output=_LONG)))
+    with _small_window_client(rec) as sock:
+        sock.sendall(_raw_chat_request(rec, _chat_body(True, max_tokens=_LONG), "HTTP/1.1"))
+        raw = _read_to_the_last_chunk(sock, 1024)
+    _assert_the_engines_long_stream(raw, engine)
     [row] = evidence_rows(gateway, rec.binding_id)
     assert (row["status"] in ("completed", "incomplete") and row["output_tokens"] is None) or row["status"] != "failed"
+
+
+def _shrink_the_send_buffer_toward(gw: Gateway, client: tuple[str, int]) -> bool:
+    """On the gateway's loop: the accepted connection from ``client`` gets a fixed 4 KiB kernel send buffer (no
+    autotuning, which grows to MiBs on loopback), so a client that stops reading fills the kernel within a few
+    KiB and the relay's transport buffer past its high-water mark soon after."""
+    assert gw._runner is not None
+    for handler in gw._runner.server.connections:
+        transport = handler.transport
+        if transport is not None and tuple(transport.get_extra_info("peername")[:2]) == client:
+            transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+            return True
+    return False
+
+
+def _a_relay_waits_for_the_client_to_drain() -> bool:
+    """On the gateway's loop: some ``relay_stream`` is suspended right in ``writer.drain()``: the branch taken
+    only after a chunk written straight to the transport left it paused (the first chunk goes through
+    ``resp.write``, whose own drain would show ``StreamResponse.write`` here instead)."""
+    for task in asyncio.all_tasks():
+        coro: Any = task.get_coro()
+        while coro is not None:
+            awaited = getattr(coro, "cr_await", None)
+            if getattr(coro, "__qualname__", "") == relay_stream.__qualname__:
+                if getattr(awaited, "__qualname__", "") == StreamWriter.drain.__qualname__:
+                    return True
+                break
+            coro = awaited
+    return False
+
+
+def test_a_client_that_stops_reading_pauses_the_relay_then_gets_every_byte(engine: Engine, gateway: GatewayThread) -> None:
+    """Backpressure, deterministically: the client's socket has a 4 KiB receive buffer, the gateway's side of it
+    a 4 KiB send buffer, and the client reads nothing until the relay is seen parked in the drain of the
+    paused-writing branch (a ~0.5 MB stream cannot fit in the kernel's buffers and the transport's 64 KiB).
+    Then it reads the rest: the stream arrives whole and in order, as the engine sends it, and completes."""
+    rec = gateway.register("run-a", target_for(engine, make_lock(max_output=_LONG)))
+    with _small_window_client(rec) as sock:
+        me = sock.getsockname()[:2]
+        wait_for(lambda: gateway.call(lambda: _shrink_the_send_buffer_toward(gateway.gw, me)), 30, "the gateway to accept")
+        sock.sendall(_raw_chat_request(rec, _chat_body(True, max_tokens=_LONG), "HTTP/1.1"))
+        wait_for(lambda: gateway.call(_a_relay_waits_for_the_client_to_drain), 60, "the relay to wait for the client")
+        raw = _read_to_the_last_chunk(sock, 65536)
+    _assert_the_engines_long_stream(raw, engine)
+    [row] = evidence_rows(gateway, rec.binding_id)
+    assert row["status"] in ("completed", "incomplete")
 
 
 def test_an_http10_client_gets_the_stream_unframed(engine: Engine, gateway: GatewayThread) -> None:

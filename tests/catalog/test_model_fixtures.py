@@ -29,7 +29,7 @@ def test_the_catalog_holds_both_fixtures_with_their_facts() -> None:
     assert smol.pinned_source == SMOLLM2_SOURCE
     assert smol.not_applicable == {}
     assert tiny.ref == "fixture:tiny" and tiny.pinned_source is None
-    assert set(tiny.not_applicable) == {"natural_stop", "question_answering"}
+    assert set(tiny.not_applicable) == {"natural_stop", "question_answering", "closed_tool_call"}
     assert fixture_by_key("fixture:tiny") == tiny
     assert fixture_for_model_id(smol.model_id) == smol
     assert fixture_for_model_id("sha256:" + "0" * 64) is None

@@ -49,10 +49,6 @@ class PrepareRequest:
     choice: EngineChoice
     context_tokens: int | None = None
     device_choice: dict[str, Any] | None = None  # the CLI's preflight resolution (requested, reasons), for the event
-    # the owner that acquires the sealed lock right after (a run prepared on demand): when it would get the very
-    # service the seal started (a shared cache scope), that service is left running for it, not stopped and
-    # started again (on two busy cores a CPU engine start is minutes); the daemon's idle TTL still applies
-    keep_for: str | None = None
 
 
 def device_choice_of(body: dict[str, Any]) -> dict[str, Any] | None:
@@ -174,11 +170,7 @@ async def prepare(core: Any, req: PrepareRequest) -> dict[str, Any]:
         }
         lock_path, validation_path = save_sealed(root, lock, validation)
     finally:
-        if req.keep_for is not None and service_key(lock, req.keep_for, None).service_id == lease.service_id:
-            await core.release(lease.lease_id)
-            stopped = False
-        else:
-            stopped = await _release_and_stop(core, lease)
+        stopped = await _release_and_stop(core, lease)
     events = [e.event for e in ServiceStateStore(root, lease.service_id).events() if e.inference_id == lock.inference_id]
     return {
         "inference_id": lock.inference_id,

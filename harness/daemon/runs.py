@@ -144,7 +144,7 @@ class RunService:
 
     # -- runs ---------------------------------------------------------------------------------------
 
-    async def _lock_for(self, body: dict[str, Any], choice: EngineChoice, run_id: str) -> InferenceLockV1:
+    async def _lock_for(self, body: dict[str, Any], choice: EngineChoice) -> InferenceLockV1:
         inference_id = body.get("inference_id")
         if isinstance(inference_id, str) and inference_id:
             return load_sealed_lock(self.core.root, inference_id)
@@ -164,9 +164,7 @@ class RunService:
         )
         sealed = _sealed_for_draft(self.core, draft.inference_id)
         if sealed is None:  # not prepared yet: prepare (start, verify, seal) first
-            req = PrepareRequest(
-                model, device, profile, runtime, choice, device_choice=device_choice_of(body), keep_for=run_id
-            )  # its sealed start serves this run's acquire when it is the same service
+            req = PrepareRequest(model, device, profile, runtime, choice, device_choice=device_choice_of(body))
             result = await prepare(self.core, req)
             sealed = str(result["inference_id"])
         return load_sealed_lock(root, sealed)
@@ -214,7 +212,7 @@ class RunService:
     ) -> dict[str, Any]:
         run_id = run.run_id
         self.store.advance(run_id, "preparing")
-        lock = run.lock = await self._lock_for(body, choice, run_id)
+        lock = run.lock = await self._lock_for(body, choice)
         self._check_cancelled(run_id)
         before = {s.service_id for s in self.core.manager.services()}
         lease = await self.core.acquire(lock, run_id, choice)

@@ -151,7 +151,6 @@ def test_completed_run_evidence_is_derived_from_the_attempt_rows_and_resubmissio
     assert out["record"]["status"] == "completed"
     record = _record(root, "ok-1")
     assert record is not None and record.status == "completed" and record.error is None and record.evidence_complete
-    assert record.epoch == 1  # the run was served by prepare's sealed start (shared scope), never started again
     assert [t.status for t in record.history] == ["admitted", "preparing", "running", "completed"]
     ev = root.runs / "ok-1" / "inference"
     execution = _execution(root, "ok-1")

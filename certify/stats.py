@@ -60,7 +60,7 @@ def min_samples(q: float) -> int:
 
 
 def added_intervals(
-    base: Sequence[float],
+    base: Sequence[float] | None,
     other: Sequence[float],
     qs: dict[str, float],
     *,
@@ -70,26 +70,27 @@ def added_intervals(
 ) -> dict[str, dict[str, Any]]:
     """Per named quantile: ``other``'s percentile minus ``base``'s (times ``scale``, e.g. 1000 for s -> ms)
     with its bootstrap 95 % interval. Each entry: ``estimate``, ``low``, ``high`` (None without samples),
-    ``n`` (the smaller sample), ``reliable`` and ``noise`` (the interval holds 0)."""
-    n = min(len(base), len(other))
+    ``n`` (the smaller sample), ``reliable`` and ``noise`` (the interval holds 0). ``base=None``: the
+    quantiles of ``other`` itself (a sample that already is a difference, e.g. a per-request residence)."""
+    n = len(other) if base is None else min(len(base), len(other))
     if n == 0:
         return {p: {"estimate": None, "low": None, "high": None, "n": 0, "reliable": False, "noise": True} for p in qs}
-    sb, so = sorted(base), sorted(other)
+    sb, so = (None if base is None else sorted(base)), sorted(other)
     rng = random.Random(seed)
     draws: dict[str, list[float]] = {p: [] for p in qs}
-    nb, no = len(sb), len(so)
+    no = len(so)
     for _ in range(resamples):
-        rb = sorted(rng.choices(sb, k=nb))
+        rb = None if sb is None else sorted(rng.choices(sb, k=len(sb)))
         ro = sorted(rng.choices(so, k=no))
         for p, q in qs.items():
-            draws[p].append(_sorted_quantile(ro, q) - _sorted_quantile(rb, q))
+            draws[p].append(_sorted_quantile(ro, q) - (0.0 if rb is None else _sorted_quantile(rb, q)))
     alpha = (1 - CONFIDENCE) / 2
     out: dict[str, dict[str, Any]] = {}
     for p, q in qs.items():
         d = sorted(draws[p])
         low, high = _sorted_quantile(d, alpha) * scale, _sorted_quantile(d, 1 - alpha) * scale
         out[p] = {
-            "estimate": (_sorted_quantile(so, q) - _sorted_quantile(sb, q)) * scale,
+            "estimate": (_sorted_quantile(so, q) - (0.0 if sb is None else _sorted_quantile(sb, q))) * scale,
             "low": low,
             "high": high,
             "n": n,

@@ -341,6 +341,7 @@ class Gateway:
                 assert self._session is not None
                 headers = engine_headers(request.headers, target.engine_key, json_body=True)
                 forwarded = True
+                ex.upstream_at = time.perf_counter()
                 upstream = await open_upstream(self._session, binding, route.name, prepared.body, headers)
                 if prepared.stream and upstream.status == 200 and upstream.content_type == "text/event-stream":
                     self.metrics.open_streams += 1

@@ -59,7 +59,9 @@ class Exchange:
     stream: bool = False
     max_output_tokens: int | None = None
     queue_ms: float | None = None
-    first_text_at: float | None = None
+    upstream_at: float | None = None  # the request leaves for the engine
+    first_text_at: float | None = None  # the first text delta was read from the engine (and relayed at once)
+    upstream_done_at: float | None = None  # the engine's answer was read to its end
     ended_at: float | None = None
     http_status: int = 0
     status: Status = "rejected"
@@ -81,6 +83,9 @@ class Exchange:
         self.detail = outcome.detail
         self.tool_calls = outcome.tool_calls
 
+    def _since_upstream(self, at: float | None) -> float | None:
+        return None if at is None or self.upstream_at is None else (at - self.upstream_at) * 1000
+
     def evidence_fields(self) -> dict[str, Any]:
         rec = self.binding.record
         u = self.usage or Usage()
@@ -95,6 +100,8 @@ class Exchange:
             "queue_ms": self.queue_ms,
             "ttft_ms": None if self.first_text_at is None else (self.first_text_at - self.t0) * 1000,
             "e2e_ms": None if self.ended_at is None else (self.ended_at - self.t0) * 1000,
+            "engine_ms": self._since_upstream(self.upstream_done_at),
+            "engine_ttft_ms": self._since_upstream(self.first_text_at),
             "input_tokens": u.input_tokens,
             "cached_tokens": u.cached_tokens,
             "output_tokens": u.output_tokens,
@@ -181,6 +188,7 @@ async def relay_unary(upstream: aiohttp.ClientResponse, ex: Exchange, max_bytes:
                 raise HitchError(code, "the engine's answer ended early", {}) from exc
             if not chunk:
                 clean = True
+                ex.upstream_done_at = time.perf_counter()
                 break
             total += len(chunk)
             if total > max_bytes:
@@ -237,8 +245,10 @@ async def relay_stream(request: web.BaseRequest, upstream: aiohttp.ClientRespons
                     chunk = await content.readany()
                 except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, TimeoutError):
                     break  # the engine's body ended early
+                now = clock()
                 if not chunk:
                     clean = True
+                    ex.upstream_done_at = now
                     break
                 if started and fast:
                     _write_chunk(request.transport, chunk)  # ConnectionResetError: the client went away
@@ -247,7 +257,7 @@ async def relay_stream(request: web.BaseRequest, upstream: aiohttp.ClientRespons
                 else:
                     await resp.write(chunk)  # the headers leave with the first bytes
                     started = True
-                observer.feed(chunk, clock())  # fed only once written: what the observer saw was relayed
+                observer.feed(chunk, now)  # fed only once written (what it saw was relayed), with the read's time
                 if capture is not None:
                     capture.response(chunk)
         except (asyncio.CancelledError, ConnectionResetError):

@@ -190,7 +190,15 @@ def _overhead(results: Mapping[str, Any]) -> dict[str, Any]:
                 row |= _interval_cells(entry.get("added_latency_ci_ms"))
                 row["ratio_vs_direct"] = _number(entry.get("throughput_ratio_vs_direct_c32"))
                 row["cpu_ms_c32"] = _number(entry.get("cpu_ms_per_request_c32"))
-                row["within_bound"] = all(v is not None and v <= bound for v in _bound_values(row))
+                decided = entry.get("over_bound")  # the measurement's own decision (certify.perf.summary)
+                if isinstance(decided, list):
+                    row["within_bound"] = not decided
+                else:  # an older JSON: the upper ends of the added intervals
+                    row["within_bound"] = all(v is not None and v <= bound for v in _bound_values(row))
+                resid = entry.get("residence_ci_ms")
+                row["residence"] = (
+                    {p: _number(resid[p].get("estimate")) for p in PERCENTILES} if isinstance(resid, Mapping) else None
+                )
             rows.append(row)
     if kinds:
         charts.append(bar_chart("overhead-throughput-c32", "Throughput at concurrency 32", kinds, rps, y_label="requests/s"))

@@ -18,6 +18,12 @@ token; the caller's body) and, in ``hitch bench overhead``, **reference** (the b
 
 Each arm with a ``pid`` (a proxy process of ours) also gets the CPU time that process spent per request.
 Times are ``time.perf_counter`` seconds; TTFT and ITL as :mod:`certify.perf.reading` defines them.
+
+An arm with an ``evidence`` reader (our gateway) also gets, per c=1 request, the engine's share of it from
+the gateway's evidence row (matched by the request id the gateway answers with): ``engine_ms`` (the request
+leaving for the engine -> the answer read to its end) and ``engine_ttft_ms``. The client's time minus that
+share is the request's **residence** in the gateway as the client saw it — the engine's own variance taken
+out (see :mod:`certify.perf.summary`).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,8 +39,9 @@ import aiohttp
 import psutil
 
 from certify.perf.reading import StreamClock
+from gateway.replies import REQUEST_ID_HEADER
 
-__all__ = ["KINDS", "Arm", "Plan", "Round", "Sample", "as_json", "measure", "one", "pooled"]
+__all__ = ["KINDS", "Arm", "Plan", "Round", "Sample", "as_json", "attach_engine_times", "measure", "one", "pooled"]
 
 KINDS = ("unary", "stream")
 ENGINE_QUEUE_FULL = b"The request queue is full."
@@ -63,6 +71,7 @@ class Arm:
     body: dict[str, bytes]  # kind -> request bytes
     admitted: int = 0  # requests the target holds at once (running + queued); more wait client-side
     pid: int | None = None  # our proxy process, whose CPU time is measured
+    evidence: Callable[[], list[dict[str, Any]]] | None = field(default=None, repr=False)  # the gateway's rows now
 
 
 @dataclass
@@ -71,6 +80,18 @@ class Sample:
     ttft: float | None = None
     itl: float | None = None
     tokens: int | None = None  # completion tokens (unary: the usage; stream: text events)
+    request_id: str | None = None  # the gateway's id for it (its response header)
+    engine: float | None = None  # the engine's share of e2e, from the gateway's evidence
+    engine_ttft: float | None = None  # the engine's share of ttft, from the gateway's evidence
+
+    @property
+    def residence(self) -> float | None:
+        """The client's E2E minus the engine's share: the time the request spent in the gateway."""
+        return None if self.engine is None else self.e2e - self.engine
+
+    @property
+    def ttft_residence(self) -> float | None:
+        return None if self.engine_ttft is None or self.ttft is None else self.ttft - self.engine_ttft
 
 
 @dataclass
@@ -104,8 +125,9 @@ async def one(session: aiohttp.ClientSession, arm: Arm, kind: str, retries: dict
                 raise AssertionError(f"{arm.name} {kind}: HTTP {resp.status}: {body[:300]!r}")
             if resp.status != 200:
                 raise AssertionError(f"{arm.name} {kind}: HTTP {resp.status}: {(await resp.read())[:300]!r}")
+            rid = resp.headers.get(REQUEST_ID_HEADER)
             if kind == "unary":
-                return Sample(time.perf_counter() - t0, tokens=_usage_tokens(await resp.read()))
+                return Sample(time.perf_counter() - t0, tokens=_usage_tokens(await resp.read()), request_id=rid)
             clock = StreamClock("chat", t0)
             async for chunk in resp.content.iter_any():
                 clock.feed(chunk, time.perf_counter())
@@ -119,7 +141,7 @@ async def one(session: aiohttp.ClientSession, arm: Arm, kind: str, retries: dict
                 raise AssertionError(f"{arm.name} {kind}: in-band error after 200: {errors[0][:300]!r}")
             if not clock.events or clock.events[-1][1] != b"[DONE]":
                 raise AssertionError(f"{arm.name} {kind}: the stream ended without [DONE]")
-            return Sample(e2e, clock.ttft, clock.itl, len(clock.text_times))
+            return Sample(e2e, clock.ttft, clock.itl, len(clock.text_times), rid)
     raise AssertionError(f"{arm.name} {kind}: refused 100 times in a row (queue full)")
 
 
@@ -185,7 +207,36 @@ async def measure(arms: dict[str, Arm], plan: Plan, progress: bool = False) -> t
     finally:
         for s in sessions.values():
             await s.close()
+    await asyncio.to_thread(attach_engine_times, rounds, arms)
     return rounds, retries
+
+
+def attach_engine_times(rounds: list[Round], arms: dict[str, Arm], timeout_s: float = 60.0) -> None:
+    """Fill each c=1 sample of an arm with an evidence reader with the engine's share of it (see the module
+    doc). The gateway writes its rows in the background: wait until every sample's row is on disk; a sample
+    without a request id or a row with no engine time fails the measurement (its residence is unknown)."""
+    for name, arm in arms.items():
+        if arm.evidence is None:
+            continue
+        samples = [s for rd in rounds for per in rd.c1.values() for s in per[name]]
+        missing = [s for s in samples if s.request_id is None]
+        assert not missing, f"{name}: {len(missing)} answers carried no {REQUEST_ID_HEADER} header"
+        rows: dict[str, dict[str, Any]] = {}
+        deadline = time.monotonic() + timeout_s
+        while True:
+            rows.update({str(r["request_id"]): r for r in arm.evidence()})
+            if all(s.request_id in rows for s in samples) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        if not all(s.request_id in rows for s in samples):
+            absent = sum(s.request_id not in rows for s in samples)
+            raise AssertionError(f"{name}: no evidence row for {absent} of {len(samples)} requests after {timeout_s:.0f} s")
+        for s in samples:
+            row = rows[str(s.request_id)]
+            if row.get("engine_ms") is None:
+                raise AssertionError(f"{name}: request {s.request_id} has no engine time in its evidence row: {row}")
+            s.engine = float(row["engine_ms"]) / 1000
+            s.engine_ttft = None if row.get("engine_ttft_ms") is None else float(row["engine_ttft_ms"]) / 1000
 
 
 def pooled(rounds: list[Round], kind: str, arm: str, field_: str) -> list[float]:
@@ -197,7 +248,10 @@ def as_json(rounds: list[Round]) -> list[dict[str, Any]]:
     """The raw rounds for a JSON file (seconds)."""
     return [
         {
-            "c1": {k: {a: [[s.e2e, s.ttft, s.itl, s.tokens] for s in v] for a, v in per.items()} for k, per in rd.c1.items()},
+            "c1": {
+                k: {a: [[s.e2e, s.ttft, s.itl, s.tokens, s.engine, s.engine_ttft] for s in v] for a, v in per.items()}
+                for k, per in rd.c1.items()
+            },
             "rps": rd.rps,
             "cpu_ms_c1": rd.cpu_ms_c1,
             "cpu_ms_conc": rd.cpu_ms_conc,

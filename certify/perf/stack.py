@@ -19,6 +19,7 @@ tokens travel in 0600 files (``harness.paths.write_secret``), never in argv.
 
 from __future__ import annotations
 
+import functools
 import json
 import secrets
 import subprocess
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from certify.kit.probes import read_evidence
 from certify.perf.loops import KINDS, Arm
 from certify.processes import stop_process
 from harness.contracts.lock import InferenceLockV1
@@ -187,6 +189,7 @@ def started_stack(opts: StackOptions, work: Path) -> Iterator[Stack]:
                 caller,
                 ex.max_running_requests + ex.max_queued_requests,
                 gw.pid,
+                evidence=functools.partial(read_evidence, work / "gw", binding["binding_id"]),
             ),
         }
         if opts.reference:

@@ -10,13 +10,30 @@ Per kind (unary, stream) and per arm other than direct:
   as noise — a negative added figure is never a speed-up by itself;
 - streams also: ``ttft_added_ms`` / ``ttft_added_ci_ms`` and ``itl_added_ms`` / ``itl_added_ci_ms``
   (definitions in :mod:`certify.perf.reading`); ``e2e_ratio`` arm / direct per percentile;
+- ``over_bound``: the §15.4 decision below, as sentences (empty: within);
 - ``rps_c32`` (requests/s at concurrency C: the key keeps its historical name, ``concurrency`` states C),
   ``throughput_ratio_vs_direct_c32``, ``cpu_ms_per_request_c32`` / ``_c1`` (the proxy process).
 
-**The §15.4 pass line is decided on the interval**: for E2E (each kind) and TTFT, the *upper end* of the
-95 % interval of the added p50 and p95 must be <= max(20 ms, 5 % of the direct figure). Within it, the
-arm's cost is below the bound with 95 % confidence; a point estimate under the bound with an interval
-reaching over it does not pass.
+- an arm whose samples carry the engine's share (our gateway, from its evidence: :mod:`certify.perf.loops`)
+  also: ``residence_ci_ms`` {p50,p95,p99} — the percentiles of the per-request *residence* (client E2E minus
+  the engine's share) with their bootstrap 95 % intervals — and, for streams, ``ttft_residence_ci_ms``.
+
+**The §15.4 pass line is decided on intervals**, for E2E (each kind) and TTFT, p50 and p95, against
+max(20 ms, 5 % of the direct figure):
+
+- with a residence (our gateway): the *upper end* of the residence's interval must be within the bound. The
+  residence holds everything the client waited for outside the engine's share — the gateway's work *and*
+  the client<->gateway hop that a direct request pays too — and it is free of the engine's own variance,
+  which on a CPU engine (±100 ms per 16-token request on 2 cores) makes the difference of two E2E
+  distributions too wide to decide anything. What it cannot hold: the engine running slower because the
+  gateway's work takes CPU from it on a small machine (on the fake engine at 5 ms per token on 2 cores:
+  residence p50 1.4 ms, difference p50 4.8 ms), and anything the gateway's own clock misplaced. So the
+  black-box difference stands beside it: its *lower end* must not be over the bound (a gateway that costs
+  more than the bound, whatever its clock says, fails once the samples tell it apart);
+- without one (the bare reference proxy): the *upper end* of the added interval must be within the bound.
+
+Within it, the arm's cost is below the bound with 95 % confidence; a point estimate under the bound with
+an interval reaching over it does not pass.
 """
 
 from __future__ import annotations
@@ -71,6 +88,11 @@ def _intervals(rounds: list[Round], kind: str, arm: str, field: str) -> dict[str
     return added_intervals(pooled(rounds, kind, "direct", field), pooled(rounds, kind, arm, field), QS, scale=1000.0)
 
 
+def _residence(rounds: list[Round], kind: str, arm: str, field: str) -> dict[str, dict[str, Any]] | None:
+    values = pooled(rounds, kind, arm, field)
+    return added_intervals(None, values, QS, scale=1000.0) if values else None
+
+
 def _tokens(rounds: list[Round], kind: str, arm: str) -> dict[str, Any]:
     tokens = [s.tokens for rd in rounds for s in rd.c1[kind][arm] if s.tokens is not None]
     return {"completion_tokens": sorted(set(tokens)), "completion_tokens_median": statistics.median(tokens) if tokens else None}
@@ -108,13 +130,18 @@ def summarize(rounds: list[Round], plan: Plan, retries: dict[str, int], permits:
                 "cpu_ms_per_request_c32": med(rd.cpu_ms_conc[kind][arm] for rd in rounds),
                 "cpu_ms_per_request_c1": med(rd.cpu_ms_c1[kind][arm] for rd in rounds),
             } | _tokens(rounds, kind, arm)
+            if (residence := _residence(rounds, kind, arm, "residence")) is not None:
+                entry["residence_ci_ms"] = residence
             if kind == "stream":
                 d_ttft = section["direct"]["ttft_ms"]
                 entry["ttft_added_ms"], entry["ttft_added_ms_rounds"] = _added(rounds, kind, arm, "ttft")
                 entry["ttft_added_ci_ms"] = _intervals(rounds, kind, arm, "ttft")
                 entry["ttft_bound_ms"] = {p: bound_ms(d_ttft[p]) for p in _BOUNDED}
+                if (residence := _residence(rounds, kind, arm, "ttft_residence")) is not None:
+                    entry["ttft_residence_ci_ms"] = residence
                 entry["itl_added_ms"], _ = _added(rounds, kind, arm, "itl")
                 entry["itl_added_ci_ms"] = _intervals(rounds, kind, arm, "itl")
+            entry["over_bound"] = over_bound(entry, "e2e", "") + (over_bound(entry, "ttft", "TTFT ") if kind == "stream" else [])
             section[arm] = entry
         if "reference" in section:
             g, ref = section["gateway"], section["reference"]
@@ -140,15 +167,36 @@ def summarize(rounds: list[Round], plan: Plan, retries: dict[str, int], permits:
     }
 
 
-def over_bound(entry: dict[str, Any], ci_key: str, bound_key: str, label: str) -> list[str]:
-    """The §15.4 decision on the interval (see the module doc): what is over, as sentences (empty: within)."""
+_KEYS = {
+    "e2e": ("added_latency_ci_ms", "residence_ci_ms", "bound_ms"),
+    "ttft": ("ttft_added_ci_ms", "ttft_residence_ci_ms", "ttft_bound_ms"),
+}
+
+
+def over_bound(entry: dict[str, Any], figure: str, label: str) -> list[str]:
+    """The §15.4 decision for ``figure`` (``e2e`` or ``ttft``) on the intervals (see the module doc): what is
+    over, as sentences (empty: within)."""
+    added_key, residence_key, bound_key = _KEYS[figure]
     over = []
     for p in _BOUNDED:
-        ci, bound = entry[ci_key][p], entry[bound_key][p]
-        if ci["high"] is None or ci["high"] > bound:
+        added, bound = entry[added_key][p], entry[bound_key][p]
+        residence = entry.get(residence_key)
+        if residence is not None:
+            r = residence[p]
+            if r["high"] is None or r["high"] > bound:
+                over.append(
+                    f"{label}{p}: time in the gateway {r['estimate']} ms, 95 % interval [{r['low']}, {r['high']}] ms "
+                    f"over {bound:.2f} ms (n={r['n']})"
+                )
+            if added["low"] is None or added["low"] > bound:
+                over.append(
+                    f"{label}{p}: +{added['estimate']} ms over direct, 95 % interval [{added['low']}, {added['high']}] ms "
+                    f"entirely over {bound:.2f} ms (n={added['n']} per arm)"
+                )
+        elif added["high"] is None or added["high"] > bound:
             over.append(
-                f"{label}{p}: +{ci['estimate']} ms, 95 % interval [{ci['low']}, {ci['high']}] ms over "
-                f"{bound:.2f} ms (n={ci['n']} per arm)"
+                f"{label}{p}: +{added['estimate']} ms, 95 % interval [{added['low']}, {added['high']}] ms over "
+                f"{bound:.2f} ms (n={added['n']} per arm)"
             )
     return over
 
@@ -196,13 +244,14 @@ def render(report: dict[str, Any]) -> str:
             for label, key in (("TTFT", "ttft_added_ci_ms"), ("ITL", "itl_added_ci_ms")):
                 if key in e:
                     lines.append(f"{'':9s} {label} added (pooled) " + "; ".join(_interval(p, c) for p, c in e[key].items()))
-            within = not over_bound(e, "added_latency_ci_ms", "bound_ms", "")
-            if "ttft_added_ci_ms" in e:
-                within = within and not over_bound(e, "ttft_added_ci_ms", "ttft_bound_ms", "")
+            for label, key in (("E2E", "residence_ci_ms"), ("TTFT", "ttft_residence_ci_ms")):
+                if key in e:
+                    lines.append(f"{'':9s} {label} in the gateway " + "; ".join(_interval(p, c) for p, c in e[key].items()))
+            within = not e["over_bound"]
             lines.append(
                 f"{'':9s} c=C {e['rps_c32']:.1f} req/s ({e['throughput_ratio_vs_direct_c32']:.3f}x direct); proxy CPU "
                 f"{e['cpu_ms_per_request_c32']:.2f} ms/req (c=C), {e['cpu_ms_per_request_c1']:.2f} (c=1); §15.4 "
-                f"(upper end of the p50/p95 intervals <= max(20 ms, 5 %)): {'within' if within else 'OVER'}"
+                f"(p50/p95 <= max(20 ms, 5 %), decided on the intervals): {'within' if within else 'OVER'}"
             )
         if "gateway_vs_reference" in s:
             gr = s["gateway_vs_reference"]

@@ -49,6 +49,14 @@ class RequestEvidenceV1(Record):
     queue_ms: float | None
     ttft_ms: float | None = Field(description="first text delta; null when none arrived")
     e2e_ms: float | None
+    engine_ms: float | None = Field(
+        default=None,
+        description="the engine's share of e2e_ms as the gateway saw it: from the request leaving for the engine to "
+        "its answer read to the end; e2e_ms - engine_ms is the time spent in the gateway (null when no whole answer)",
+    )
+    engine_ttft_ms: float | None = Field(
+        default=None, description="from the request leaving for the engine to the first text delta read from it"
+    )
     input_tokens: int | None
     cached_tokens: int | None
     output_tokens: int | None = Field(description="reasoning tokens are a subset, never added")

@@ -407,3 +407,28 @@ def test_benchmark_controls_pass_on_a_benchmark_lock_and_each_use_is_recorded(en
     assert [(r["http_status"], r["benchmark_controls"]) for r in plain_rows] == [(200, None), (400, None)]
     [row] = evidence_rows(gateway, bench.binding_id)
     assert (row["http_status"], row["benchmark_controls"]) == (200, {"ignore_eos": True, "min_tokens": 4})
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["unary", "stream"])
+def test_evidence_splits_the_time_between_engine_and_gateway(engine: Engine, gateway: GatewayThread, stream: bool) -> None:
+    """``engine_ms`` is the engine's share of ``e2e_ms`` (request out -> answer read to its end): an engine that
+    waits 300 ms before answering shows it there, and what is left of ``e2e_ms`` is the gateway's."""
+    rec = gateway.register("run-split", target_for(engine, make_lock()))
+    engine.faults("slow_headers:t=0.3")
+    r = httpx.post(rec.base_url + "/chat/completions", json=_chat_body(stream), headers=_auth(rec), timeout=30)
+    assert r.status_code == 200
+    [row] = evidence_rows(gateway, rec.binding_id)
+    assert row["status"] in ("completed", "incomplete")
+    assert row["e2e_ms"] >= row["engine_ms"] >= 300.0
+    if stream:
+        assert row["engine_ms"] >= row["engine_ttft_ms"] >= 300.0 and row["ttft_ms"] >= row["engine_ttft_ms"]
+    else:
+        assert row["engine_ttft_ms"] is None  # a unary answer has no first delta
+
+
+def test_evidence_has_no_engine_time_for_a_request_the_engine_never_saw(engine: Engine, gateway: GatewayThread) -> None:
+    rec = gateway.register("run-refused", target_for(engine, make_lock()))
+    r = httpx.post(rec.base_url + "/chat/completions", json=_chat_body(False, max_tokens=10**6), headers=_auth(rec), timeout=30)
+    assert r.status_code == 400
+    [row] = evidence_rows(gateway, rec.binding_id)
+    assert row["status"] == "rejected" and row["engine_ms"] is None and row["engine_ttft_ms"] is None

@@ -83,6 +83,22 @@ def test_intervals_decide_the_bound_and_a_negative_difference_is_called_noise(tm
     assert ["within" in r.split("badge")[-1] for r in gateway_rows] == [True, False]  # unary, stream
 
 
+def test_the_badge_is_the_measurement_s_decision_and_the_time_in_the_gateway_is_shown(tmp_path: Path) -> None:
+    results = sd.results()
+    wide = {"estimate": 1.0, "low": -140.0, "high": 140.0, "n": 30, "reliable": True, "noise": True}
+    for kind, decided in (("unary", []), ("stream", ["TTFT p95: time in the gateway 30 ms ..."])):
+        gw = results["overhead"]["results"][kind]["gateway"]
+        gw["added_latency_ci_ms"] = {p: dict(wide) for p in ("p50", "p95", "p99")}  # an engine's variance: undecided
+        gw["residence_ci_ms"] = {p: {**wide, "estimate": 1.5, "low": 1.2, "high": 2.0} for p in ("p50", "p95", "p99")}
+        gw["over_bound"] = decided
+    html = build_run_page(results, tmp_path).read_text()
+    table = html[html.index('id="overhead"') :]
+    table = table[: table.index("</table>")]
+    gateway_rows = [r for r in table.split("<tr>") if "<td>gateway</td>" in r]
+    assert ["within" in r.split("badge")[-1] for r in gateway_rows] == [True, False]  # unary, stream
+    assert all("1.50 / 1.50 / 1.50" in r for r in gateway_rows)
+
+
 def test_without_overhead_json_the_signed_metrics_are_plotted(tmp_path: Path) -> None:
     results = sd.predicate()
     html = build_run_page(results, tmp_path, name="other.html").read_text()

@@ -380,11 +380,8 @@ def engine_proxy_fixture(certify_env: CertifyEnv, tmp_path_factory: pytest.TempP
     if certify_env.engine == "fake":
         yield None
         return
-    px = start_fault_proxy(certify_env.engine_url, tmp_path_factory.mktemp("fault-proxy"))
-    try:
+    with start_fault_proxy(certify_env.engine_url, tmp_path_factory.mktemp("fault-proxy")) as px:
         yield px
-    finally:
-        px.stop()
 
 
 def fault_kind(kind: str) -> Any:

@@ -23,6 +23,7 @@ import hashlib
 import os
 import shutil
 import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -30,7 +31,8 @@ from pathlib import Path
 import docker
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from build_fake_image import KIND_LABEL, RECIPE_LABEL, _remove_superseded, _root_tar, _run
+from build_fake_image import KIND_LABEL, RECIPE_LABEL, _remove_superseded
+from rootfs_image import root_tar, run, tag_existing
 
 DEFAULT_TAG = "hitch/harbor-base:dev"
 KIND = "harbor-base"
@@ -55,7 +57,7 @@ def _debootstrap() -> str:
     if found:
         return str(found)
     _log("installing debootstrap from Debian's packages")
-    _run(["apt-get", "install", "-y", "-q", "debootstrap"])
+    run(["apt-get", "install", "-y", "-q", "debootstrap"])
     return "/usr/sbin/debootstrap"
 
 
@@ -63,23 +65,23 @@ def build(tag: str, force: bool) -> str:
     client = docker.from_env()
     recipe = recipe_hash()
     repo_name, _, tag_name = tag.rpartition(":")
-    existing = client.images.list(filters={"label": f"{RECIPE_LABEL}={recipe}"})
-    if existing and not force:
-        existing[0].tag(repo_name, tag_name)
-        _log(f"image with recipe {recipe[:12]} already present; tagged {tag}")
-        return str(existing[0].id)
+    found = None if force else tag_existing(client, RECIPE_LABEL, recipe, tag, _log)
+    if found is not None:
+        return found
     with tempfile.TemporaryDirectory(prefix="hitch-harbor-base-") as tmp:
         work = Path(tmp)
         root = work / "root"
         t = time.monotonic()
+        built_after = time.time()
         argv = [_debootstrap(), "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE, str(root), MIRROR]
-        _run(argv)
+        run(argv)
         shutil.rmtree(root / "var" / "cache" / "apt" / "archives", ignore_errors=True)
         shutil.rmtree(root / "var" / "lib" / "apt" / "lists", ignore_errors=True)
         _log(f"debootstrap in {time.monotonic() - t:.1f}s")
         t = time.monotonic()
         tar_path = work / "rootfs.tar"
-        _root_tar(root, tar_path)
+        with tarfile.open(tar_path, "w") as tar:
+            root_tar(root, tar, built_after)
         changes = ['CMD ["bash"]', "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                    f"LABEL {KIND_LABEL}={KIND} {RECIPE_LABEL}={recipe}"]  # fmt: skip
         with tar_path.open("rb") as fh:

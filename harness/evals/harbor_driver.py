@@ -81,6 +81,7 @@ async def _one(spec: dict[str, Any]) -> dict[str, Any]:
             model_api_key_name=spec.get("api_key_env"),
             kwargs=spec.get("agent_kwargs") or {},
             env=spec.get("env") or {},
+            override_timeout_sec=spec.get("agent_timeout_s"),
         ),
         environment=EnvironmentConfig(type="docker", extra_docker_compose=[Path(p) for p in spec["overlays"]]),
     )

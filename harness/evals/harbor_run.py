@@ -132,6 +132,7 @@ class EvalOptions:
     evaluation_id: str | None = None
     eval_image: str | None = None  # in-container agents: the pinned image the daemon probes with (default: base)
     agent_paths: list[Path] = field(default_factory=list)  # put on Harbor's sys.path (a custom agent's module)
+    agent_timeout_s: float | None = None  # instead of each task's [agent] timeout_sec (Harbor's override_timeout_sec)
 
 
 @dataclass
@@ -230,6 +231,7 @@ class HarborEvaluation:
             "agent": self.options.agent,
             "model_name": f"openai/{trial.run['wire_model']}",
             "agent_kwargs": self.options.agent_kwargs,
+            "agent_timeout_s": self.options.agent_timeout_s,
             "overlays": [str(overlay)],
         }
         if self.connection == "container":  # Harbor resolves ${VAR} from its own environment: no key on stdin

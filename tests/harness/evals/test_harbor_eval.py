@@ -125,7 +125,7 @@ def test_cancelling_one_trial_leaves_the_other_reward_intact(inputs: ServiceInpu
                             "fake_flags": ["--fake-script", str(_script(tmp_path))]}  # fmt: skip
     harbor = harbor_install(root)
     assert harbor is not None
-    options = EvalOptions([CREATE_FILE], k=2, n_concurrent=2, evaluation_id=f"ev-{how}")
+    options = EvalOptions([CREATE_FILE], k=2, n_concurrent=2, evaluation_id=f"ev-{how}", agent_timeout_s=240.0)
     as_json(hitch(root, "daemon", "start", "--json", *FAST))
     evaluation = HarborEvaluation(root, harbor, DaemonClient(root), body, options)
     victim = evaluation.trials[0].name
@@ -146,6 +146,8 @@ def test_cancelling_one_trial_leaves_the_other_reward_intact(inputs: ServiceInpu
     assert other.usage is not None and other.usage.requests >= 2
     assert json.loads((root.runs / cancelled.run_id / "run.json").read_text())["status"] == "cancelled"
     assert _trial_containers(f"ev-{how}") == []
+    harbor_config = json.loads((evaluation.dir / "trials" / other.trial / "config.json").read_text())
+    assert harbor_config["agent"]["override_timeout_sec"] == 240.0  # the agent budget reached Harbor's trial
 
 
 SHELL_AGENT = "fixtures.harbor_agents.shell_agent:ShellAgent"

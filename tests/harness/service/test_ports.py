@@ -9,7 +9,8 @@ import socket
 
 import pytest
 
-from harness.service.ports import choose_port, ephemeral_range, listener_state, port_is_bindable
+from harness.net import ephemeral_range, port_is_bindable
+from harness.service.ports import choose_port, listener_state
 
 
 def test_a_chosen_port_lies_below_the_ephemeral_range_and_is_bindable() -> None:

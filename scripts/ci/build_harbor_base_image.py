@@ -64,7 +64,6 @@ def _debootstrap() -> str:
 def build(tag: str, force: bool) -> str:
     client = docker.from_env()
     recipe = recipe_hash()
-    repo_name, _, tag_name = tag.rpartition(":")
     found = None if force else tag_existing(client, RECIPE_LABEL, recipe, tag, _log)
     if found is not None:
         return found
@@ -84,6 +83,7 @@ def build(tag: str, force: bool) -> str:
             root_tar(root, tar, built_after)
         changes = ['CMD ["bash"]', "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                    f"LABEL {KIND_LABEL}={KIND} {RECIPE_LABEL}={recipe}"]  # fmt: skip
+        repo_name, _, tag_name = tag.rpartition(":")
         with tar_path.open("rb") as fh:
             client.api.import_image(src=fh, repository=repo_name, tag=tag_name, changes=changes)
         _log(f"rootfs {tar_path.stat().st_size / 1e6:.1f} MB imported in {time.monotonic() - t:.1f}s")

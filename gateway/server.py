@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 from aiohttp.abc import AbstractStreamWriter
 from aiohttp.http_parser import RawRequestMessage
@@ -33,6 +32,7 @@ from gateway.admission import FairQueue
 from gateway.auth import bearer_token, engine_headers
 from gateway.bindings import Binding, BindingRegistry, UpstreamTarget
 from gateway.capture import CaptureLedger, CaptureMode, RequestCapture, RunCapture
+from gateway.engine_http import EnginePool
 from gateway.evidence import EvidenceLog
 from gateway.intake import body_limit, read_body
 from gateway.metrics import GatewayMetrics, build_metrics_app
@@ -107,7 +107,7 @@ class Gateway:
         self.begun: dict[str, int] = {}
         self.in_flight: dict[str, set[asyncio.Task[Any]]] = {}
         self.metrics.queue_gauges = self._queue_rows
-        self._session: aiohttp.ClientSession | None = None
+        self._pool = EnginePool()
         self._runner: web.ServerRunner | None = None
         self._metrics_runner: web.AppRunner | None = None
         self.port: int | None = None
@@ -201,15 +201,6 @@ class Gateway:
         return web.BaseRequest(message, payload, protocol, writer, task, loop, client_max_size=_READ_CAP)
 
     async def start(self) -> None:
-        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60.0, ttl_dns_cache=None, use_dns_cache=False)
-        self._session = aiohttp.ClientSession(
-            connector=connector,
-            auto_decompress=False,
-            trust_env=False,
-            cookie_jar=aiohttp.DummyCookieJar(),
-            skip_auto_headers=("Accept-Encoding",),
-            timeout=aiohttp.ClientTimeout(total=None),
-        )
         # aiohttp's low-level server: the allow-list is the router, so no Application, router or middleware
         # runs per request.
         server = _Server(self._serve, request_factory=self._make_request, handler_cancellation=True, access_log=None)
@@ -231,8 +222,7 @@ class Gateway:
             await self._runner.cleanup()
         if self._metrics_runner is not None:
             await self._metrics_runner.cleanup()
-        if self._session is not None:
-            await self._session.close()
+        self._pool.close()
         self.evidence.flush()
         await asyncio.to_thread(self.writer.flush)
 
@@ -338,11 +328,10 @@ class Gateway:
                     limit = (own.limit_bytes if own is not None else None) or self.config.capture_limit_bytes
                     ex.capture = RequestCapture(mode, limit)
                     ex.capture.request(prepared.body)
-                assert self._session is not None
                 headers = engine_headers(request.headers, target.engine_key, json_body=True)
                 forwarded = True
                 ex.upstream_at = time.perf_counter()
-                upstream = await open_upstream(self._session, binding, route.name, prepared.body, headers)
+                upstream = await open_upstream(self._pool, binding, route.name, prepared.body, headers)
                 if prepared.stream and upstream.status == 200 and upstream.content_type == "text/event-stream":
                     self.metrics.open_streams += 1
                     try:

@@ -2,17 +2,19 @@
 
 Owns :class:`Exchange` (what one physical request did, for the evidence row) and the relays:
 
-- :func:`open_upstream` sends the policy's body with the engine headers over the shared keep-alive pool
-  (aiohttp client, no decompression, so the bytes are the engine's). A connect failure is
-  ``inference_process_exited`` when the engine no longer accepts connections. POSTs are never retried.
+- :func:`open_upstream` sends the policy's body with the engine headers over the gateway's keep-alive pool
+  (:class:`gateway.engine_http.EnginePool`: no decompression, so the bytes are the engine's). A connect
+  failure is ``inference_process_exited`` when the engine no longer accepts connections. POSTs are never
+  retried.
 - :func:`relay_unary` reads the engine's JSON answer (bounded) and returns it byte for byte.
-- :func:`relay_stream` writes each upstream read to the client as it arrives, as one HTTP chunk in one
-  socket write (after the first, straight to the transport: no coroutines per chunk), and waits for the
-  client socket to drain whenever the transport has paused writing (backpressure reaches the engine) while
-  a :class:`gateway.sse.StreamObserver` watches on the side. If the engine's body ends early (crash, reset,
-  partial event, missing final event) the client connection is closed without the chunked terminator, so
-  the client sees a broken stream, never a clean end; the evidence says ``failed`` with
-  ``inference_process_exited`` when the engine is gone, else ``inference_upstream_failed``.
+- :func:`relay_stream` relays each read of the engine's body to the client as it arrives, as one HTTP chunk in
+  one socket write: the first with the response headers (``StreamResponse.write``), every later one from the
+  engine socket's callback (:meth:`gateway.engine_http.EngineResponse.push`: no coroutine per event). When
+  the client's transport pauses writing, the engine's socket stops being read until the client drained
+  (backpressure reaches the engine), while a :class:`gateway.sse.StreamObserver` watches on the side. If the
+  engine's body ends early (crash, reset, partial event, missing final event) the client connection is
+  closed without the chunked terminator, so the client sees a broken stream, never a clean end; the evidence
+  says ``failed`` with ``inference_process_exited`` when the engine is gone, else ``inference_upstream_failed``.
 
 A client that goes away cancels the handler; the ``finally`` blocks close the upstream connection at once
 (the engine aborts the request and frees its slot) and the permit is released by the caller.
@@ -22,20 +24,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-import aiohttp
 from aiohttp import web
 from aiohttp.http_writer import StreamWriter
 from multidict import CIMultiDict
-from yarl import URL
 
 from gateway.bindings import Binding
 from gateway.capture import RequestCapture
+from gateway.engine_http import EngineBodyEnded, EnginePool, EngineResponse
 from gateway.replies import REQUEST_ID_HEADER, SERVER_NAME
 from gateway.routes import RouteName
 from gateway.sse import Outcome, StreamObserver, Usage, unary_outcome
@@ -141,29 +141,19 @@ async def _failure_code(base_url: str) -> str:
     return "inference_upstream_failed"
 
 
-@functools.lru_cache(maxsize=16)
-def _timeout(request_timeout_ms: int) -> aiohttp.ClientTimeout:
-    return aiohttp.ClientTimeout(total=request_timeout_ms / 1000, sock_connect=5.0)
-
-
-@functools.lru_cache(maxsize=256)
-def _url(origin: str, route: str) -> URL:
-    return URL(origin + route)  # parsed once per engine route, not per request
-
-
 async def open_upstream(
-    session: aiohttp.ClientSession, binding: Binding, route: RouteName, body: bytes, headers: dict[str, str]
-) -> aiohttp.ClientResponse:
+    pool: EnginePool, binding: Binding, route: RouteName, body: bytes, headers: dict[str, str]
+) -> EngineResponse:
     target = binding.target
-    timeout = _timeout(target.lock.execution.request_timeout_ms)
+    timeout_s = target.lock.execution.request_timeout_ms / 1000
     try:
-        return await session.post(_url(target.origin, route), data=body, headers=headers, timeout=timeout)
-    except (aiohttp.ClientConnectionError, OSError, TimeoutError) as exc:
+        return await pool.post(target.origin, route, body, headers, timeout_s)
+    except (EngineBodyEnded, OSError, TimeoutError) as exc:
         code = await _failure_code(target.origin)
         raise HitchError(code, "the engine did not answer the request", {"service_id": target.service_id}) from exc
 
 
-def _client_headers(upstream: aiohttp.ClientResponse, request_id: str) -> CIMultiDict[str]:
+def _client_headers(upstream: EngineResponse, request_id: str) -> CIMultiDict[str]:
     headers: CIMultiDict[str] = CIMultiDict()
     for name in _PASS_HEADERS:
         value = upstream.headers.get(name)
@@ -174,7 +164,7 @@ def _client_headers(upstream: aiohttp.ClientResponse, request_id: str) -> CIMult
     return headers
 
 
-async def relay_unary(upstream: aiohttp.ClientResponse, ex: Exchange, max_bytes: int) -> web.Response:
+async def relay_unary(upstream: EngineResponse, ex: Exchange, max_bytes: int) -> web.Response:
     api: Literal["chat", "responses"] = "chat" if ex.route == "/v1/chat/completions" else "responses"
     chunks: list[bytes] = []
     total = 0
@@ -182,13 +172,13 @@ async def relay_unary(upstream: aiohttp.ClientResponse, ex: Exchange, max_bytes:
     try:
         while True:
             try:
-                chunk = await upstream.content.readany()
-            except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, TimeoutError) as exc:
+                chunk = await upstream.read()
+            except (EngineBodyEnded, TimeoutError) as exc:
                 code = await _failure_code(ex.binding.target.origin)
                 raise HitchError(code, "the engine's answer ended early", {}) from exc
             if not chunk:
                 clean = True
-                ex.upstream_done_at = time.perf_counter()
+                ex.upstream_done_at = upstream.ended_at
                 break
             total += len(chunk)
             if total > max_bytes:
@@ -223,43 +213,59 @@ class _StreamResponse(web.StreamResponse):
     _send_headers_immediately = False
 
 
-async def relay_stream(request: web.BaseRequest, upstream: aiohttp.ClientResponse, ex: Exchange) -> web.StreamResponse:
+async def relay_stream(request: web.BaseRequest, upstream: EngineResponse, ex: Exchange) -> web.StreamResponse:
     api: Literal["chat", "responses"] = "chat" if ex.route == "/v1/chat/completions" else "responses"
     observer = StreamObserver(api)
     capture = ex.capture
     resp = _StreamResponse(status=upstream.status, headers=_client_headers(upstream, ex.request_id))
     ex.http_status = upstream.status
-    clean = False
-    content = upstream.content
+    clean = broken = False
     clock = time.perf_counter
     try:
         await resp.prepare(request)
         writer, protocol = request.writer, request.protocol
         # our own chunk framing only where aiohttp frames chunks too (the gateway never compresses; an HTTP/1.0
-        # client gets a plain body until the connection closes: there, resp.write as before)
+        # client gets a plain body until the connection closes: there, every read goes through resp.write)
         fast = isinstance(writer, StreamWriter) and writer.chunked
-        started = False
         try:
-            while True:
+            while True:  # pulled: the first read (the headers leave with it), or all of them for HTTP/1.0
                 try:
-                    chunk = await content.readany()
-                except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, TimeoutError):
-                    break  # the engine's body ended early
-                now = clock()
+                    chunk = await upstream.read()
+                except (EngineBodyEnded, TimeoutError):
+                    broken = True  # the engine's body ended early
+                    break
                 if not chunk:
                     clean = True
-                    ex.upstream_done_at = now
+                    ex.upstream_done_at = upstream.ended_at
                     break
-                if started and fast:
-                    _write_chunk(request.transport, chunk)  # ConnectionResetError: the client went away
-                    if protocol.writing_paused:  # the client reads slower than the engine writes
-                        await writer.drain()
-                else:
-                    await resp.write(chunk)  # the headers leave with the first bytes
-                    started = True
-                observer.feed(chunk, now)  # fed only once written (what it saw was relayed), with the read's time
+                await resp.write(chunk)
+                observer.feed(chunk, upstream.read_at)  # fed only once written (what it saw was relayed), with the read's time
                 if capture is not None:
                     capture.response(chunk)
+                if fast:
+                    break
+            if fast and not clean and not broken:
+                transport = request.transport
+
+                def sink(chunk: bytes, now: float) -> bool:
+                    _write_chunk(transport, chunk)  # ConnectionResetError: the client went away
+                    observer.feed(chunk, now)
+                    if capture is not None:
+                        capture.response(chunk)
+                    return protocol.writing_paused  # the client reads slower than the engine writes
+
+                upstream.push(sink)
+                while True:
+                    try:
+                        paused = await upstream.pushed()
+                    except (EngineBodyEnded, TimeoutError):
+                        break  # the engine's body ended early
+                    if not paused:
+                        clean = True
+                        ex.upstream_done_at = upstream.ended_at
+                        break
+                    await writer.drain()
+                    upstream.resume()
         except (asyncio.CancelledError, ConnectionResetError):
             # The client went away. A client commonly closes as soon as it has read the terminal event, often
             # before the engine's body (or our chunked terminator) ended: that exchange completed, it was

@@ -31,13 +31,6 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tiny_checkpoint_cached(tmp_path_factory.getbasetemp().parent / "tiny-ckpt")
 
 
-@pytest.fixture(scope="module")
-def shared_engine(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeEngineProcess]:
-    """One fake engine process per test module (``tiny-wire``, a random API key); tests take it as ``engine``."""
-    with start_fake_engine(tiny_model, tmp_path_factory.mktemp("engine")) as engine:
-        yield engine
-
-
 @pytest.fixture
 def engine(shared_engine: FakeEngineProcess) -> FakeEngineProcess:
     """The module's fake engine, alive, with no fault armed and an empty request log."""
@@ -47,12 +40,11 @@ def engine(shared_engine: FakeEngineProcess) -> FakeEngineProcess:
     return shared_engine
 
 
-@pytest.fixture
-def gateway_config(tmp_path: Path) -> GatewayConfig:
-    """The settings of the test's ``gateway`` (a module overrides this fixture for other limits)."""
-    from gateway.server import GatewayConfig
-
-    return GatewayConfig(state_dir=tmp_path / "gw")
+@pytest.fixture(scope="module")
+def shared_engine(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeEngineProcess]:
+    """One fake engine process per test module (``tiny-wire``, a random API key); tests take it as ``engine``."""
+    with start_fake_engine(tiny_model, tmp_path_factory.mktemp("engine")) as engine:
+        yield engine
 
 
 @pytest.fixture
@@ -62,6 +54,14 @@ def gateway(gateway_config: GatewayConfig) -> Iterator[GatewayThread]:
 
     with GatewayThread(gateway_config) as gt:
         yield gt
+
+
+@pytest.fixture
+def gateway_config(tmp_path: Path) -> GatewayConfig:
+    """The settings of the test's ``gateway`` (a module overrides this fixture for other limits)."""
+    from gateway.server import GatewayConfig
+
+    return GatewayConfig(state_dir=tmp_path / "gw")
 
 
 @pytest.fixture(scope="session")

@@ -23,7 +23,6 @@ import typer
 from harness.errors import HitchError
 
 __all__ = [
-    "CAPTURE_MODES",
     "DEFAULT_RUN_SERVICE",
     "AllowUncertified",
     "Capture",
@@ -73,11 +72,12 @@ Runtime = Annotated[str | None, typer.Option("--runtime", help="catalog name or 
 Offline = Annotated[bool, typer.Option("--offline", help="never install or pull; fail with the commands to run")]
 Context = Annotated[int | None, typer.Option("--context", help="context tokens per request")]
 Capture = Annotated[str, typer.Option("--capture", help="off | metadata | full (payloads 0600 under the run)")]
-CAPTURE_MODES = ("off", "metadata", "full")
+_CAPTURE_MODES = ("off", "metadata", "full")
 
 
 def check_capture(capture: str) -> None:
-    if capture not in CAPTURE_MODES:
+    """Refuse an unknown ``--capture`` mode with the error table's code before anything starts."""
+    if capture not in _CAPTURE_MODES:
         raise HitchError("usage_error", "--capture is off|metadata|full", {"capture": capture})
 
 

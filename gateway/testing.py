@@ -13,7 +13,7 @@ import contextlib
 import threading
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import uvloop
 
@@ -27,7 +27,8 @@ T = TypeVar("T")
 
 
 class GatewayThread:
-    """A started :class:`~gateway.server.Gateway` on its own loop thread; :meth:`close` stops both."""
+    """A started :class:`~gateway.server.Gateway` on its own loop thread; :meth:`close` (or leaving a ``with``
+    block) stops both."""
 
     def __init__(self, config: GatewayConfig) -> None:
         self._loop = uvloop.new_event_loop()
@@ -62,6 +63,12 @@ class GatewayThread:
     def settle_evidence(self, timeout_s: float = 20.0) -> None:
         """Every exchange begun so far is on disk (a client may hold a reply's last byte before it is recorded)."""
         self.run(self.gw.settle_evidence(timeout_s), timeout_s + 5)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

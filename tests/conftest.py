@@ -1,16 +1,23 @@
-"""Fixtures every test package shares: one tiny checkpoint per test session (built once, byte-stable), and
-the real Docker engine's client and the fake engine image for the tests that need them."""
+"""Fixtures every test package shares: one tiny checkpoint per test session (built once, byte-stable); a fake
+engine per test module and a fresh gateway per test; the real Docker engine's client and the fake engine image
+for the tests that need them."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import docker
 import pytest
 from hypothesis import HealthCheck, settings
 
 from fixtures.checkpoint import tiny_checkpoint_cached
+from fixtures.fake_sglang.client import FakeEngineProcess, start_fake_engine
+
+if TYPE_CHECKING:
+    from gateway.server import GatewayConfig
+    from gateway.testing import GatewayThread
 
 # No test may depend on timing: Hypothesis's per-example deadline (200 ms) and its too-slow health check fail
 # a property test when the shared machine is busy, never because the property broke.
@@ -22,6 +29,39 @@ settings.load_profile("hitch")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny random-weight Llama checkpoint (``fixture:tiny``); under xdist each worker shares one cache."""
     return tiny_checkpoint_cached(tmp_path_factory.getbasetemp().parent / "tiny-ckpt")
+
+
+@pytest.fixture
+def engine(shared_engine: FakeEngineProcess) -> FakeEngineProcess:
+    """The module's fake engine, alive, with no fault armed and an empty request log."""
+    if not shared_engine.alive():
+        pytest.fail("the shared fake engine died in an earlier test")
+    shared_engine.reset()
+    return shared_engine
+
+
+@pytest.fixture(scope="module")
+def shared_engine(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeEngineProcess]:
+    """One fake engine process per test module (``tiny-wire``, a random API key); tests take it as ``engine``."""
+    with start_fake_engine(tiny_model, tmp_path_factory.mktemp("engine")) as engine:
+        yield engine
+
+
+@pytest.fixture
+def gateway(gateway_config: GatewayConfig) -> Iterator[GatewayThread]:
+    """A fresh real gateway per test, on its own loop thread, closed at teardown."""
+    from gateway.testing import GatewayThread
+
+    with GatewayThread(gateway_config) as gt:
+        yield gt
+
+
+@pytest.fixture
+def gateway_config(tmp_path: Path) -> GatewayConfig:
+    """The settings of the test's ``gateway`` (a module overrides this fixture for other limits)."""
+    from gateway.server import GatewayConfig
+
+    return GatewayConfig(state_dir=tmp_path / "gw")
 
 
 @pytest.fixture(scope="session")

@@ -28,7 +28,7 @@ def lock_cmd(
     device: Annotated[str, typer.Option("--device", help="cpu | cuda (metal parses but is refused in P0)")] = "cpu",
     profile: opt.Profile = "baseline",
     runtime: opt.Runtime = None,
-    context: Annotated[int | None, typer.Option("--context", help="context tokens per request")] = None,
+    context: opt.Context = None,
     benchmark: Annotated[
         bool,
         typer.Option(

@@ -159,7 +159,7 @@ def register(app: typer.Typer) -> None:
     @cli_command
     def prepare_cmd(
         svc: opt.ServiceOptions,
-        context: Annotated[int | None, typer.Option("--context", help="context tokens per request")] = None,
+        context: opt.Context = None,
         offline: opt.Offline = False,
         common: Common = COMMON,
     ) -> None:

@@ -1,5 +1,6 @@
-"""The options of the commands that name a model and start a service (``local prepare``, ``local serve``,
-``run``, ``eval harbor run``): each declared once, so the commands say the same thing the same way.
+"""The options of the commands that name a model and start a service (``local lock``, ``local prepare``,
+``local serve``, ``run``, ``eval harbor run``): each declared once, so the commands say the same thing the same
+way.
 
 Used as ``from harness.cli import options as opt`` and ``device: opt.Device = "auto"``. The ``Unset*`` forms
 default to None where a sealed lock (``--inference``) supplies the value instead. The options a command
@@ -19,9 +20,13 @@ from typing import Annotated, Any, TypeVar, get_type_hints
 
 import typer
 
+from harness.errors import HitchError
+
 __all__ = [
     "DEFAULT_RUN_SERVICE",
     "AllowUncertified",
+    "Capture",
+    "Context",
     "Device",
     "Engine",
     "Image",
@@ -36,6 +41,7 @@ __all__ = [
     "ServiceOptions",
     "UnsetDevice",
     "UnsetProfile",
+    "check_capture",
     "grouped",
 ]
 
@@ -64,6 +70,15 @@ Launcher = Annotated[str, typer.Option("--launcher", help="process | oci")]
 Image = Annotated[str | None, typer.Option("--image", help="oci: image ID or digest (default: the runtime's pin)")]
 Runtime = Annotated[str | None, typer.Option("--runtime", help="catalog name or runtime_id")]
 Offline = Annotated[bool, typer.Option("--offline", help="never install or pull; fail with the commands to run")]
+Context = Annotated[int | None, typer.Option("--context", help="context tokens per request")]
+Capture = Annotated[str, typer.Option("--capture", help="off | metadata | full (payloads 0600 under the run)")]
+_CAPTURE_MODES = ("off", "metadata", "full")
+
+
+def check_capture(capture: str) -> None:
+    """Refuse an unknown ``--capture`` mode with the error table's code before anything starts."""
+    if capture not in _CAPTURE_MODES:
+        raise HitchError("usage_error", "--capture is off|metadata|full", {"capture": capture})
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,6 @@ from harness.runtimes import get_runtime
 __all__ = ["register"]
 
 _HARNESSES = ("model-call", "codex")
-_CAPTURE = ("off", "metadata", "full")
 
 
 def _run_body(
@@ -284,9 +283,7 @@ def register(app: typer.Typer) -> None:
         run_id: Annotated[
             str | None, typer.Option("--run-id", help="the run's id (default: random); a finished id answers its record")
         ] = None,
-        capture: Annotated[
-            str, typer.Option("--capture", help="off | metadata | full (payloads 0600 under the run)")
-        ] = "metadata",
+        capture: opt.Capture = "metadata",
         capture_max_bytes: Annotated[
             int | None, typer.Option("--capture-max-bytes", help="capture: bytes kept per request body/response (16 MiB)")
         ] = None,
@@ -305,8 +302,7 @@ def register(app: typer.Typer) -> None:
             )
         if harness == "model-call" and agent_arg:
             raise HitchError("usage_error", "--agent-arg is for codex", {})
-        if capture not in _CAPTURE:
-            raise HitchError("usage_error", "--capture is off|metadata|full", {"capture": capture})
+        opt.check_capture(capture)
         if fake_fault and svc.engine != "fake":
             raise HitchError("usage_error", "--fake-fault is for --engine fake", {})
         hroot = common.hroot

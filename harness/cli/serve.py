@@ -59,9 +59,7 @@ def register(app: typer.Typer) -> None:
     def serve_cmd(
         svc: opt.ServiceOptions,
         run_id: Annotated[str | None, typer.Option("--run-id", help="the run's id (default: random)")] = None,
-        capture: Annotated[
-            str, typer.Option("--capture", help="off | metadata | full (payloads 0600 under the run)")
-        ] = "metadata",
+        capture: opt.Capture = "metadata",
         for_containers: Annotated[
             bool,
             typer.Option(
@@ -77,8 +75,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         from harness.cli.local_services import service_body_of, service_choice_of
 
-        if capture not in ("off", "metadata", "full"):
-            raise HitchError("usage_error", "--capture is off|metadata|full", {"capture": capture})
+        opt.check_capture(capture)
         chosen, rt = service_choice_of(svc)
         hroot = common.hroot
         body = service_body_of(svc, chosen, rt)

@@ -120,15 +120,12 @@ def test_a_chunked_body_over_the_limit_is_refused_413(engine: Engine, run: Any) 
 
 
 def test_the_body_limit_is_a_gateway_setting(engine: Engine, tmp_path: Any) -> None:
-    gt = GatewayThread(gateway_server.GatewayConfig(state_dir=tmp_path / "gw", max_body_bytes=300))
-    try:
+    with GatewayThread(gateway_server.GatewayConfig(state_dir=tmp_path / "gw", max_body_bytes=300)) as gt:
         rec = gt.register("run-small", target_for(engine, make_lock(context=CONTEXT)))
         r = httpx.post(rec.base_url + "/chat/completions", json=_chat(user="x" * 400), headers=_auth(rec), timeout=30)
         _assert_openai_error(r, 413, "inference_request_too_large")
         ok = httpx.post(rec.base_url + "/chat/completions", json=_chat(), headers=_auth(rec), timeout=30)
         assert ok.status_code == 200, ok.text
-    finally:
-        gt.close()
 
 
 # ---------------------------------------------------------------- parsing and field shapes

@@ -24,31 +24,30 @@ def test_no_secret_outside_the_private_token_files(engine: Engine, tmp_path: Pat
     old_level = root.level
     root.addHandler(handler)
     root.setLevel(logging.DEBUG)
-    gt = GatewayThread(GatewayConfig(state_dir=tmp_path / "gw", capture=capture))  # type: ignore[arg-type]
     try:
-        target = target_for(engine, make_lock())
-        a = gt.register("run-a", target)
-        b = gt.register("run-b", target)
-        tokens = [token_of(a), token_of(b)]
-        h = {"Authorization": f"Bearer {tokens[0]}", "x-api-key": tokens[1], "Cookie": f"t={tokens[1]}"}
-        chat = {"model": "tiny-wire", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4}
-        assert httpx.post(a.base_url + "/chat/completions", json=chat, headers=h).status_code == 200
-        assert httpx.post(a.base_url + "/chat/completions", json={**chat, "stream": True}, headers=h).status_code == 200
-        resp = {"model": "tiny-wire", "input": "hello", "max_output_tokens": 4}
-        assert httpx.post(a.base_url + "/responses", json=resp, headers=h).status_code == 200
-        assert httpx.post(a.base_url + "/responses", json={**resp, "temperature": 1.5}, headers=h).status_code == 400
-        assert httpx.get(a.base_url.rsplit("/v1", 1)[0] + "/server_info", headers=h).status_code == 404
-        assert httpx.post(b.base_url + "/responses", json=resp, headers=h).status_code == 401
-        gt.call(lambda: gt.gw.revoke(b.binding_id))
-        metrics = httpx.get(str(gt.gw.metrics_url)).text
-        assert "hitch_gateway_requests_total" in metrics
-        for secret in [*tokens, engine.key]:
-            assert secret not in metrics
-        gt.gw.writer.flush()
-        if capture != "off":
-            assert list((tmp_path / "gw" / "capture").rglob("*.meta.json"))
+        with GatewayThread(GatewayConfig(state_dir=tmp_path / "gw", capture=capture)) as gt:  # type: ignore[arg-type]
+            target = target_for(engine, make_lock())
+            a = gt.register("run-a", target)
+            b = gt.register("run-b", target)
+            tokens = [token_of(a), token_of(b)]
+            h = {"Authorization": f"Bearer {tokens[0]}", "x-api-key": tokens[1], "Cookie": f"t={tokens[1]}"}
+            chat = {"model": "tiny-wire", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4}
+            assert httpx.post(a.base_url + "/chat/completions", json=chat, headers=h).status_code == 200
+            assert httpx.post(a.base_url + "/chat/completions", json={**chat, "stream": True}, headers=h).status_code == 200
+            resp = {"model": "tiny-wire", "input": "hello", "max_output_tokens": 4}
+            assert httpx.post(a.base_url + "/responses", json=resp, headers=h).status_code == 200
+            assert httpx.post(a.base_url + "/responses", json={**resp, "temperature": 1.5}, headers=h).status_code == 400
+            assert httpx.get(a.base_url.rsplit("/v1", 1)[0] + "/server_info", headers=h).status_code == 404
+            assert httpx.post(b.base_url + "/responses", json=resp, headers=h).status_code == 401
+            gt.call(lambda: gt.gw.revoke(b.binding_id))
+            metrics = httpx.get(str(gt.gw.metrics_url)).text
+            assert "hitch_gateway_requests_total" in metrics
+            for secret in [*tokens, engine.key]:
+                assert secret not in metrics
+            gt.gw.writer.flush()
+            if capture != "off":
+                assert list((tmp_path / "gw" / "capture").rglob("*.meta.json"))
     finally:
-        gt.close()
         root.removeHandler(handler)
         root.setLevel(old_level)
         handler.close()

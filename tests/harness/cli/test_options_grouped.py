@@ -4,6 +4,7 @@ service options and ``--json``/``--root``)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -68,3 +69,17 @@ def test_a_grouped_command_keeps_cli_commands_error_handling() -> None:
     app, _ = _app()
     out = CliRunner().invoke(app, ["--name", "refused", "local/tiny", "--json"])
     assert out.exit_code == 2 and '"code": "usage_error"' in out.output
+
+
+def test_run_and_serve_refuse_an_unknown_capture_mode_before_anything_starts(tmp_path: Path) -> None:
+    from harness.cli.app import app
+
+    for argv in (
+        ["run", "--harness", "model-call", "--prompt", "hi", "--capture", "everything"],
+        ["local", "serve", "local/tiny", "--capture", "everything"],
+    ):
+        out = CliRunner().invoke(app, [*argv, "--json", "--root", str(tmp_path / "root")])
+        assert out.exit_code == 2, out.output
+        error = json.loads(out.output)["error"]
+        assert (error["code"], error["details"]) == ("usage_error", {"capture": "everything"}), argv
+    assert not (tmp_path / "root").exists()  # refused before a root, a daemon or a service

@@ -53,10 +53,8 @@ def network(root: Path, client: docker.DockerClient) -> EvalNetwork:
 
 
 @pytest.fixture
-def gateway(tmp_path: Path) -> Iterator[GatewayThread]:
-    gt = GatewayThread(GatewayConfig(state_dir=tmp_path / "gw", metrics_port=None))
-    yield gt
-    gt.close()
+def gateway_config(tmp_path: Path) -> GatewayConfig:
+    return GatewayConfig(state_dir=tmp_path / "gw", metrics_port=None)
 
 
 def _probe_url(origin: str) -> str:

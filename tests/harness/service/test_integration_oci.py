@@ -190,10 +190,9 @@ def test_an_oci_service_serves_a_chat_request_through_the_gateway(
     inputs: ServiceInputs, client: docker.DockerClient, image_id: str, tmp_path: Path
 ) -> None:
     manager, _ = fake_manager(inputs.root, _choice(image_id))
-    gateway = GatewayThread(GatewayConfig(state_dir=tmp_path / "gw"))
     lock = _small(inputs.lock, 512 * MiB)
 
-    async def body() -> None:
+    async def body(gateway: GatewayThread) -> None:
         async with supervised_lease(manager, lock) as (lease, service):
             process = await service.verified_process()
             assert process is not None and process.launcher == "oci" and process.network_subnet
@@ -212,10 +211,8 @@ def test_an_oci_service_serves_a_chat_request_through_the_gateway(
             assert answer["object"] == "chat.completion" and answer["choices"][0]["message"]["role"] == "assistant"
             assert answer["usage"]["completion_tokens"] >= 1
 
-    try:
-        run(body())
-    finally:
-        gateway.close()
+    with GatewayThread(GatewayConfig(state_dir=tmp_path / "gw")) as gateway:
+        run(body(gateway))
 
 
 def test_forged_container_routes_are_refused(inputs: ServiceInputs, client: docker.DockerClient, image_id: str) -> None:

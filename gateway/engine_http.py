@@ -442,12 +442,14 @@ class EnginePool:
                 loop.create_connection(lambda: _Connection(loop, key), host, port), self._connect_timeout
             )
         response = EngineResponse(conn, self, loop, timeout_s)
-        assert conn.transport is not None
         try:
+            transport = conn.transport
+            if transport is None or not conn.reusable():  # the engine closed it at once (before our request)
+                raise EngineBodyEnded("the engine closed the connection before the request was sent")
             if len(body) < 65536:
-                conn.transport.write(head + body)  # one segment for the common request
+                transport.write(head + body)  # one segment for the common request
             else:
-                conn.transport.writelines((head, body))
+                transport.writelines((head, body))
             await response.head()
         except BaseException:
             response.close()

@@ -132,14 +132,23 @@ def test_an_answer_ended_by_close_is_complete_and_not_reused() -> None:
     ids=["mid-chunk", "no-last-chunk", "bad-size", "no-crlf", "short-length"],
 )
 def test_an_answer_that_ends_early_or_breaks_its_framing_raises(answer: bytes) -> None:
-    async def script(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    _reading_raises(answer, EngineBodyEnded)
+
+
+def _reading_raises(answer: bytes, error: type[Exception], timeout_s: float = 30, hold_open: bool = False) -> None:
+    """The engine writes ``answer``, then closes (or holds the connection open): reading the body raises ``error``."""
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.write(answer)
         await writer.drain()
-        writer.close()
+        if hold_open:
+            await reader.read(1)  # until the client closes
+        else:
+            writer.close()
 
     async def client(pool: EnginePool, origin: str) -> None:
-        response = await pool.post(origin, "/v1/x", b"{}", {}, 30)
-        with pytest.raises(EngineBodyEnded):
+        response = await pool.post(origin, "/v1/x", b"{}", {}, timeout_s)
+        with pytest.raises(error):
             await _pull_all(response)
         response.close()
 
@@ -158,18 +167,7 @@ def test_a_connection_closed_before_the_head_raises_from_post() -> None:
 
 
 def test_an_answer_past_the_request_timeout_raises_timeout() -> None:
-    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(_HEAD + _CHUNKED[:30])
-        await writer.drain()
-        await reader.read(1)  # until the client closes
-
-    async def client(pool: EnginePool, origin: str) -> None:
-        response = await pool.post(origin, "/v1/x", b"{}", {}, 0.5)
-        with pytest.raises(TimeoutError):
-            await _pull_all(response)
-        response.close()
-
-    _run(script, client)
+    _reading_raises(_HEAD + _CHUNKED[:30], TimeoutError, timeout_s=0.5, hold_open=True)
 
 
 def test_a_header_with_a_line_break_is_never_sent() -> None:

@@ -32,10 +32,12 @@ ADMIN_KEY = "hak-" + "Wm7" * 14
 MiB = 1024 * 1024
 CONFIG_INSIDE = "/run/hitch/engine-config.yaml"
 
-# prints what SGLang prints at start-up, with the keys it read from its config file; then exits
+# prints what SGLang prints at start-up, with the keys it read from its config file; then stays up, as an
+# engine does, until stopped (a container that exits at once may be gone before the launcher reads its address)
 PRINTER = textwrap.dedent(
     """
-    import sys
+    import signal, sys, time
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     template, config = sys.argv[1], sys.argv[2]
     keys = dict(line.split(": ", 1) for line in open(config).read().splitlines())
     api, admin = keys["api-key"].strip('"'), keys["admin-api-key"].strip('"')
@@ -44,6 +46,7 @@ PRINTER = textwrap.dedent(
     print(f"[2026-12-01 16:34:38] ServerArgs(model_path='/m', api_key={api!r}, admin_api_key={admin!r}, port=30000)")
     print(f"launch_command: python -m sglang.launch_server --api-key {api} --admin-api-key={admin} --port 30000")
     sys.stdout.flush()
+    time.sleep(600)
     """
 )
 
@@ -129,10 +132,12 @@ def _spec(tmp_path: Path, argv0: list[str], *, image: str | None, secret_inside:
     )
 
 
-async def _run_to_exit(engine: LaunchedEngine, log: Path) -> str:
+async def _run_until_logged(engine: LaunchedEngine, log: Path) -> str:
+    """Wait for the printer's last line in the log, then stop the engine; the log as it stands after the stop."""
     for _ in range(1200):
-        if await engine.poll() is not None and "launch_command" in (log.read_text() if log.exists() else ""):
+        if "launch_command" in (log.read_text() if log.exists() else ""):
             break
+        assert await engine.poll() is None, "the printer exited before its lines reached the log"
         await asyncio.sleep(0.05)
     await engine.stop(10.0)
     return log.read_text()
@@ -144,7 +149,7 @@ def test_process_launcher_log_is_redacted(tmp_path: Path) -> None:
 
     async def body() -> str:
         engine = await ProcessLauncher().start(spec)
-        return await _run_to_exit(engine, spec.log_path)
+        return await _run_until_logged(engine, spec.log_path)
 
     text = asyncio.run(body())
     _assert_redacted(text)
@@ -171,7 +176,7 @@ def test_oci_launcher_log_is_redacted(
 
     async def body() -> str:
         engine = await OciLauncher(root, client=docker_client).start(spec)
-        return await _run_to_exit(engine, spec.log_path)
+        return await _run_until_logged(engine, spec.log_path)
 
     try:
         text = asyncio.run(body())

@@ -71,8 +71,7 @@ def _request_head(netloc: str, path: str, headers: Mapping[str, str], body_len: 
 class _Connection(asyncio.Protocol):
     """One keep-alive connection to the engine; one answer at a time."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, key: tuple[str, int]) -> None:
-        self._loop = loop
+    def __init__(self, key: tuple[str, int]) -> None:
         self.key = key
         self.transport: asyncio.Transport | None = None
         self.lost = False
@@ -173,7 +172,7 @@ class EngineResponse:
             if payload:
                 self._deliver(payload, now)
             if self._phase == "done":
-                self._finish("end")
+                self._wake("end")
         except Exception as exc:
             self._fail(exc)
 
@@ -295,7 +294,7 @@ class EngineResponse:
         if sink is not None:
             if sink(payload, now) and self._phase != "done":
                 self._pause()
-                self._finish("paused")
+                self._wake("paused")
             return
         if not self._queue:
             self._queued_at = now
@@ -303,12 +302,12 @@ class EngineResponse:
         self._queued += len(payload)
         if self._queued > _PULL_HIGH_WATER:
             self._pause()
-        self._finish("end")  # wakes a pending read
+        self._wake("end")  # wakes a pending read
 
     def connection_lost(self) -> None:
         if self._phase == "body" and self._framing == "close":
             self._phase, self.ended_at = "done", time.perf_counter()
-            self._finish("end")
+            self._wake("end")
         elif self._phase in ("head", "body"):
             self._fail(EngineBodyEnded("the engine closed the connection before its answer ended"))
 
@@ -324,7 +323,7 @@ class EngineResponse:
         if waiter is not None and not waiter.done():
             waiter.set_exception(exc)
 
-    def _finish(self, wake: Wake) -> None:
+    def _wake(self, wake: Wake) -> None:
         waiter, self._waiter = self._waiter, None
         if waiter is not None and not waiter.done():
             waiter.set_result(wake)
@@ -438,9 +437,7 @@ class EnginePool:
         if idle is not None:
             conn = idle
         else:
-            _, conn = await asyncio.wait_for(
-                loop.create_connection(lambda: _Connection(loop, key), host, port), self._connect_timeout
-            )
+            _, conn = await asyncio.wait_for(loop.create_connection(lambda: _Connection(key), host, port), self._connect_timeout)
         response = EngineResponse(conn, self, loop, timeout_s)
         try:
             transport = conn.transport

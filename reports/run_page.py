@@ -5,7 +5,9 @@ Input is one run's ``results.json``: a DESIGN §6 predicate plus, optionally, ``
 ``lifecycle`` (a mapping of timing name to number, possibly nested). Where an arm carries
 ``added_latency_ci_ms`` (bootstrap 95 % intervals, :func:`certify.stats.added_intervals`) each added figure
 shows its interval, the §15.4 badge is decided on the interval's upper end, and the page says when a figure is
-noise (its interval holds 0: a negative one is no speed-up) or unreliable (too few samples). Missing parts are
+noise (its interval holds 0: a negative one is no speed-up) or unreliable (too few samples); where it carries
+``added_paired_ms`` (the median of per-pair differences, :mod:`certify.perf.summary`) that shift is shown with
+its interval and its verdict against max(2 ms, 1 % of direct p50). Missing parts are
 shown as missing, never invented; a present part of the wrong type is a ``report_input_invalid`` error.
 """
 
@@ -195,6 +197,13 @@ def _overhead(results: Mapping[str, Any]) -> dict[str, Any]:
                     row["within_bound"] = not decided
                 else:  # an older JSON: the upper ends of the added intervals
                     row["within_bound"] = all(v is not None and v <= bound for v in _bound_values(row))
+                paired, target = entry.get("added_paired_ms"), entry.get("paired_target")
+                row["paired"] = (
+                    {k: _number(paired.get(k)) for k in ("estimate", "low", "high")}
+                    | {"n": paired.get("n"), "verdict": target.get("verdict") if isinstance(target, Mapping) else None}
+                    if isinstance(paired, Mapping)
+                    else None
+                )
                 resid = entry.get("residence_ci_ms")
                 row["residence"] = (
                     {p: _number(resid[p].get("estimate")) for p in PERCENTILES} if isinstance(resid, Mapping) else None

@@ -14,6 +14,14 @@ Per kind (unary, stream) and per arm other than direct:
 - ``rps_c32`` (requests/s at concurrency C: the key keeps its historical name, ``concurrency`` states C),
   ``throughput_ratio_vs_direct_c32``, ``cpu_ms_per_request_c32`` / ``_c1`` (the proxy process).
 
+- ``added_paired_ms`` (E2E; streams also ``itl_added_paired_ms``): the median of the *per-pair* differences
+  — each c=1 request of the arm minus the direct request sent right beside it (:mod:`certify.perf.loops`
+  alternates them) — with its bootstrap 95 % interval over the pairs. A difference of two medians carries
+  the engine's drift between rounds and its spread within one (±15 % on a 2-core CPU engine); a pair shares
+  the machine's state of the moment, so the paired median resolves a few ms where the pooled difference
+  cannot. It estimates the shift of the typical request (the p50), not a tail;
+- ``paired_target``: that shift against issue 13's per-token target, max(2 ms, 1 % of direct p50):
+  ``met`` (the interval's upper end within it), ``missed`` (its lower end over it) or ``undecided``;
 - an arm whose samples carry the engine's share (our gateway, from its evidence: :mod:`certify.perf.loops`)
   also: ``residence_ci_ms`` {p50,p95,p99} — the percentiles of the per-request *residence* (client E2E minus
   the engine's share) with their bootstrap 95 % intervals — and, for streams, ``ttft_residence_ci_ms``.
@@ -44,10 +52,12 @@ from typing import Any
 from certify.perf.loops import KINDS, Plan, Round, pooled
 from certify.stats import added_intervals, percentile
 
-__all__ = ["FLOOR_MS", "FRACTION", "QS", "bound_ms", "over_bound", "render", "summarize"]
+__all__ = ["FLOOR_MS", "FRACTION", "QS", "bound_ms", "over_bound", "paired_target", "render", "summarize"]
 
 FLOOR_MS = 20.0
 FRACTION = 0.05
+TARGET_FLOOR_MS = 2.0  # issue 13's per-token target for the paired p50 shift: max(2 ms, 1 % of direct)
+TARGET_FRACTION = 0.01
 QS = {"p50": 0.5, "p95": 0.95, "p99": 0.99}
 _BOUNDED = ("p50", "p95")
 
@@ -93,6 +103,24 @@ def _residence(rounds: list[Round], kind: str, arm: str, field: str) -> dict[str
     return added_intervals(None, values, QS, scale=1000.0) if values else None
 
 
+def _paired(rounds: list[Round], kind: str, arm: str, field: str) -> dict[str, Any]:
+    diffs = [
+        a - d
+        for rd in rounds
+        for sa, sd in zip(rd.c1[kind][arm], rd.c1[kind]["direct"], strict=True)
+        if (a := getattr(sa, field)) is not None and (d := getattr(sd, field)) is not None
+    ]
+    return added_intervals(None, diffs, {"p50": 0.5}, scale=1000.0)["p50"]
+
+
+def paired_target(paired: dict[str, Any], direct_p50_ms: float) -> dict[str, Any]:
+    """The paired p50 shift against max(2 ms, 1 % of direct p50) (see the module doc)."""
+    bound = max(TARGET_FLOOR_MS, TARGET_FRACTION * direct_p50_ms)
+    low, high = paired["low"], paired["high"]
+    verdict = "undecided" if low is None or high is None else "met" if high <= bound else "missed" if low > bound else "undecided"
+    return {"bound_ms": bound, "verdict": verdict}
+
+
 def _tokens(rounds: list[Round], kind: str, arm: str) -> dict[str, Any]:
     tokens = [s.tokens for rd in rounds for s in rd.c1[kind][arm] if s.tokens is not None]
     return {"completion_tokens": sorted(set(tokens)), "completion_tokens_median": statistics.median(tokens) if tokens else None}
@@ -123,6 +151,7 @@ def summarize(rounds: list[Round], plan: Plan, retries: dict[str, int], permits:
                 "added_latency_ms": added,
                 "added_latency_ms_rounds": added_rounds,
                 "added_latency_ci_ms": _intervals(rounds, kind, arm, "e2e"),
+                "added_paired_ms": _paired(rounds, kind, arm, "e2e"),
                 "e2e_ratio": {p: (direct[p] + added[p]) / direct[p] if direct[p] else None for p in QS},
                 "bound_ms": {p: bound_ms(direct[p]) for p in _BOUNDED},
                 "rps_c32": med(rps),
@@ -130,6 +159,7 @@ def summarize(rounds: list[Round], plan: Plan, retries: dict[str, int], permits:
                 "cpu_ms_per_request_c32": med(rd.cpu_ms_conc[kind][arm] for rd in rounds),
                 "cpu_ms_per_request_c1": med(rd.cpu_ms_c1[kind][arm] for rd in rounds),
             } | _tokens(rounds, kind, arm)
+            entry["paired_target"] = paired_target(entry["added_paired_ms"], direct["p50"])
             if (residence := _residence(rounds, kind, arm, "residence")) is not None:
                 entry["residence_ci_ms"] = residence
             if kind == "stream":
@@ -141,6 +171,7 @@ def summarize(rounds: list[Round], plan: Plan, retries: dict[str, int], permits:
                     entry["ttft_residence_ci_ms"] = residence
                 entry["itl_added_ms"], _ = _added(rounds, kind, arm, "itl")
                 entry["itl_added_ci_ms"] = _intervals(rounds, kind, arm, "itl")
+                entry["itl_added_paired_ms"] = _paired(rounds, kind, arm, "itl")
             entry["over_bound"] = over_bound(entry, "e2e", "") + (over_bound(entry, "ttft", "TTFT ") if kind == "stream" else [])
             section[arm] = entry
         if "reference" in section:
@@ -241,6 +272,14 @@ def render(report: dict[str, Any]) -> str:
                 + "/".join(f"{ratio[p]:.3f}x" if ratio[p] else "-" for p in QS)
             )
             lines.append(f"{'':9s} E2E added (pooled) " + "; ".join(_interval(p, c) for p, c in e["added_latency_ci_ms"].items()))
+            paired, target = e["added_paired_ms"], e["paired_target"]
+            share = f" = {paired['estimate'] / d['p50_ms'] * 100:+.2f} % of direct" if paired["estimate"] is not None else ""
+            lines.append(
+                f"{'':9s} E2E added (paired, n={paired['n']} pairs) {_interval('p50', paired)}{share}; "
+                f"target max(2 ms, 1 %) = {target['bound_ms']:.2f} ms: {target['verdict']}"
+            )
+            if "itl_added_paired_ms" in e:
+                lines.append(f"{'':9s} ITL added (paired) {_interval('p50', e['itl_added_paired_ms'])}")
             for label, key in (("TTFT", "ttft_added_ci_ms"), ("ITL", "itl_added_ci_ms")):
                 if key in e:
                     lines.append(f"{'':9s} {label} added (pooled) " + "; ".join(_interval(p, c) for p, c in e[key].items()))

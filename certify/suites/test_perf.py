@@ -179,6 +179,8 @@ def test_added_latency_within_bound(overhead: dict[str, Any], certify_record: An
         certify_record.detail(f"{kind}.added_ms", {p: round(v, 3) for p, v in gw["added_latency_ms"].items()})
         certify_record.detail(f"{kind}.added_ci_ms", _intervals_detail(gw["added_latency_ci_ms"]))
         certify_record.detail(f"{kind}.residence_ci_ms", _intervals_detail(gw["residence_ci_ms"]))
+        certify_record.detail(f"{kind}.added_paired_ms", _intervals_detail({"p50": gw["added_paired_ms"]})["p50"])
+        certify_record.detail(f"{kind}.paired_target", gw["paired_target"])
         certify_record.detail(f"{kind}.samples_per_arm", overhead["samples_per_arm"])
         over += over_bound(gw, "e2e", f"{kind} ")
     assert not over, "gateway overhead above the §15.4 bound: " + "; ".join(over)

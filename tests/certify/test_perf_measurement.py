@@ -59,6 +59,42 @@ def _rounds(n: int, added_s: float, rounds: int = 2) -> list[Round]:
     return out
 
 
+def _drifting(added_s: float, jitter_s: float = 0.0, rounds: int = 4, n: int = 30) -> list[Round]:
+    """Rounds whose engine drifts by 20 % from round to round and spreads within one; the gateway sample of
+    each pair is its direct sample's machine state plus ``added_s`` and, alternately, +/- ``jitter_s``."""
+    out = []
+    for r in range(rounds):
+        rd = Round()
+        for kind in ("unary", "stream"):
+            base = [0.800 * (1 + 0.2 * ((r * 3) % 4)) + 0.004 * ((i * 11) % 23) for i in range(n)]
+            gw = [b + added_s + (jitter_s if i % 2 else -jitter_s) for i, b in enumerate(base)]
+            rd.c1[kind] = {"direct": [Sample(b, b / 8, b / 128, 128) for b in base]}
+            rd.c1[kind]["gateway"] = [Sample(g, g / 8, g / 128, 128) for g in gw]
+            rd.rps[kind] = {"direct": 1.0, "gateway": 1.0}
+            rd.cpu_ms_c1[kind] = rd.cpu_ms_conc[kind] = {"direct": 0.0, "gateway": 1.0}
+        out.append(rd)
+    return out
+
+
+def test_the_paired_shift_resolves_what_drift_hides_from_the_pooled_difference() -> None:
+    plan = Plan(rounds=4, warmup=0, n_c1=30, concurrency=1, n_conc=1, max_tokens=128)
+    met = summarize(_drifting(0.001), plan, {})["results"]["stream"]["gateway"]
+    assert met["added_latency_ci_ms"]["p50"]["noise"]  # the rounds' drift swamps 1 ms in the pooled difference
+    paired = met["added_paired_ms"]
+    assert paired["estimate"] == pytest.approx(1.0) and paired["n"] == 120 and not paired["noise"]
+    assert met["paired_target"]["verdict"] == "met" and met["paired_target"]["bound_ms"] > 8.0  # 1 % of ~1 s
+
+    missed = summarize(_drifting(0.030), plan, {})["results"]["unary"]["gateway"]
+    assert missed["added_paired_ms"]["low"] > missed["paired_target"]["bound_ms"]
+    assert missed["paired_target"]["verdict"] == "missed"
+
+    # pairs that disagree by +/- 20 ms around a 5 ms shift cannot place it against a ~10 ms target
+    loose = summarize(_drifting(0.005, jitter_s=0.020), plan, {})["results"]["unary"]["gateway"]
+    assert loose["added_paired_ms"]["low"] < loose["paired_target"]["bound_ms"] < loose["added_paired_ms"]["high"]
+    assert loose["paired_target"]["verdict"] == "undecided"
+    assert "E2E added (paired, n=120 pairs)" in render(summarize(_drifting(0.001), plan, {}))
+
+
 def test_summary_states_samples_intervals_and_the_bound_on_the_interval() -> None:
     plan = Plan(rounds=2, warmup=0, n_c1=60, concurrency=4, n_conc=8, max_tokens=8)
     report = summarize(_rounds(60, 0.002), plan, {})

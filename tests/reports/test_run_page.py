@@ -99,6 +99,23 @@ def test_the_badge_is_the_measurement_s_decision_and_the_time_in_the_gateway_is_
     assert all("1.50 / 1.50 / 1.50" in r for r in gateway_rows)
 
 
+def test_the_paired_shift_is_shown_with_its_interval_and_verdict(tmp_path: Path) -> None:
+    results = sd.results()
+    gw = results["overhead"]["results"]["stream"]["gateway"]
+    gw["added_paired_ms"] = {"estimate": 4.85, "low": 2.84, "high": 7.56, "n": 90, "reliable": True, "noise": False}
+    gw["paired_target"] = {"bound_ms": 6.81, "verdict": "undecided"}
+    html = build_run_page(results, tmp_path).read_text()
+    table = html[html.index('id="overhead"') :]
+    table = table[: table.index("</table>")]
+    stream_row, unary_row = (
+        next(r for r in table.split("<tr>") if "<td>gateway</td>" in r and f"<td>{kind}</td>" in r)
+        for kind in ("stream", "unary")
+    )
+    assert '4.85<br><small class="ci">95 % [2.84, 7.56] n=90 pairs' in stream_row
+    assert "1 % target: undecided" in stream_row
+    assert "pairs" not in unary_row  # a JSON without the paired figure shows none, never an invented one
+
+
 def test_without_overhead_json_the_signed_metrics_are_plotted(tmp_path: Path) -> None:
     results = sd.predicate()
     html = build_run_page(results, tmp_path, name="other.html").read_text()

@@ -8,14 +8,19 @@ called by the certify session (:func:`certify.session.open_session`) after the m
 the engine is started, under a file lock so xdist workers compute it once; the suite then only reads the
 cache (:func:`reference_run`).
 
-Owns the prompt sets (:data:`PARITY_PROMPTS`, :data:`EVAL_SET`, the natural-stop question) and their
-budgets; the checks and their tolerances live in ``certify/suites/test_correctness.py``.
+Owns the prompt sets (:data:`PARITY_PROMPTS`, :data:`EVAL_SET`, the natural-stop question; their texts are
+data, ``reference_prompts.json`` beside this module) and their budgets; the checks and their tolerances live
+in ``certify/suites/test_correctness.py``. A set is identified by the digest of its rendered prompts
+(:func:`fixtures.reference.prompt_set_digest`, part of the reference cache key), whichever file they come from.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Annotated, Any, Self
+
+from pydantic import Field, StringConstraints, model_validator
 
 from catalog.model_fixtures import fixture_for_model_id
 from fixtures.reference import (
@@ -27,21 +32,26 @@ from fixtures.reference import (
     reference_cache_dir,
     run_references,
 )
+from harness.contracts.base import Record
 from harness.paths import HitchRoot, ensure_private_dir
 
 __all__ = [
     "EVAL_SET",
     "EVAL_SYSTEM",
     "EVAL_TOKENS",
+    "PROMPTS",
     "PARITY_PROMPTS",
     "PARITY_TOKENS",
     "REFERENCE_SETS",
     "STOP_QUESTION",
     "STOP_TOKENS",
+    "EvalItemV1",
     "TOP_K",
+    "ReferencePromptsV1",
     "ReferenceSet",
     "chat_messages",
     "eval_messages",
+    "load_prompts",
     "not_applicable",
     "prepare_references",
     "reference_continuation",
@@ -49,52 +59,52 @@ __all__ = [
 ]
 
 Message = dict[str, Any]
+NonEmpty = Annotated[str, StringConstraints(min_length=1)]
 
 PARITY_TOKENS = 32
 TOP_K = 5
 EVAL_TOKENS = 12
 STOP_TOKENS = 48
 
-# user-only prompts: chat and Responses render them through the same template (no system folding)
-PARITY_PROMPTS = [
-    "Write a short story about a robot who learns to paint.",
-    "Explain how photosynthesis works to a ten year old.",
-    "List five tips for staying healthy and explain each one.",
-    "Describe the water cycle in detail.",
-    "What are the benefits of reading books every day?",
-    "Write a poem about the ocean at night.",
-    "How does a computer store information? Explain step by step.",
-    "Give me a recipe for a simple vegetable soup.",
-]
-STOP_QUESTION = "What is the capital of France?"
-EVAL_SYSTEM = "Answer with a single word only."
-# (question, accepted answers): common knowledge a 135M instruct model can answer, each with one short answer
-# (a number also in digits) that the question does not contain, so an answer that repeats the question never
-# matches; scored by normalised exact match (certify.kit.correctness.answer_matches)
-EVAL_SET: list[tuple[str, tuple[str, ...]]] = [
-    ("What is the capital of France?", ("Paris",)),
-    ("What is the capital of Japan?", ("Tokyo",)),
-    ("What is the capital of Italy?", ("Rome",)),
-    ("What is the capital of Germany?", ("Berlin",)),
-    ("What is the capital of England?", ("London",)),
-    ("What color is the sky on a clear day?", ("blue",)),
-    ("What color is grass?", ("green",)),
-    ("What color is snow?", ("white",)),
-    ("What color is a ripe banana?", ("yellow",)),
-    ("How many legs does a spider have?", ("eight", "8")),
-    ("How many days are in a week?", ("seven", "7")),
-    ("What is two plus two?", ("four", "4")),
-    ("What is the opposite of hot?", ("cold",)),
-    ("What is the opposite of day?", ("night",)),
-    ("What is the largest planet in our solar system?", ("Jupiter",)),
-    ("What is frozen water called?", ("ice",)),
-    ("What do bees make?", ("honey",)),
-    ("Which animal says meow?", ("cat", "cats")),
-    ("Who wrote Romeo and Juliet?", ("Shakespeare",)),
-    ("What language is spoken in Spain?", ("Spanish",)),
-    ("At how many degrees Celsius does water boil?", ("100", "one hundred")),
-    ("Which star is at the center of our solar system?", ("Sun",)),
-]
+PROMPTS_PATH = Path(__file__).with_name("reference_prompts.json")
+
+
+class EvalItemV1(Record):
+    """One eval question and its accepted answers (a number also in digits), scored by normalised exact match
+    (:func:`certify.kit.correctness.answer_matches`)."""
+
+    question: NonEmpty
+    accepted: tuple[NonEmpty, ...] = Field(min_length=1)
+
+
+class ReferencePromptsV1(Record):
+    """The prompt sets' texts, as shipped in :data:`PROMPTS_PATH` (validated when this module is imported)."""
+
+    # user-only prompts: chat and Responses render them through the same template (no system folding)
+    parity_prompts: list[NonEmpty] = Field(min_length=1)
+    stop_question: NonEmpty
+    eval_system: NonEmpty
+    # common knowledge a 135M instruct model can answer, each with one short answer that the question does not
+    # contain, so an answer that repeats the question never matches
+    eval_set: list[EvalItemV1] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _distinct(self) -> Self:
+        for name, texts in (("parity_prompts", self.parity_prompts), ("eval_set", [i.question for i in self.eval_set])):
+            if len(set(texts)) != len(texts):
+                raise ValueError(f"{name} repeats a prompt")
+        return self
+
+
+def load_prompts(path: Path = PROMPTS_PATH) -> ReferencePromptsV1:
+    return ReferencePromptsV1.model_validate_json(path.read_bytes())
+
+
+PROMPTS = load_prompts()
+PARITY_PROMPTS = PROMPTS.parity_prompts
+STOP_QUESTION = PROMPTS.stop_question
+EVAL_SYSTEM = PROMPTS.eval_system
+EVAL_SET: list[tuple[str, tuple[str, ...]]] = [(item.question, item.accepted) for item in PROMPTS.eval_set]
 
 
 def chat_messages(text: str, system: str | None = None) -> list[Message]:

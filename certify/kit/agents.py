@@ -9,9 +9,10 @@ request bodies (what the engine received, in order).
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from certify.kit.probes import read_evidence
 from certify.kit.stack import PrivateStack, write_script
@@ -38,16 +39,21 @@ def rig_lock(model: LocalModelManifestV1, context: int) -> InferenceLockV1:
 
 
 class AgentRig:
+    """The rig, running from construction until :meth:`close` (or the end of a ``with`` block)."""
+
     served = "rig-wire"
 
     def __init__(self, workdir: Path, model_dir: Path, lock: InferenceLockV1, script: list[dict[str, Any]], *extra: str) -> None:
         self.workdir = workdir
         self.lock = lock
         flags = ["--fake-script", str(write_script(workdir, script)), *parser_flags(lock), *extra]
-        self.stack = PrivateStack.start(
+        running = PrivateStack.running(
             model_dir, workdir, lock, *flags, served=self.served, run_id="run-agents-rig", service_id="svc-agents-rig",
             context=lock.execution.context_tokens_per_request, capture="full", metrics_port=0,
         )  # fmt: skip
+        with contextlib.ExitStack() as held:
+            self.stack = held.enter_context(running)
+            self._held = held.pop_all()  # kept open past __init__: closed by close()
         self.engine = self.stack.engine
         self.token = self.stack.run.token
         self.base_url = self.stack.run.base_url
@@ -82,5 +88,11 @@ class AgentRig:
         self.gateway.settle_evidence()
         return read_evidence(self.stack.state_dir, self.stack.run.binding_id)
 
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     def close(self) -> None:
-        self.stack.close()
+        self._held.close()

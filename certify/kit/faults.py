@@ -37,6 +37,7 @@ from fixtures.engine_faults import EngineTarget
 from fixtures.fault_proxy import FaultProxy, ProxyFault, start_fault_proxy
 from gateway.server import GatewayConfig
 from gateway.testing import GatewayThread
+from harness.contracts.lock import InferenceLockV1
 from harness.service.state_store import ServiceStateStore
 from harness.store import model_files_dir
 
@@ -217,68 +218,70 @@ def fault_front(
     """A front for one check. ``private`` (fake engine): a private fake engine and gateway (short request
     timeout, 1 MiB response cap, one running request); on SGLang every front is private (the proxy's)."""
     lock = session_lock(env)
-    if env.engine == "fake" and not private:
-        assert env.fake is not None
-        run = env.new_run()
-        env.fake.reset()
-        try:
+    updates: dict[str, Any] = {} if timeout_ms is None else {"request_timeout_ms": timeout_ms}
+    tokenizer_dir = model_files_dir(env.root, lock.model_id)
+    with contextlib.ExitStack() as held:  # left in reverse: the fault cleared, then the run or gateway gone
+        if env.engine == "fake" and not private:
+            assert env.fake is not None
+            run = env.new_run()
+            held.callback(env.delete_run, run)
+            env.fake.reset()
+            held.callback(env.fake.reset)
             yield FaultFront(
                 env, run.base_url, run.token, run.wire_model, env.engine_url, env.engine_headers(), run.binding_id,
                 env.root.gateway_dir, fake=env.fake,
             )  # fmt: skip
-        finally:
-            env.fake.reset()
-            env.delete_run(run)
-        return
-    updates: dict[str, Any] = {} if timeout_ms is None else {"request_timeout_ms": timeout_ms}
-
-    if env.engine == "fake":
-        execution = lock.execution.model_copy(update={**updates, "max_running_requests": 1})
-        stack = PrivateStack.start(
-            model_files_dir(env.root, lock.model_id), workdir, lock.model_copy(update={"execution": execution}),
-            max_running=1, max_response_bytes=RESPONSE_CAP,
-        )  # fmt: skip
-        try:
+        elif env.engine == "fake":
+            execution = lock.execution.model_copy(update={**updates, "max_running_requests": 1})
+            private_lock = lock.model_copy(update={"execution": execution})
+            running = PrivateStack.running(tokenizer_dir, workdir, private_lock, max_running=1, max_response_bytes=RESPONSE_CAP)
+            stack = held.enter_context(running)
             recovery = None
             if updates:
-                record = bind_upstream(
+                recovery = _recovery(
                     stack.gateway, "certify-private-recovery", stack.engine.base, stack.engine.key, lock, stack.run.wire_model,
-                    model_files_dir(env.root, lock.model_id),
+                    tokenizer_dir,
                 )  # fmt: skip
-                recovery = (record.base_url, stack.gateway.token_of(record))
             yield FaultFront(
                 env, stack.run.base_url, stack.run.token, stack.run.wire_model, stack.engine.base, stack.engine_headers(),
                 stack.run.binding_id, stack.state_dir, fake=stack.engine.control, gateway=stack.gateway, recovery=recovery,
             )  # fmt: skip
-        finally:
-            stack.close()
-        return
-    assert proxy is not None and proxy.alive()
-    proxy.clear()
-    proxy.wait(lambda s: s.open_connections == 0, what="the previous check's connections to close")
-    proxy.forget()
-    variant = lock.model_copy(update={"execution": lock.execution.model_copy(update=updates)})
-    state_dir = workdir / "gateway"
-    gateway = GatewayThread(GatewayConfig(state_dir=state_dir, metrics_port=None, max_response_bytes=RESPONSE_CAP))
-    try:
-        record = bind_upstream(
-            gateway, "certify-proxy-run", proxy.base, env.engine_key, variant, env.run.wire_model,
-            model_files_dir(env.root, lock.model_id),
-        )  # fmt: skip
-        recovery = None
-        if updates:
-            again = bind_upstream(
-                gateway, "certify-proxy-recovery", proxy.base, env.engine_key, lock, env.run.wire_model,
-                model_files_dir(env.root, lock.model_id),
+        else:
+            assert proxy is not None and proxy.alive()
+            proxy.clear()
+            proxy.wait(lambda s: s.open_connections == 0, what="the previous check's connections to close")
+            proxy.forget()
+            variant = lock.model_copy(update={"execution": lock.execution.model_copy(update=updates)})
+            state_dir = workdir / "gateway"
+            config = GatewayConfig(state_dir=state_dir, metrics_port=None, max_response_bytes=RESPONSE_CAP)
+            gateway = held.enter_context(GatewayThread(config))
+            held.callback(proxy.clear)
+            record = bind_upstream(
+                gateway, "certify-proxy-run", proxy.base, env.engine_key, variant, env.run.wire_model, tokenizer_dir
+            )
+            recovery = None
+            if updates:
+                recovery = _recovery(
+                    gateway, "certify-proxy-recovery", proxy.base, env.engine_key, lock, env.run.wire_model, tokenizer_dir
+                )
+            yield FaultFront(
+                env, record.base_url, gateway.token_of(record), env.run.wire_model, env.engine_url, env.engine_headers(),
+                record.binding_id, state_dir, proxy=proxy, gateway=gateway, recovery=recovery,
             )  # fmt: skip
-            recovery = (again.base_url, gateway.token_of(again))
-        yield FaultFront(
-            env, record.base_url, gateway.token_of(record), env.run.wire_model, env.engine_url, env.engine_headers(),
-            record.binding_id, state_dir, proxy=proxy, gateway=gateway, recovery=recovery,
-        )  # fmt: skip
-    finally:
-        proxy.clear()
-        gateway.close()
+
+
+def _recovery(
+    gateway: GatewayThread,
+    run_id: str,
+    upstream: str,
+    engine_key: str,
+    lock: InferenceLockV1,
+    wire_model: str,
+    tokenizer_dir: Path,
+) -> tuple[str, str]:
+    """(base URL, token) of a second run on ``gateway`` and ``upstream`` under the session lock's own request timeout."""
+    record = bind_upstream(gateway, run_id, upstream, engine_key, lock, wire_model, tokenizer_dir)
+    return record.base_url, gateway.token_of(record)
 
 
 # -- faults that kill or refuse an engine: the private daemon ---------------------------------------------

@@ -76,7 +76,8 @@ def queue_counts(gateway: GatewayThread) -> tuple[int, int, int, int]:
 
 @dataclass
 class PrivateStack:
-    """A fake engine process and a gateway (own loop thread) in front of it, with one registered run."""
+    """A fake engine process and a gateway (own loop thread) in front of it, with one registered run; made for a
+    ``with`` block by :meth:`running`."""
 
     engine: FakeEngineProcess
     gateway: GatewayThread
@@ -84,7 +85,8 @@ class PrivateStack:
     run: RunHandle
 
     @classmethod
-    def start(
+    @contextlib.contextmanager
+    def running(
         cls,
         model_dir: Path,
         workdir: Path,
@@ -96,22 +98,18 @@ class PrivateStack:
         max_running: int | None = None,
         context: int | None = None,
         **gateway_config: Any,
-    ) -> PrivateStack:
-        """Start the engine (``flags`` added to the kit's; ``max_running`` and ``context`` as the fake's flags,
-        its defaults when None), then a gateway (``GatewayConfig`` fields in ``gateway_config``; no metrics
-        listener unless asked) with one run of ``lock``."""
-        engine = start_fake_engine(model_dir, workdir, *flags, served=served, max_running=max_running, context=context)
-        gateway: GatewayThread | None = None
-        try:
-            state_dir = workdir / "gateway"
-            gateway = GatewayThread(GatewayConfig(state_dir=state_dir, **{"metrics_port": None, **gateway_config}))
+    ) -> Iterator[PrivateStack]:
+        """The engine (``flags`` added to the kit's; ``max_running`` and ``context`` as the fake's flags, its
+        defaults when None), then a gateway (``GatewayConfig`` fields in ``gateway_config``; no metrics listener
+        unless asked) with one run of ``lock``, for the ``with`` block; the gateway closes, then the engine stops."""
+        state_dir = workdir / "gateway"
+        config = GatewayConfig(state_dir=state_dir, **{"metrics_port": None, **gateway_config})
+        with (
+            start_fake_engine(model_dir, workdir, *flags, served=served, max_running=max_running, context=context) as engine,
+            GatewayThread(config) as gateway,
+        ):
             record = bind_upstream(gateway, run_id, engine.base, engine.key, lock, served, model_dir, service_id)
-            return cls(engine, gateway, state_dir, run_handle(gateway, record))
-        except BaseException:
-            if gateway is not None:
-                gateway.close()
-            engine.stop()
-            raise
+            yield cls(engine, gateway, state_dir, run_handle(gateway, record))
 
     def headers(self) -> dict[str, str]:
         return self.run.headers()
@@ -132,10 +130,6 @@ class PrivateStack:
         self.gateway.settle_evidence()
         return evidence_rows(self.state_dir, self.run.binding_id, at_least)
 
-    def close(self) -> None:
-        self.gateway.close()
-        self.engine.stop()
-
 
 def write_script(workdir: Path, turns: list[dict[str, Any]]) -> Path:
     """The fake's ``--fake-script`` file: one model answer per line (``{"text": ...}`` or ``{"tool_calls": [...]}``),
@@ -146,18 +140,14 @@ def write_script(workdir: Path, turns: list[dict[str, Any]]) -> Path:
     return script
 
 
-@contextlib.contextmanager
-def scripted_stack(env: CertifyEnv, turns: list[dict[str, Any]], workdir: Path) -> Iterator[PrivateStack]:
+def scripted_stack(
+    env: CertifyEnv, turns: list[dict[str, Any]], workdir: Path
+) -> contextlib.AbstractContextManager[PrivateStack]:
     """A scripted fake engine (the session's model, sealed lock and wire model) behind a private gateway.
 
     Everything lives under ``workdir`` (never under the session's HITCH_ROOT)."""
     lock = session_lock(env)
-    script = write_script(workdir, turns)
-    stack = PrivateStack.start(
-        model_files_dir(env.root, env.model_id), workdir, lock, "--fake-script", str(script), *parser_flags(lock),
-        served=env.run.wire_model, run_id="certify-scripted", service_id="svc-certify-scripted",
+    return PrivateStack.running(
+        model_files_dir(env.root, env.model_id), workdir, lock, "--fake-script", str(write_script(workdir, turns)),
+        *parser_flags(lock), served=env.run.wire_model, run_id="certify-scripted", service_id="svc-certify-scripted",
     )  # fmt: skip
-    try:
-        yield stack
-    finally:
-        stack.close()

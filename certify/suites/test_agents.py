@@ -17,6 +17,8 @@ The Codex checks need the installed binary (``make codex``); they skip without i
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import os
 import time
@@ -75,18 +77,17 @@ def _profile(
 
 @pytest.fixture
 def rig_factory(certify_env: CertifyEnv, tmp_path: Path) -> Iterator[Any]:
-    rigs: list[AgentRig] = []
     model = read_manifest(certify_env.root, certify_env.model_id)
     model_dir = model_files_dir(certify_env.root, certify_env.model_id)
+    numbers = itertools.count()
 
-    def make(script: list[dict[str, Any]], *extra: str, context: int = 8192) -> AgentRig:
-        rig = AgentRig(tmp_path / f"rig{len(rigs)}", model_dir, rig_lock(model, context), script, *extra)
-        rigs.append(rig)
-        return rig
+    with contextlib.ExitStack() as rigs:
 
-    yield make
-    for rig in rigs:
-        rig.close()
+        def make(script: list[dict[str, Any]], *extra: str, context: int = 8192) -> AgentRig:
+            workdir = tmp_path / f"rig{next(numbers)}"
+            return rigs.enter_context(AgentRig(workdir, model_dir, rig_lock(model, context), script, *extra))
+
+        yield make
 
 
 def _codex_run(

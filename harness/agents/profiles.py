@@ -1,7 +1,8 @@
 """Harness compatibility profiles: the measured field table and the per-root store of certified results.
 
 Owns :data:`CODEX_FIELDS` (what Codex 0.171.0 sends and what the gateway + SGLang 0.5.23 do with each field,
-measured through the gateway; see the module docstring of :mod:`gateway.policy`), :func:`codex_key` /
+measured through the gateway; see the module docstring of :mod:`gateway.policy`; the table is data,
+``field_rules.json`` beside this module, as is :data:`MODEL_CALL_FIELDS`), :func:`codex_key` /
 :func:`model_call_key`, and :class:`ProfileStore`, which keeps one JSON record per profile under
 ``<root>/inference/harness-profiles/`` (atomic writes). :meth:`ProfileStore.require_passing` is the
 admission rule: a harness runs against a lock only when its profile exists and every recorded result
@@ -14,9 +15,12 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Self
+
+from pydantic import Field, model_validator
 
 from harness.contracts.agent_profile import FieldRuleV1, HarnessCompatibilityProfileV1, HarnessKeyV1, ProfileResultV1
-from harness.contracts.base import parse_record
+from harness.contracts.base import Record, parse_record
 from harness.contracts.lock import InferenceLockV1
 from harness.errors import HitchError
 from harness.ids import digest_json
@@ -24,6 +28,7 @@ from harness.paths import HitchRoot, atomic_write_json
 
 __all__ = [
     "CODEX_FIELDS",
+    "FIELD_RULES_PATH",
     "MODEL_CALL_FIELDS",
     "MODEL_CALL_VERSION",
     "ProfileStore",
@@ -37,85 +42,26 @@ __all__ = [
 MODEL_CALL_VERSION = "1"
 
 
-def _rule(field: str, sends: str, gateway: str, detail: str) -> FieldRuleV1:
-    return FieldRuleV1.model_validate({"field": field, "harness_sends": sends, "gateway": gateway, "detail": detail})
+FIELD_RULES_PATH = Path(__file__).with_name("field_rules.json")
 
 
-CODEX_FIELDS: tuple[FieldRuleV1, ...] = (
-    _rule("model", "the binding's wire model", "forward", "must equal the binding's wire model, else refused"),
-    _rule("stream", "true", "forward", "the lock enables streaming; SSE relayed unchanged"),
-    _rule("store", "false", "forward", "only false (or absent -> false) is accepted"),
-    _rule("previous_response_id", "never sent", "reject", "refused if present: full history only"),
-    _rule(
-        "input[].role=developer",
-        "2 developer messages",
-        "forward",
-        "counted as SGLang renders it: a system message labelled 'Developer instructions:' (gateway.sglang_view)",
-    ),
-    _rule("input[].id", "msg_/fc_/fco_ ids on every item", "forward", "ids are not interpreted; SGLang accepts them"),
-    _rule(
-        "input[].type=function_call",
-        "echo of each call (id, call_id, name, arguments, status)",
-        "forward",
-        "rendered as an assistant tool call with the same call_id",
-    ),
-    _rule("input[].type=function_call_output", "call_id + output string", "forward", "rendered as a tool message"),
-    _rule(
-        "input[].type=reasoning",
-        "only after a reasoning item came back",
-        "forward",
-        "not counted for context; SGLang restores it only with a reasoning parser",
-    ),
-    _rule(
-        "tools[].type=function",
-        "exec_command, write_stdin, request_user_input, view_image (strict=false)",
-        "forward",
-        "needs a lock naming a tool-call parser (from the model's chat template), else refused with "
-        "inference_parameter_conflict; SGLang returns calls as text without one",
-    ),
-    _rule(
-        "tools[].type!=function",
-        "none with this config ([agents] off, no apply_patch, no web search)",
-        "reject",
-        "custom/namespace/web_search tools are refused with inference_parameter_conflict",
-    ),
-    _rule("tool_choice", "auto", "forward", "passed to SGLang"),
-    _rule(
-        "parallel_tool_calls",
-        "true (always, even when the model entry says false)",
-        "map",
-        "narrowed to the lock's false; the engine emits at most one call per turn",
-    ),
-    _rule(
-        "reasoning",
-        "{} (no reasoning levels in our model entry)",
-        "forward",
-        "SGLang defaults effort to medium; no effect without a reasoning parser",
-    ),
-    _rule("include", "[reasoning.encrypted_content]", "forward", "accepted by SGLang; only affects reasoning items"),
-    _rule("prompt_cache_key", "the thread id", "forward", "SGLang 0.5.23 has no such field and ignores it"),
-    _rule(
-        "client_metadata",
-        "window/turn/thread/installation ids",
-        "strip",
-        "removed by the gateway before forwarding (no engine field; never affects generation)",
-    ),
-    _rule("max_output_tokens", "never sent", "map", "the lock's budget is applied (N + 2 on the wire)"),
-    _rule("temperature/top_p", "never sent", "map", "the lock's sampling values are applied"),
-    _rule(
-        "headers",
-        "originator, session-id, thread-id, x-codex-*, accept-encoding zstd",
-        "strip",
-        "only the engine's own key is sent upstream; the run token never reaches the engine",
-    ),
-)
+class _FieldTables(Record):
+    """The field tables as shipped in :data:`FIELD_RULES_PATH`, one per harness (validated on import)."""
 
-MODEL_CALL_FIELDS: tuple[FieldRuleV1, ...] = (
-    _rule("input", "one user message of text", "forward", "tools, images and action items are refused before sending"),
-    _rule("max_output_tokens", "the caller's N <= lock budget, else the lock's", "forward", "above the lock: refused"),
-    _rule("store", "false", "forward", "no server-side state"),
-    _rule("stream", "false", "forward", "one unary request, no retries"),
-)
+    codex: tuple[FieldRuleV1, ...] = Field(min_length=1)
+    model_call: tuple[FieldRuleV1, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _one_rule_per_field(self) -> Self:
+        for name, rules in (("codex", self.codex), ("model_call", self.model_call)):
+            if len({r.field for r in rules}) != len(rules):
+                raise ValueError(f"the {name} table has two rules for one field")
+        return self
+
+
+_TABLES = _FieldTables.model_validate_json(FIELD_RULES_PATH.read_bytes())
+CODEX_FIELDS: tuple[FieldRuleV1, ...] = _TABLES.codex
+MODEL_CALL_FIELDS: tuple[FieldRuleV1, ...] = _TABLES.model_call
 
 
 def profile_id(key: HarnessKeyV1) -> str:

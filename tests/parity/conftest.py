@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.engine_process import EngineProcess
 from fixtures.fake_sglang.parity_engines import (
     CPU_GENERIC_RUNTIME,
     EngineCommand,
-    RunningEngine,
     fake_command,
     launch_engine,
     sglang_command,
@@ -63,7 +63,7 @@ def _require_sglang() -> EngineCommand:
     missing("sglang", reason)
 
 
-def _serve(command: EngineCommand, checkpoint: Path, logs: Path, timeout: float) -> Iterator[RunningEngine]:
+def _serve(command: EngineCommand, checkpoint: Path, logs: Path, timeout: float) -> Iterator[EngineProcess]:
     engine = launch_engine(command, checkpoint, logs, API_KEY, ADMIN_KEY, ready_timeout_s=timeout)
     try:
         yield engine
@@ -72,23 +72,23 @@ def _serve(command: EngineCommand, checkpoint: Path, logs: Path, timeout: float)
 
 
 @pytest.fixture(scope="session")
-def fake_engine(parity_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningEngine]:
+def fake_engine(parity_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineProcess]:
     yield from _serve(fake_command(), parity_checkpoint, tmp_path_factory.mktemp("fake-logs"), 30.0)
 
 
 @pytest.fixture(scope="session")
-def sglang_engine(parity_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningEngine]:
+def sglang_engine(parity_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineProcess]:
     command = _require_sglang()
     yield from _serve(command, parity_checkpoint, tmp_path_factory.mktemp("sglang-logs"), REAL_READY_TIMEOUT_S)
 
 
 @pytest.fixture(scope="session")
-def fake_answers(fake_engine: RunningEngine) -> ProbeCache:
+def fake_answers(fake_engine: EngineProcess) -> ProbeCache:
     return ProbeCache(fake_engine)
 
 
 @pytest.fixture(scope="session")
-def sglang_answers(sglang_engine: RunningEngine) -> ProbeCache:
+def sglang_answers(sglang_engine: EngineProcess) -> ProbeCache:
     return ProbeCache(sglang_engine)
 
 
@@ -100,5 +100,5 @@ def answers(request: pytest.FixtureRequest) -> ProbeCache:
 
 
 @pytest.fixture
-def engine(answers: ProbeCache) -> RunningEngine:
+def engine(answers: ProbeCache) -> EngineProcess:
     return answers.engine

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from fixtures.engine_process import EngineProcess
 from fixtures.fake_sglang.parity_diff import Observation, observe
-from fixtures.fake_sglang.parity_engines import RunningEngine
 
 KeyChoice = str  # "none" | "wrong" | "api" | "admin" | "nobearer" | "lowerbearer"
 LONG_PROMPT = "lorem ipsum dolor sit amet " * 600  # far more than the 2048-token context
@@ -30,7 +30,7 @@ class Probe:
     content_type: str | None = None
 
 
-def auth_header(engine: RunningEngine, key: KeyChoice) -> dict[str, str]:
+def auth_header(engine: EngineProcess, key: KeyChoice) -> dict[str, str]:
     value = {
         "none": None,
         "wrong": "Bearer sk-wrong",
@@ -42,7 +42,7 @@ def auth_header(engine: RunningEngine, key: KeyChoice) -> dict[str, str]:
     return {"Authorization": value} if value else {}
 
 
-def run_probe(engine: RunningEngine, probe: Probe) -> Observation:
+def run_probe(engine: EngineProcess, probe: Probe) -> Observation:
     headers = auth_header(engine, probe.key)
     if probe.content_type:
         headers["Content-Type"] = probe.content_type
@@ -170,7 +170,7 @@ ALL_PROBES: dict[str, Probe] = {p.name: p for p in [*PROBES, *AUTH_PROBES, *MALF
 class ProbeCache:
     """Answers of one engine, each probe sent at most once."""
 
-    def __init__(self, engine: RunningEngine, send: Callable[[RunningEngine, Probe], Observation] = run_probe) -> None:
+    def __init__(self, engine: EngineProcess, send: Callable[[EngineProcess, Probe], Observation] = run_probe) -> None:
         self.engine = engine
         self._send = send
         self._seen: dict[str, Observation] = {}

@@ -10,10 +10,10 @@ import re
 
 import pytest
 
+from fixtures.engine_process import EngineProcess
 from fixtures.fake_sglang import parity_checks
 from fixtures.fake_sglang.parity_allowed import METRIC_FAMILIES_MAY_BE_ABSENT
 from fixtures.fake_sglang.parity_diff import Observation, unexcused
-from fixtures.fake_sglang.parity_engines import RunningEngine
 from tests.parity.conftest import SGLANG
 from tests.parity.probes import ALL_PROBES, AUTH_PROBES, MALFORMED_PROBES, ProbeCache
 
@@ -150,20 +150,20 @@ def test_server_info_reflects_launch_flags(answers: ProbeCache, parity_checkpoin
     assert {k: info.get(k) for k in expected} == expected
 
 
-def test_chat_protocol(engine: RunningEngine) -> None:
+def test_chat_protocol(engine: EngineProcess) -> None:
     parity_checks.check_chat_nonstream(engine.base, engine.api_key, "tiny")
     parity_checks.check_chat_stream(engine.base, engine.api_key, "tiny", include_usage=True)
     chunks = parity_checks.check_chat_stream(engine.base, engine.api_key, "tiny", include_usage=False)
     assert all(c["choices"] for c in chunks)
 
 
-def test_stream_segmentation(engine: RunningEngine) -> None:
+def test_stream_segmentation(engine: EngineProcess) -> None:
     """One HTTP chunk per SSE event, one socket write each (uvicorn + h11 in real SGLang): a proxy in front
     wakes once per event on either engine, so per-chunk figures measured on the fake hold for the real one."""
     parity_checks.check_stream_segmentation(engine.base, engine.api_key, "tiny", max_tokens=16)
 
 
-def test_responses_protocol(engine: RunningEngine) -> None:
+def test_responses_protocol(engine: EngineProcess) -> None:
     parity_checks.check_responses_nonstream(engine.base, engine.api_key, "tiny")
     events = parity_checks.check_responses_stream(engine.base, engine.api_key, "tiny")
     final = events[-1][1]["response"]

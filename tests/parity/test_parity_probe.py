@@ -12,7 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from fixtures.fake_sglang.parity_engines import RunningEngine, fake_command, launch_engine
+from fixtures.engine_process import EngineProcess
+from fixtures.fake_sglang.parity_engines import fake_command, launch_engine
 from harness.engine.probe import probed_values, seal_probed
 from tests.harness.service.manager_fakes import make_lock
 from tests.parity.conftest import ADMIN_KEY, API_KEY, ENGINES, REAL_READY_TIMEOUT_S, _require_sglang
@@ -23,7 +24,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("sglang")]
 @pytest.fixture(scope="module", params=ENGINES)
 def probe_engine(
     request: pytest.FixtureRequest, parity_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[RunningEngine]:
+) -> Iterator[EngineProcess]:
     real = request.param == "sglang"
     command = _require_sglang() if real else fake_command()
     engine = launch_engine(
@@ -41,7 +42,7 @@ def probe_engine(
         engine.stop()
 
 
-def test_the_probe_start_reports_what_the_engine_chose(probe_engine: RunningEngine) -> None:
+def test_the_probe_start_reports_what_the_engine_chose(probe_engine: EngineProcess) -> None:
     info = httpx.get(probe_engine.base + "/server_info", headers={"Authorization": f"Bearer {API_KEY}"}, timeout=30).json()
     assert info["max_total_tokens"] is None  # not passed: the engine chose
     assert info["mem_fraction_static"] == 0.05 and info["context_length"] == 2048

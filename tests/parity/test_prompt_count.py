@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from certify.suites._prompt_cases import CASES, prompt_counts
-from fixtures.fake_sglang.parity_engines import RunningEngine
+from fixtures.engine_process import EngineProcess
 from tests.gateway.support import make_lock
 from tests.parity.conftest import SGLANG
 
@@ -21,7 +21,7 @@ LOCK = make_lock(context=2048, max_output=64)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_gateway_counts_the_prompt_sglang_builds(sglang_engine: RunningEngine, parity_checkpoint: Path, case: str) -> None:
+def test_gateway_counts_the_prompt_sglang_builds(sglang_engine: EngineProcess, parity_checkpoint: Path, case: str) -> None:
     headers = {"Authorization": f"Bearer {sglang_engine.api_key}"}
     ours, engine = prompt_counts(sglang_engine.base, headers, sglang_engine.served, parity_checkpoint, LOCK, case)
     assert ours == engine

@@ -29,9 +29,8 @@ def rig(tmp_path: Path, tiny_model: Path) -> Iterator[AgentRig]:
         {"tool_calls": [{"name": "exec_command", "arguments": {"cmd": "sed -i s/count=1/count=2/ notes.txt"}}]},
         {"text": "done"},
     ]
-    made = AgentRig(tmp_path / "rig", model, make_lock(context=8192), script)
-    yield made
-    made.close()
+    with AgentRig(tmp_path / "rig", model, make_lock(context=8192), script) as made:
+        yield made
 
 
 def _run(codex: CodexInstall, rig: AgentRig, tmp_path: Path, *agent_args: str) -> CodexRun:

@@ -55,15 +55,12 @@ def test_turn_problem_names_what_went_wrong(events: list[dict[str, Any]], return
 
 
 def _turn(codex: CodexInstall, tmp_path: Path, tiny_model: Path, script: list[dict[str, Any]]) -> CodexOutcome:
-    rig = AgentRig(tmp_path / "rig", tiny_model, make_lock(context=8192), script)
-    try:
+    with AgentRig(tmp_path / "rig", tiny_model, make_lock(context=8192), script) as rig:
         work = tmp_path / "work"
         work.mkdir()
         binding = CodexBinding(rig.base_url, rig.served, 8192, stream_idle_timeout_ms=120_000)
         run = CodexRun(codex, binding, rig.token, home=tmp_path / "home", workdir=work, prompt="Say hello in one word.")
         return run.run(timeout_s=300)
-    finally:
-        rig.close()
 
 
 @pytest.mark.integration

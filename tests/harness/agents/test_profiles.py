@@ -7,9 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from harness.agents.profiles import CODEX_FIELDS, ProfileStore, codex_key, model_call_key, profile_id, result
+from harness.agents.profiles import (
+    CODEX_FIELDS,
+    MODEL_CALL_FIELDS,
+    ProfileStore,
+    codex_key,
+    model_call_key,
+    profile_id,
+    result,
+)
 from harness.contracts.agent_profile import HarnessCompatibilityProfileV1
 from harness.errors import HitchError
+from harness.ids import digest_json
 from harness.paths import HitchRoot
 from tests.gateway.support import make_lock
 
@@ -56,6 +65,16 @@ def test_every_field_codex_sends_has_a_rule() -> None:
     for name in ("input[].role=developer", "input[].id", "include", "reasoning", "prompt_cache_key", "client_metadata",
                  "tools[].type!=function", "parallel_tool_calls", "store", "previous_response_id"):  # fmt: skip
         assert name in fields
+
+
+def test_the_field_tables_are_the_measured_ones() -> None:
+    """The tables as written into every profile (``fields``): pinned, so an edit to the shipped data is deliberate."""
+    assert digest_json([r.to_json_dict() for r in CODEX_FIELDS]) == (
+        "sha256:b21b46750ffe5bc73a9b37ce43ebbb91095a477a09f36e51c2af62f5029cc7ae"
+    )
+    assert digest_json([r.to_json_dict() for r in MODEL_CALL_FIELDS]) == (
+        "sha256:87b266a48a73bdb85fb54215d9baa9011f8929307ac34228ee7477b26492d44d"
+    )
 
 
 def test_results_on_another_engine_do_not_certify_this_one(tmp_path: Path) -> None:

@@ -61,6 +61,8 @@ async def _open_streams(arm: Arm, stack: Stack, n: int) -> float | None:
 async def _run(args: argparse.Namespace, stack: Stack, plan: Plan) -> dict[str, Any]:
     rounds, retries = await measure(stack.arms, plan, progress=True)
     report = summarize(rounds, plan, retries, stack.lock.execution.max_running_requests)
+    gateway_pid = stack.arms["gateway"].pid
+    report["gateway_nice"] = None if gateway_pid is None else psutil.Process(gateway_pid).nice()  # as it ran
     report["results"]["gateway_rss_bytes_per_open_stream"] = await _open_streams(stack.arms["gateway"], stack, args.open_streams)
     report["raw_rounds_s"] = as_json(rounds)
     return report
@@ -82,6 +84,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--model-dir", type=Path, default=None, help="checkpoint dir (default: the tiny fixture)")
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--profile-gateway", type=Path, default=None, help="write a cProfile of the gateway process here")
+    p.add_argument(
+        "--gateway-nice",
+        type=int,
+        choices=range(20),
+        default=0,
+        metavar="0..19",
+        help="run the gateway process at this niceness: on a machine whose engine uses every core, what share of "
+        "the per-token cost is the gateway's CPU taken from the engine (the product's gateway runs at 0)",
+    )
     return p
 
 
@@ -101,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         capture=args.capture,
         reference=not args.no_reference,
         profile_gateway=args.profile_gateway,
+        gateway_nice=args.gateway_nice,
     )
     with tempfile.TemporaryDirectory(prefix="hitch-bench-") as tmp, started_stack(opts, Path(tmp)) as stack:
         report = uvloop.run(_run(args, stack, plan))

@@ -249,6 +249,7 @@ def render(report: dict[str, Any]) -> str:
         f"{report['rounds']} rounds x {report['requests_c1']} requests per arm at c=1 "
         f"(n={report['samples_per_arm']} pooled samples per arm per kind), c={report['concurrency']} "
         f"x {report['requests_concurrent']}; max_tokens {report['max_tokens']}; ms; [95 % bootstrap interval]"
+        + (f"; gateway at nice {report['gateway_nice']}" if report.get("gateway_nice") else "")
     ]
     for kind in KINDS:
         s = report["results"][kind]

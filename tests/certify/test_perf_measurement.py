@@ -176,10 +176,11 @@ def test_overhead_benchmark_runs_all_arms_on_the_fake_engine(tmp_path: Path, cap
 
     out = tmp_path / "overhead.json"
     argv = ["--rounds", "1", "--requests", "3", "--warmup", "1", "--concurrency", "2", "--concurrent-requests", "4",
-            "--max-tokens", "8", "--open-streams", "2", "--out", str(out)]  # fmt: skip
+            "--max-tokens", "8", "--open-streams", "2", "--gateway-nice", "5", "--out", str(out)]  # fmt: skip
     assert main(argv) == 0
     report = json.loads(out.read_text())
     assert report["samples_per_arm"] == 3 and report["engine"] == "fake"
+    assert report["gateway_nice"] == 5  # read from the gateway process after the rounds
     for kind in ("unary", "stream"):
         section = report["results"][kind]
         assert {"direct", "gateway", "reference", "gateway_vs_reference"} <= section.keys()
@@ -191,7 +192,8 @@ def test_overhead_benchmark_runs_all_arms_on_the_fake_engine(tmp_path: Path, cap
     raw = report["raw_rounds_s"][0]["c1"]["stream"]
     assert all(len(raw[arm]) == 3 for arm in ("direct", "gateway", "reference"))
     assert report["results"]["gateway_rss_bytes_per_open_stream"] is not None
-    assert "UNRELIABLE (n=3 < 100)" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "UNRELIABLE (n=3 < 100)" in printed and "gateway at nice 5" in printed
 
 
 @pytest.mark.integration

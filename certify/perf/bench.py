@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -58,11 +59,30 @@ async def _open_streams(arm: Arm, stack: Stack, n: int) -> float | None:
     return float(rss1 - rss0) / n
 
 
+def _cores(stack: Stack) -> dict[str, list[int]]:
+    """The cores each side ran on, read from the processes (the engine's whole tree)."""
+    engine = psutil.Process(stack.engine_pid)
+    engine_cores = set(engine.cpu_affinity() or [])
+    for child in engine.children(recursive=True):
+        engine_cores |= set(child.cpu_affinity() or [])
+    gateway = stack.arms["gateway"].pid
+    gateway_cores = psutil.Process(gateway).cpu_affinity() if gateway is not None else []
+    return {"engine": sorted(engine_cores), "gateway": sorted(gateway_cores or []), "load": sorted(os.sched_getaffinity(0))}
+
+
+def _core_list(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(sorted({int(part) for part in text.split(",") if part.strip()}))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of core numbers: {text!r}") from None
+
+
 async def _run(args: argparse.Namespace, stack: Stack, plan: Plan) -> dict[str, Any]:
     rounds, retries = await measure(stack.arms, plan, progress=True)
     report = summarize(rounds, plan, retries, stack.lock.execution.max_running_requests)
     gateway_pid = stack.arms["gateway"].pid
     report["gateway_nice"] = None if gateway_pid is None else psutil.Process(gateway_pid).nice()  # as it ran
+    report["cores"] = _cores(stack) if args.engine_cores else None
     report["results"]["gateway_rss_bytes_per_open_stream"] = await _open_streams(stack.arms["gateway"], stack, args.open_streams)
     report["raw_rounds_s"] = as_json(rounds)
     return report
@@ -93,10 +113,32 @@ def parser() -> argparse.ArgumentParser:
         help="run the gateway process at this niceness: on a machine whose engine uses every core, what share of "
         "the per-token cost is the gateway's CPU taken from the engine (the product's gateway runs at 0)",
     )
+    p.add_argument(
+        "--engine-cores",
+        type=_core_list,
+        default=None,
+        metavar="N[,N...]",
+        help="start the engine on these cores only, and the gateway, reference proxy and load generator on the "
+        "other usable cores (read back from the processes and printed): the overhead where the engine leaves "
+        "cores to the serving side; by default every process shares every core",
+    )
     return p
 
 
+def _terminate(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """SIGTERM unwinds like Ctrl-C, so the engine (in its own process group) and the gateway are stopped."""
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        return _main(argv)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: list[str] | None) -> int:
     args = parser().parse_args(argv)
     if args.rounds < 1 or args.requests < 1:
         raise SystemExit("--rounds and --requests must be at least 1")
@@ -113,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         reference=not args.no_reference,
         profile_gateway=args.profile_gateway,
         gateway_nice=args.gateway_nice,
+        engine_cores=args.engine_cores,
     )
     with tempfile.TemporaryDirectory(prefix="hitch-bench-") as tmp, started_stack(opts, Path(tmp)) as stack:
         report = uvloop.run(_run(args, stack, plan))

@@ -12,6 +12,11 @@
   registered run; optionally under cProfile (thread CPU time) for the per-chunk profile;
 - the reference proxy (:mod:`certify.perf.reference_proxy`), when asked for.
 
+With ``engine_cores`` the engine is started on those cores only (its threads inherit the mask, so a CPU engine
+sizes its thread pool to them) and everything started after it, the gateway, the reference proxy and this
+process's load generator, on the other usable cores: the measurement of a machine where the engine leaves
+cores to the serving side, beside the default where every process shares every core.
+
 *direct* is the engine's ``/v1`` with its key and the body the gateway would forward (the lock's policy
 applied to the caller's body); *gateway* is the run's URL and token with the caller's body. Keys and
 tokens travel in 0600 files (``harness.paths.write_secret``), never in argv.
@@ -60,6 +65,8 @@ class StackOptions:
     # the gateway process's niceness (0..19): on a machine whose engine uses every core, how much of the
     # per-token cost is the gateway's CPU taken from the engine (an experiment's knob; the product runs at 0)
     gateway_nice: int = 0
+    # the engine alone on these cores, the gateway and the load generator on the others (None: all share all)
+    engine_cores: tuple[int, ...] | None = None
 
 
 @dataclass
@@ -123,14 +130,30 @@ def caller_body(kind: str, max_tokens: int) -> bytes:
     return json.dumps(body).encode()
 
 
+def split_cores(engine_cores: tuple[int, ...]) -> tuple[set[int], set[int]]:
+    """``(engine, others)``: the engine's cores and the usable cores left; both must be non-empty."""
+    usable = os.sched_getaffinity(0)
+    engine = set(engine_cores)
+    if not engine or not engine <= usable:
+        raise SystemExit(f"--engine-cores {sorted(engine)}: not among this process's usable cores {sorted(usable)}")
+    others = usable - engine
+    if not others:
+        raise SystemExit(f"--engine-cores {sorted(engine)} leaves no usable core for the gateway and the load generator")
+    return engine, others
+
+
 @contextmanager
 def started_stack(opts: StackOptions, work: Path) -> Iterator[Stack]:
     from gateway.policy import apply_policy
 
     private = ensure_private_dir(work / "private")
     model_dir = opts.model_dir or tiny_model()
+    split = split_cores(opts.engine_cores) if opts.engine_cores else None
     with ExitStack() as stack:
         fake_control = None
+        if split is not None:
+            stack.callback(os.sched_setaffinity, 0, os.sched_getaffinity(0))
+            os.sched_setaffinity(0, split[0])  # the engine's processes inherit this mask
         if opts.engine == "fake":
             from fixtures.fake_sglang.client import start_fake_engine
 
@@ -148,6 +171,8 @@ def started_stack(opts: StackOptions, work: Path) -> Iterator[Stack]:
             real = launch_engine(command, model_dir, work / "engine", key, "ak-" + secrets.token_urlsafe(24), served=MODEL)
             stack.callback(real.stop, 10.0)
             engine_url, engine_pid, permits = real.base, real.proc.pid, 2
+        if split is not None:
+            os.sched_setaffinity(0, split[1])  # the gateway, the reference proxy and this load generator
         key_file = private / "engine.key"
         write_secret(key_file, key)
 

@@ -243,6 +243,13 @@ def _interval(p: str, c: dict[str, Any]) -> str:
     return text
 
 
+def _cores_text(cores: dict[str, list[int]]) -> str:
+    def names(cpus: list[int]) -> str:
+        return ",".join(str(c) for c in cpus)
+
+    return f"; engine on cores {names(cores['engine'])}, gateway on {names(cores['gateway'])}, load on {names(cores['load'])}"
+
+
 def render(report: dict[str, Any]) -> str:
     """The figures as text: per kind, direct's percentiles, then each arm's added figures with intervals."""
     lines = [
@@ -250,6 +257,7 @@ def render(report: dict[str, Any]) -> str:
         f"(n={report['samples_per_arm']} pooled samples per arm per kind), c={report['concurrency']} "
         f"x {report['requests_concurrent']}; max_tokens {report['max_tokens']}; ms; [95 % bootstrap interval]"
         + (f"; gateway at nice {report['gateway_nice']}" if report.get("gateway_nice") else "")
+        + (_cores_text(report["cores"]) if report.get("cores") else "")
     ]
     for kind in KINDS:
         s = report["results"][kind]

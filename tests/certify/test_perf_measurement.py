@@ -6,6 +6,7 @@ asserts shapes, counts and the work done, never how long anything took."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -194,6 +195,35 @@ def test_overhead_benchmark_runs_all_arms_on_the_fake_engine(tmp_path: Path, cap
     assert report["results"]["gateway_rss_bytes_per_open_stream"] is not None
     printed = capsys.readouterr().out
     assert "UNRELIABLE (n=3 < 100)" in printed and "gateway at nice 5" in printed
+    assert report["cores"] is None  # every process shared every core
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_overhead_benchmark_puts_the_engine_on_its_own_cores(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from certify.perf.bench import main
+
+    usable = sorted(os.sched_getaffinity(0))
+    out = tmp_path / "overhead.json"
+    argv = ["--rounds", "1", "--requests", "2", "--warmup", "1", "--concurrency", "2", "--concurrent-requests", "2",
+            "--max-tokens", "4", "--open-streams", "0", "--no-reference", "--engine-cores", str(usable[0]),
+            "--out", str(out)]  # fmt: skip
+    if len(usable) < 2:  # nothing left for the gateway: refused before anything starts
+        with pytest.raises(SystemExit, match="leaves no usable core"):
+            main(argv)
+        return
+    assert main(argv) == 0
+    cores = json.loads(out.read_text())["cores"]  # read back from the processes as they ran
+    assert cores == {"engine": [usable[0]], "gateway": usable[1:], "load": usable[1:]}
+    assert f"engine on cores {usable[0]}, gateway on {','.join(map(str, usable[1:]))}" in capsys.readouterr().out
+    assert sorted(os.sched_getaffinity(0)) == usable  # this process's own mask is given back
+
+
+def test_engine_cores_outside_the_usable_set_are_refused() -> None:
+    from certify.perf.stack import split_cores
+
+    with pytest.raises(SystemExit, match="not among this process's usable cores"):
+        split_cores((max(os.sched_getaffinity(0)) + 1,))
 
 
 @pytest.mark.integration
@@ -220,3 +250,42 @@ def test_a_200_stream_with_an_in_band_error_is_never_a_served_sample(tiny_model:
             asyncio.run(go())
     finally:
         fake.stop()
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_a_terminated_benchmark_stops_its_engine_and_gateway(tmp_path: Path) -> None:
+    """SIGTERM (``timeout``, a CI job's end) unwinds the benchmark: nothing it started outlives it, the engine
+    included, which runs in its own process group."""
+    import contextlib
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    log = tmp_path / "bench.log"
+    argv = [sys.executable, "-m", "certify.perf", "--rounds", "50", "--requests", "50", "--warmup", "1",
+            "--max-tokens", "4", "--no-reference", "--open-streams", "0"]  # fmt: skip
+    with log.open("wb") as sink:
+        bench = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parents[2])
+    started: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 120
+        while b"round 1/50 done" not in log.read_bytes():
+            assert bench.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        started = psutil.Process(bench.pid).children(recursive=True)
+        assert len(started) >= 2  # the fake engine and the gateway, at least
+        bench.terminate()
+        assert bench.wait(60) == 128 + 15
+        _, alive = psutil.wait_procs(started, timeout=10)
+        assert alive == []
+    finally:  # a failing run leaves nothing behind either
+        if bench.poll() is None:
+            bench.kill()
+            bench.wait(10)
+        for proc in started:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()

@@ -23,6 +23,7 @@ __all__ = [
     "DockerApi",
     "host_rules_unavailable",
     "probe_docker",
+    "unix_socket_problem",
 ]
 
 CONTAINER_HOST_LIMIT = (
@@ -63,7 +64,7 @@ def _from_env() -> DockerApi:
     return client
 
 
-def _unix_socket_problem(host: str) -> str | None:
+def unix_socket_problem(host: str) -> str | None:
     """Why a ``unix://`` host cannot be reached, checked with our own socket first.
 
     docker-py leaks the socket when a unix connect fails (its ``connect`` does not close
@@ -92,7 +93,7 @@ def _one_line(exc: BaseException) -> str:
 
 def probe_docker(factory: Callable[[], DockerApi] | None = None) -> DockerFactsV1:
     host = os.environ.get("DOCKER_HOST") or DEFAULT_DOCKER_HOST
-    problem = _unix_socket_problem(host) if factory is None else None
+    problem = unix_socket_problem(host) if factory is None else None
     if problem is not None:
         return DockerFactsV1(reachable=False, reason=f"Docker not reachable at {host}: {problem}", host=host)
     try:

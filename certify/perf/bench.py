@@ -62,19 +62,20 @@ async def _open_streams(arm: Arm, stack: Stack, n: int) -> float | None:
 def _cores(stack: Stack) -> dict[str, list[int]]:
     """The cores each side ran on, read from the processes (the engine's whole tree)."""
     engine = psutil.Process(stack.engine_pid)
-    engine_cores = set(engine.cpu_affinity() or [])
-    for child in engine.children(recursive=True):
-        engine_cores |= set(child.cpu_affinity() or [])
+    engine_cores = {core for proc in (engine, *engine.children(recursive=True)) for core in proc.cpu_affinity()}
     gateway = stack.arms["gateway"].pid
     gateway_cores = psutil.Process(gateway).cpu_affinity() if gateway is not None else []
-    return {"engine": sorted(engine_cores), "gateway": sorted(gateway_cores or []), "load": sorted(os.sched_getaffinity(0))}
+    return {"engine": sorted(engine_cores), "gateway": sorted(gateway_cores), "load": sorted(os.sched_getaffinity(0))}
 
 
 def _core_list(text: str) -> tuple[int, ...]:
     try:
-        return tuple(sorted({int(part) for part in text.split(",") if part.strip()}))
+        cores = tuple(sorted({int(part) for part in text.split(",") if part.strip()}))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a list of core numbers: {text!r}") from None
+        cores = ()
+    if not cores:
+        raise argparse.ArgumentTypeError(f"not a list of core numbers: {text!r}")
+    return cores
 
 
 async def _run(args: argparse.Namespace, stack: Stack, plan: Plan) -> dict[str, Any]:

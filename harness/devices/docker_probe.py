@@ -21,6 +21,7 @@ __all__ = [
     "DEFAULT_DOCKER_HOST",
     "DOCKER_TIMEOUT_S",
     "DockerApi",
+    "docker_host",
     "host_rules_unavailable",
     "probe_docker",
     "unix_socket_problem",
@@ -64,6 +65,11 @@ def _from_env() -> DockerApi:
     return client
 
 
+def docker_host() -> str:
+    """The engine the SDK's ``from_env`` talks to: ``DOCKER_HOST``, or the default socket."""
+    return os.environ.get("DOCKER_HOST") or DEFAULT_DOCKER_HOST
+
+
 def unix_socket_problem(host: str) -> str | None:
     """Why a ``unix://`` host cannot be reached, checked with our own socket first.
 
@@ -92,7 +98,7 @@ def _one_line(exc: BaseException) -> str:
 
 
 def probe_docker(factory: Callable[[], DockerApi] | None = None) -> DockerFactsV1:
-    host = os.environ.get("DOCKER_HOST") or DEFAULT_DOCKER_HOST
+    host = docker_host()
     problem = unix_socket_problem(host) if factory is None else None
     if problem is not None:
         return DockerFactsV1(reachable=False, reason=f"Docker not reachable at {host}: {problem}", host=host)

@@ -11,7 +11,6 @@ Messages carry the daemon's explanation (never argv or environment, which may ho
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -19,7 +18,7 @@ import docker
 import docker.errors
 import requests.exceptions
 
-from harness.devices.docker_probe import DEFAULT_DOCKER_HOST, unix_socket_problem
+from harness.devices.docker_probe import docker_host, unix_socket_problem
 from harness.errors import HitchError
 
 __all__ = ["docker_client", "translate_docker_errors"]
@@ -34,8 +33,7 @@ def docker_client(factory: Callable[[], docker.DockerClient] = docker.from_env) 
     first: docker-py leaves the socket of a failed unix connect open (a ``ResourceWarning`` at some later
     garbage collection)."""
     if factory is docker.from_env:
-        host = os.environ.get("DOCKER_HOST") or DEFAULT_DOCKER_HOST
-        problem = unix_socket_problem(host)
+        problem = unix_socket_problem(docker_host())
         if problem is not None:
             raise HitchError("docker_unavailable", f"the Docker engine is not reachable: {problem}")
     try:

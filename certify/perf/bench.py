@@ -16,14 +16,16 @@ c=32 throughput >= 0.8x reference. A benchmark prints figures; nothing here asse
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import platform
 import signal
 import sys
 import tempfile
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import psutil
@@ -34,6 +36,8 @@ from certify.perf.stack import Stack, StackOptions, started_stack
 from certify.perf.summary import render, summarize
 
 __all__ = ["main"]
+
+_T = TypeVar("_T")
 
 
 async def _open_streams(arm: Arm, stack: Stack, n: int) -> float | None:
@@ -126,20 +130,66 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _terminate(signum: int, _frame: object) -> None:
-    raise SystemExit(128 + signum)
+class _Termination:
+    """SIGTERM unwinds the benchmark like Ctrl-C, so the engine (in its own process group) and the gateway stop.
+
+    Outside the event loop the first SIGTERM raises ``SystemExit(143)``. Inside it, raising from the handler
+    could land in a transport callback, where the loop turns it into a broken connection and the run ends as
+    a payload error (exit 1): so the measuring task is cancelled instead, as ``asyncio.Runner`` does for
+    SIGINT, and ``SystemExit(143)`` is raised once the loop has unwound. Later SIGTERMs do not interrupt the
+    unwinding (SIGKILL still does).
+    """
+
+    def __init__(self) -> None:
+        self.received = False
+        self._in_loop = False
+        self._task: asyncio.Task[Any] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def handle(self, signum: int, _frame: object) -> None:
+        if self.received:
+            return
+        self.received = True
+        if not self._in_loop:
+            raise SystemExit(128 + signum)
+        if self._task is not None and self._loop is not None and not self._task.done():
+            self._task.cancel()
+            self._loop.call_soon_threadsafe(lambda: None)  # wake the loop
+
+    def run(self, coro: Coroutine[Any, Any, _T]) -> _T:
+        """``uvloop.run(coro)``; a SIGTERM during it cancels ``coro`` and ends in ``SystemExit(143)``."""
+
+        async def guarded() -> _T:
+            self._loop, self._task = asyncio.get_running_loop(), asyncio.current_task()
+            if self.received:  # before the task existed
+                raise asyncio.CancelledError
+            return await coro
+
+        self._in_loop = True
+        try:
+            result = uvloop.run(guarded())
+        except BaseException:
+            if not self.received:
+                raise
+        else:
+            if not self.received:
+                return result
+        finally:
+            self._in_loop, self._task, self._loop = False, None, None
+            coro.close()  # never awaited when cancelled first; a no-op otherwise
+        raise SystemExit(128 + signal.SIGTERM)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """SIGTERM unwinds like Ctrl-C, so the engine (in its own process group) and the gateway are stopped."""
-    previous = signal.signal(signal.SIGTERM, _terminate)
+    termination = _Termination()
+    previous = signal.signal(signal.SIGTERM, termination.handle)
     try:
-        return _main(argv)
+        return _main(argv, termination)
     finally:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _main(argv: list[str] | None) -> int:
+def _main(argv: list[str] | None, termination: _Termination) -> int:
     args = parser().parse_args(argv)
     if args.rounds < 1 or args.requests < 1:
         raise SystemExit("--rounds and --requests must be at least 1")
@@ -159,7 +209,7 @@ def _main(argv: list[str] | None) -> int:
         engine_cores=args.engine_cores,
     )
     with tempfile.TemporaryDirectory(prefix="hitch-bench-") as tmp, started_stack(opts, Path(tmp)) as stack:
-        report = uvloop.run(_run(args, stack, plan))
+        report = termination.run(_run(args, stack, plan))
     report |= {
         "engine": args.engine,
         "fake_itl_ms": args.fake_itl_ms if args.engine == "fake" else None,

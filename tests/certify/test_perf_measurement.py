@@ -279,7 +279,7 @@ def test_a_terminated_benchmark_stops_its_engine_and_gateway(tmp_path: Path) -> 
         started = psutil.Process(bench.pid).children(recursive=True)
         assert len(started) >= 2  # the fake engine and the gateway, at least
         bench.terminate()
-        assert bench.wait(60) == 128 + 15
+        assert bench.wait(60) == 128 + 15, log.read_text()[-4000:]
         _, alive = psutil.wait_procs(started, timeout=10)
         assert alive == []
     finally:  # a failing run leaves nothing behind either
@@ -289,3 +289,53 @@ def test_a_terminated_benchmark_stops_its_engine_and_gateway(tmp_path: Path) -> 
         for proc in started:
             with contextlib.suppress(psutil.Error):
                 proc.kill()
+
+
+def test_sigterm_inside_a_transport_callback_still_ends_the_benchmark_with_143() -> None:
+    """A SIGTERM that lands while the loop runs a protocol callback must not become a broken connection.
+
+    Raising ``SystemExit`` from the handler there made uvloop hand it to ``connection_lost``; aiohttp wraps
+    that in ``ClientPayloadError``, so a terminated bench exited 1 (seen in CI). The protocol here wraps it
+    the same way and sends the SIGTERM from its own ``data_received``: deterministic, no timing."""
+    import asyncio
+    import signal
+
+    from certify.perf.bench import _Termination
+
+    async def read_until_terminated() -> None:
+        async def serve(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                for _ in range(1000):
+                    writer.write(b"x" * 100)
+                    await writer.drain()
+                    await asyncio.sleep(0.001)
+            finally:
+                writer.close()
+
+        loop = asyncio.get_running_loop()
+        lost: asyncio.Future[None] = loop.create_future()
+
+        class Client(asyncio.Protocol):
+            def data_received(self, data: bytes) -> None:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+            def connection_lost(self, exc: Exception | None) -> None:
+                if not lost.done():  # as aiohttp does: the cause becomes a payload error
+                    lost.set_exception(ConnectionError(f"payload not completed: {exc!r}")) if exc else lost.set_result(None)
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        async with server:
+            transport, _ = await loop.create_connection(Client, "127.0.0.1", server.sockets[0].getsockname()[1])
+            try:
+                await lost
+            finally:
+                transport.close()
+
+    termination = _Termination()
+    previous = signal.signal(signal.SIGTERM, termination.handle)
+    try:
+        with pytest.raises(BaseException) as raised:
+            termination.run(read_until_terminated())
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert isinstance(raised.value, SystemExit) and raised.value.code == 128 + signal.SIGTERM, repr(raised.value)

@@ -21,6 +21,7 @@ from typing import Any
 import docker
 import docker.errors
 import httpx
+import psutil
 import pytest
 
 from harness.contracts.lock import ResourceVectorV1
@@ -216,6 +217,17 @@ def test_no_egress_from_engine_container(root: Path, client: docker.DockerClient
     assert engine_out.startswith("NOREPLY"), engine_out
 
 
+def _host_address(client: docker.DockerClient) -> str:
+    """An address of this host that containers route to: the default bridge's own. Most engines list it as the
+    bridge's IPAM gateway; Debian's docker.io 20.10 lists only the subnet, so it is read from the interface."""
+    attrs = client.api.inspect_network("bridge")
+    listed = [str(c["Gateway"]) for c in attrs["IPAM"]["Config"] or [] if c.get("Gateway")]
+    if listed:
+        return listed[0]
+    interface = attrs["Options"]["com.docker.network.bridge.name"]
+    return str(next(a.address for a in psutil.net_if_addrs()[interface] if a.family == socket.AF_INET))
+
+
 def test_engine_container_cannot_reach_host_services(
     root: Path, client: docker.DockerClient, image_id: str, checkpoint: Path
 ) -> None:
@@ -229,7 +241,7 @@ def test_engine_container_cannot_reach_host_services(
     thread.start()
     engine = _start(root, _spec(root, image_id, checkpoint), client)
     try:
-        gateway = client.api.inspect_network("bridge")["IPAM"]["Config"][0]["Gateway"]
+        gateway = _host_address(client)
         url = f"http://{gateway}:{server.server_address[1]}/"
         exec_id = client.api.exec_create(engine.container_id, ["python3", "-c", _PROBE, url, gateway, "3"])["Id"]
         out = client.api.exec_start(exec_id).decode()

@@ -144,7 +144,6 @@ class _Termination:
         self.received = False
         self._in_loop = False
         self._task: asyncio.Task[Any] | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
 
     def handle(self, signum: int, _frame: object) -> None:
         if self.received:
@@ -152,15 +151,15 @@ class _Termination:
         self.received = True
         if not self._in_loop:
             raise SystemExit(128 + signum)
-        if self._task is not None and self._loop is not None and not self._task.done():
+        if self._task is not None and not self._task.done():
             self._task.cancel()
-            self._loop.call_soon_threadsafe(lambda: None)  # wake the loop
+            self._task.get_loop().call_soon_threadsafe(lambda: None)  # wake the loop
 
     def run(self, coro: Coroutine[Any, Any, _T]) -> _T:
         """``uvloop.run(coro)``; a SIGTERM during it cancels ``coro`` and ends in ``SystemExit(143)``."""
 
         async def guarded() -> _T:
-            self._loop, self._task = asyncio.get_running_loop(), asyncio.current_task()
+            self._task = asyncio.current_task()
             if self.received:  # before the task existed
                 raise asyncio.CancelledError
             return await coro
@@ -171,13 +170,12 @@ class _Termination:
         except BaseException:
             if not self.received:
                 raise
-        else:
-            if not self.received:
-                return result
         finally:
-            self._in_loop, self._task, self._loop = False, None, None
+            self._in_loop, self._task = False, None
             coro.close()  # never awaited when cancelled first; a no-op otherwise
-        raise SystemExit(128 + signal.SIGTERM)
+        if self.received:
+            raise SystemExit(128 + signal.SIGTERM)
+        return result
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -131,6 +131,8 @@ PROBES: list[Probe] = [
     Probe("error.responses.invalid_json", "POST", "/v1/responses", raw=b"{", content_type="application/json"),
     Probe("error.responses.context_input", "POST", "/v1/responses", body={**_resp(), "input": LONG_PROMPT}),
     Probe("metrics", "GET", "/metrics", "none"),
+    # /flush_cache?timeout=T (SGLang 0.5.23): an idle engine flushes at once (T, a float >= 0, bounds the wait)
+    Probe("flush_cache.deferred_idle", "POST", "/flush_cache?timeout=2", "admin"),
 ]
 
 _TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
@@ -162,6 +164,8 @@ MALFORMED_PROBES = [
     Probe("malformed.responses.tools", "POST", "/v1/responses", body=_resp({"tools": [{"type": "function"}]})),
     Probe("malformed.responses.reasoning", "POST", "/v1/responses", body=_resp({"reasoning": "high"})),
     Probe("malformed.responses.stop", "POST", "/v1/responses", body=_resp({"stop": [1]})),
+    Probe("malformed.flush_cache.timeout_negative", "POST", "/flush_cache?timeout=-1", "admin"),
+    Probe("malformed.flush_cache.timeout_text", "POST", "/flush_cache?timeout=soon", "admin"),
 ]  # fmt: skip
 
 ALL_PROBES: dict[str, Probe] = {p.name: p for p in [*PROBES, *AUTH_PROBES, *MALFORMED_PROBES]}

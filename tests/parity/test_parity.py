@@ -7,14 +7,18 @@ to both and fail on any difference not excused by ``fixtures/fake_sglang/parity_
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from pathlib import Path
 
+import httpx
 import pytest
 
 from fixtures.engine_process import EngineProcess
 from fixtures.fake_sglang import parity_checks
 from fixtures.fake_sglang.parity_allowed import METRIC_FAMILIES_MAY_BE_ABSENT
 from fixtures.fake_sglang.parity_diff import Observation, unexcused
-from tests.parity.conftest import SGLANG
+from fixtures.fake_sglang.parity_engines import fake_command, launch_engine
+from tests.parity.conftest import ADMIN_KEY, API_KEY, ENGINES, SGLANG
 from tests.parity.probes import ALL_PROBES, AUTH_PROBES, MALFORMED_PROBES, ProbeCache
 
 UNAUTHORIZED = {"error": "Unauthorized"}
@@ -73,6 +77,7 @@ STATUS_EXPECTED = {
     "error.responses.invalid_json": 400,
     "error.responses.context_input": 400,
     "metrics": 200,
+    "flush_cache.deferred_idle": 200,
 }
 
 
@@ -271,3 +276,42 @@ def test_metric_families_exist_in_real(fake_answers: ProbeCache, sglang_answers:
         if real.get(name) != kind and not (name not in real and name in METRIC_FAMILIES_MAY_BE_ABSENT)
     }
     assert not wrong, f"fake metric families missing in real SGLang or of another type: {wrong}"
+
+
+# ---------------------------------------------------------------- a flush while a request runs
+
+
+@pytest.fixture(params=ENGINES)
+def busy_engine(request: pytest.FixtureRequest, parity_checkpoint: Path, tmp_path: Path) -> Iterator[EngineProcess]:
+    """An engine whose /generate streams take a while: real SGLang (its own pace), or a fake that spends
+    20 ms per token (the shared parity fake answers at once, faster than a flush could arrive)."""
+    if request.param == "sglang":
+        yield request.getfixturevalue("sglang_engine")
+        return
+    engine = launch_engine(fake_command(), parity_checkpoint, tmp_path, API_KEY, ADMIN_KEY, extra=["--fake-itl-ms", "20"])
+    try:
+        yield engine
+    finally:
+        engine.stop()
+
+
+def test_a_flush_while_a_request_runs_is_refused_and_a_deferred_one_waits(busy_engine: EngineProcess) -> None:
+    """SGLang 0.5.23 refuses /flush_cache while a request runs ("Flush cache failed."), lets ``?timeout=T``
+    wait for idle and says when T ran out first, and flushes once the request is gone (readiness relies on all
+    three; the fake must answer each the same, byte for byte)."""
+    engine = busy_engine
+    long = {"text": "hello", "stream": True, "sampling_params": {"max_new_tokens": 1500, "temperature": 0.0, "ignore_eos": True}}
+    admin = engine.headers(engine.admin_key)
+    with httpx.Client(base_url=engine.base, timeout=120) as client:
+        with client.stream("POST", "/generate", json=long, headers=engine.headers()) as resp:
+            assert resp.status_code == 200
+            lines = resp.iter_lines()  # kept: a generator dropped here would close the stream (an abort)
+            while not next(lines).startswith("data:"):
+                pass  # the first event arrived: the request runs
+            now = client.post("/flush_cache", headers=admin)
+            deferred = client.post("/flush_cache", params={"timeout": "0.5"}, headers=admin)
+        # the client went away: the engine aborts the request, and a deferred flush goes through once it is gone
+        after = client.post("/flush_cache", params={"timeout": "60"}, headers=admin)
+    assert (now.status_code, now.text) == (400, "Flush cache failed.\n")
+    assert (deferred.status_code, deferred.text) == (400, "Timed out waiting for idle state.")
+    assert after.status_code == 200 and after.text.startswith("Cache flushed.\n"), after.text

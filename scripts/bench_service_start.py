@@ -5,9 +5,13 @@ For each run: a fresh supervisor starts the engine (fake or real SGLang) for ``f
 readiness. ``engine_ready_s`` is spawn → first ``/health`` 200 (the engine's own startup and warmup, polled
 every 100 ms); ``total_s`` is ``start()`` → ready (keys, argv/env, spawn, health, ``/server_info`` check,
 Responses + SSE probes, ``/flush_cache``, state writes). ``overhead_s = total_s - engine_ready_s``.
+``idle_wait_s`` is how long readiness waited for the engine to report no running or waiting request before it
+flushed the cache, ``busy_polls`` how often it found the engine busy. A start that fails is recorded with its
+error code and step (``--keep-going``: the next run starts anyway), so a series counts how many became ready.
 Prints JSON with every run and the medians. Usage::
 
     python scripts/bench_service_start.py --engine fake --runs 3
+    python scripts/bench_service_start.py --engine sglang --runs 20 --keep-going   # does every start become ready?
     python scripts/bench_service_start.py --engine fake --launcher oci --image sha256:... --runs 3
     HITCH_ROOT=... python scripts/bench_service_start.py --engine sglang --runs 3
 """
@@ -27,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.engine import EngineProgram
 from harness.engine.launch_spec import Launcher
+from harness.errors import HitchError
 from harness.launch.oci import OciLauncher
 from harness.launch.process import ProcessLauncher
 from harness.paths import HitchRoot
@@ -36,7 +41,7 @@ from harness.service.starter_supervisor import EngineChoice, engine_program
 from tests.harness.engine.inputs import GENERIC_RUNTIME, service_inputs
 
 
-async def one_run(base: Path, ckpt: Path, program: EngineProgram, n: int, image: str | None) -> dict[str, float]:
+async def one_run(base: Path, ckpt: Path, program: EngineProgram, n: int, image: str | None) -> dict[str, float | str]:
     inputs = service_inputs(base / f"root-{n}", ckpt)
     lock = inputs.lock
     launcher: Launcher = ProcessLauncher()
@@ -59,7 +64,15 @@ async def one_run(base: Path, ckpt: Path, program: EngineProgram, n: int, image:
         host="0.0.0.0" if image is not None else "127.0.0.1",  # a container's engine listens on its network
     )
     t0 = time.monotonic()
-    endpoint = await sup.start()
+    try:
+        endpoint = await sup.start()
+    except HitchError as exc:
+        return {
+            "error": exc.code,
+            "step": str(exc.details.get("step")),
+            "message": exc.message,
+            "after_s": round(time.monotonic() - t0, 3),
+        }
     total = time.monotonic() - t0
     t1 = time.monotonic()
     await sup.stop()
@@ -73,6 +86,9 @@ async def one_run(base: Path, ckpt: Path, program: EngineProgram, n: int, image:
         "overhead_s": round(total - engine_ready, 3),
         "probes_s": round((rep.flushed_s or 0.0) - engine_ready, 3),
         "event_ready_s": float(ready.details["ready_s"]),
+        "idle_wait_s": float(rep.idle_wait_s or 0.0),
+        "busy_polls": rep.busy_polls,
+        "flush_attempts": rep.flush_attempts,
         "stop_s": round(stop_s, 3),
     }
 
@@ -83,6 +99,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--launcher", choices=["process", "oci"], default="process")
     parser.add_argument("--image", help="oci: the pinned image (the fake engine image's ID for --engine fake)")
+    parser.add_argument("--keep-going", action="store_true", help="record a failed start and go on with the next run")
     args = parser.parse_args()
     image = args.image if args.launcher == "oci" else None
     if args.launcher == "oci" and image is None:
@@ -96,10 +113,17 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="hitch-bench-start-") as tmp:
         base = Path(tmp)
         ckpt = tiny_checkpoint_cached(base / "ckpt")
-        runs = [asyncio.run(one_run(base, ckpt, program, i, image)) for i in range(args.runs)]
-    medians = {k: round(statistics.median(r[k] for r in runs), 3) for k in runs[0]}
-    print(json.dumps({"engine": args.engine, "launcher": args.launcher, "runs": runs, "median": medians}, indent=2))
-    return 0
+        runs: list[dict[str, float | str]] = []
+        for i in range(args.runs):
+            runs.append(asyncio.run(one_run(base, ckpt, program, i, image)))
+            print(json.dumps({"run": i, **runs[-1]}), file=sys.stderr, flush=True)
+            if "error" in runs[-1] and not args.keep_going:
+                break
+    ready = [r for r in runs if "error" not in r]
+    medians = {k: round(statistics.median(float(r[k]) for r in ready), 3) for k in (ready[0] if ready else {})}
+    summary = {"engine": args.engine, "launcher": args.launcher, "ready": len(ready), "failed": len(runs) - len(ready)}
+    print(json.dumps({**summary, "runs": runs, "median": medians}, indent=2))
+    return 0 if len(ready) == len(runs) else 1
 
 
 if __name__ == "__main__":

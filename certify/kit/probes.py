@@ -21,6 +21,7 @@ import httpx
 from certify.session import CertifyEnv
 from harness.contracts.lock import InferenceLockV1
 from harness.daemon.core import load_sealed_lock
+from harness.engine.load import LOADS_PATH, METRICS_PATH, load_from_loads, load_from_metrics
 
 __all__ = [
     "WaitTimeout",
@@ -69,17 +70,13 @@ def kill_pid(pid: int) -> None:
 def engine_load(engine_url: str, headers: dict[str, str]) -> int:
     """Requests running or waiting in the engine: ``GET /v1/loads`` (SGLang and the fake answer alike), else
     SGLang's ``/metrics`` gauges."""
-    r = httpx.get(engine_url + "/v1/loads", headers=headers, timeout=30)
-    if r.status_code == 200:
-        loads = r.json().get("loads") or []
-        return sum(int(x.get("num_running_reqs", 0)) + int(x.get("num_waiting_reqs", 0)) for x in loads)
-    r = httpx.get(engine_url + "/metrics", headers=headers, timeout=30)
-    r.raise_for_status()
-    total = 0.0
-    for line in r.text.splitlines():
-        if line.startswith(("sglang:num_running_reqs", "sglang:num_queue_reqs")):
-            total += float(line.rsplit(" ", 1)[1])
-    return int(total)
+    r = httpx.get(engine_url + LOADS_PATH, headers=headers, timeout=30)
+    load = load_from_loads(r.json()) if r.status_code == 200 else None
+    if load is None:
+        r = httpx.get(engine_url + METRICS_PATH, headers=headers, timeout=30)
+        r.raise_for_status()
+        load = load_from_metrics(r.text)
+    return load.total
 
 
 def read_evidence(gateway_dir: Path, binding_id: str) -> list[dict[str, Any]]:

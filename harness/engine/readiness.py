@@ -12,10 +12,20 @@ The probe sequence, in order, all before one deadline:
 4. a short non-streaming ``/v1/responses`` generation and a streaming (SSE) one: budget
    ``PROBE_OUTPUT_TOKENS`` tokens, sent as ``budget + 2`` because SGLang's Responses path subtracts 2
    (reference sglang-http-api.md §6.2);
-5. ``POST /flush_cache`` with the admin key, so the first real request finds an empty cache.
+5. the engine is idle: SGLang frees a finished request's slot in its scheduler loop, after the reply's last
+   byte (seen lagging by seconds under load and behind Docker's proxy), so readiness polls ``/v1/loads``
+   (``load.py``) until no request runs or waits, and records how long that took. SGLang publishes that load
+   every 15 decode iterations (``--load-snapshot-publish-interval``), so it can lag either way: it spares a
+   flush sent while the engine is plainly busy, and the deferred flush below is the authority;
+6. ``POST /flush_cache?timeout=T`` with the admin key, so the first real request finds an empty cache
+   (SGLang 0.5.23 defers a flush with a timeout until its scheduler is idle). A flush refused *for pending
+   requests* (SGLang's own messages, ``_FLUSH_PENDING``) is retried after the next idle wait, within the
+   deadline; any other refusal fails readiness with the engine's message in the error's details.
 
-Failing the deadline is ``inference_start_timeout``; a wrong answer to a probe is
-``inference_engine_unhealthy``. Error details carry status codes and short body excerpts, never keys.
+Each probe's reply is read to its end (a stream too), never left for the engine to discover. Failing the
+deadline is ``inference_start_timeout`` (an engine that never went idle says so, with its counts); a wrong
+answer to a probe is ``inference_engine_unhealthy``. Error details carry status codes and short body
+excerpts, never keys.
 """
 
 from __future__ import annotations
@@ -30,11 +40,19 @@ import httpx
 
 from harness.engine.keys import EngineKeys
 from harness.engine.launch_spec import LaunchedEngine
+from harness.engine.load import LOADS_PATH, EngineLoad, load_from_loads
 from harness.engine.probe import PROBED_EXECUTION_FIELDS
 from harness.engine.verify import verify_server_info
 from harness.errors import HitchError
 
-__all__ = ["PROBE_OUTPUT_TOKENS", "RESPONSES_BUDGET_OFFSET", "ListenerCheck", "ReadinessReport", "wait_ready"]
+__all__ = [
+    "PROBE_OUTPUT_TOKENS",
+    "RESPONSES_BUDGET_OFFSET",
+    "ListenerCheck",
+    "ReadinessReport",
+    "flush_when_idle",
+    "wait_ready",
+]
 
 # Who listens on the engine's port: "ours" (the engine's process tree), "other" or "none" (yet).
 ListenerCheck = Callable[[], Awaitable[str]]
@@ -44,7 +62,18 @@ RESPONSES_BUDGET_OFFSET = 2  # SGLang: max_new_tokens = max_output_tokens - 2 on
 _POLL_S = 0.1
 _PROBE_INPUT = "Reply with one short word."
 _SSE_GOOD_END = ("response.completed", "response.incomplete")
-_SSE_TERMINAL = (*_SSE_GOOD_END, "response.failed")
+# SGLang's bodies for a flush refused because requests run or wait: 0.5.23's http_server.py when the scheduler
+# was busy ("Flush cache failed."), its flush_wrapper.py for a deferred flush that timed out or overlapped
+# another, and the text of releases before 0.5.20.
+_FLUSH_PENDING = (
+    "Flush cache failed",
+    "Timed out waiting for idle state",
+    "Another flush_cache is already in progress",
+    "Cache not flushed",
+)
+_FLUSH_DEFER_S = 10.0  # how long one deferred flush may wait for idle inside the engine
+_FLUSH_REPLY_S = 5.0  # what the engine may take to answer a flush beyond its deferral (a loaded machine)
+_DEADLINE_GRACE_S = _FLUSH_REPLY_S + 1.0  # the outer bound's margin, so a step out of time can say which and why
 
 
 @dataclass
@@ -61,6 +90,12 @@ class ReadinessReport:
     # what the engine reported for the values prepare seals (no secret among them; see probe.py)
     engine_choices: dict[str, Any] = field(default_factory=dict)
     probe_output_tokens: int | None = None
+    # the wait for the engine to go idle before the flush: seconds, polls that found it busy, the last load
+    idle_wait_s: float | None = None
+    busy_polls: int = 0
+    last_load: EngineLoad | None = None
+    flush_attempts: int = 0
+    flush_refusals: list[str] = field(default_factory=list)  # the engine's texts of refused flushes (pending)
     steps: list[str] = field(default_factory=list)
 
 
@@ -200,11 +235,10 @@ async def _responses_stream(client: httpx.AsyncClient, keys: EngineKeys, wire_mo
         if resp.status_code != 200:
             await resp.aread()
             raise _unhealthy("responses_stream", f"HTTP {resp.status_code}", status=resp.status_code, body=_excerpt(resp))
+        # Read to the end, past the terminal event: a reply left unread is one the engine finds out about later.
         async for line in resp.aiter_lines():
             if line.startswith("event:"):
                 events.append(line.split(":", 1)[1].strip())
-            if events and events[-1] in _SSE_TERMINAL:
-                break
     # A budget this small usually ends on the length limit: ``response.incomplete`` is a good end too.
     if not events or events[0] != "response.created" or events[-1] not in _SSE_GOOD_END:
         raise _unhealthy(
@@ -214,10 +248,79 @@ async def _responses_stream(client: httpx.AsyncClient, keys: EngineKeys, wire_mo
         )
 
 
-async def _flush_cache(client: httpx.AsyncClient, keys: EngineKeys, deadline: _Deadline) -> None:
-    resp = await client.post("/flush_cache", headers=_bearer(keys.admin_key), timeout=deadline.timeout(30.0))
+async def _engine_load(client: httpx.AsyncClient, keys: EngineKeys, deadline: _Deadline) -> EngineLoad | None:
+    """The engine's running and waiting requests, or ``None`` when it does not say (no ``/v1/loads``)."""
+    resp = await client.get(LOADS_PATH, headers=_bearer(keys.api_key), timeout=deadline.timeout(10.0))
     if resp.status_code != 200:
-        raise _unhealthy("flush_cache", f"HTTP {resp.status_code}", status=resp.status_code, body=_excerpt(resp))
+        return None
+    try:
+        return load_from_loads(resp.json())
+    except ValueError:
+        return None
+
+
+async def _wait_idle(client: httpx.AsyncClient, keys: EngineKeys, deadline: _Deadline, report: ReadinessReport) -> None:
+    """Poll until the engine reports nothing running or waiting (an engine without ``/v1/loads`` is left to
+    the deferred flush); adds the wait to ``report.idle_wait_s``."""
+    t0 = time.monotonic()
+    try:
+        while True:
+            load = await _engine_load(client, keys, deadline)
+            report.last_load = load
+            if load is None or load.idle:
+                return
+            report.busy_polls += 1
+            if deadline.left() <= _POLL_S:
+                raise HitchError(
+                    "inference_start_timeout",
+                    f"the engine still reported {load.running} running and {load.waiting} waiting requests when "
+                    f"its {deadline.seconds:.1f}s startup bound ran out; its cache was not flushed",
+                    {"step": "idle", "running": load.running, "waiting": load.waiting, "timeout_s": deadline.seconds},
+                )
+            await asyncio.sleep(_POLL_S)
+    finally:
+        report.idle_wait_s = round((report.idle_wait_s or 0.0) + time.monotonic() - t0, 3)
+
+
+async def _flush_cache(client: httpx.AsyncClient, keys: EngineKeys, deadline: _Deadline, report: ReadinessReport) -> None:
+    while True:
+        await _wait_idle(client, keys, deadline, report)
+        # the engine answers a deferred flush when it is idle or the deferral ran out; the read waits for that
+        # answer plus a reply margin, so the two never race (with less time left than the margin: no deferral)
+        defer = min(_FLUSH_DEFER_S, max(0.0, deadline.left() - _FLUSH_REPLY_S))
+        resp = await client.post(
+            "/flush_cache",
+            params={"timeout": f"{defer:.3f}"},
+            headers=_bearer(keys.admin_key),
+            timeout=httpx.Timeout(defer + _FLUSH_REPLY_S, connect=2.0),
+        )
+        report.flush_attempts += 1
+        if resp.status_code == 200:
+            return
+        text = _excerpt(resp).strip()
+        if resp.status_code != 400 or not text.startswith(_FLUSH_PENDING):
+            raise _unhealthy("flush_cache", f"HTTP {resp.status_code}: {text[:120]}", status=resp.status_code, body=text)
+        report.flush_refusals.append(text)
+        if deadline.left() <= _POLL_S:
+            raise HitchError(
+                "inference_start_timeout",
+                f"the engine refused to flush its cache for pending requests until its {deadline.seconds:.1f}s "
+                f"startup bound ran out ({report.flush_attempts} attempts): {text[:120]}",
+                {"step": "flush_cache", "attempts": report.flush_attempts, "body": text, "timeout_s": deadline.seconds},
+            )
+
+
+async def flush_when_idle(
+    base_url: str, keys: EngineKeys, timeout_s: float, report: ReadinessReport | None = None
+) -> ReadinessReport:
+    """Readiness's last step on its own: wait until the engine is idle, then flush its cache, within
+    ``timeout_s``. Fills ``report`` as it goes (a caller may watch ``busy_polls``), and returns it."""
+    report = report if report is not None else ReadinessReport()
+    deadline = _Deadline(timeout_s)
+    async with httpx.AsyncClient(base_url=base_url, trust_env=False) as client:
+        await _flush_cache(client, keys, deadline, report)
+    report.flushed_s = deadline.since()
+    return report
 
 
 async def _probe(
@@ -248,7 +351,7 @@ async def _probe(
         await _responses_stream(client, keys, wire_model, deadline)
         report.stream_s = deadline.since()
         report.steps.append("responses_stream")
-        await _flush_cache(client, keys, deadline)
+        await _flush_cache(client, keys, deadline, report)
         report.flushed_s = deadline.since()
         report.steps.append("flush_cache")
     return report
@@ -266,7 +369,7 @@ async def wait_ready(
     deadline = _Deadline(timeout_s)
     try:
         return await asyncio.wait_for(
-            _probe(engine, keys, wire_model, expected, deadline, listener), timeout=max(0.01, timeout_s)
+            _probe(engine, keys, wire_model, expected, deadline, listener), timeout=max(0.01, timeout_s) + _DEADLINE_GRACE_S
         )
     except TimeoutError:
         raise HitchError(

@@ -78,6 +78,27 @@ def test_start_ready_stop_records_states_and_leaves_nothing(inputs: ServiceInput
     asyncio.run(run())
 
 
+def test_a_start_whose_probe_slots_linger_becomes_ready_and_records_the_wait(inputs: ServiceInputs) -> None:
+    """The readiness race: each probe's slot stays taken for a while after its reply (as SGLang's did behind
+    Docker's proxy, so its /flush_cache answered 400). The start waits for the engine to free them, flushes
+    once, and its ready event says how long it waited."""
+
+    async def run() -> None:
+        sup = _supervisor(inputs, "--fault", "slot_release_lag:t=3")
+        endpoint = await sup.start()
+        try:
+            report = endpoint.readiness
+            assert report.steps[-1] == "flush_cache"
+            assert report.flush_attempts == 1 and report.flush_refusals == []
+            ready = [e for e in sup.store.events() if e.event == "inference.ready"]
+            assert ready[-1].details["engine_idle_wait_s"] == report.idle_wait_s
+            assert ready[-1].details["flush_attempts"] == 1
+        finally:
+            await sup.stop()
+
+    asyncio.run(run())
+
+
 def test_startup_hang_times_out_and_the_process_is_gone(inputs: ServiceInputs) -> None:
     failures: list[str] = []
     released: list[str] = []

@@ -53,6 +53,10 @@ class ExitInfo:
     exit_code: int | None
     oom: bool
     reason: str
+    # a stop whose grace ran out: the engine was killed, not drained. A bounded stop promises the engine is
+    # gone, not that it exits cleanly in time (a loaded machine can keep SGLang's shutdown past any grace);
+    # the escalation is recorded as evidence, never hidden and never a failure of the stop.
+    escalated: bool = False
 
 
 class LaunchedEngine(Protocol):

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import math
 import os
 import threading
@@ -191,6 +192,9 @@ class OciEngine:
                 api.wait(self.container_id, timeout=max(30, math.ceil(timeout_s) + 30))
                 state = api.inspect_container(self.container_id)["State"]
                 exit_info = self._confirm_oom(_exit_from_state(state), state)
+                if exit_info is not None and exit_info.exit_code == 137 and not exit_info.oom:
+                    # docker stop's SIGKILL after the grace (the init forwards SIGTERM; a drained engine exits 0)
+                    exit_info = dataclasses.replace(exit_info, escalated=True)
             except docker.errors.NotFound:
                 exit_info = exit_info or ExitInfo(None, False, "the engine container is gone")
         self._log_thread.join(timeout=5)

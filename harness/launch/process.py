@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import signal
 import time
@@ -169,6 +170,7 @@ class ProcessEngine:
         # The leader may be gone while its children still drain: give them the rest of the grace period.
         while live_group_members(pgid) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
+        escalated = bool(live_group_members(pgid)) or any(_alive(p) for p in seen)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)
         for child in seen:  # a descendant that left the group (setsid) is still ours
@@ -178,7 +180,7 @@ class ProcessEngine:
         await self._confirm_gone(pgid, seen)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._pump.task), timeout=_CONFIRM_S)
-        self._stopped = self._exit_info(returncode)
+        self._stopped = dataclasses.replace(self._exit_info(returncode), escalated=escalated)
         return self._stopped
 
     async def _confirm_gone(self, pgid: int, seen: list[psutil.Process]) -> None:

@@ -366,7 +366,10 @@ class ServiceSupervisor:
                 raise
             self.last_exit = exit_info
             self._write("stopped")
-            details = {"exit_code": exit_info.exit_code, "reason": exit_info.reason} if exit_info else {}
+            details: dict[str, Any] = {}
+            if exit_info is not None:
+                details = {"exit_code": exit_info.exit_code, "reason": exit_info.reason}
+                details |= {"escalated": exit_info.escalated, "grace_s": self.stop_timeout_s}
             self._stop_event("inference.stopped", **details)
             released = True
         if released:

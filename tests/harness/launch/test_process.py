@@ -90,7 +90,7 @@ def test_stop_takes_the_whole_group_down(tmp_path: Path) -> None:
         assert set(kids) <= set(live_group_members(engine.pid))
         assert await engine.poll() is None
         exit_info = await engine.stop(5.0)
-        assert exit_info.exit_code == 0 and not exit_info.oom
+        assert exit_info.exit_code == 0 and not exit_info.oom and not exit_info.escalated
         assert live_group_members(engine.pid) == []
         assert not any(pid_alive(k) for k in kids)
         assert await engine.stop(5.0) == exit_info  # idempotent
@@ -103,6 +103,7 @@ def test_sigkill_after_the_grace_period(tmp_path: Path) -> None:
         engine, kids = await _started(tmp_path, "ignore-term")
         exit_info = await engine.stop(0.5)
         assert exit_info.exit_code == -9 and "SIGKILL" in exit_info.reason
+        assert exit_info.escalated  # the grace ran out: recorded, not hidden
         assert live_group_members(engine.pid) == []
         assert not any(pid_alive(k) for k in kids)
 

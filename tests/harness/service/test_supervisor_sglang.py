@@ -52,7 +52,14 @@ def test_real_sglang_start_ready_stop(tmp_path: Path, tmp_path_factory: pytest.T
         assert unauth.status_code == 401
         assert models.json()["data"][0]["id"] == endpoint.wire_model
         exit_info = await sup.stop()
-        assert exit_info is not None and exit_info.exit_code == 0
+        # The promise is a bounded stop: the engine is gone when stop() returns. A clean exit (0) within the
+        # grace, or, when a loaded machine kept SGLang's shutdown past it, a SIGKILL that the stop records as
+        # an escalation in its event (evidence, not a failure).
+        assert exit_info is not None
+        assert (exit_info.exit_code, exit_info.escalated) in ((0, False), (-9, True)), exit_info
+        stopped = [e for e in sup.store.events() if e.event == "inference.stopped"]
+        assert stopped[-1].details["escalated"] is exit_info.escalated
+        assert stopped[-1].details["grace_s"] == sup.stop_timeout_s
         assert live_group_members(engine.pid) == []
         assert not any(pid_alive(p) for p in members)  # reparented children may linger as zombies briefly
         assert sup.state == "stopped"

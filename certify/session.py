@@ -256,6 +256,18 @@ def engine_endpoint(root: HitchRoot, service_id: str) -> tuple[str, str]:
     return str(ref["base_url"]), key
 
 
+_START_FIELDS = ("ready_s", "engine_health_s", "engine_idle_wait_s", "engine_busy_polls", "flush_attempts")
+
+
+def _engine_start(root: HitchRoot, run: RunHandle) -> dict[str, Any] | None:
+    """How the session's engine became ready (its ``inference.ready`` event): seconds to ready, to the engine's
+    own health, waiting for the engine to go idle before the cache flush, and the flushes it took."""
+    from harness.service.state_store import ServiceStateStore
+
+    ready = [e for e in ServiceStateStore(root, run.service_id).events() if e.event == "inference.ready" and e.epoch == run.epoch]
+    return {k: ready[-1].details.get(k) for k in _START_FIELDS} if ready else None
+
+
 def open_session(opts: CertifyOptions, session_key: str, worker: str, *, references: bool = False) -> CertifyEnv:
     """Create this process's run on the session's shared engine (started by the first caller).
 
@@ -322,6 +334,7 @@ def open_session(opts: CertifyOptions, session_key: str, worker: str, *, referen
         "choice_reason": opts.choice_reason,
         "allow_uncertified": opts.allow_uncertified,
         "reference": prepared,
+        "engine_start": _engine_start(opts.root, run),
     }
     opts.report_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(opts.report_dir / "session.json", facts)

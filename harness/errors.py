@@ -111,6 +111,9 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     "local_model_source_changed": _e("input", True, 409, "the source changed during import; import again"),
     "inference_lock_invalid": _e("input", False, 400, "fix the lock fields; unknown fields are refused"),
     "inference_runtime_unpinned": _e("capability", False, 400, "use a runtime whose digest is pinned"),
+    "inference_argv_rejected": _e(
+        "compatibility", False, 400, "the runtime's SGLang reads the lock's command line otherwise: fix the lock or argv.py"
+    ),
     "inference_runtime_not_found": _e("input", False, 404, "see `hitch runtime list`"),
     "runtime_catalog_invalid": _e("input", False, 400, "fix catalog/runtimes.toml or the runtime's catalog folder"),
     "inference_token_invalid": _e("routing", False, 401, "use the run token issued for this run"),

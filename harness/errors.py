@@ -101,6 +101,18 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     "run_interrupted": _e("lifecycle", True, 409, "the daemon ended while the run was live; submit a new run id"),
     "run_not_found": _e("input", False, 404, "see runs/ under the root for the known run ids"),
     "run_in_progress": _e("lifecycle", True, 409, "the run id is live; wait for it or `hitch run cancel ID`"),
+    "evaluation_not_found": _e("input", False, 404, "see evals/ under the root for the known evaluation ids"),
+    "run_evidence_changed": _e(
+        "integrity", False, 409, "a file of the run's sealed evidence set changed or is gone; `hitch run verify ID` names it"
+    ),
+    "run_not_rerunnable": _e("input", False, 409, "rerun a finished run that kept its harness input (hitch run ... --prompt)"),
+    "runs_not_comparable": _e(
+        "compatibility", False, 409, "compare runs of the same model, inference id, hardware and cache condition"
+    ),
+    "bundle_invalid": _e("integrity", False, 400, "the bundle's bytes do not match its manifest; get it again from its source"),
+    "daemon_upgrade_required": _e(
+        "compatibility", False, 409, "the root's daemon runs other code: `hitch daemon stop`, then run the command again"
+    ),
     # harness — input
     "usage_error": _e("input", False, 400, "see --help"),
     "harness_unavailable": _e("capability", False, 503, "install the pinned harness with `make codex`"),

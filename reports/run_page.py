@@ -3,7 +3,7 @@
 Input is one run's ``results.json``: a DESIGN §6 predicate plus, optionally, ``overhead`` (the JSON that
 ``python -m certify.perf --out`` writes: ``results.{unary,stream}.{gateway,reference,direct}``) and
 ``lifecycle`` (a mapping of timing name to number, possibly nested). Where an arm carries
-``added_latency_ci_ms`` (bootstrap 95 % intervals, :func:`certify.stats.added_intervals`) each added figure
+``added_latency_ci_ms`` (bootstrap 95 % intervals, :func:`harness.stats.added_intervals`) each added figure
 shows its interval, the §15.4 badge is decided on the interval's upper end, and the page says when a figure is
 noise (its interval holds 0: a negative one is no speed-up) or unreliable (too few samples); where it carries
 ``added_paired_ms`` (the median of per-pair differences, :mod:`certify.perf.summary`) that shift is shown with

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from certify.stats import finite_or_none, percentile
+from harness.stats import finite_or_none, percentile
 
 __all__ = ["RATIO_KEYS", "build_summary", "render_table", "target_figures"]
 

@@ -7,7 +7,7 @@ Used by the perf suite (``certify/suites/test_perf.py``), ``hitch bench overhead
 - :mod:`certify.perf.loops`: arms (direct, gateway, optionally the bare reference proxy), the concurrency-1
   loop (requests alternate arm by arm, the first arm rotating per round) and the concurrency-C loop;
 - :mod:`certify.perf.summary`: added p50/p95/p99 per round and pooled with bootstrap 95 % intervals
-  (:func:`certify.stats.added_intervals`), the §15.4 bound decided on the interval, the printed table;
+  (:func:`harness.stats.added_intervals`), the §15.4 bound decided on the interval, the printed table;
 - :mod:`certify.perf.stack`: the engine (fake or generic-CPU SGLang) + gateway process (+ reference proxy)
   that the benchmarks start;
 - :mod:`certify.perf.reference_proxy`: the bare aiohttp pass-through (the Python floor; a benchmark

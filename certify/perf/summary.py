@@ -5,7 +5,7 @@ Per kind (unary, stream) and per arm other than direct:
 - ``added_latency_ms`` {p50,p95,p99}: per round, arm percentile - direct percentile of E2E; the median over
   rounds (robust to one disturbed round); ``added_latency_ms_rounds`` keeps each round's figure;
 - ``added_latency_ci_ms``: the same difference over the samples of every round pooled (``rounds x n_c1``
-  per arm, stated as ``n``) with its bootstrap 95 % interval (:func:`certify.stats.added_intervals`); a p99
+  per arm, stated as ``n``) with its bootstrap 95 % interval (:func:`harness.stats.added_intervals`); a p99
   from fewer than 100 samples per arm is marked unreliable; an interval that holds 0 marks the difference
   as noise — a negative added figure is never a speed-up by itself;
 - streams also: ``ttft_added_ms`` / ``ttft_added_ci_ms`` and ``itl_added_ms`` / ``itl_added_ci_ms``
@@ -50,7 +50,7 @@ import statistics
 from typing import Any
 
 from certify.perf.loops import KINDS, Plan, Round, pooled
-from certify.stats import added_intervals, percentile
+from harness.stats import added_intervals, percentile
 
 __all__ = ["FLOOR_MS", "FRACTION", "QS", "bound_ms", "over_bound", "paired_target", "render", "summarize"]
 

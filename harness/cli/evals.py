@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from harness.cli import options as opt
+from harness.cli.compare import register_eval_compare
 from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.contracts.evaluation import TrialOutcomeV1
 from harness.daemon import ensure_daemon
@@ -25,6 +26,7 @@ from harness.evals.harbor_run import EvalOptions, HarborEvaluation, model_connec
 app = typer.Typer(no_args_is_help=True, help="agent evaluations on a local model")
 harbor_app = typer.Typer(no_args_is_help=True, help="Harbor trials (local Docker) through the gateway")
 app.add_typer(harbor_app, name="harbor")
+register_eval_compare(app)
 
 
 @harbor_app.command("install", help="Harbor's hash-locked venv and the compose v2 plugin under the root")

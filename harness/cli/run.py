@@ -38,6 +38,8 @@ from harness.agents.profiles import (
     model_call_key,
 )
 from harness.cli import options as opt
+from harness.cli import run_sealed
+from harness.cli.compare import register_run_compare
 from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.contracts.agent_profile import FieldRuleV1, HarnessKeyV1
 from harness.contracts.lock import InferenceLockV1
@@ -264,6 +266,8 @@ def register(app: typer.Typer) -> None:
 
     for name, help_text, record_of in _RECORD_COMMANDS:
         _add_record_command(run_app, name, help_text, record_of)
+    run_sealed.register(run_app)
+    register_run_compare(run_app)
 
     @run_app.callback()
     @cli_command

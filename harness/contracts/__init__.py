@@ -17,11 +17,13 @@ from harness.contracts.lock import InferenceLockV1, compute_inference_id
 from harness.contracts.model import LocalModelManifestV1, compute_model_id
 from harness.contracts.model_fixture import ModelFixtureProvenanceV1
 from harness.contracts.run import RunRecordV1
+from harness.contracts.run_ref import CaptureIndexV1, InferenceRefV1
 from harness.contracts.runtime import InferenceRuntimeManifestV1
 from harness.contracts.service import InferenceServiceRecordV1
 
 __all__ = [
     "SCHEMA_RECORDS",
+    "CaptureIndexV1",
     "CertificationCheckV1",
     "CertificationResultV1",
     "EvaluationRecordV1",
@@ -30,6 +32,7 @@ __all__ = [
     "HarnessCompatibilityProfileV1",
     "InferenceExecutionEvidenceV1",
     "InferenceLockV1",
+    "InferenceRefV1",
     "InferenceRuntimeManifestV1",
     "InferenceServiceRecordV1",
     "LifecycleEventV1",
@@ -60,4 +63,6 @@ SCHEMA_RECORDS: tuple[type[Record], ...] = (
     RunRecordV1,
     ModelFixtureProvenanceV1,
     EvaluationRecordV1,
+    InferenceRefV1,
+    CaptureIndexV1,
 )

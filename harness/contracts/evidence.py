@@ -4,23 +4,36 @@ Written by the daemon for every terminal status of a run that reached a service.
 token totals are derived from the gateway's attempt rows (one ``RequestEvidenceV1`` per physical attempt,
 refusals included), copied beside the record with their digest; ``complete`` is derived from the checks
 and the record refuses to say otherwise.
+
+:class:`ModelIdentityV1` (spec §6.3) says which model answered: the reference the request named
+(``requested_id``, e.g. ``local/ALIAS``), the verified ``model_id`` (``effective_id``), the digest of the
+sampling policy and the inference id. ``identity_resolved`` is set by the daemon only, after the manager's
+service passed readiness (its ``/server_info`` matched the lock); the engine's wire alias (``response.model``,
+``served_model_name``) is recorded as ``wire_model`` and never stands for the identity.
+
+Schema versions: files written under schema 1 (before the attempt ledger) stay readable as
+:class:`ExecutionEvidenceSchema1`; :func:`parse_execution_evidence` reads either version.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, TypeAdapter, model_validator
 
 from harness.contracts.base import Record, Sha256
 from harness.contracts.binding import ModelEndpointBindingV1
 
 __all__ = [
     "AttemptLedgerV1",
+    "EngineRequestsV1",
     "EvidenceCheckV1",
+    "ExecutionEvidenceSchema1",
     "HardwareFingerprintV1",
     "InferenceExecutionEvidenceV1",
+    "ModelIdentityV1",
     "ServingMetricsV1",
+    "parse_execution_evidence",
 ]
 
 
@@ -63,6 +76,34 @@ class ServingMetricsV1(Record):
     errors: list[str] = Field(default_factory=list)
 
 
+class EngineRequestsV1(Record):
+    """The engine's own per-request figures, joined to the attempt rows by request id (seed 004), not by time.
+
+    ``engine-requests.jsonl`` holds one row per attempt that reached the engine: the gateway's request id, the
+    engine's request id, and what the engine reported for that request (its usage details: input, cached,
+    output and reasoning tokens as SGLang counted them) beside the engine's share of the request as the gateway
+    timed it. Attempts the engine never answered (refused by the gateway, a connect failure) have no engine
+    request id and are counted in ``unmatched``.
+    """
+
+    file: str = Field(description="engine-requests.jsonl beside this record")
+    digest: Sha256
+    joined: int = Field(ge=0, description="attempt rows joined to an engine request id")
+    unmatched: int = Field(ge=0, description="attempt rows without an engine request id")
+
+
+class ModelIdentityV1(Record):
+    """Spec §6.3: which model answered, as the daemon verified it (never as the engine or a caller said)."""
+
+    requested_id: str = Field(description="the model reference the run named (local/ALIAS, local/sha256:..., or the lock's)")
+    effective_id: Sha256 = Field(description="the verified model_id of the lock the service loaded")
+    provider: Literal["local"] = "local"
+    parameters_sha256: Sha256 = Field(description="sha256 of the lock's generation (sampling) policy, canonical JSON")
+    inference_id: Sha256 | None = None
+    identity_resolved: bool = Field(description="set by the daemon after the service passed readiness against the lock")
+    wire_model: str = Field(description="the alias on the wire (served_model_name); never an identity")
+
+
 class EvidenceCheckV1(Record):
     name: Literal["attempts_recorded", "capture_complete", "no_writer_error"]
     ok: bool
@@ -93,6 +134,8 @@ class InferenceExecutionEvidenceV1(Record):
     checks: list[EvidenceCheckV1]
     complete: bool
     incomplete_code: Literal["inference_capture_incomplete"] | None
+    model_identity: ModelIdentityV1 | None = Field(default=None, description="null only in files written before it existed")
+    engine_requests: EngineRequestsV1 | None = Field(default=None, description="null only in files written before it existed")
 
     @model_validator(mode="after")
     def _derived(self) -> InferenceExecutionEvidenceV1:
@@ -104,4 +147,36 @@ class InferenceExecutionEvidenceV1(Record):
             raise ValueError("a check carries a code exactly when it failed")
         if (self.incomplete_code is None) != self.complete:
             raise ValueError("incomplete_code is set exactly when the evidence is incomplete")
+        identity = self.model_identity
+        if identity is not None and (identity.effective_id != self.model_id or identity.inference_id != self.inference_id):
+            raise ValueError("the model identity is the lock's: effective_id = model_id, inference_id = inference_id")
         return self
+
+
+class ExecutionEvidenceSchema1(Record):
+    """Schema 1 of the execution evidence (before the attempt ledger, the checks and the binding): read, never
+    written. Its ``hardware`` was the :class:`HardwareFingerprintV1` shape."""
+
+    schema_version: Literal["1"]
+    run_id: str
+    inference_id: Sha256
+    lock_digest: Sha256
+    service_id: str
+    epoch: int = Field(ge=0)
+    hardware: HardwareFingerprintV1
+    observed: dict[str, Any] = Field(description="allow-listed /server_info facts (never keys)")
+    reused_service: bool
+    cache_condition: Literal["cold", "warm"]
+    requests: int = Field(ge=0)
+    complete: bool
+
+
+ExecutionEvidence = Annotated[ExecutionEvidenceSchema1 | InferenceExecutionEvidenceV1, Field(discriminator="schema_version")]
+_EVIDENCE = TypeAdapter(ExecutionEvidence)
+
+
+def parse_execution_evidence(data: Any) -> ExecutionEvidenceSchema1 | InferenceExecutionEvidenceV1:
+    """An ``execution.json`` of any schema version (a JSON string or the parsed object)."""
+    if isinstance(data, str | bytes):
+        return _EVIDENCE.validate_json(data)
+    return _EVIDENCE.validate_python(data)

@@ -58,6 +58,10 @@ class RunRecordV1(Record):
     history: list[RunTransitionV1]
     error: RunErrorV1 | None = None
     evidence_complete: bool | None = Field(default=None, description="the run evidence's own verdict, once written")
+    ref_digest: Sha256 | None = Field(
+        default=None, description="sha256 of runs/<id>/inference.ref.json, the sealed evidence set (once written)"
+    )
+    rerun_of: str | None = Field(default=None, description="the run this one reran (hitch run rerun), same lock")
 
     @model_validator(mode="after")
     def _terminal_error(self) -> RunRecordV1:

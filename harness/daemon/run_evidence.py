@@ -3,10 +3,14 @@
 Owns :class:`EngineFacts` (the engine's ``/server_info`` with every key removed, and its ``/metrics`` text,
 read with the engine key the daemon holds) and :func:`write_execution_evidence`: the sealed lock, model and
 runtime manifests, the run's attempt rows copied from the gateway (``attempts.jsonl``) with their digest,
-the serving metrics at run start and end, and ``execution.json`` whose request count and token totals come
-from those rows and whose ``complete`` comes from three checks (every attempt recorded, capture not
-truncated or failed, no writer error). The harness's own files (``harness.json``, ``result.json``) are the
-CLI's.
+the serving metrics at run start and end, the capture index, and ``execution.json`` whose request count and
+token totals come from those rows and whose ``complete`` comes from three checks (every attempt recorded,
+capture not truncated or failed, no writer error); then it seals the set (``inference.ref.json``,
+:mod:`harness.run_ref`). The harness's own files (``harness.json``, ``result.json``) are the CLI's.
+
+The run's :class:`ModelIdentityV1` is built here from the lock and the binding (:func:`model_identity`), with
+``identity_resolved`` only when the daemon saw the service pass readiness: nothing an engine or a caller says
+about the model enters it.
 """
 
 from __future__ import annotations
@@ -20,12 +24,19 @@ from typing import Any
 import httpx
 
 from harness.contracts.binding import ModelEndpointBindingV1
-from harness.contracts.evidence import AttemptLedgerV1, EvidenceCheckV1, InferenceExecutionEvidenceV1, ServingMetricsV1
+from harness.contracts.evidence import (
+    AttemptLedgerV1,
+    EvidenceCheckV1,
+    InferenceExecutionEvidenceV1,
+    ModelIdentityV1,
+    ServingMetricsV1,
+)
 from harness.contracts.lock import InferenceLockV1
 from harness.contracts.run import RunRecordV1
 from harness.engine.redaction import redact
 from harness.ids import digest_json
 from harness.paths import HitchRoot, atomic_write_bytes, atomic_write_json, ensure_private_dir
+from harness.run_ref import seal_ref, write_capture_index
 from harness.runtimes import get_runtime
 from harness.store import read_manifest
 
@@ -33,6 +44,7 @@ __all__ = [
     "EngineFacts",
     "GatewayFacts",
     "facts_after_death",
+    "model_identity",
     "redact",
     "scrape_engine",
     "write_execution_evidence",
@@ -130,14 +142,30 @@ def _attempts_detail(ledger: AttemptLedgerV1, gateway: GatewayFacts) -> str:
     return f"{ledger.rows} rows for {ledger.begun} attempts begun"
 
 
-def write_start_facts(root: HitchRoot, run_id: str, binding: ModelEndpointBindingV1, engine: EngineFacts) -> None:
-    """At bind time: the binding and the engine's facts are on disk even if the daemon dies with the run."""
+def model_identity(lock: InferenceLockV1, requested: str | None, wire_model: str, *, resolved: bool) -> ModelIdentityV1:
+    """Spec §6.3's identity of a run's model: from the lock (never from what the engine answers)."""
+    return ModelIdentityV1(
+        requested_id=requested or f"local/{lock.model_id}",
+        effective_id=lock.model_id,
+        parameters_sha256=digest_json(lock.generation.to_json_dict()),
+        inference_id=lock.inference_id,
+        identity_resolved=resolved,
+        wire_model=wire_model,
+    )
+
+
+def write_start_facts(
+    root: HitchRoot, run_id: str, binding: ModelEndpointBindingV1, engine: EngineFacts, identity: ModelIdentityV1
+) -> None:
+    """At bind time: the binding, the engine's facts and the resolved identity are on disk even if the daemon dies
+    with the run."""
     out = ensure_private_dir(root.run_inference_dir(run_id))
     atomic_write_json(out / "binding.json", binding.to_json_dict())
     atomic_write_json(out / "server-info.json", {"server_info": engine.server_info, "at": engine.server_info_at})
+    atomic_write_json(out / "identity.json", identity.to_json_dict())
 
 
-def facts_after_death(root: HitchRoot, run_id: str) -> tuple[ModelEndpointBindingV1, EngineFacts] | None:
+def facts_after_death(root: HitchRoot, run_id: str) -> tuple[ModelEndpointBindingV1, EngineFacts, ModelIdentityV1 | None] | None:
     """What :func:`write_start_facts` kept of a run whose daemon died (None when it never bound)."""
     out = root.run_inference_dir(run_id)
     try:
@@ -145,9 +173,13 @@ def facts_after_death(root: HitchRoot, run_id: str) -> tuple[ModelEndpointBindin
         info = json.loads((out / "server-info.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+    try:
+        identity: ModelIdentityV1 | None = ModelIdentityV1.model_validate_json((out / "identity.json").read_bytes())
+    except (OSError, ValueError):
+        identity = None  # bound by a daemon that did not write it
     engine = EngineFacts(server_info=info.get("server_info"), server_info_at=info.get("at"))
     engine.errors.append("the daemon died with the run live: no metrics were scraped")
-    return binding, engine
+    return binding, engine, identity
 
 
 def _check(name: str, ok: bool, detail: str) -> EvidenceCheckV1:
@@ -179,8 +211,10 @@ def write_execution_evidence(
     engine: EngineFacts,
     hardware: dict[str, Any],
     reused_service: bool,
-) -> InferenceExecutionEvidenceV1:
-    """Write the daemon's evidence files of a terminal run; returns the execution record written."""
+    identity: ModelIdentityV1 | None,
+) -> tuple[InferenceExecutionEvidenceV1, str]:
+    """Write the daemon's evidence files of a terminal run and seal them; returns the execution record written
+    and the digest of the run's ``inference.ref.json``."""
     out = ensure_private_dir(root.run_inference_dir(record.run_id))
     atomic_write_json(out / "lock.json", lock.to_json_dict())
     atomic_write_json(out / "model.json", read_manifest(root, lock.model_id).to_json_dict())
@@ -216,6 +250,9 @@ def write_execution_evidence(
         checks=checks,
         complete=complete,
         incomplete_code=None if complete else "inference_capture_incomplete",
+        model_identity=identity,
     )
     atomic_write_json(out / "execution.json", execution.to_json_dict())
-    return execution
+    write_capture_index(out.parent, record.capture)
+    _, ref_digest = seal_ref(out.parent, record.run_id, lock)
+    return execution, ref_digest

@@ -43,6 +43,7 @@ from gateway.capture import RunCapture
 from gateway.server import Gateway, GatewayConfig
 from harness.contracts.binding import ModelEndpointBindingV1
 from harness.contracts.events import LifecycleEventV1
+from harness.contracts.evidence import ModelIdentityV1
 from harness.contracts.lock import InferenceLockV1
 from harness.contracts.run import RunRecordV1
 from harness.daemon.core import DaemonCore, load_sealed_lock
@@ -52,6 +53,7 @@ from harness.daemon.run_evidence import (
     EngineFacts,
     GatewayFacts,
     facts_after_death,
+    model_identity,
     scrape_engine,
     write_execution_evidence,
     write_start_facts,
@@ -88,12 +90,13 @@ class _Run:
     reused_service: bool = False
     engine: EngineFacts = field(default_factory=EngineFacts)
     eval_image: str | None = None  # a container-facing run: the eval image its probes ran in
+    identity: ModelIdentityV1 | None = None  # resolved once the service passed readiness (see _bind)
 
 
 _CAPTURE_MODES = ("off", "metadata", "full")
 _REQUEST_FIELDS = (
     "model", "inference_id", "device", "profile", "runtime", "engine", "launcher", "fake_flags", "image", "capture_max_bytes",
-    "device_choice", "for_containers", "eval_image",
+    "device_choice", "for_containers", "eval_image", "rerun_of",
 )  # fmt: skip
 _CAPTURE_MAX = 1 << 30  # per request and direction: what one run may put on disk is bounded
 
@@ -120,14 +123,14 @@ class RunService:
         kept = facts_after_death(self.core.root, record.run_id)
         if kept is None or record.inference_id is None:
             return  # it never bound: run.json (interrupted, with its code) is its whole evidence
-        binding, engine = kept
+        binding, engine, identity = kept
         try:
             lock = load_sealed_lock(self.core.root, record.inference_id)
         except HitchError:
             return
         rows = self.gateway.evidence.path_for(binding.binding_id)
         facts = GatewayFacts(rows_file=rows, begun=0, capture_state="complete", writer_failed=False, daemon_died=True)
-        await self._write(record, lock, binding, facts, engine, reused_service=False)
+        await self._write(record, lock, binding, facts, engine, reused_service=False, identity=identity)
 
     async def stop(self) -> None:
         """Daemon shutdown: every live run ends ``interrupted`` with its evidence, then the gateway stops."""
@@ -240,6 +243,10 @@ class RunService:
             process=process,
         )
         run.engine_url, run.engine_key = endpoint.base_url, engine_key
+        # the manager's service passed readiness against this lock (verified_process above): the identity is
+        # resolved here, by the daemon, from the lock; the request's own words name only what was asked for
+        requested = body.get("model")
+        run.identity = model_identity(lock, requested if isinstance(requested, str) else None, endpoint.wire_model, resolved=True)
         if run.eval_image is not None:
             await self.eval_access.check_engine(run.eval_image, endpoint.service_id, endpoint.epoch, endpoint.base_url)
         try:
@@ -260,7 +267,7 @@ class RunService:
         net = self.eval_access.network if run.eval_image is not None else None
         record = self.gateway.register(run_id, target, capture=own, listen_host=net.gateway_ip if net is not None else None)
         run.binding_id = record.binding_id
-        await asyncio.to_thread(write_start_facts, self.core.root, run_id, record, run.engine)
+        await asyncio.to_thread(write_start_facts, self.core.root, run_id, record, run.engine, run.identity)
         self.store.advance(
             run_id,
             "running",
@@ -326,7 +333,7 @@ class RunService:
             capture_state=self.gateway.ledger.state(bid) if record.capture != "off" else "complete",
             writer_failed=bid in self.gateway.evidence.failed,
         )
-        return await self._write(record, run.lock, binding, facts, run.engine, run.reused_service)
+        return await self._write(record, run.lock, binding, facts, run.engine, run.reused_service, run.identity)
 
     async def _write(
         self,
@@ -336,6 +343,7 @@ class RunService:
         facts: GatewayFacts,
         engine: EngineFacts,
         reused_service: bool,
+        identity: ModelIdentityV1 | None,
     ) -> RunRecordV1:
         device = lock.execution.platform.backend
         if device not in self._hardware:
@@ -345,10 +353,10 @@ class RunService:
         hardware = {**self._hardware[device], "allocation": kept.allocation.to_json_dict() if kept is not None else None}
         if kept is not None and kept.process is not None and kept.process.launcher == "process":
             hardware["isolation"] = isolation_facts(kept.allocation.cpu_cores, lock.resources.memory_bytes)
-        execution = await asyncio.to_thread(
-            write_execution_evidence, self.core.root, record, lock, binding, facts, engine, hardware, reused_service
+        execution, ref_digest = await asyncio.to_thread(
+            write_execution_evidence, self.core.root, record, lock, binding, facts, engine, hardware, reused_service, identity
         )
-        return self.store.note(record.run_id, evidence_complete=execution.complete)
+        return self.store.note(record.run_id, evidence_complete=execution.complete, ref_digest=ref_digest)
 
     async def cancel(self, run_id: str) -> dict[str, Any]:
         """``hitch run cancel``: a live run ends ``cancelled``; a finished one answers its record as it is."""

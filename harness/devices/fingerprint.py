@@ -14,7 +14,7 @@ from typing import Any
 from harness.devices.doctor import run_doctor
 from harness.devices.report import DoctorReportV1
 
-__all__ = ["fingerprint_of", "hardware_fingerprint"]
+__all__ = ["fingerprint_of", "hardware_fingerprint", "machine_identity"]
 
 _CPU_FIELDS = {
     "vendor",
@@ -60,3 +60,28 @@ def hardware_fingerprint(device: str) -> dict[str, Any]:
     """The fingerprint of this machine for ``device``: runs the (read-only) doctor once."""
     wanted = device if device in ("cpu", "cuda") else "auto"
     return fingerprint_of(run_doctor(wanted), device)  # type: ignore[arg-type]
+
+
+# what identifies the machine in a fingerprint: free memory, usable cores (the process's affinity), Docker and
+# the Python that ran the doctor change from run to run on one machine and are left out
+_IDENTITY_CPU = ("vendor", "model_name", "isa_flags", "logical_cores", "physical_cores", "numa_nodes", "memory_total_bytes")
+_IDENTITY_HOST = ("hostname", "os", "kernel", "arch")
+_IDENTITY_GPU = ("uuid", "name", "compute_capability", "memory_total_bytes")
+
+
+def machine_identity(fingerprint: dict[str, Any]) -> dict[str, Any]:
+    """The part of a fingerprint (as :func:`fingerprint_of` builds it) that names the machine and its devices:
+    two runs on the same machine and device have the same identity whatever their load or allocation."""
+    cpu, host = fingerprint.get("cpu") or {}, fingerprint.get("host") or {}
+    out: dict[str, Any] = {
+        "device": fingerprint.get("device"),
+        "cpu": {k: cpu.get(k) for k in _IDENTITY_CPU},
+        "host": {k: host.get(k) for k in _IDENTITY_HOST},
+    }
+    cuda = fingerprint.get("cuda")
+    if isinstance(cuda, dict):
+        out["cuda"] = {
+            "driver_version": cuda.get("driver_version"),
+            "gpus": [{k: g.get(k) for k in _IDENTITY_GPU} for g in cuda.get("gpus") or [] if isinstance(g, dict)],
+        }
+    return out

@@ -1,7 +1,8 @@
-"""The one statistics module of the benchmarks: percentiles and their bootstrap intervals.
+"""The one statistics module: percentiles, their bootstrap intervals, and Wilson intervals of proportions.
 
-Every figure the suites, ``hitch bench overhead`` and ``hitch bench load`` print is computed here, so a p95
-means the same thing on every page: linear interpolation between the closest ranks (numpy's default).
+Every figure the suites, ``hitch bench overhead``, ``hitch bench load`` and the comparisons of runs,
+evaluations and entries (:mod:`harness.compare`) print is computed here, so a p95 means the same thing on
+every page: linear interpolation between the closest ranks (numpy's default).
 
 An *added* figure (one arm's percentile minus another's, e.g. gateway - direct) comes with a percentile
 bootstrap 95 % interval: both samples are resampled with replacement, independently, ``resamples`` times
@@ -9,6 +10,9 @@ from a fixed seed (the same inputs always give the same interval). A quantile is
 least one sample lies beyond it on each side in expectation: n >= 1 / min(q, 1 - q), so a p99 needs 100
 samples per arm; below that the figure is still computed and marked unreliable. An interval that holds 0
 means the difference is not told apart from noise (a negative estimate included).
+
+A proportion (trials solved out of trials run) gets the Wilson score interval (:func:`wilson_interval`): unlike
+the normal approximation it stays inside [0, 1] and is honest for small n and for 0 or n successes.
 """
 
 from __future__ import annotations
@@ -25,11 +29,13 @@ __all__ = [
     "finite_or_none",
     "min_samples",
     "percentile",
+    "wilson_interval",
 ]
 
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 13
 CONFIDENCE = 0.95
+_Z95 = 1.959963984540054  # the standard normal's 97.5 % quantile: a two-sided 95 % interval
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -98,3 +104,17 @@ def added_intervals(
             "noise": low <= 0 <= high,
         }
     return out
+
+
+def wilson_interval(successes: int, n: int) -> dict[str, Any]:
+    """The Wilson score 95 % interval of ``successes`` out of ``n``: ``estimate`` (the observed proportion),
+    ``low``, ``high``, ``n`` and ``successes``; ``estimate``/``low``/``high`` are None when ``n`` is 0."""
+    if n < 0 or not 0 <= successes <= n:
+        raise ValueError(f"successes must be in [0, n]: {successes} of {n}")
+    if n == 0:
+        return {"estimate": None, "low": None, "high": None, "n": 0, "successes": 0}
+    p = successes / n
+    z2 = _Z95 * _Z95
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = _Z95 * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return {"estimate": p, "low": max(0.0, centre - half), "high": min(1.0, centre + half), "n": n, "successes": successes}

@@ -1,4 +1,4 @@
-"""certify.stats: percentiles and the bootstrap intervals of added figures (hermetic, seeded)."""
+"""harness.stats: percentiles and the bootstrap intervals of added figures (hermetic, seeded)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from certify.stats import added_intervals, min_samples, percentile
+from harness.stats import added_intervals, min_samples, percentile, wilson_interval
 
 QS = {"p50": 0.5, "p95": 0.95, "p99": 0.99}
 
@@ -62,3 +62,17 @@ def test_a_p99_from_fewer_than_100_samples_is_unreliable() -> None:
 def test_no_samples_give_no_figure() -> None:
     out = added_intervals([], [1.0], QS)
     assert out["p50"] == {"estimate": None, "low": None, "high": None, "n": 0, "reliable": False, "noise": True}
+
+
+def test_wilson_interval_matches_the_textbook_values_and_stays_in_bounds() -> None:
+    # 7 of 10: Wilson 95 % = [0.3968, 0.8922] (Newcombe 1998, table I)
+    mid = wilson_interval(7, 10)
+    assert mid["estimate"] == pytest.approx(0.7) and mid["n"] == 10 and mid["successes"] == 7
+    assert mid["low"] == pytest.approx(0.3968, abs=1e-4) and mid["high"] == pytest.approx(0.8922, abs=1e-4)
+    # 0 and n successes: the interval still has width and never leaves [0, 1]
+    none, all_ = wilson_interval(0, 5), wilson_interval(5, 5)
+    assert none["low"] == 0.0 and 0 < none["high"] < 0.5
+    assert all_["high"] == 1.0 and 0.5 < all_["low"] < 1.0
+    assert wilson_interval(0, 0) == {"estimate": None, "low": None, "high": None, "n": 0, "successes": 0}
+    with pytest.raises(ValueError):
+        wilson_interval(3, 2)

@@ -1,0 +1,7 @@
+"""Strict comparison of runs and evaluations (spec §6.3): the conditions first, then figures with intervals.
+
+:mod:`harness.compare.conditions` (the strict conditions), :mod:`harness.compare.figures` (figures side by side,
+the "differs beyond noise" verdict and its exit code), :mod:`harness.compare.runs` (``hitch run compare``) and
+:mod:`harness.compare.evals` (``hitch eval compare``). Import the submodule you need: the CLI imports the
+figures alone at start and the rest when a comparison runs.
+"""

@@ -1,0 +1,133 @@
+"""Sealed run evidence, ``hitch run verify`` and ``hitch run compare`` (issue 30 items 1 and 3).
+
+Three real runs (daemon, gateway, fake engine) give three sealed sets: the first started the service (cold),
+the two others reused it (warm). Verify re-hashes them and names exactly the file a test changed; compare
+answers under the strict conditions. Variants of a real run (other attempt rows) are made by copying its
+folder, changing one file and sealing the copy again with the same function the daemon uses
+(:func:`harness.run_ref.seal_ref`): a real sealed set with the one difference wanted.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.compare.figures import DIFFERS_EXIT_CODE
+from harness.contracts.evidence import InferenceExecutionEvidenceV1
+from harness.contracts.lock import InferenceLockV1
+from harness.contracts.run import RunRecordV1
+from harness.contracts.run_ref import REF_FILE_NAMES, InferenceRefV1
+from harness.ids import digest_bytes, digest_json
+from harness.paths import HitchRoot
+from harness.run_ref import REF_FILE, seal_ref
+from tests.harness.daemon.conftest import FAST, as_json, hitch, inputs, leak_guard, stop_quietly
+from tests.harness.engine.inputs import ServiceInputs
+
+pytestmark = pytest.mark.integration
+__all__ = ["inputs", "leak_guard"]
+
+
+def _run(root: HitchRoot, run_id: str) -> dict[str, Any]:
+    return as_json(
+        hitch(root, "run", "--harness", "model-call", "--model", "local/tiny", "--device", "cpu", "--engine", "fake",
+              "--prompt", "hello", "--max-output-tokens", "8", "--run-id", run_id, "--capture", "full", "--json")
+    )  # fmt: skip
+
+
+def _error(proc: Any, exit_code: int) -> dict[str, Any]:
+    assert proc.returncode == exit_code, proc.stdout + proc.stderr
+    error: dict[str, Any] = json.loads(proc.stdout)["error"]
+    return error
+
+
+def _variant(root: HitchRoot, source: str, new: str, change: Any) -> None:
+    """Copy run ``source`` to ``new``, let ``change(run_dir)`` alter it, and seal the copy as the daemon does."""
+    src, dst = root.runs / source, root.runs / new
+    shutil.copytree(src, dst)
+    change(dst)
+    (dst / REF_FILE).unlink()
+    lock = InferenceLockV1.model_validate_json((dst / "inference" / "lock.json").read_bytes())
+    _, digest = seal_ref(dst, new, lock)
+    record = json.loads((dst / "run.json").read_text())
+    (dst / "run.json").write_text(json.dumps({**record, "run_id": new, "ref_digest": digest}))
+
+
+def _rows(e2e_ms: list[float]) -> Any:
+    def change(run_dir: Path) -> None:
+        path = run_dir / "inference" / "attempts.jsonl"
+        row = json.loads(path.read_text().splitlines()[0])
+        path.write_text("".join(json.dumps({**row, "request_id": f"req-{i}", "e2e_ms": v}) + "\n" for i, v in enumerate(e2e_ms)))
+
+    return change
+
+
+def test_runs_are_sealed_verified_and_compared_under_the_strict_conditions(inputs: ServiceInputs) -> None:
+    root = inputs.root
+    as_json(hitch(root, "daemon", "start", "--json", *FAST))
+    for run_id in ("ra", "rb", "rc"):
+        _run(root, run_id)
+    stop_quietly(root)
+
+    # the sealed set: every file by digest, the ref's own digest in run.json, the lock digest the evidence's
+    record = RunRecordV1.model_validate_json((root.runs / "ra" / "run.json").read_bytes())
+    ref_bytes = (root.runs / "ra" / REF_FILE).read_bytes()
+    assert record.ref_digest == digest_bytes(ref_bytes)
+    ref = InferenceRefV1.model_validate_json(ref_bytes)
+    execution = InferenceExecutionEvidenceV1.model_validate_json((root.runs / "ra" / "inference" / "execution.json").read_bytes())
+    assert tuple(f.name for f in ref.files) == REF_FILE_NAMES and ref.lock_digest == execution.lock_digest
+    assert ref.inference_id == execution.inference_id == record.inference_id
+    index = json.loads((root.runs / "ra" / "inference" / "capture-index.json").read_text())
+    assert index["mode"] == "full" and {Path(f["path"]).name.split(".", 1)[1] for f in index["files"]} == {
+        "meta.json", "request.json", "response.bin"
+    }  # fmt: skip
+    # the model identity: the lock's, resolved by the daemon; the wire alias is only that
+    identity = execution.model_identity
+    assert identity is not None and identity.identity_resolved and identity.provider == "local"
+    assert identity.requested_id == "local/tiny" and identity.effective_id == execution.model_id
+    lock = InferenceLockV1.model_validate_json((root.runs / "ra" / "inference" / "lock.json").read_bytes())
+    assert identity.parameters_sha256 == digest_json(lock.generation.to_json_dict())
+    assert identity.wire_model == execution.binding.wire_model
+
+    ok = as_json(hitch(root, "run", "verify", "ra", "--json"))
+    assert ok["ok"] and ok["ref_digest"] == record.ref_digest and len(ok["checked"]) == len(REF_FILE_NAMES) + 1 + 3
+
+    # compare: comparable, one request a side is too few for a verdict, nothing differs
+    same = as_json(hitch(root, "run", "compare", "rb", "rc", "--json"))
+    assert same["comparable"] and not same["differs"] and {c["name"] for c in same["conditions"]} == {
+        "model_id", "inference_id", "hardware", "cache_condition"
+    }  # fmt: skip
+    assert same["figures"] and {f["verdict"] for f in same["figures"]} == {"too_few"}
+
+    # twelve requests a side, one side 50 ms slower: e2e_ms differs beyond noise, exit DIFFERS_EXIT_CODE
+    _variant(root, "ra", "fast", _rows([50.0 + (i % 4) for i in range(12)]))
+    _variant(root, "ra", "slow", _rows([100.0 + (i % 4) for i in range(12)]))
+    _variant(root, "ra", "fast2", _rows([50.5 + (i % 4) for i in range(12)]))
+    differs = as_json(hitch(root, "run", "compare", "fast", "slow", "--json"), DIFFERS_EXIT_CODE)
+    assert differs["differs"] and differs["differences"] == ["e2e_ms"]
+    e2e = next(f for f in differs["figures"] if f["name"] == "e2e_ms")
+    assert e2e["difference"]["low"] > 40 and e2e["a"]["n"] == e2e["b"]["n"] == 12
+    assert not as_json(hitch(root, "run", "compare", "fast", "fast2", "--json"))["differs"]
+
+    # a condition that differs (ra started the service, rb reused it): refused before any figure, naming it
+    err = _error(hitch(root, "run", "compare", "ra", "rb", "--json"), 4)
+    assert err["code"] == "runs_not_comparable" and [c["name"] for c in err["details"]["differ"]] == ["cache_condition"]
+    assert "cache_condition" in err["message"]
+
+    # tampering: verify names the file and compare refuses the run
+    attempts = root.runs / "rb" / "inference" / "attempts.jsonl"
+    attempts.write_text(attempts.read_text().replace('"status":"', '"status": "', 1))
+    bad = _error(hitch(root, "run", "verify", "rb", "--json"), 3)
+    assert bad["code"] == "run_evidence_changed"
+    assert [(c["path"], c["what"]) for c in bad["details"]["changes"]] == [("inference/attempts.jsonl", "changed")]
+    assert _error(hitch(root, "run", "compare", "rc", "rb", "--json"), 3)["code"] == "run_evidence_changed"
+    (root.runs / "ra" / "inference" / "execution.json").unlink()
+    gone = _error(hitch(root, "run", "verify", "ra", "--json"), 3)["details"]["changes"]
+    assert [(c["path"], c["what"]) for c in gone] == [("inference/execution.json", "missing")]
+    ref_file = root.runs / "fast" / REF_FILE
+    ref_file.write_bytes(ref_file.read_bytes().replace(b'"run_id":"fast"', b'"run_id":"other"'))
+    assert [c["path"] for c in _error(hitch(root, "run", "verify", "fast", "--json"), 3)["details"]["changes"]] == [REF_FILE]
+    assert _error(hitch(root, "run", "verify", "nope", "--json"), 2)["code"] == "run_not_found"

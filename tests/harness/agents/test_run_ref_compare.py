@@ -131,3 +131,30 @@ def test_runs_are_sealed_verified_and_compared_under_the_strict_conditions(input
     ref_file.write_bytes(ref_file.read_bytes().replace(b'"run_id":"fast"', b'"run_id":"other"'))
     assert [c["path"] for c in _error(hitch(root, "run", "verify", "fast", "--json"), 3)["details"]["changes"]] == [REF_FILE]
     assert _error(hitch(root, "run", "verify", "nope", "--json"), 2)["code"] == "run_not_found"
+
+
+def test_the_engine_naming_another_model_never_changes_the_verified_identity(inputs: ServiceInputs) -> None:
+    """Spec §6.3: ``response.model`` is a wire alias. The fake engine answers naming another model; the run's
+    identity is still the lock's model, resolved by the daemon, and the engine's word appears only in its bytes."""
+    root = inputs.root
+    as_json(hitch(root, "daemon", "start", "--json", *FAST))
+    out = as_json(
+        hitch(root, "run", "--harness", "model-call", "--model", "local/tiny", "--device", "cpu", "--engine", "fake",
+              "--prompt", "hello", "--max-output-tokens", "8", "--run-id", "impostor", "--capture", "full",
+              "--fake-fault", "response_model:name=impostor-model", "--json")
+    )  # fmt: skip
+    stop_quietly(root)
+    assert out["record"]["status"] == "completed"
+    run_dir = root.runs / "impostor"
+    responses = [p.read_bytes() for p in (run_dir / "inference" / "capture").rglob("*.response.bin")]
+    assert responses and all(b'"model":"impostor-model"' in r for r in responses)  # what the engine said
+    execution = InferenceExecutionEvidenceV1.model_validate_json((run_dir / "inference" / "execution.json").read_bytes())
+    identity = execution.model_identity
+    assert identity is not None and identity.identity_resolved
+    assert identity.effective_id == execution.model_id == inputs.lock.model_id
+    assert identity.wire_model == execution.binding.wire_model != "impostor-model"
+    assert "impostor-model" not in json.dumps(identity.to_json_dict()) + json.dumps(execution.binding.to_json_dict())
+    # a record whose identity is not the lock's does not even parse
+    forged = {**execution.to_json_dict(), "model_identity": {**identity.to_json_dict(), "effective_id": "sha256:" + "0" * 64}}
+    with pytest.raises(ValueError, match="model identity is the lock's"):
+        InferenceExecutionEvidenceV1.model_validate(forged)

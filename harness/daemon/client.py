@@ -1,7 +1,8 @@
 """The way into a root's daemon for the CLI and in-process callers (sync; httpx over the unix socket).
 
 :class:`DaemonClient` sends the bearer token read from the root's 0600 token file and turns an error
-answer back into the same :class:`HitchError`. :func:`start_daemon` spawns ``python -m harness.daemon``
+answer back into the same :class:`HitchError`. Its first call that does work is preceded by the handshake
+(:mod:`harness.handshake`): a daemon of other code is ``daemon_upgrade_required``, never talked to. :func:`start_daemon` spawns ``python -m harness.daemon``
 detached (new session, output appended to ``inference/daemon/daemon.log``) and returns once it answers;
 :func:`stop_daemon` asks it to drain and exit and waits for the process to be gone.
 """
@@ -22,6 +23,7 @@ import psutil
 
 from harness.daemon.paths import DaemonPaths
 from harness.errors import ERROR_TABLE, HitchError
+from harness.handshake import HANDSHAKE_EXEMPT, HANDSHAKE_PATH, check_handshake
 from harness.paths import HitchRoot
 
 __all__ = ["DaemonClient", "daemon_running", "ensure_daemon", "reap_spawned", "start_daemon", "stop_daemon"]
@@ -55,6 +57,7 @@ class DaemonClient:
         self.root = root
         self.paths = DaemonPaths(root)
         self.timeout_s = timeout_s
+        self.handshake: dict[str, Any] | None = None  # the daemon's answer, once accepted
 
     def _token(self) -> str:
         try:
@@ -62,9 +65,7 @@ class DaemonClient:
         except OSError:
             raise _unavailable(self.paths, "no daemon token") from None
 
-    def request(
-        self, method: str, path: str, body: dict[str, Any] | None = None, timeout_s: float | None = None
-    ) -> dict[str, Any]:
+    def _send(self, method: str, path: str, body: dict[str, Any] | None, timeout_s: float | None) -> tuple[httpx.Response, Any]:
         sock = self.paths.socket
         if not sock.exists():
             raise _unavailable(self.paths, "no socket")
@@ -79,17 +80,38 @@ class DaemonClient:
         except httpx.TransportError as exc:
             raise _unavailable(self.paths, type(exc).__name__) from exc
         try:
-            data = resp.json()
+            return resp, resp.json()
         except ValueError:
-            raise HitchError("internal_error", f"the daemon answered HTTP {resp.status_code} without JSON", {}) from None
+            return resp, None
+
+    def _shake(self) -> None:
+        resp, data = self._send("GET", HANDSHAKE_PATH, None, 10.0)
+        if isinstance(data, dict) and isinstance(data.get("error"), dict) and resp.status_code != 404:
+            self._raise(data["error"])  # e.g. a token the daemon refuses: that error, not a version verdict
+        check_handshake(str(self.root.path), resp.status_code, data)
+        assert isinstance(data, dict)
+        self.handshake = data
+
+    @staticmethod
+    def _raise(error: dict[str, Any]) -> None:
+        code = error.get("code")
+        raise HitchError(
+            code if isinstance(code, str) and code in ERROR_TABLE else "internal_error",
+            str(error.get("message", "")),
+            error.get("details") if isinstance(error.get("details"), dict) else {},
+        )
+
+    def request(
+        self, method: str, path: str, body: dict[str, Any] | None = None, timeout_s: float | None = None
+    ) -> dict[str, Any]:
+        if self.handshake is None and path not in HANDSHAKE_EXEMPT:
+            self._shake()
+        resp, data = self._send(method, path, body, timeout_s)
+        if data is None:
+            raise HitchError("internal_error", f"the daemon answered HTTP {resp.status_code} without JSON", {})
         error = data.get("error") if isinstance(data, dict) else None
         if isinstance(error, dict):
-            code = error.get("code")
-            raise HitchError(
-                code if isinstance(code, str) and code in ERROR_TABLE else "internal_error",
-                str(error.get("message", "")),
-                error.get("details") if isinstance(error.get("details"), dict) else {},
-            )
+            self._raise(error)
         if not isinstance(data, dict):
             raise HitchError("internal_error", "the daemon answered something else than a JSON object", {})
         return data

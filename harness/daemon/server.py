@@ -3,6 +3,7 @@
 Routes (JSON in, JSON out, ``schema_version`` on every answer; errors are ``{"error": HitchError.to_dict()}``
 with the table's HTTP status):
 
+- ``GET  /v1/handshake`` — API version, capabilities and the code this daemon runs (:mod:`harness.handshake`);
 - ``GET  /v1/status`` — pid, root, services, quarantined services, what recovery did;
 - ``GET  /v1/services`` — the live services (state, epoch, leases, inference_id; no secrets);
 - ``POST /v1/services/{service_id}/stop`` ``{"force": bool}`` — ``inference_in_use`` with live leases
@@ -33,6 +34,7 @@ from harness.daemon.core import DaemonCore, lease_json, load_sealed_lock
 from harness.daemon.prepare import PrepareRequest, device_choice_of, prepare
 from harness.daemon.runs import RunService, run_routes
 from harness.errors import HitchError
+from harness.handshake import HANDSHAKE_PATH, handshake_answer
 from harness.lock import validate_lock
 from harness.service.starter_supervisor import EngineChoice
 
@@ -97,6 +99,10 @@ def build_app(core: DaemonCore, token: str, shutdown: Callable[[bool], None], ru
             return _error(HitchError("internal_error", f"the daemon failed: {type(exc).__name__}", {}))
 
     routes = web.RouteTableDef()
+
+    @routes.get(HANDSHAKE_PATH)
+    async def handshake(_: web.Request) -> web.Response:
+        return _json({"kind": "daemon-handshake", **handshake_answer()})
 
     @routes.get("/v1/status")
     async def status(_: web.Request) -> web.Response:

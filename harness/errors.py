@@ -109,6 +109,9 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     "runs_not_comparable": _e(
         "compatibility", False, 409, "compare runs of the same model, inference id, hardware and cache condition"
     ),
+    "bundle_contains_secret": _e(
+        "integrity", False, 409, "a file to bundle holds a key or token of this root; nothing was written (report it)"
+    ),
     "bundle_invalid": _e("integrity", False, 400, "the bundle's bytes do not match its manifest; get it again from its source"),
     "daemon_upgrade_required": _e(
         "compatibility", False, 409, "the root's daemon runs other code: `hitch daemon stop`, then run the command again"

@@ -8,7 +8,21 @@ from pathlib import Path
 
 import typer
 
-from harness.cli import bench, catalog, daemon, evals, fixtures, local, local_services, models, report, run, runtime, serve
+from harness.cli import (
+    bench,
+    bundle,
+    catalog,
+    daemon,
+    evals,
+    fixtures,
+    local,
+    local_services,
+    models,
+    report,
+    run,
+    runtime,
+    serve,
+)
 
 app = typer.Typer(no_args_is_help=True, help="Hitch local inference: certification and benchmark harness")
 app.add_typer(models.app, name="models", help="content-addressed checkpoint store")
@@ -22,6 +36,7 @@ app.add_typer(bench.app, name="bench", help="benchmarks that print figures")
 app.add_typer(report.app, name="report", help="self-contained HTML reports")
 app.add_typer(catalog.app, name="catalog", help="signed catalog entries (DSSE, Ed25519)")
 app.add_typer(evals.app, name="eval", help="agent evaluations on a local model (Harbor)")
+app.add_typer(bundle.app, name="bundle", help="evidence bundles of runs, evaluations and entries")
 run.register(app)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from harness.contracts.agent_profile import HarnessCompatibilityProfileV1
 from harness.contracts.base import Record, Sha256, parse_record
 from harness.contracts.binding import ModelEndpointBindingV1
+from harness.contracts.bundle import BundleManifestV1
 from harness.contracts.certification import CertificationCheckV1, CertificationResultV1, EvidenceIndexV1
 from harness.contracts.evaluation import EvaluationRecordV1
 from harness.contracts.events import LifecycleEventV1, RequestEvidenceV1
@@ -23,6 +24,7 @@ from harness.contracts.service import InferenceServiceRecordV1
 
 __all__ = [
     "SCHEMA_RECORDS",
+    "BundleManifestV1",
     "CaptureIndexV1",
     "CertificationCheckV1",
     "CertificationResultV1",
@@ -65,4 +67,5 @@ SCHEMA_RECORDS: tuple[type[Record], ...] = (
     EvaluationRecordV1,
     InferenceRefV1,
     CaptureIndexV1,
+    BundleManifestV1,
 )

@@ -2,8 +2,9 @@
 
 :class:`DaemonClient` sends the bearer token read from the root's 0600 token file and turns an error
 answer back into the same :class:`HitchError`. Its first call that does work is preceded by the handshake
-(:mod:`harness.handshake`): a daemon of other code is ``daemon_upgrade_required``, never talked to. :func:`start_daemon` spawns ``python -m harness.daemon``
-detached (new session, output appended to ``inference/daemon/daemon.log``) and returns once it answers;
+(:mod:`harness.handshake`): a daemon of other code is ``daemon_upgrade_required``, never talked to.
+:func:`start_daemon` spawns ``python -m harness.daemon`` detached (new session, output appended to
+``inference/daemon/daemon.log``) and returns once it answers;
 :func:`stop_daemon` asks it to drain and exit and waits for the process to be gone.
 """
 

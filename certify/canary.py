@@ -19,7 +19,9 @@ Regressions (exit 1):
   baseline's value; ``--min-p95-delta-ms`` (default 0) is a noise floor: an increase no larger than it is
   never a regression.
 
-No baseline and a level other than ``failed`` → exit 0 with a note. A table goes to stdout; ``--json``
+The check changes are :func:`certify.entry_compare.check_changes`, the comparison ``hitch catalog reproduce``
+decides on; the canary only chooses its baseline (the history) and which changes regress. No baseline and a
+level other than ``failed`` → exit 0 with a note. A table goes to stdout; ``--json``
 prints the verdict as JSON instead, ``--out FILE`` also writes it there.
 """
 
@@ -36,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from catalog.signing import ENTRY_SUFFIX, load_entry, payload_bytes, verify_envelope
+from certify.entry_compare import check_changes
 from harness.errors import HitchError
 
 __all__ = ["Baseline", "Verdict", "compare", "failed_level", "find_baseline", "main"]
@@ -118,11 +121,6 @@ def find_baseline(
     return best
 
 
-def _statuses(predicate: dict[str, Any]) -> dict[str, str]:
-    checks = predicate.get("checks") or []
-    return {str(c["id"]): str(c.get("status", "not_run")) for c in checks if isinstance(c, dict) and "id" in c}
-
-
 def _p95(predicate: dict[str, Any]) -> float | None:
     metric = (predicate.get("metrics") or {}).get(P95_METRIC)
     value = metric.get("p95") if isinstance(metric, dict) else None
@@ -136,17 +134,14 @@ def compare(
     regressions: list[str] = []
     rows: list[dict[str, Any]] = []
     notes: list[str] = []
-    before, now = _statuses(old), _statuses(new)
-    for cid in sorted(set(before) | set(now)):
-        was, is_ = before.get(cid, "absent"), now.get(cid, "absent")
+    for cid, was, is_ in check_changes(old, new):  # the comparison hitch catalog reproduce decides on
         verdict = "ok"
-        if was == "passed" and is_ != "passed":
+        if was == "passed":
             verdict = "REGRESSION"
             regressions.append(f"{cid}: passed before, {is_} now")
-        elif was != "passed" and is_ == "passed":
+        elif is_ == "passed":
             verdict = "fixed"
-        if was != is_ or verdict != "ok":
-            rows.append({"item": cid, "before": was, "now": is_, "verdict": verdict})
+        rows.append({"item": cid, "before": was, "now": is_, "verdict": verdict})
     old_p95, new_p95 = _p95(old), _p95(new)
     if old_p95 is None or new_p95 is None:
         notes.append(f"{P95_METRIC}.p95 missing ({'baseline' if old_p95 is None else 'new entry'}): not compared")

@@ -4,6 +4,12 @@ Defaults pick the best engine the machine can run (issue 6, item 1): an AMX CPU 
 image → the official image (oci); otherwise the generic-CPU SGLang runtime, installed on demand; otherwise
 the fake engine. ``--engine`` / ``--launcher`` / ``--runtime`` override the choice.
 
+``--inference sha256:...`` certifies a lock already sealed in this root, exactly (model, runtime, device,
+profile, every execution value: nothing is drafted or probed again); ``--reproduces ENTRY`` names the signed
+entry the session reproduces (its payload digest goes into the new entry); both are what ``hitch catalog
+reproduce`` passes (:mod:`certify.reproduce`). ``--fake-fault SPEC`` starts the fake engine with that fault (the
+deliberate changes a reproduction must find), and is refused for any other engine.
+
 ``--device cuda`` fails closed (spec §8.1): on a machine whose GPUs the doctor refuses (no driver, no GPU, a
 driver or GPU too old) the choice is *blocked* with the doctor's reason unless ``--engine fake`` asks for a
 contract run; it never falls back to the fake engine or to a CPU.
@@ -47,6 +53,9 @@ class CertifyOptions:
     # set when the requested device cannot run here at all (cuda without a usable GPU): the session stops
     # before any suite and records a failed entry saying why, instead of certifying something else
     blocked: str | None = None
+    inference: str | None = None  # a lock sealed in this root, certified as it is (--inference)
+    reproduces: Path | None = None  # the signed entry this session reproduces (--reproduces)
+    fake_faults: tuple[str, ...] = ()  # --fake-fault: the fake engine's faults (fake engine only)
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -66,13 +75,20 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--sign-key", default=None, help="Ed25519 private key (PEM); default: a dev key under HITCH_ROOT")
     group.addoption("--report-dir", default=None, help="where the signed entry and HTML pages go")
     group.addoption("--canary", action="store_true", default=False, help="compare with the last signed entry")
+    group.addoption("--inference", default=None, help="certify this lock sealed in HITCH_ROOT as it is (sha256:<hex>)")
+    group.addoption("--reproduces", default=None, help="the signed entry (*.dsse.json) this session reproduces")
+    group.addoption("--fake-fault", action="append", default=[], help="--engine fake only: start the fake engine with this fault")
 
 
 def options_from(config: pytest.Config) -> CertifyOptions:
     report = config.getoption("--report-dir") or os.environ.get(REPORT_ENV)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     sign_key = config.getoption("--sign-key")
-    return CertifyOptions(
+    reproduces = config.getoption("--reproduces")
+    faults = tuple(config.getoption("--fake-fault") or ())
+    if faults and config.getoption("--engine") != "fake":
+        raise pytest.UsageError("--fake-fault is for --engine fake")
+    opts = CertifyOptions(
         device=str(config.getoption("--device")),
         engine=config.getoption("--engine"),
         runtime=config.getoption("--runtime"),
@@ -84,6 +100,29 @@ def options_from(config: pytest.Config) -> CertifyOptions:
         canary=bool(config.getoption("--canary")),
         allow_uncertified=bool(config.getoption("--allow-uncertified")),
         root=HitchRoot.at(os.environ.get("HITCH_ROOT")),
+        reproduces=Path(reproduces).expanduser().resolve() if reproduces else None,
+        fake_faults=faults,
+    )
+    inference = config.getoption("--inference")
+    return _pinned(opts, str(inference)) if inference else opts
+
+
+def _pinned(opts: CertifyOptions, inference: str) -> CertifyOptions:
+    """``--inference``: the sealed lock decides the model, runtime, device and profile (a conflicting --device or
+    --profile is refused rather than silently overridden)."""
+    from harness.daemon.core import load_sealed_lock
+    from harness.errors import HitchError
+
+    try:
+        lock = load_sealed_lock(opts.root, inference)
+    except HitchError as exc:
+        raise pytest.UsageError(f"--inference {inference}: {exc.message}") from None
+    device = lock.execution.platform.backend
+    profile = "throughput" if lock.profile == "evaluation-throughput-v1" else "baseline"
+    if opts.device not in ("auto", device):
+        raise pytest.UsageError(f"--inference {inference} is a {device} lock; drop --device {opts.device}")
+    return replace(
+        opts, inference=inference, device=device, profile=profile, runtime=lock.runtime_id, model=f"local/{lock.model_id}"
     )
 
 

@@ -22,6 +22,7 @@ from harness.contracts.certification import (
     CertificationModelV1,
     CertificationResultV1,
     EvidenceFileV1,
+    ReproducesV1,
 )
 from harness.devices import DoctorReportV1, fingerprint_of, run_doctor
 from harness.paths import atomic_write_json
@@ -86,6 +87,18 @@ def _runtime_facts(runtime_id: str) -> tuple[str, str | None]:
     return (runtime.name, runtime.pinned_by or "catalog") if runtime is not None else ("", None)
 
 
+def _reproduces(opts: CertifyOptions) -> ReproducesV1 | None:
+    """What ``--reproduces ENTRY`` names: the entry's signed payload digest and the lock both ran."""
+    if opts.reproduces is None:
+        return None
+    from catalog.signing import decode_statement_unverified, load_entry, payload_bytes
+    from harness.ids import digest_bytes
+
+    envelope = load_entry(opts.reproduces)
+    predicate = decode_statement_unverified(envelope).get("predicate") or {}
+    return ReproducesV1(entry_sha256=digest_bytes(payload_bytes(envelope)), inference_id=predicate.get("inference_id"))
+
+
 def build_predicate(
     opts: CertifyOptions,
     session: dict[str, Any] | None,
@@ -118,6 +131,7 @@ def build_predicate(
         metrics={k: v for k, v in metrics.items() if not k.startswith("_")},
         evidence=evidence,
         finished_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        reproduces=_reproduces(opts),
     )
 
 

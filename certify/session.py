@@ -155,7 +155,7 @@ def fixture_checkpoint(ref: str, cache_dir: Path) -> Path:
 def _ensure_model(opts: CertifyOptions) -> str:
     from harness.store import import_model
 
-    if opts.model.startswith("local/"):
+    if opts.model.startswith("local/"):  # already in the store (--inference names it by its model_id)
         return opts.model
     if opts.model.startswith("fixture:"):
         from catalog.model_fixtures import fixture_by_key
@@ -292,6 +292,8 @@ def open_session(opts: CertifyOptions, session_key: str, worker: str, *, referen
         "engine": opts.engine,
         "launcher": opts.launcher,
     }
+    if opts.inference is not None:  # the sealed lock as it is: nothing drafted, probed or sealed again
+        body = {k: v for k, v in body.items() if k not in ("model", "profile")} | {"inference_id": opts.inference}
     if opts.launcher == "oci":
         body["image"] = _oci_image(opts, runtime_id)
     fake: FakeControl | None = None
@@ -307,7 +309,8 @@ def open_session(opts: CertifyOptions, session_key: str, worker: str, *, referen
                 if not token_file.exists():
                     write_secret(token_file, secrets.token_urlsafe(24))
         port_file = shared / "fake-control.port"
-        body["fake_flags"] = FakeControl.launch_flags(port_file, token_file)
+        faults = [arg for fault in opts.fake_faults for arg in ("--fault", fault)]
+        body["fake_flags"] = FakeControl.launch_flags(port_file, token_file) + faults
         fake = FakeControl(port_file, token_file.read_text(encoding="utf-8").strip())
     daemon = ensure_daemon(opts.root)
     run = create_run(daemon, {**body, "run_id": f"certify-{session_key[:8]}-{worker}"})
@@ -333,6 +336,7 @@ def open_session(opts: CertifyOptions, session_key: str, worker: str, *, referen
         "service_id": run.service_id,
         "choice_reason": opts.choice_reason,
         "allow_uncertified": opts.allow_uncertified,
+        "fake_faults": list(opts.fake_faults),
         "reference": prepared,
         "engine_start": _engine_start(opts.root, run),
     }

@@ -27,15 +27,23 @@ from tokenizers import Tokenizer
 from fixtures.reference import ReferencePromptResult
 
 __all__ = [
+    "MATCH_TOL",
+    "TIE_TOL",
     "Comparison",
     "EngineToken",
     "TokenKeys",
-    "chat_tokens",
-    "compare_greedy",
     "answer_matches",
     "answer_words",
+    "chat_tokens",
+    "compare_greedy",
+    "continuation",
     "responses_tokens",
 ]
+
+# the correctness suite's tolerances (nats), explained in its docstring (certify/suites/test_correctness.py); the
+# reproduction of an entry (certify.entry_compare) holds two runs' logprobs of the same token to MATCH_TOL too
+MATCH_TOL = 0.25
+TIE_TOL = 0.5
 
 
 @cache
@@ -108,6 +116,34 @@ def responses_tokens(resp: dict[str, Any]) -> list[EngineToken]:
                     EngineToken(t["token"], float(t["logprob"]), {x["token"]: float(x["logprob"]) for x in t["top_logprobs"]})
                 )
     return out
+
+
+def _token_name(key: Any) -> str:
+    """A token's name in a record: chat's raw bytes as hex (``b:`` prefixed), Responses' display text as it is."""
+    return "b:" + bytes(key).hex() if isinstance(key, tuple) else str(key)
+
+
+def continuation(api: str, answer: dict[str, Any]) -> dict[str, Any]:
+    """What a greedy answer generated, for the record: text, the engine's output token count and finish, and the
+    tokens with their logprobs when the engine gave them (``None`` when it did not: the fake engine)."""
+    if api == "chat":
+        choice = answer["choices"][0]
+        text, finish = str(choice["message"].get("content") or ""), choice.get("finish_reason")
+        used = (answer.get("usage") or {}).get("completion_tokens")
+        tokens = chat_tokens(answer)
+    else:
+        parts = [c for item in answer.get("output") or [] if item.get("type") == "message" for c in item.get("content") or []]
+        text, finish = "".join(str(c.get("text") or "") for c in parts), answer.get("status")
+        usage = answer.get("usage") or {}
+        used = usage.get("output_tokens", usage.get("completion_tokens"))
+        tokens = responses_tokens(answer)
+    return {
+        "text": text,
+        "finish": finish,
+        "output_tokens": used,
+        "tokens": [_token_name(t.key) for t in tokens] if tokens else None,
+        "logprobs": [round(t.logprob, 5) for t in tokens] if tokens else None,
+    }
 
 
 @dataclass

@@ -14,6 +14,10 @@ Checks:
 - ``correctness.determinism``: three identical temperature-0 requests give identical tokens;
 - ``correctness.natural_stop``: where the reference ends its turn on the end-of-turn token, the engine ends
   it too (finish_reason ``stop`` / status ``completed``, the same last token);
+- ``correctness.continuations`` (both engines): the greedy continuations of the parity prompts on both APIs,
+  recorded token by token with their logprobs where the engine gives them (text otherwise), each non-empty and
+  as long as the engine's usage says; the record ``hitch catalog reproduce`` compares two runs by
+  (:mod:`certify.entry_compare`);
 - ``correctness.eval``: 22 short questions with one-word answers, scored on the engine and the reference by
   normalised exact match (:func:`certify.kit.correctness.answer_matches`: NFKC, case-folded,
   punctuation dropped; an accepted answer occurs as whole words in the answer's first line, so "The capital of
@@ -54,12 +58,15 @@ import httpx
 import pytest
 
 from certify.kit.correctness import (
+    MATCH_TOL,
+    TIE_TOL,
     Comparison,
     EngineToken,
     TokenKeys,
     answer_matches,
     chat_tokens,
     compare_greedy,
+    continuation,
     responses_tokens,
 )
 from certify.kit.requests import gw_post
@@ -80,8 +87,6 @@ from certify.registry import check
 from certify.session import CertifyEnv
 from fixtures.reference import ReferenceRunV1
 
-MATCH_TOL = 0.25
-TIE_TOL = 0.5
 EVAL_MARGIN = 3
 EVAL_MIN_REFERENCE = 10
 
@@ -178,6 +183,29 @@ def test_greedy_parity(
     certify_record.detail("prompts", rows)
     certify_record.metric(f"correctness_parity_{api}", figures)
     problems = [f"{r['prompt']}: {p}" for r in rows for p in r["problems"]]
+    assert not problems, problems
+
+
+@check(
+    "correctness.continuations",
+    description="greedy continuations of the parity prompts on both APIs, recorded token by token for reproduction",
+)
+def test_greedy_continuations_recorded(parity_answers: dict[str, list[dict[str, Any]]], certify_record: Any) -> None:
+    rows: list[dict[str, Any]] = []
+    for api in ("chat", "responses"):
+        for i, (prompt, answer) in enumerate(zip(PARITY_PROMPTS, parity_answers[api], strict=True)):
+            rows.append({"api": api, "prompt": i, "prompt_text": prompt[:60], **continuation(api, answer)})
+    certify_record.detail("continuations", rows)
+    certify_record.detail("max_tokens", PARITY_TOKENS)
+    problems = []
+    for row in rows:
+        where = f"{row['api']} prompt {row['prompt']}"
+        if not row["text"] and not row["tokens"]:
+            problems.append(f"{where}: an empty continuation")
+        if not isinstance(row["output_tokens"], int) or not 1 <= row["output_tokens"] <= PARITY_TOKENS:
+            problems.append(f"{where}: usage says {row['output_tokens']!r} output tokens (asked {PARITY_TOKENS})")
+        elif row["tokens"] is not None and len(row["tokens"]) != row["output_tokens"]:
+            problems.append(f"{where}: {len(row['tokens'])} tokens with logprobs, usage says {row['output_tokens']}")
     assert not problems, problems
 
 

@@ -87,6 +87,35 @@ def test_cuda_gpu_recorded(certify_env: CertifyEnv, certify_record: Any) -> None
     assert uuid in gpus
 
 
+@check(
+    "hardware.lock.served",
+    description="the engine serves the sealed lock (its /server_info against the lock); the lock is kept as evidence",
+)
+def test_engine_serves_the_sealed_lock(certify_env: CertifyEnv, certify_record: Any) -> None:
+    """Readiness compared /server_info with the lock before the run; this records the lock itself (``lock.json``,
+    the sealed bytes) so an entry names the exact lock a reproduction must run (``hitch catalog reproduce``),
+    and compares again now that the suites run."""
+    from urllib.parse import urlsplit
+
+    from harness.daemon.core import load_sealed_lock
+    from harness.engine.verify import expected_server_info, server_info_mismatches
+    from harness.store import model_files_dir
+
+    env = certify_env
+    lock = load_sealed_lock(env.root, env.run.inference_id)
+    sealed = env.root.digest_dir(env.root.sealed_locks, lock.inference_id) / "lock.json"
+    certify_record.evidence("lock.json", sealed.read_bytes())
+    certify_record.detail("inference_id", lock.inference_id)
+    port = urlsplit(env.engine_url).port
+    assert port is not None, env.engine_url
+    expected = expected_server_info(lock, model_files_dir(env.root, lock.model_id), port)
+    for placement in ("model_path", "host", "port"):  # where the launcher put it (a container mounts and maps them)
+        expected.pop(placement, None)
+    mismatches = server_info_mismatches(_server_info(env), expected)
+    certify_record.detail("fields_compared", sorted(expected))
+    assert not mismatches, mismatches
+
+
 @check("hardware.doctor.fingerprint", description="doctor facts recorded as evidence")
 def test_doctor_fingerprint(certify_env: CertifyEnv, certify_record: Any) -> None:
     from harness.devices import run_doctor

@@ -199,3 +199,48 @@ def trust(
     """Copy a public key into a trusted keys dir as <keyid>.pub.pem."""
     path = trust_public_key(public_key, keys if keys is not None else trusted_keys_dir())
     emit(common.as_json, {"trusted": str(path), "keyid": path.name.removesuffix(".pub.pem")}, f"trusted: {path}")
+
+
+@app.command("reproduce")
+@cli_command
+def reproduce(
+    entry: Annotated[Path, typer.Argument(help="the signed entry (*.dsse.json) to reproduce on this machine")],
+    keys: KeysOpt = None,
+    select: Annotated[
+        str | None,
+        typer.Option("-k", help="run and compare only the checks pytest's -k selects (the level is then not compared)"),
+    ] = None,
+    report_dir: Annotated[
+        Path | None,
+        typer.Option("--report-dir", help="where the reproduction's entry goes (default reports/out/<stamp>-reproduce)"),
+    ] = None,
+    sign_key: Annotated[
+        Path | None, typer.Option("--sign-key", help="Ed25519 key for the new entry (default: the dev key)")
+    ] = None,
+    fake_fault: Annotated[
+        list[str] | None, typer.Option("--fake-fault", hidden=True, help="--engine fake entries: start the fake with this fault")
+    ] = None,
+    common: Common = COMMON,
+) -> None:
+    """Verify the entry, require its model and runtime here by digest, certify its exact lock and profile again,
+    and compare level, check outcomes, greedy continuations, logprob gaps and every figure by its interval.
+
+    Exit 0: reproduced; exit 10: differs (every difference listed)."""
+    import time
+
+    from certify.options import REPO
+    from certify.reproduce import reproduce as run_reproduction
+    from harness.compare.figures import DIFFERS_EXIT_CODE
+
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    out = (report_dir or REPO / "reports" / "out" / f"{stamp}-reproduce").expanduser().resolve()
+    result = run_reproduction(
+        common.hroot, entry, _keys(keys), out, select=select, fake_faults=tuple(fake_fault or ()), sign_key=sign_key
+    )
+    verdict = "reproduced" if result.reproduced else "differs"
+    lines = [f"{verdict}: {entry} on this machine ({result.new_entry})"]
+    lines += [f"  - {d.detail}" for d in result.comparison.differences]
+    lines += [f"  note: {n}" for n in result.comparison.notes]
+    emit(common.as_json, {"kind": "catalog-reproduce", **result.to_json()}, "\n".join(lines))
+    if not result.reproduced:
+        raise typer.Exit(DIFFERS_EXIT_CODE)

@@ -27,6 +27,7 @@ __all__ = [
     "CertificationResultV1",
     "EvidenceFileV1",
     "EvidenceIndexV1",
+    "ReproducesV1",
 ]
 
 CertificationLevel = Literal["certified", "provisional", "contract", "failed"]
@@ -53,6 +54,13 @@ class CertificationModelV1(Record):
     source: str | None = None
 
 
+class ReproducesV1(Record):
+    """The signed entry a certification reproduced (``hitch catalog reproduce``): the same lock, run again."""
+
+    entry_sha256: Sha256 = Field(description="sha256 of the reproduced entry's signed payload (its DSSE statement bytes)")
+    inference_id: Sha256 = Field(description="the lock both ran")
+
+
 class CertificationResultV1(Record):
     schema_version: Literal["2"] = "2"
     level: CertificationLevel
@@ -76,6 +84,7 @@ class CertificationResultV1(Record):
     metrics: dict[str, Any]
     evidence: dict[EvidenceName, Sha256] = Field(description="<check id>/<file name> -> sha256 of the kept bytes")
     finished_at: str = Field(pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
+    reproduces: ReproducesV1 | None = Field(default=None, description="set when this certification reproduced an entry")
 
 
 class EvidenceFileV1(Record):

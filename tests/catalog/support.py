@@ -34,4 +34,5 @@ def make_predicate(level: str = "contract") -> dict[str, Any]:
         "metrics": {"gateway_added_latency_ms": {"p50": 1.5, "p95": 3.25, "p99": 4.0}},
         "evidence": {"protocol.chat.stream/requests.jsonl": "sha256:" + "4" * 64},
         "finished_at": "2026-11-30T00:40:00Z",
+        "reproduces": None,
     }

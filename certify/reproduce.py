@@ -1,0 +1,224 @@
+"""``hitch catalog reproduce ENTRY.dsse.json``: run a signed entry's certification again here and compare.
+
+In order:
+
+1. The entry must verify against the trusted keys (``catalog_signature_invalid`` otherwise).
+2. Nothing is fetched and nothing is imported that cannot be matched by digest (:func:`require_inputs`): the
+   model must be in this root's store under the entry's ``model_id`` with every file intact
+   (``local_model_not_found`` / ``local_model_integrity_failed``), the runtime must be the catalog's
+   ``runtime_id`` and present (installed for a process launch, its pinned image in Docker for an OCI one;
+   ``inference_runtime_unavailable`` naming it), and the lock must be the entry's ``inference_id``: sealed in this
+   root, or kept in the entry's evidence (``hardware.lock.served/lock.json``), whose content recomputes to that
+   id before it is stored as sealed (``inference_lock_mismatch`` when neither).
+3. ``pytest certify --inference ID --reproduces ENTRY`` runs with the entry's device, engine and launcher, into
+   its own report directory (its output in ``reproduce.log`` there); ``-k`` runs a selection of the checks,
+   exactly as pytest selects them, and then only those are compared.
+4. The new entry (signed like any other, naming the entry it reproduces) is compared with the original
+   (:func:`certify.entry_compare.compare_entries`); the verdict is ``reproduced`` or ``differs`` with every
+   difference, written to ``reproduction.json`` beside the new entry.
+
+The canary (:mod:`certify.canary`) reads its check changes from the same comparison.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from catalog.evidence import EVIDENCE_DIR, blob_path
+from catalog.signing import (
+    ENTRY_SUFFIX,
+    dev_keys_dir,
+    load_entry,
+    payload_bytes,
+    public_keys_dir_for,
+    trusted_keys_dir,
+    verify_envelope,
+)
+from certify.entry_compare import EntryComparison, compare_entries
+from certify.options import REPO
+from harness.contracts.lock import InferenceLockV1
+from harness.errors import HitchError
+from harness.ids import digest_bytes
+from harness.paths import HitchRoot, atomic_write_json
+
+__all__ = ["LOCK_EVIDENCE", "Reproduction", "reproduce", "require_inputs"]
+
+LOCK_EVIDENCE = "hardware.lock.served/lock.json"
+_LOG = "reproduce.log"
+
+
+@dataclass
+class Reproduction:
+    entry: Path
+    original: dict[str, Any]
+    report_dir: Path
+    new_entry: Path
+    new: dict[str, Any]
+    comparison: EntryComparison
+    command: list[str]
+    pytest_exit: int
+
+    @property
+    def reproduced(self) -> bool:
+        return self.comparison.reproduced
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "entry": str(self.entry),
+            "reproduction": str(self.new_entry),
+            "report_dir": str(self.report_dir),
+            "inference_id": self.original.get("inference_id"),
+            "level": {"original": self.original.get("level"), "reproduction": self.new.get("level")},
+            "reproduces": self.new.get("reproduces"),
+            "command": self.command,
+            "pytest_exit": self.pytest_exit,
+            **self.comparison.to_json(),
+        }
+
+
+def _require_model(root: HitchRoot, model_id: str) -> None:
+    from harness.store import read_manifest, verify_model_files
+
+    try:
+        manifest = read_manifest(root, model_id)
+    except HitchError as exc:
+        raise HitchError(
+            "local_model_not_found",
+            f"the entry's model {model_id} is not in this root's store: import the same checkpoint "
+            "(`hitch models add DIR`) and check its model_id",
+            {"model_id": model_id},
+        ) from exc
+    verify_model_files(root, manifest)  # local_model_integrity_failed names the file
+
+
+def _require_runtime(root: HitchRoot, runtime_id: str, engine: str, launcher: str) -> None:
+    from harness.runtimes import get_runtime
+    from harness.runtimes.install import installed_runtime
+    from harness.runtimes.pins import inspect_image
+
+    runtime = get_runtime(runtime_id)  # inference_runtime_not_found: not a catalog runtime of this checkout
+    if engine != "sglang":
+        return  # the fake engine runs from the checkout; the runtime only names the identity
+    why = None
+    if launcher == "oci":
+        if runtime.package.kind != "oci" or runtime.package.digest is None:
+            why = "it has no pinned image"
+        else:
+            try:
+                inspect_image(runtime.package.reference())
+            except HitchError as exc:
+                why = exc.message
+    elif installed_runtime(root, runtime) is None:
+        why = "it is not installed"
+    if why is not None:
+        raise HitchError(
+            "inference_runtime_unavailable",
+            f"the entry's runtime {runtime.name} ({runtime_id}) is not here ({why}); reproduce imports nothing "
+            f"it cannot match by digest: install it first (`hitch runtime install {runtime.name}`)",
+            {"runtime": runtime.name, "runtime_id": runtime_id, "why": why},
+        )
+
+
+def _require_lock(root: HitchRoot, entry: Path, predicate: dict[str, Any]) -> InferenceLockV1:
+    from harness.daemon.core import load_sealed_lock
+    from harness.daemon.prepare import save_sealed
+    from harness.lock import validate_lock
+
+    inference_id = str(predicate.get("inference_id"))
+    try:
+        return load_sealed_lock(root, inference_id)
+    except HitchError as exc:
+        if exc.code != "inference_lock_mismatch":
+            raise
+    digest = (predicate.get("evidence") or {}).get(LOCK_EVIDENCE)
+    blob = blob_path(entry.parent / EVIDENCE_DIR, digest) if isinstance(digest, str) else None
+    if blob is None or not blob.is_file() or digest_bytes(blob.read_bytes()) != digest:
+        raise HitchError(
+            "inference_lock_mismatch",
+            f"the entry's lock {inference_id} is neither sealed in this root nor kept in the entry's evidence",
+            {"inference_id": inference_id, "evidence": LOCK_EVIDENCE},
+        )
+    lock = validate_lock(json.loads(blob.read_bytes()))  # inference_lock_invalid when its content is not its id
+    if lock.inference_id != inference_id:
+        raise HitchError("inference_lock_mismatch", "the lock kept in the entry's evidence is another lock", {})
+    save_sealed(root, lock, {"inference_id": inference_id, "imported_from_entry": digest_bytes(payload_bytes(load_entry(entry)))})
+    return lock
+
+
+def require_inputs(root: HitchRoot, entry: Path, predicate: dict[str, Any]) -> InferenceLockV1:
+    """The entry's model, runtime and lock, present here by digest (see the module docstring)."""
+    for name in ("model_id", "runtime_id", "inference_id"):
+        if not isinstance(predicate.get(name), str):
+            raise HitchError("catalog_entry_invalid", f"the entry has no {name}: it never ran a lock to reproduce", {})
+    _require_model(root, predicate["model_id"])
+    _require_runtime(root, predicate["runtime_id"], str(predicate.get("engine")), str(predicate.get("launcher") or "process"))
+    return _require_lock(root, entry, predicate)
+
+
+def _command(
+    predicate: dict[str, Any], lock: InferenceLockV1, entry: Path, report_dir: Path, select: str | None,
+    fake_faults: tuple[str, ...], sign_key: Path | None,
+) -> list[str]:  # fmt: skip
+    cmd = [
+        sys.executable, "-m", "pytest", "certify", "-p", "no:cacheprovider", "-q", "-rfE",
+        "--device", str(predicate["device"]), "--engine", str(predicate["engine"]),
+        "--launcher", str(predicate.get("launcher") or "process"), "--inference", lock.inference_id,
+        "--reproduces", str(entry), "--report-dir", str(report_dir),
+    ]  # fmt: skip
+    if lock.execution.backend_certification == "uncertified":
+        cmd.append("--allow-uncertified")
+    if select:
+        cmd += ["-k", select]
+    for fault in fake_faults:
+        cmd += ["--fake-fault", fault]
+    if sign_key is not None:
+        cmd += ["--sign-key", str(sign_key)]
+    return cmd
+
+
+def _new_entry(report_dir: Path, log: Path) -> Path:
+    found = sorted(report_dir.glob(f"*{ENTRY_SUFFIX}"))
+    if len(found) != 1:
+        tail = log.read_text(errors="replace")[-3000:] if log.is_file() else ""
+        raise HitchError(
+            "internal_error",
+            f"the reproduction left {len(found)} signed entries in {report_dir} (one expected); see {log}",
+            {"report_dir": str(report_dir), "log_tail": tail},
+        )
+    return found[0]
+
+
+def reproduce(
+    root: HitchRoot,
+    entry: Path,
+    keys: list[Path],
+    report_dir: Path,
+    *,
+    select: str | None = None,
+    fake_faults: tuple[str, ...] = (),
+    sign_key: Path | None = None,
+) -> Reproduction:
+    """Verify ``entry``, check its inputs are here, certify its lock again into ``report_dir`` and compare."""
+    original = verify_envelope(load_entry(entry), keys).predicate
+    lock = require_inputs(root, entry, original)
+    report_dir.mkdir(parents=True, exist_ok=True)
+    cmd = _command(original, lock, entry.resolve(), report_dir, select, fake_faults, sign_key)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HITCH_CERTIFY_")} | {"HITCH_ROOT": str(root.path)}
+    log = report_dir / _LOG
+    with log.open("wb") as out:
+        done = subprocess.run(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, check=False)
+    new_path = _new_entry(report_dir, log)
+    new_keys = [*keys, trusted_keys_dir(), dev_keys_dir(root)]
+    if sign_key is not None:
+        new_keys.append(public_keys_dir_for(sign_key))
+    new = verify_envelope(load_entry(new_path), new_keys).predicate
+    comparison = compare_entries(original, new, selection=bool(select))
+    result = Reproduction(entry, original, report_dir, new_path, new, comparison, cmd, done.returncode)
+    atomic_write_json(report_dir / "reproduction.json", result.to_json())
+    return result

@@ -1,0 +1,106 @@
+"""certify.entry_compare: what ``hitch catalog reproduce`` calls a difference (hermetic, predicates as data)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from certify.entry_compare import check_changes, compare_entries
+from certify.kit.correctness import MATCH_TOL
+
+
+def _interval(low: float, high: float, *, reliable: bool = True) -> dict[str, Any]:
+    return {"estimate": (low + high) / 2, "low": low, "high": high, "n": 200, "reliable": reliable}
+
+
+def _row(api: str, i: int, tokens: list[str] | None, logprobs: list[float] | None = None, text: str = "abc") -> dict[str, Any]:
+    return {"api": api, "prompt": i, "prompt_text": f"prompt {i}", "text": text, "finish": "length",
+            "output_tokens": len(tokens) if tokens else 3, "tokens": tokens, "logprobs": logprobs}  # fmt: skip
+
+
+def _entry() -> dict[str, Any]:
+    rows = [_row("chat", 0, ["b:61", "b:62", "b:63"], [-0.1, -0.2, -0.3]), _row("responses", 0, None, text="hello world")]
+    return {
+        "level": "provisional",
+        "checks": [
+            {"id": "correctness.continuations", "status": "passed", "details": {"continuations": rows}},
+            {"id": "correctness.parity.chat", "status": "passed",
+             "details": {"prompts": [{"diverged_at": None, "max_match_gap": 0.05}, {"diverged_at": 9, "max_match_gap": 0.1}]}},
+            {"id": "perf.overhead.e2e_bound", "status": "passed",
+             "details": {"unary.added_ci_ms": {"p50": _interval(0.5, 1.5), "p99": _interval(1.0, 9.0, reliable=False)}}},
+            {"id": "protocol.chat.stream", "status": "passed", "details": {}},
+            {"id": "faults.engine.oom", "status": "not_run", "details": {}},
+        ],
+        "metrics": {"gateway_residence_ms": {"p95": _interval(0.2, 0.4)}, "throughput_ratio_c32": 0.98},
+    }  # fmt: skip
+
+
+def _check(entry: dict[str, Any], cid: str) -> dict[str, Any]:
+    found: dict[str, Any] = next(c for c in entry["checks"] if c["id"] == cid)
+    return found
+
+
+def test_the_same_entry_is_reproduced_and_every_kind_was_compared() -> None:
+    result = compare_entries(_entry(), copy.deepcopy(_entry()))
+    assert result.reproduced and result.to_json()["verdict"] == "reproduced"
+    assert result.compared == {"checks": 5, "continuations": 2, "figures": 2}
+    assert any("p99" in n and "too few samples" in n for n in result.notes)  # unreliable: a note, never a difference
+
+
+def test_each_kind_of_difference_is_named() -> None:
+    new = copy.deepcopy(_entry())
+    new["level"] = "failed"
+    _check(new, "protocol.chat.stream")["status"] = "failed"
+    rows = _check(new, "correctness.continuations")["details"]["continuations"]
+    rows[0]["tokens"][1] = "b:7a"
+    rows[1]["text"] = "hello World"
+    _check(new, "correctness.parity.chat")["details"]["prompts"][1]["diverged_at"] = 4
+    new["metrics"]["gateway_residence_ms"]["p95"] = _interval(0.6, 0.9)  # disjoint: beyond noise
+    _check(new, "perf.overhead.e2e_bound")["details"]["unary.added_ci_ms"]["p50"] = _interval(1.2, 2.0)  # overlaps
+    result = compare_entries(_entry(), new)
+    got = {(d.kind, d.item) for d in result.differences}
+    assert got == {
+        ("level", "level"),
+        ("check", "protocol.chat.stream"),
+        ("continuation", "correctness.continuations/chat/0"),
+        ("continuation", "correctness.continuations/responses/0"),
+        ("parity", "correctness.parity.chat/1"),
+        ("figure", "metrics.gateway_residence_ms.p95"),
+    }
+    token = next(d for d in result.differences if d.item.endswith("chat/0"))
+    assert "token 1 differs" in token.detail and (token.before, token.now) == ("b:62", "b:7a")
+    text = next(d for d in result.differences if d.item.endswith("responses/0"))
+    assert "character 6" in text.detail
+
+
+def test_a_logprob_beyond_the_suites_tolerance_differs_and_one_within_does_not() -> None:
+    within, beyond = copy.deepcopy(_entry()), copy.deepcopy(_entry())
+    _check(within, "correctness.continuations")["details"]["continuations"][0]["logprobs"][2] = -0.3 + MATCH_TOL / 2
+    _check(beyond, "correctness.continuations")["details"]["continuations"][0]["logprobs"][2] = -0.3 - 2 * MATCH_TOL
+    assert compare_entries(_entry(), within).reproduced
+    [diff] = compare_entries(_entry(), beyond).differences
+    assert diff.kind == "logprob" and "token 2" in diff.detail
+
+
+def test_a_selection_compares_only_the_checks_that_ran_and_not_the_level() -> None:
+    new = copy.deepcopy(_entry())
+    new["level"] = "failed"
+    for check in new["checks"]:
+        if check["id"] != "correctness.continuations":
+            check["status"] = "not_run"
+    result = compare_entries(_entry(), new, selection=True)
+    assert result.reproduced and result.compared["checks"] == 1 and result.compared["figures"] == 1  # metrics only
+    assert any("level is not compared" in n for n in result.notes)
+
+
+def test_check_changes_lists_absent_checks_both_ways() -> None:
+    new = copy.deepcopy(_entry())
+    new["checks"] = [c for c in new["checks"] if c["id"] != "protocol.chat.stream"]
+    new["checks"].append({"id": "hardware.lock.served", "status": "passed", "details": {}})
+    assert check_changes(_entry(), new) == [
+        ("hardware.lock.served", "absent", "passed"),
+        ("protocol.chat.stream", "passed", "absent"),
+    ]
+    result = compare_entries(_entry(), new)
+    assert [(d.kind, d.item) for d in result.differences] == [("check", "protocol.chat.stream")]
+    assert any(n.startswith("hardware.lock.served: not in the original entry") for n in result.notes)

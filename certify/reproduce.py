@@ -4,12 +4,10 @@ In order:
 
 1. The entry must verify against the trusted keys (``catalog_signature_invalid`` otherwise).
 2. Nothing is fetched and nothing is imported that cannot be matched by digest (:func:`require_inputs`): the
-   model must be in this root's store under the entry's ``model_id`` with every file intact
-   (``local_model_not_found`` / ``local_model_integrity_failed``), the runtime must be the catalog's
-   ``runtime_id`` and present (installed for a process launch, its pinned image in Docker for an OCI one;
-   ``inference_runtime_unavailable`` naming it), and the lock must be the entry's ``inference_id``: sealed in this
-   root, or kept in the entry's evidence (``hardware.lock.served/lock.json``), whose content recomputes to that
-   id before it is stored as sealed (``inference_lock_mismatch`` when neither).
+   entry's model and runtime must be here (:func:`harness.lock_inputs.require_lock_inputs`, the rule ``hitch run
+   rerun`` follows too), and the lock must be the entry's ``inference_id``: sealed in this root, or kept in the
+   entry's evidence (``hardware.lock.served/lock.json``), whose content recomputes to that id before it is stored
+   as sealed (``inference_lock_mismatch`` when neither).
 3. ``pytest certify --inference ID --reproduces ENTRY`` runs with the entry's device, engine and launcher, into
    its own report directory (its output in ``reproduce.log`` there); ``-k`` runs a selection of the checks,
    exactly as pytest selects them, and then only those are compared.
@@ -45,6 +43,7 @@ from certify.options import REPO
 from harness.contracts.lock import InferenceLockV1
 from harness.errors import HitchError
 from harness.ids import digest_bytes
+from harness.lock_inputs import require_lock_inputs
 from harness.paths import HitchRoot, atomic_write_json
 
 __all__ = ["LOCK_EVIDENCE", "Reproduction", "reproduce", "require_inputs"]
@@ -82,49 +81,6 @@ class Reproduction:
         }
 
 
-def _require_model(root: HitchRoot, model_id: str) -> None:
-    from harness.store import read_manifest, verify_model_files
-
-    try:
-        manifest = read_manifest(root, model_id)
-    except HitchError as exc:
-        raise HitchError(
-            "local_model_not_found",
-            f"the entry's model {model_id} is not in this root's store: import the same checkpoint "
-            "(`hitch models add DIR`) and check its model_id",
-            {"model_id": model_id},
-        ) from exc
-    verify_model_files(root, manifest)  # local_model_integrity_failed names the file
-
-
-def _require_runtime(root: HitchRoot, runtime_id: str, engine: str, launcher: str) -> None:
-    from harness.runtimes import get_runtime
-    from harness.runtimes.install import installed_runtime
-    from harness.runtimes.pins import inspect_image
-
-    runtime = get_runtime(runtime_id)  # inference_runtime_not_found: not a catalog runtime of this checkout
-    if engine != "sglang":
-        return  # the fake engine runs from the checkout; the runtime only names the identity
-    why = None
-    if launcher == "oci":
-        if runtime.package.kind != "oci" or runtime.package.digest is None:
-            why = "it has no pinned image"
-        else:
-            try:
-                inspect_image(runtime.package.reference())
-            except HitchError as exc:
-                why = exc.message
-    elif installed_runtime(root, runtime) is None:
-        why = "it is not installed"
-    if why is not None:
-        raise HitchError(
-            "inference_runtime_unavailable",
-            f"the entry's runtime {runtime.name} ({runtime_id}) is not here ({why}); reproduce imports nothing "
-            f"it cannot match by digest: install it first (`hitch runtime install {runtime.name}`)",
-            {"runtime": runtime.name, "runtime_id": runtime_id, "why": why},
-        )
-
-
 def _require_lock(root: HitchRoot, entry: Path, predicate: dict[str, Any]) -> InferenceLockV1:
     from harness.daemon.core import load_sealed_lock
     from harness.daemon.prepare import save_sealed
@@ -156,8 +112,8 @@ def require_inputs(root: HitchRoot, entry: Path, predicate: dict[str, Any]) -> I
     for name in ("model_id", "runtime_id", "inference_id"):
         if not isinstance(predicate.get(name), str):
             raise HitchError("catalog_entry_invalid", f"the entry has no {name}: it never ran a lock to reproduce", {})
-    _require_model(root, predicate["model_id"])
-    _require_runtime(root, predicate["runtime_id"], str(predicate.get("engine")), str(predicate.get("launcher") or "process"))
+    engine, launcher = str(predicate.get("engine")), str(predicate.get("launcher") or "process")
+    require_lock_inputs(root, predicate["model_id"], predicate["runtime_id"], engine, launcher)
     return _require_lock(root, entry, predicate)
 
 

@@ -19,6 +19,7 @@ import secrets
 import shutil
 import signal
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -27,7 +28,7 @@ import typer
 from harness.agents.codex_home import CodexBinding
 from harness.agents.codex_install import find_codex
 from harness.agents.codex_runner import CodexRun
-from harness.agents.evidence import run_inference_dir, write_harness_evidence
+from harness.agents.evidence import run_inference_dir, write_harness_evidence, write_harness_input
 from harness.agents.model_call import TOKEN_ENV, build_request, call_model, parse_input
 from harness.agents.profiles import (
     CODEX_FIELDS,
@@ -38,7 +39,7 @@ from harness.agents.profiles import (
     model_call_key,
 )
 from harness.cli import options as opt
-from harness.cli import run_sealed
+from harness.cli import run_rerun, run_sealed
 from harness.cli.compare import register_run_compare
 from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.contracts.agent_profile import FieldRuleV1, HarnessKeyV1
@@ -50,7 +51,7 @@ from harness.errors import ERROR_TABLE, HitchError
 from harness.paths import HitchRoot
 from harness.runtimes import get_runtime
 
-__all__ = ["register"]
+__all__ = ["HarnessInput", "register", "start_run"]
 
 _HARNESSES = ("model-call", "codex")
 
@@ -267,6 +268,7 @@ def register(app: typer.Typer) -> None:
     for name, help_text, record_of in _RECORD_COMMANDS:
         _add_record_command(run_app, name, help_text, record_of)
     run_sealed.register(run_app)
+    run_rerun.register(run_app)
     register_run_compare(run_app)
 
     @run_app.callback()
@@ -321,23 +323,49 @@ def register(app: typer.Typer) -> None:
             body["capture_max_bytes"] = capture_max_bytes
         if fake_fault:
             body["fake_flags"] = [arg for fault in fake_fault for arg in ("--fault", fault)]
-        if harness == "codex":  # before any service starts: a missing harness or an uncertified profile fails fast
-            _codex_preflight(hroot, body, model, svc.engine)
-        client: DaemonClient = ensure_daemon(hroot)  # before blocking: a daemon spawned here must not inherit the mask
-        # Ctrl-C while the run is being created is taken right after, inside _execute, so the run it
-        # created is ended (cancelled), never left running
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        try:
-            run = client.request("POST", "/v1/runs", body, timeout_s=900.0)
-        except BaseException:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-            raise
-        if run.get("existing"):
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-            _emit_record(common.as_json, hroot, run["record"])
-            return
-        agent_args = list(agent_arg or [])
-        _execute(hroot, client, run, harness, prompt, max_output_tokens, workdir, agent_args, svc.engine, common.as_json)
+        # Codex works in --workdir, else here: kept resolved, so a rerun from elsewhere works in the same folder
+        where = (workdir or Path.cwd()).resolve() if harness == "codex" else workdir
+        asked = HarnessInput(harness, prompt, max_output_tokens, where, list(agent_arg or []))
+        start_run(hroot, body, asked, model, svc.engine, common.as_json)
+
+
+@dataclass(frozen=True)
+class HarnessInput:
+    """What the harness is asked: kept with the run (``harness-input.json``) so ``hitch run rerun`` asks it again."""
+
+    harness: str
+    prompt: str
+    max_output_tokens: int | None
+    workdir: Path | None
+    agent_args: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"harness": self.harness, "prompt": self.prompt, "max_output_tokens": self.max_output_tokens,
+                "workdir": str(self.workdir) if self.workdir is not None else None, "agent_args": self.agent_args}  # fmt: skip
+
+
+def start_run(hroot: HitchRoot, body: dict[str, Any], asked: HarnessInput, model: str | None, engine: str, as_json: bool) -> None:
+    """Create the run ``body`` describes through the daemon and run the harness on it (``hitch run``, ``hitch run
+    rerun``)."""
+    if asked.harness == "codex":  # before any service starts: a missing harness or an uncertified profile fails fast
+        _codex_preflight(hroot, body, model, engine)
+    client: DaemonClient = ensure_daemon(hroot)  # before blocking: a daemon spawned here must not inherit the mask
+    # Ctrl-C while the run is being created is taken right after, inside _execute, so the run it
+    # created is ended (cancelled), never left running
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        run = client.request("POST", "/v1/runs", body, timeout_s=900.0)
+    except BaseException:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        raise
+    if run.get("existing"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        _emit_record(as_json, hroot, run["record"])
+        return
+    write_harness_input(hroot, run["run_id"], asked.to_json())
+    _execute(
+        hroot, client, run, asked.harness, asked.prompt, asked.max_output_tokens, asked.workdir, asked.agent_args, engine, as_json
+    )
 
 
 def _execute(

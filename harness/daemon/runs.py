@@ -200,8 +200,13 @@ class RunService:
             return {"run_id": run_id, "existing": True, "record": existing.to_json_dict()}
         if for_containers:  # before anything else starts: containers must reach the gateway where we listen
             await self.eval_access.prepare(body.get("eval_image"))
+        rerun_of = body.get("rerun_of")
+        if rerun_of is not None and not (isinstance(rerun_of, str) and (found := self.store.read(rerun_of)) and found.terminal):
+            raise HitchError("usage_error", "rerun_of names a finished run of this root", {"rerun_of": rerun_of})
         request = {k: body[k] for k in _REQUEST_FIELDS if k in body}
         self.store.admit(run_id, harness, request, capture)
+        if rerun_of is not None:
+            self.store.note(run_id, rerun_of=rerun_of)
         run = self.runs[run_id] = _Run(run_id, eval_image=body["eval_image"] if for_containers else None)
         try:
             return await self._bind(run, body, choice, capture, limit)

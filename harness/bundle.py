@@ -60,6 +60,7 @@ RUN_FILES = (
     "inference/runtime.json",
     "inference/execution.json",
     "inference/attempts.jsonl",
+    "inference/engine-requests.jsonl",
     "inference/capture-index.json",
     "inference/binding.json",
     "inference/identity.json",

@@ -48,6 +48,7 @@ REF_PATHS: dict[str, str] = {
     "runtime_manifest": "inference/runtime.json",
     "execution": "inference/execution.json",
     "attempts": "inference/attempts.jsonl",
+    "engine_requests": "inference/engine-requests.jsonl",
     "capture_index": f"inference/{CAPTURE_INDEX}",
 }
 _CHUNK = 1 << 20

@@ -1,13 +1,14 @@
 """InferenceRefV1 and CaptureIndexV1: the sealed set of one run's inference evidence (spec §6.3, §6.4).
 
-``runs/<run-id>/inference.ref.json`` links, each by the sha256 of its bytes as written, the lock the run
-used, the model and runtime manifests, the execution evidence, the gateway's attempt ledger and the capture
-index. It is written once, when the run's evidence is complete, and never rewritten; its own digest goes into
-``run.json`` (``RunRecordV1.ref_digest``), so whoever holds ``run.json`` can tell whether the ref, and through
-it every file it names, is still what the daemon wrote (``hitch run verify``, :mod:`harness.run_ref`).
+``runs/<run-id>/inference.ref.json`` links, each by the sha256 of its bytes as written, the lock the run used, the
+model and runtime manifests, the execution evidence, the gateway's attempt ledger, the engine's own figures of each
+attempt (joined by request id) and the capture index. It is written once, when the run's evidence is complete, and
+never rewritten; its own digest goes into ``run.json`` (``RunRecordV1.ref_digest``), so whoever holds ``run.json``
+can tell whether the ref, and through it every file it names, is still what the daemon wrote (``hitch run verify``,
+:mod:`harness.run_ref`).
 
-``inference/capture-index.json`` lists the payload capture files of the run (path, size, sha256) without
-their bytes: a bundle carries the index, never the payloads.
+``inference/capture-index.json`` lists the payload capture files of the run (path, size, sha256) without their
+bytes: a bundle carries the index, never the payloads.
 """
 
 from __future__ import annotations
@@ -28,8 +29,16 @@ __all__ = [
     "RelativePath",
 ]
 
-RefFileName = Literal["lock", "model_manifest", "runtime_manifest", "execution", "attempts", "capture_index"]
-REF_FILE_NAMES: tuple[str, ...] = ("lock", "model_manifest", "runtime_manifest", "execution", "attempts", "capture_index")
+RefFileName = Literal["lock", "model_manifest", "runtime_manifest", "execution", "attempts", "engine_requests", "capture_index"]
+REF_FILE_NAMES: tuple[str, ...] = (
+    "lock",
+    "model_manifest",
+    "runtime_manifest",
+    "execution",
+    "attempts",
+    "engine_requests",
+    "capture_index",
+)
 
 
 def _relative(path: str) -> str:

@@ -3,7 +3,8 @@
 Owns :class:`EngineFacts` (the engine's ``/server_info`` with every key removed, and its ``/metrics`` text,
 read with the engine key the daemon holds) and :func:`write_execution_evidence`: the sealed lock, model and
 runtime manifests, the run's attempt rows copied from the gateway (``attempts.jsonl``) with their digest,
-the serving metrics at run start and end, the capture index, and ``execution.json`` whose request count and
+the serving metrics at run start and end, the engine's own figures of each attempt joined by request id
+(:mod:`harness.daemon.engine_requests`), the capture index, and ``execution.json`` whose request count and
 token totals come from those rows and whose ``complete`` comes from three checks (every attempt recorded,
 capture not truncated or failed, no writer error); then it seals the set (``inference.ref.json``,
 :mod:`harness.run_ref`). The harness's own files (``harness.json``, ``result.json``) are the CLI's.
@@ -33,7 +34,9 @@ from harness.contracts.evidence import (
 )
 from harness.contracts.lock import InferenceLockV1
 from harness.contracts.run import RunRecordV1
+from harness.daemon.engine_requests import write_engine_requests
 from harness.engine.redaction import redact
+from harness.engine.sglang import ENGINE_LOG
 from harness.ids import digest_json
 from harness.paths import HitchRoot, atomic_write_bytes, atomic_write_json, ensure_private_dir
 from harness.run_ref import seal_ref, write_capture_index
@@ -221,6 +224,7 @@ def write_execution_evidence(
     atomic_write_json(out / "runtime.json", get_runtime(lock.runtime_id).to_json_dict())
     data, rows = _copy_rows(gateway.rows_file, out / "attempts.jsonl")
     ledger = _ledger(data, rows, gateway.begun)
+    engine_requests = write_engine_requests(out, rows, root.service_dir(binding.service_id) / ENGINE_LOG)
     checks = [
         _check("attempts_recorded", ledger.rows == ledger.begun and not gateway.daemon_died, _attempts_detail(ledger, gateway)),
         _check("capture_complete", gateway.capture_state == "complete", f"capture {record.capture}: {gateway.capture_state}"),
@@ -251,6 +255,7 @@ def write_execution_evidence(
         complete=complete,
         incomplete_code=None if complete else "inference_capture_incomplete",
         model_identity=identity,
+        engine_requests=engine_requests,
     )
     atomic_write_json(out / "execution.json", execution.to_json_dict())
     write_capture_index(out.parent, record.capture)

@@ -123,6 +123,12 @@ def engine_args(lock: InferenceLockV1, model_dir: Path, host: str, port: int, *,
         EngineArg("random_seed", lock.generation.seed),
         EngineArg("mem_fraction_static", platform.mem_fraction_static),
         EngineArg("enable_metrics", True),
+        # one JSON line per finished request on the engine's output (engine.log): its own figures (tokens, e2e and
+        # first-token latency, queue entry) by request id, joined to the gateway's attempt rows (seed 004). Level 0
+        # logs metadata only: never the text, the token ids or the sampling parameters.
+        EngineArg("log_requests", True),
+        EngineArg("log_requests_level", 0),
+        EngineArg("log_requests_format", "json"),
         # probe: no pool given, and SGLang reports none as an argument (its pool is max_total_num_tokens)
         EngineArg("max_total_tokens", None if probe else ex.max_total_tokens),
         EngineArg("chunked_prefill_size", None if probe else ex.chunked_prefill_size, echoed=not probe),

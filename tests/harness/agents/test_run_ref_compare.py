@@ -92,6 +92,16 @@ def test_runs_are_sealed_verified_and_compared_under_the_strict_conditions(input
     assert identity.parameters_sha256 == digest_json(lock.generation.to_json_dict())
     assert identity.wire_model == execution.binding.wire_model
 
+    # the engine's own figures of the request, joined by its request id (seed 004), agree with the gateway's row
+    joined = execution.engine_requests
+    assert joined is not None and (joined.joined, joined.unmatched) == (1, 0)
+    [row] = [json.loads(x) for x in (root.runs / "ra" / "inference" / "attempts.jsonl").read_text().splitlines()]
+    [engine] = [json.loads(x) for x in (root.runs / "ra" / "inference" / "engine-requests.jsonl").read_text().splitlines()]
+    assert engine["joined"] and engine["request_id"] == row["request_id"] and engine["engine_rid"] == row["engine_rid"]
+    figures = engine["engine"]
+    assert (figures["prompt_tokens"], figures["completion_tokens"]) == (row["input_tokens"], row["output_tokens"])
+    assert {"e2e_latency", "first_token_latency", "request_received_ts"} <= set(figures) and figures["finish"] == "length"
+
     ok = as_json(hitch(root, "run", "verify", "ra", "--json"))
     assert ok["ok"] and ok["ref_digest"] == record.ref_digest and len(ok["checked"]) == len(REF_FILE_NAMES) + 1 + 3
 

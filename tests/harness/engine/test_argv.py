@@ -44,8 +44,9 @@ def test_flags_pin_every_serving_value_of_the_lock(inputs: ServiceInputs) -> Non
     assert flags["--sampling-backend"] == "pytorch"
     assert flags["--random-seed"] == "0"
     assert flags["--mem-fraction-static"] == "0.05"
-    for flag in ("--enable-metrics", "--disable-radix-cache", "--disable-overlap-schedule"):
+    for flag in ("--enable-metrics", "--disable-radix-cache", "--disable-overlap-schedule", "--log-requests"):
         assert flag in flags and flags[flag] is None
+    assert flags["--log-requests-level"] == "0" and flags["--log-requests-format"] == "json"  # metadata only, a JSON line
     assert "--skip-server-warmup" not in flags
     assert "--api-key" not in flags and "--admin-api-key" not in flags
 

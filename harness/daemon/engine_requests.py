@@ -1,0 +1,99 @@
+"""The engine's own per-request figures, joined to a run's attempt rows by request id (seed 004).
+
+SGLang started with ``--log-requests --log-requests-level 0 --log-requests-format json`` (:mod:`harness.engine.argv`)
+prints one line per finished request on its output, which the launcher keeps in the service's ``engine.log``::
+
+    [2026-12-03 17:00:00] {"timestamp": ..., "event": "request.finished", "rid": RID, "obj": {...}, "out": {"meta_info": {...}}}
+
+``meta_info`` is the engine's account of that request: its prompt, cached, output and reasoning tokens, its
+end-to-end and first-token latency and (with metrics on) when it was received, entered the forward pass, finished
+prefill and finished. :func:`write_engine_requests` reads the lines of this run's engine request ids (the
+gateway's rows name them: ``engine_rid``), writes ``engine-requests.jsonl`` (one row per attempt: the gateway's
+request id, the engine's, whether it joined, and the engine's figures) and returns its summary
+(:class:`EngineRequestsV1`). A physical request is attributed by its id, never by a time window: a shared
+engine's global ``/metrics`` cannot say which run a request belonged to.
+
+An engine writes its line as the request ends, and the launcher copies it to ``engine.log`` a moment later: the
+join waits (at most :data:`JOIN_WAIT_S`) for the lines of the attempts that reached an answer. Attempts the engine
+never answered (refused by the gateway) have no engine id and are counted ``unmatched``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from harness.contracts.evidence import EngineRequestsV1
+from harness.ids import digest_bytes
+from harness.paths import atomic_write_bytes
+
+__all__ = ["ENGINE_REQUESTS", "JOIN_WAIT_S", "engine_request_figures", "write_engine_requests"]
+
+ENGINE_REQUESTS = "engine-requests.jsonl"
+JOIN_WAIT_S = 10.0
+_MARKER = '"event": "request.finished"'
+_TOKENS = ("prompt_tokens", "cached_tokens", "completion_tokens", "reasoning_tokens")
+_SECONDS = ("e2e_latency", "first_token_latency", "decode_throughput")
+_STAMPS = ("request_received_ts", "forward_entry_time", "prefill_finished_time", "request_finished_ts")
+_ANSWERED = frozenset({"completed", "incomplete"})
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _figures(meta: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {k: meta[k] for k in (*_TOKENS, *_SECONDS, *_STAMPS) if _number(meta.get(k))}
+    finish = meta.get("finish_reason")
+    out["finish"] = finish.get("type") if isinstance(finish, dict) else finish
+    received, entered = meta.get("request_received_ts"), meta.get("forward_entry_time")
+    if isinstance(received, int | float) and isinstance(entered, int | float):
+        out["queue_s"] = float(entered) - float(received)  # waiting for a slot in the engine's own scheduler
+    return out
+
+
+def engine_request_figures(log: Path, rids: set[str]) -> dict[str, dict[str, Any]]:
+    """rid -> the engine's figures, from the ``request.finished`` lines of ``log`` for the ids in ``rids``."""
+    found: dict[str, dict[str, Any]] = {}
+    try:
+        handle = log.open(encoding="utf-8", errors="replace")
+    except OSError:
+        return found
+    with handle:
+        for line in handle:
+            if _MARKER not in line:
+                continue
+            start = line.find("{")
+            try:
+                record = json.loads(line[start:])
+            except ValueError:
+                continue
+            rid = record.get("rid") if isinstance(record, dict) else None
+            meta = (record.get("out") or {}).get("meta_info") if isinstance(record, dict) else None
+            if record.get("event") == "request.finished" and rid in rids and isinstance(meta, dict):
+                found[rid] = _figures(meta)
+    return found
+
+
+def write_engine_requests(
+    out_dir: Path, rows: list[dict[str, Any]], log: Path, *, wait_s: float = JOIN_WAIT_S
+) -> EngineRequestsV1:
+    """``engine-requests.jsonl`` of a run's attempt ``rows`` joined with ``log`` (see the module docstring)."""
+    rids = {str(r["engine_rid"]) for r in rows if r.get("engine_rid")}
+    awaited = {str(r["engine_rid"]) for r in rows if r.get("engine_rid") and r.get("status") in _ANSWERED}
+    end = time.monotonic() + wait_s
+    figures = engine_request_figures(log, rids)
+    while not awaited <= set(figures) and time.monotonic() < end:
+        time.sleep(0.1)
+        figures = engine_request_figures(log, rids)
+    joined = [
+        {"request_id": r.get("request_id"), "engine_rid": r.get("engine_rid"), "joined": r.get("engine_rid") in figures,
+         "engine": figures.get(str(r.get("engine_rid")))}
+        for r in rows
+    ]  # fmt: skip
+    data = "".join(json.dumps(j, separators=(",", ":"), sort_keys=True) + "\n" for j in joined).encode()
+    atomic_write_bytes(out_dir / ENGINE_REQUESTS, data, mode=0o600)
+    matched = sum(1 for j in joined if j["joined"] is True)
+    return EngineRequestsV1(file=ENGINE_REQUESTS, digest=digest_bytes(data), joined=matched, unmatched=len(joined) - matched)

@@ -102,6 +102,9 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     "run_not_found": _e("input", False, 404, "see runs/ under the root for the known run ids"),
     "run_in_progress": _e("lifecycle", True, 409, "the run id is live; wait for it or `hitch run cancel ID`"),
     "evaluation_not_found": _e("input", False, 404, "see evals/ under the root for the known evaluation ids"),
+    "evaluation_not_regradable": _e(
+        "input", False, 409, 'regrade tasks whose verifier reads declared artifacts ([verifier] environment_mode = "separate")'
+    ),
     "run_evidence_changed": _e(
         "integrity", False, 409, "a file of the run's sealed evidence set changed or is gone; `hitch run verify ID` names it"
     ),

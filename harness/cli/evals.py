@@ -120,3 +120,47 @@ def run_cmd(
     path = evaluation.dir / "evaluation.json"
     payload = {"kind": "harbor-evaluation", "path": str(path), "record": record.to_json_dict()}
     emit(common.as_json, payload, "\n".join([*lines, f"(evaluation {record.evaluation_id}: {path})"]))
+
+
+@harbor_app.command("resume", help="run again an evaluation's trials that have no terminal result, on the same lock")
+@cli_command
+def resume_cmd(
+    evaluation_id: Annotated[str, typer.Argument(help="the evaluation id (evals/<id>/plan.json)")],
+    common: Common = COMMON,
+) -> None:
+    from harness.evals.harbor_run import HarborEvaluation
+
+    hroot = common.hroot
+    install = require_harbor(hroot)
+    evaluation = HarborEvaluation.resume(hroot, install, ensure_daemon(hroot), evaluation_id)
+    if not evaluation.pending:
+        payload = {"kind": "harbor-resume", "evaluation_id": evaluation_id, "resumed": [], "nothing_to_resume": True}
+        emit(common.as_json, payload, f"evaluation {evaluation_id}: every trial has a terminal result; nothing to resume")
+        return
+    pending = evaluation.pending
+
+    def progress(event: dict[str, Any]) -> None:
+        if not common.as_json:
+            sys.stderr.write(f"{event.get('event')}: {event.get('trial')} reward={event.get('reward')}\n")
+
+    record = evaluation.run(progress)
+    lines = [f"{t.trial:<32} {t.status:<10} reward={t.reward} requests={_requests(t)}{_times(t)}" for t in record.trials]
+    path = evaluation.dir / "evaluation.json"
+    payload = {"kind": "harbor-resume", "path": str(path), "resumed": pending, "record": record.to_json_dict()}
+    emit(common.as_json, payload, "\n".join([*lines, f"(evaluation {record.evaluation_id}, resume {record.resumed}: {path})"]))
+
+
+@harbor_app.command("regrade", help="verifier-only rerun: re-score the kept trial outputs of an evaluation; starts no service")
+@cli_command
+def regrade_cmd(
+    evaluation_id: Annotated[str, typer.Argument(help="the evaluation whose trials are re-scored")],
+    common: Common = COMMON,
+) -> None:
+    from harness.evals.harbor_regrade import regrade_evaluation
+
+    hroot = common.hroot
+    record = regrade_evaluation(hroot, require_harbor(hroot), evaluation_id)
+    path = hroot.path / "evals" / record.evaluation_id / "evaluation.json"
+    lines = [f"{t.trial:<40} {t.status:<10} reward={t.reward} (re-scored run {t.run_id})" for t in record.trials]
+    payload = {"kind": "harbor-regrade", "path": str(path), "record": record.to_json_dict()}
+    emit(common.as_json, payload, "\n".join([*lines, f"(evaluation {record.evaluation_id} re-scores {evaluation_id}: {path})"]))

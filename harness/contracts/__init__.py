@@ -11,7 +11,7 @@ from harness.contracts.base import Record, Sha256, parse_record
 from harness.contracts.binding import ModelEndpointBindingV1
 from harness.contracts.bundle import BundleManifestV1
 from harness.contracts.certification import CertificationCheckV1, CertificationResultV1, EvidenceIndexV1
-from harness.contracts.evaluation import EvaluationRecordV1
+from harness.contracts.evaluation import EvaluationPlanV1, EvaluationRecordV1
 from harness.contracts.events import LifecycleEventV1, RequestEvidenceV1
 from harness.contracts.evidence import HardwareFingerprintV1, InferenceExecutionEvidenceV1
 from harness.contracts.lock import InferenceLockV1, compute_inference_id
@@ -28,6 +28,7 @@ __all__ = [
     "CaptureIndexV1",
     "CertificationCheckV1",
     "CertificationResultV1",
+    "EvaluationPlanV1",
     "EvaluationRecordV1",
     "EvidenceIndexV1",
     "HardwareFingerprintV1",
@@ -68,4 +69,5 @@ SCHEMA_RECORDS: tuple[type[Record], ...] = (
     InferenceRefV1,
     CaptureIndexV1,
     BundleManifestV1,
+    EvaluationPlanV1,
 )

@@ -5,18 +5,31 @@ binding, token, evidence and budget, ``runs/<run-id>/``): its terminal status an
 (seed 002's statuses), its request count and token totals come from the gateway's attempt rows in the run's
 execution evidence — never from the agent's own count — and ``service`` names the service entry the trial
 was served by. The reward is the verifier's, ``null`` when no verifier ran (a cancelled or failed trial).
+
+:class:`EvaluationPlanV1` (``evals/<eval-id>/plan.json``) is what the evaluation was asked, written before its
+first trial: the trial slots (task x attempt) in order, the agent and its options, and the run body (engine,
+launcher, capture; never a token). With the outcome each finished trial leaves under ``outcomes/<slot>.json``
+it is what ``hitch eval harbor resume`` needs to run the trials that have no terminal result, on the same lock.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
 from harness.contracts.base import Record, Sha256
 from harness.contracts.run import RunErrorV1
 
-__all__ = ["EvaluationRecordV1", "TrialOutcomeV1", "TrialServiceV1", "TrialTimingV1", "TrialUsageV1"]
+__all__ = [
+    "EvaluationPlanV1",
+    "EvaluationRecordV1",
+    "TrialOutcomeV1",
+    "TrialServiceV1",
+    "TrialSlotV1",
+    "TrialTimingV1",
+    "TrialUsageV1",
+]
 
 
 class TrialTimingV1(Record):
@@ -78,3 +91,30 @@ class EvaluationRecordV1(Record):
     started_at: float
     finished_at: float
     trials: list[TrialOutcomeV1]
+    resumed: int = Field(default=0, ge=0, description="how many times hitch eval harbor resume ran this evaluation's trials")
+    regrade_of: str | None = Field(
+        default=None, description="the evaluation whose kept trial outputs this one re-scored (verifier only, no model)"
+    )
+
+
+class TrialSlotV1(Record):
+    slot: int = Field(ge=0)
+    task: str = Field(description="the task directory, absolute")
+    attempt: int = Field(ge=0, description="which of the -k trials of the task")
+
+
+class EvaluationPlanV1(Record):
+    schema_version: Literal["1"] = "1"
+    evaluation_id: str
+    agent: str
+    environment: Literal["docker"]
+    k: int = Field(ge=1)
+    n_concurrent: int = Field(ge=1)
+    agent_kwargs: dict[str, Any]
+    agent_paths: list[str]
+    agent_timeout_s: float | None
+    eval_image: str | None
+    run_body: dict[str, Any] = Field(description="the runs' request (engine, launcher, capture, ...); no secret")
+    inference_id: Sha256 | None = Field(description="the lock every trial runs, once the first trial's run sealed it")
+    slots: list[TrialSlotV1]
+    created_at: float

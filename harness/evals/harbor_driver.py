@@ -12,6 +12,11 @@ executed as ``<harbor venv>/bin/python harbor_driver.py`` and speaks JSON lines.
   "trial": NAME, "reward": ..., "exception": ..., "cancelled": bool, "timing": {...}}`` when it ends, and
   ``{"event": "done"}`` last.
 
+A spec with ``regrade_of`` (a kept trial directory) is a verifier-only rerun: Harbor's regrade
+(``TrialConfig.source_trial``, action ``regrade``) restores that trial's recorded agent output and artifacts and
+runs the task's verifier against them in a separate verifier environment; the agent never runs and no model is
+called (its agent config is the source trial's, recorded, unused).
+
 Each trial is one asyncio task around ``Trial.create(TrialConfig(...)).run()``, so cancelling one (a
 ``cancel`` line) cancels that task alone: Harbor records ``CancelledError`` and removes its containers,
 the other trials go on. The model key of each trial is read by Harbor from the environment variable named
@@ -66,24 +71,35 @@ def _summary(result: Any) -> dict[str, Any]:
     }
 
 
+def _agent(spec: dict[str, Any]) -> Any:
+    from harbor.models.trial.config import AgentConfig
+
+    if spec.get("regrade_of"):  # the source trial's resolved agent config, as Harbor's regrade requires
+        source = json.loads((Path(spec["regrade_of"]) / "config.json").read_text(encoding="utf-8"))
+        return AgentConfig.model_validate(source["agent"])
+    return AgentConfig(
+        name=spec["agent"],
+        model_name=spec.get("model_name"),
+        base_url=spec.get("base_url"),
+        model_api_key_name=spec.get("api_key_env"),
+        kwargs=spec.get("agent_kwargs") or {},
+        env=spec.get("env") or {},
+        override_timeout_sec=spec.get("agent_timeout_s"),
+    )
+
+
 async def _one(spec: dict[str, Any]) -> dict[str, Any]:
-    from harbor.models.trial.config import AgentConfig, EnvironmentConfig, TaskConfig, TrialConfig
+    from harbor.models.trial.config import EnvironmentConfig, SourceTrialConfig, TaskConfig, TrialConfig
     from harbor.trial.trial import Trial
 
+    source = spec.get("regrade_of")
     config = TrialConfig(
         task=TaskConfig(path=Path(spec["task_path"])),
         trial_name=spec["name"],
         trials_dir=Path(spec["trials_dir"]),
-        agent=AgentConfig(
-            name=spec["agent"],
-            model_name=spec.get("model_name"),
-            base_url=spec.get("base_url"),
-            model_api_key_name=spec.get("api_key_env"),
-            kwargs=spec.get("agent_kwargs") or {},
-            env=spec.get("env") or {},
-            override_timeout_sec=spec.get("agent_timeout_s"),
-        ),
+        agent=_agent(spec),
         environment=EnvironmentConfig(type="docker", extra_docker_compose=[Path(p) for p in spec["overlays"]]),
+        source_trial=SourceTrialConfig(action="regrade", type="local", path=Path(source)) if source else None,
     )
     trial = await Trial.create(config)
     _emit({"event": "started", "trial": spec["name"]})

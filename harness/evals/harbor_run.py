@@ -22,6 +22,14 @@ What it does, in order:
    the trial's outcome is taken from Harbor's result (reward, timings) and the run's evidence (status,
    requests and tokens as the gateway counted them, the service).
 5. ``evals/<id>/evaluation.json`` (:class:`EvaluationRecordV1`).
+
+Resume (``hitch eval harbor resume EVAL``, :meth:`HarborEvaluation.resume`): before its first trial an
+evaluation writes ``plan.json`` (:class:`EvaluationPlanV1`: its trial slots, agent, options and run body) and,
+as each trial ends, ``outcomes/<slot>.json``; the lock every trial ran is added to the plan once the first run
+sealed it. A resume runs again only the slots without a terminal result (no outcome, or one ``cancelled`` or
+``interrupted``: an evaluation stopped by Ctrl-C, a daemon that died), each as a new run
+(``<eval-id>-<task>-<i>-resume<n>``) pinning the plan's lock, and writes the record with every slot's latest
+outcome.
 """
 
 from __future__ import annotations
@@ -40,9 +48,11 @@ from pathlib import Path
 from typing import IO, Any
 
 from harness.contracts.evaluation import (
+    EvaluationPlanV1,
     EvaluationRecordV1,
     TrialOutcomeV1,
     TrialServiceV1,
+    TrialSlotV1,
     TrialTimingV1,
     TrialUsageV1,
 )
@@ -53,7 +63,7 @@ from harness.errors import HitchError
 from harness.evals.harbor_install import HarborInstall
 from harness.paths import HitchRoot, atomic_write_json, ensure_private_dir
 
-__all__ = ["EvalOptions", "HarborEvaluation", "model_connection", "task_dirs"]
+__all__ = ["EvalOptions", "HarborEvaluation", "model_connection", "read_plan", "task_dirs"]
 
 DRIVER = Path(__file__).resolve().parent / "harbor_driver.py"
 HOST_SIDE_AGENTS = frozenset({"terminus-2"})  # call the model from Harbor's process (LiteLLM)
@@ -75,6 +85,9 @@ def container_overlay(network: str) -> str:
 
 
 _EVAL_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
+PLAN = "plan.json"
+OUTCOMES = "outcomes"
+_TERMINAL_RESULTS = frozenset({"completed", "failed"})  # a trial that ended by itself; cancelled/interrupted did not
 _RUN_FIELDS_PINNED = ("engine", "launcher", "runtime", "fake_flags", "image", "capture", "capture_max_bytes")
 
 
@@ -141,6 +154,7 @@ class _Trial:
     task: Path
     run_id: str
     token_env: str
+    slot: int = 0  # which trial of the plan this is (task x attempt, in order)
     run: dict[str, Any] = field(default_factory=dict)
     result: dict[str, Any] | None = None
     outcome: TrialOutcomeV1 | None = None
@@ -150,7 +164,14 @@ class HarborEvaluation:
     """One evaluation: its trials, the driver process of the current wave, the record."""
 
     def __init__(
-        self, root: HitchRoot, install: HarborInstall, client: DaemonClient, run_body: dict[str, Any], options: EvalOptions
+        self,
+        root: HitchRoot,
+        install: HarborInstall,
+        client: DaemonClient,
+        run_body: dict[str, Any],
+        options: EvalOptions,
+        *,
+        plan: EvaluationPlanV1 | None = None,
     ) -> None:
         if options.k < 1 or options.n_concurrent < 1:
             raise HitchError("usage_error", "-k and -n are at least 1", {"k": options.k, "n": options.n_concurrent})
@@ -161,19 +182,77 @@ class HarborEvaluation:
         if not _EVAL_ID.match(self.evaluation_id):  # it names runs and Harbor's compose projects
             raise HitchError("usage_error", "an evaluation id is 1..40 of [a-z0-9-], starting alphanumeric", {})
         self.dir = root.path / "evals" / self.evaluation_id
+        slots = [(task.resolve(), i) for task in options.tasks for i in range(options.k)]
+        self.kept: dict[int, TrialOutcomeV1] = {}  # slots whose outcome a resume keeps
+        self.resumed = 0
+        suffix = ""
+        if plan is not None:
+            self.kept = _kept_outcomes(self.dir, len(slots))
+            self.resumed = _resumes(root, self.evaluation_id) + 1
+            suffix = f"-resume{self.resumed}"
         self.trials = [
             _Trial(
-                f"{self.evaluation_id}-{task.name}-{i}",
-                task.resolve(),
-                f"{self.evaluation_id}-{task.name}-{i}",
+                f"{self.evaluation_id}-{task.name}-{i}{suffix}",
+                task,
+                f"{self.evaluation_id}-{task.name}-{i}{suffix}",
                 f"HITCH_TRIAL_TOKEN_{n}",
+                slot=n,
             )
-            for n, (task, i) in enumerate((t, i) for t in options.tasks for i in range(options.k))
+            for n, (task, i) in enumerate(slots)
+            if n not in self.kept
         ]
-        self.inference_id: str | None = run_body.get("inference_id")
+        self.inference_id: str | None = run_body.get("inference_id") or (plan.inference_id if plan is not None else None)
+        self.plan = plan or self._new_plan(slots)
         self.eval_image = (options.eval_image or base_image_id()) if self.connection == "container" else None
         self._stdin: IO[str] | None = None
         self._stdin_lock = threading.Lock()
+
+    @classmethod
+    def resume(cls, root: HitchRoot, install: HarborInstall, client: DaemonClient, evaluation_id: str) -> HarborEvaluation:
+        """The evaluation ``evaluation_id`` set to run again its slots without a terminal result, on its lock."""
+        plan = read_plan(root, evaluation_id)
+        options = EvalOptions(
+            tasks=[Path(s.task) for s in plan.slots if s.attempt == 0],
+            agent=plan.agent,
+            environment=plan.environment,
+            k=plan.k,
+            n_concurrent=plan.n_concurrent,
+            agent_kwargs=plan.agent_kwargs,
+            evaluation_id=plan.evaluation_id,
+            eval_image=plan.eval_image,
+            agent_paths=[Path(p) for p in plan.agent_paths],
+            agent_timeout_s=plan.agent_timeout_s,
+        )
+        body = dict(plan.run_body)
+        if plan.inference_id is not None:  # the same lock: sealed in this root, else refused before anything starts
+            from harness.daemon.core import load_sealed_lock
+
+            load_sealed_lock(root, plan.inference_id)
+            body["inference_id"] = plan.inference_id
+        return cls(root, install, client, body, options, plan=plan)
+
+    def _new_plan(self, slots: list[tuple[Path, int]]) -> EvaluationPlanV1:
+        o = self.options
+        return EvaluationPlanV1(
+            evaluation_id=self.evaluation_id,
+            agent=o.agent,
+            environment="docker",
+            k=o.k,
+            n_concurrent=o.n_concurrent,
+            agent_kwargs=o.agent_kwargs,
+            agent_paths=[str(p) for p in o.agent_paths],
+            agent_timeout_s=o.agent_timeout_s,
+            eval_image=o.eval_image,
+            run_body={k: v for k, v in self.run_body.items() if k not in ("run_id", "harness")},
+            inference_id=self.inference_id,
+            slots=[TrialSlotV1(slot=n, task=str(task), attempt=i) for n, (task, i) in enumerate(slots)],
+            created_at=time.time(),
+        )
+
+    @property
+    def pending(self) -> list[str]:
+        """The trials this evaluation (or resume) will run."""
+        return [t.name for t in self.trials]
 
     # -- public ----------------------------------------------------------------------------------------
 
@@ -190,11 +269,13 @@ class HarborEvaluation:
 
     def run(self, on_event: Callable[[dict[str, Any]], None] | None = None) -> EvaluationRecordV1:
         ensure_private_dir(self.dir)
+        self._save_plan()
         overlay = self.dir / "overlay.compose.yaml"
         started = time.time()
         n = self.options.n_concurrent
         for first in range(0, len(self.trials), n):
             self._wave(self.trials[first : first + n], overlay, on_event)
+        latest = dict(self.kept) | {t.slot: t.outcome for t in self.trials if t.outcome is not None}
         record = EvaluationRecordV1(
             evaluation_id=self.evaluation_id,
             tool_version=str(self.install.versions.get("harbor", "unknown")),
@@ -205,10 +286,16 @@ class HarborEvaluation:
             engine=str(self.run_body.get("engine", "sglang")),
             started_at=started,
             finished_at=time.time(),
-            trials=[t.outcome for t in self.trials if t.outcome is not None],
+            trials=[latest[slot] for slot in sorted(latest)],
+            resumed=self.resumed,
         )
         atomic_write_json(self.dir / "evaluation.json", record.to_json_dict())
         return record
+
+    def _save_plan(self) -> None:
+        if self.plan.inference_id != self.inference_id:
+            self.plan = EvaluationPlanV1.model_validate({**self.plan.to_json_dict(), "inference_id": self.inference_id})
+        atomic_write_json(self.dir / PLAN, self.plan.to_json_dict())
 
     # -- one wave ----------------------------------------------------------------------------------------
 
@@ -221,7 +308,9 @@ class HarborEvaluation:
         if self.eval_image is not None:
             body.update(for_containers=True, eval_image=self.eval_image)
         trial.run = self.client.request("POST", "/v1/runs", body, timeout_s=900.0)
-        self.inference_id = str(trial.run["inference_id"])
+        if self.inference_id is None:  # the first trial sealed the lock: every later one (and a resume) pins it
+            self.inference_id = str(trial.run["inference_id"])
+            self._save_plan()
 
     def _spec(self, trial: _Trial, overlay: Path) -> dict[str, Any]:
         spec: dict[str, Any] = {
@@ -329,6 +418,7 @@ class HarborEvaluation:
             body["error"] = {"code": error.code, "message": error.message}
         record = self.client.request("POST", f"/v1/runs/{trial.run_id}/finish", body, timeout_s=120.0)["record"]
         trial.outcome = _outcome(self.root, trial, record)
+        atomic_write_json(ensure_private_dir(self.dir / OUTCOMES) / f"{trial.slot}.json", trial.outcome.to_json_dict())
 
 
 def _trial_error(event: dict[str, Any]) -> HitchError | None:
@@ -376,3 +466,36 @@ def _outcome(root: HitchRoot, trial: _Trial, record: dict[str, Any]) -> TrialOut
         service=service,
         timing=TrialTimingV1(**timing) if isinstance(timing, dict) else None,
     )
+
+
+def read_plan(root: HitchRoot, evaluation_id: str) -> EvaluationPlanV1:
+    """``evals/<id>/plan.json``; ``evaluation_not_found`` without one (no such evaluation, or one made before plans)."""
+    path = root.path / "evals" / evaluation_id / PLAN
+    try:
+        return EvaluationPlanV1.model_validate_json(path.read_bytes())
+    except FileNotFoundError:
+        raise HitchError(
+            "evaluation_not_found",
+            f"no evaluation {evaluation_id!r} with a plan in this root (resume needs evals/{evaluation_id}/{PLAN})",
+            {"evaluation_id": evaluation_id},
+        ) from None
+    except ValueError as exc:
+        raise HitchError("evaluation_not_found", f"{path} is not an EvaluationPlanV1", {"path": str(path)}) from exc
+
+
+def _kept_outcomes(directory: Path, slots: int) -> dict[int, TrialOutcomeV1]:
+    """The outcomes a resume keeps: every slot whose trial ended by itself (completed or failed)."""
+    kept = {}
+    for slot in range(slots):
+        with contextlib.suppress(OSError, ValueError):
+            outcome = TrialOutcomeV1.model_validate_json((directory / OUTCOMES / f"{slot}.json").read_bytes())
+            if outcome.status in _TERMINAL_RESULTS:
+                kept[slot] = outcome
+    return kept
+
+
+def _resumes(root: HitchRoot, evaluation_id: str) -> int:
+    """How many resumes made runs (an interrupted resume too): the next one's runs get new ids."""
+    pattern = re.compile(re.escape(evaluation_id) + r"-.+-resume(\d+)$")
+    found = [int(m.group(1)) for p in root.runs.glob(f"{evaluation_id}-*") if (m := pattern.match(p.name))]
+    return max(found, default=0)

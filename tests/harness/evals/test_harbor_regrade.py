@@ -49,7 +49,8 @@ def test_regrade_rescores_kept_trial_outputs_without_a_service(inputs: ServiceIn
     assert record.evaluation_id == "ev-src-regrade1" and record.regrade_of == "ev-src" and record.model_connection == "none"
     assert record.inference_id == source.inference_id
     (again,) = record.trials
-    assert (again.status, again.reward, again.run_id, again.usage, again.binding_id) == ("completed", 1.0, solved.run_id, None, None)
+    assert (again.status, again.reward, again.run_id) == ("completed", 1.0, solved.run_id)
+    assert again.usage is None and again.binding_id is None  # no model was called, through no binding
     assert daemon_running(root) is None, "a verifier-only rerun starts no daemon and no service"
     assert sorted(p.name for p in root.runs.iterdir()) == runs_before, "and creates no run"
     assert _trial_containers("ev-src-regrade1") == []

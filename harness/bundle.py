@@ -106,7 +106,8 @@ def run_members(root: HitchRoot, run_id: str) -> list[Member]:
 
 
 def evaluation_members(root: HitchRoot, evaluation_id: str) -> list[Member]:
-    """``evals/<id>/evaluation.json`` and the evidence of every trial's run that reached a service."""
+    """``evals/<id>/evaluation.json`` (and its ``plan.json``) and the evidence of every trial's run that reached a
+    service."""
     path = root.path / "evals" / evaluation_id / "evaluation.json"
     if not path.is_file():
         raise HitchError(
@@ -115,6 +116,9 @@ def evaluation_members(root: HitchRoot, evaluation_id: str) -> list[Member]:
     data = _read(path)
     record = EvaluationRecordV1.model_validate_json(data)
     members = [Member(f"evals/{evaluation_id}/evaluation.json", data)]
+    plan = path.parent / "plan.json"  # what it was asked (no secret), when it kept one
+    if plan.is_file():
+        members.append(Member(f"evals/{evaluation_id}/plan.json", _read(plan)))
     for trial in record.trials:
         kept = RunRecordV1.model_validate_json(_read(root.runs / trial.run_id / "run.json"))
         if kept.ref_digest is not None:  # a trial whose run never reached a service has nothing sealed

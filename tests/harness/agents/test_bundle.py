@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from harness.contracts.evaluation import EvaluationPlanV1, TrialSlotV1
 from harness.paths import HitchRoot
 from tests.harness.bundle_support import members_of, rewrite
 from tests.harness.daemon.conftest import FAST, as_json, hitch, inputs, leak_guard, stop_quietly
@@ -44,6 +45,12 @@ def _evaluation(root: HitchRoot, run_id: str) -> None:
     path = root.path / "evals" / "ev-1" / "evaluation.json"
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(record))
+    plan = EvaluationPlanV1(
+        evaluation_id="ev-1", agent="terminus-2", environment="docker", k=1, n_concurrent=1, agent_kwargs={}, agent_paths=[],
+        agent_timeout_s=None, eval_image=None, run_body={"engine": "fake"}, inference_id=execution["inference_id"],
+        slots=[TrialSlotV1(slot=0, task="/tasks/task", attempt=0)], created_at=1.0,
+    )  # fmt: skip
+    (path.parent / "plan.json").write_text(json.dumps(plan.to_json_dict()))
 
 
 def test_run_and_evaluation_bundles_verify_offline_and_refuse_tampering(inputs: ServiceInputs, tmp_path: Path) -> None:
@@ -90,7 +97,7 @@ def test_run_and_evaluation_bundles_verify_offline_and_refuse_tampering(inputs: 
     _evaluation(root, "ra")
     ev_out = tmp_path / "ev.tar"
     as_json(hitch(root, "bundle", "export", "ev-1", "--out", str(ev_out), "--json"))
-    assert set(members_of(ev_out)) == {"bundle.json", "evals/ev-1/evaluation.json", *names}
+    assert set(members_of(ev_out)) == {"bundle.json", "evals/ev-1/evaluation.json", "evals/ev-1/plan.json", *names}
     ev_ok = as_json(hitch(root, "bundle", "verify", str(ev_out), "--json"))
     assert ev_ok["bundle_kind"] == "evaluation" and ev_ok["runs_checked"] == ["ra"]
 

@@ -65,6 +65,22 @@ def _rows(e2e_ms: list[float]) -> Any:
     return change
 
 
+def _evaluation(root: HitchRoot, evaluation_id: str, trials: list[tuple[str, float]]) -> None:
+    """An evaluation record whose trials were these runs (as ``hitch eval harbor`` writes one)."""
+    execution = json.loads((root.runs / trials[0][0] / "inference" / "execution.json").read_text())
+    record = {
+        "schema_version": "1", "evaluation_id": evaluation_id, "tool": "harbor", "tool_version": "0.25.0",
+        "agent": "terminus-2", "model_connection": "host", "environment": "docker",
+        "inference_id": execution["inference_id"], "engine": "fake", "started_at": 1.0, "finished_at": 2.0,
+        "trials": [{"trial": f"{evaluation_id}-task-{i}", "task": "task", "run_id": run_id, "binding_id": None,
+                    "status": "completed", "reward": reward, "usage": None, "service": None, "timing": None}
+                   for i, (run_id, reward) in enumerate(trials)],
+    }  # fmt: skip
+    path = root.path / "evals" / evaluation_id / "evaluation.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(record))
+
+
 def test_runs_are_sealed_verified_and_compared_under_the_strict_conditions(inputs: ServiceInputs) -> None:
     root = inputs.root
     as_json(hitch(root, "daemon", "start", "--json", *FAST))
@@ -126,6 +142,18 @@ def test_runs_are_sealed_verified_and_compared_under_the_strict_conditions(input
     err = _error(hitch(root, "run", "compare", "ra", "rb", "--json"), 4)
     assert err["code"] == "runs_not_comparable" and [c["name"] for c in err["details"]["differ"]] == ["cache_condition"]
     assert "cache_condition" in err["message"]
+
+    # evaluations of those runs: compared under the same conditions, the share solved with Wilson intervals
+    _evaluation(root, "ev-a", [("rb", 1.0)])
+    _evaluation(root, "ev-b", [("rc", 0.0)])
+    _evaluation(root, "ev-cold", [("ra", 1.0)])
+    evals = as_json(hitch(root, "eval", "compare", "ev-a", "ev-b", "--json"))
+    solved = next(f for f in evals["figures"] if f["name"] == "trials_solved")
+    assert solved["method"] == "wilson" and (solved["a"]["successes"], solved["b"]["successes"]) == (1, 0)
+    assert solved["verdict"] == "same" and not evals["differs"]  # one trial a side: the intervals overlap
+    err = _error(hitch(root, "eval", "compare", "ev-cold", "ev-b", "--json"), 4)
+    assert err["code"] == "runs_not_comparable" and [c["name"] for c in err["details"]["differ"]] == ["cache_condition"]
+    assert _error(hitch(root, "eval", "compare", "ev-a", "nope", "--json"), 2)["code"] == "evaluation_not_found"
 
     # tampering: verify names the file and compare refuses the run
     attempts = root.runs / "rb" / "inference" / "attempts.jsonl"

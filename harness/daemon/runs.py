@@ -2,16 +2,18 @@
 
 :class:`RunService` owns the daemon's one :class:`~gateway.server.Gateway` (loopback, a free port chosen by
 the kernel, its state in the root's private ``inference/gateway/`` directory, 0700) and the live runs.
-``POST /v1/runs`` admits a run (``runs/<id>/run.json``: ``admitted``), prepares its lock and acquires the
-service with the run as lease owner (``preparing``), reads the engine's ``/server_info`` (keys removed) and
-``/metrics``, and registers the run on the gateway with its own capture (``running``); the upstream comes
-only from the manager's service record, the engine key from the service's 0600 key file, and the answer
-names the run's 0600 token *file*, never the token. A run id that already ended answers its record
-(``existing``) instead of running again. ``POST /v1/runs/{id}/finish`` (the CLI, with the harness's status
-and code), ``/cancel`` (``hitch run cancel``) and ``DELETE`` (``hitch local serve``) end a run: terminal
-record first, then the engine's ``/metrics``, the binding revoked (requests in flight cancelled unless it
-completed), the lease released and the execution evidence written (:mod:`harness.daemon.run_evidence`).
-At start, runs a dead daemon left live end ``interrupted``; at stop, live runs end ``interrupted`` too.
+``POST /v1/runs`` admits a run (``runs/<id>/run.json``: ``admitted``), prepares its lock and acquires the service
+with the run as lease owner (``preparing``), reads the engine's ``/server_info`` (keys removed) and
+``/metrics``, and registers the run on the gateway with its own capture (``running``); the upstream comes only
+from the manager's service record, the engine key from the service's 0600 key file, and the answer names the
+run's 0600 token *file*, never the token. A run id is an idempotency key (:mod:`harness.daemon.run_identity`):
+the same request under a run id that already ended answers its record (``existing``) instead of running again;
+another request under a known run id is ``run_conflict``. ``POST /v1/runs/{id}/finish`` (the CLI, with the
+harness's status and code), ``/cancel`` (``hitch run cancel``) and ``DELETE`` (``hitch local serve``) end a
+run: terminal record first, then the engine's ``/metrics``, the binding revoked (requests in flight cancelled
+unless it completed), the lease released and the execution evidence written
+(:mod:`harness.daemon.run_evidence`). At start, runs a dead daemon left live end ``interrupted``; at stop,
+live runs end ``interrupted`` too.
 
 A run asked ``for_containers`` (with its ``eval_image``) is served to eval containers: its binding answers
 only on the gateway's listener on hitch's eval network (:mod:`harness.daemon.eval_access`), whose
@@ -56,6 +58,7 @@ from harness.daemon.run_evidence import (
     write_execution_evidence,
     write_start_facts,
 )
+from harness.daemon.run_identity import require_same_request, run_identity
 from harness.daemon.run_store import RunStore
 from harness.devices import probe_cpu
 from harness.devices.fingerprint import hardware_fingerprint
@@ -190,7 +193,10 @@ class RunService:
         for_containers = body.get("for_containers", False)
         if not isinstance(for_containers, bool):
             raise HitchError("usage_error", "for_containers is a boolean", {})
+        identity = run_identity(self.core.root, {**body, "harness": harness, "capture": capture})
         existing = self.store.read(run_id)
+        if existing is not None:  # an idempotency key: another request under it is a conflict, live or not
+            require_same_request(run_id, existing, identity)
         if run_id in self.runs or (existing is not None and not existing.terminal):
             raise HitchError("run_in_progress", f"run {run_id!r} is live", {"run_id": run_id})
         if existing is not None:
@@ -198,7 +204,7 @@ class RunService:
         if for_containers:  # before anything else starts: containers must reach the gateway where we listen
             await self.eval_access.prepare(body.get("eval_image"))
         request = {k: body[k] for k in _REQUEST_FIELDS if k in body}
-        self.store.admit(run_id, harness, request, capture)
+        self.store.admit(run_id, harness, request, capture, identity)
         run = self.runs[run_id] = _Run(run_id, eval_image=body["eval_image"] if for_containers else None)
         try:
             return await self._bind(run, body, choice, capture, limit)

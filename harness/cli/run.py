@@ -127,16 +127,19 @@ def _submission(prompt: str, max_output_tokens: int | None, agent_args: list[str
     }
 
 
-def _codex_preflight(hroot: HitchRoot, body: dict[str, Any], model: str | None, engine: str) -> None:
-    """Codex needs a passing compatibility profile for this runtime and model: checked before the run is created."""
+def model_id_of(hroot: HitchRoot, body: dict[str, Any], model: str | None) -> str:
+    """The model a run body serves, before any service starts: its pinned lock's, else ``model``'s."""
     from harness.store import resolve_model
 
-    install = find_codex()
     if "inference_id" in body:
-        model_id = load_sealed_lock(hroot, body["inference_id"]).model_id
-    else:
-        model_id = resolve_model(hroot, str(model)).model_id
-    key = codex_key_of(body["runtime"], model_id, install.artifact, install.version)
+        return load_sealed_lock(hroot, body["inference_id"]).model_id
+    return resolve_model(hroot, str(model)).model_id
+
+
+def _codex_preflight(hroot: HitchRoot, body: dict[str, Any], model: str | None, engine: str) -> None:
+    """Codex needs a passing compatibility profile for this runtime and model: checked before the run is created."""
+    install = find_codex()
+    key = codex_key_of(body["runtime"], model_id_of(hroot, body, model), install.artifact, install.version)
     ProfileStore(hroot).require_passing(key, engine)
 
 

@@ -351,8 +351,10 @@ class RunService:
 
     async def _engine_failure(self, run: _Run, binding_id: str) -> HitchError | None:
         await self.gateway.settle_evidence(timeout_s=0.0, binding_id=binding_id)  # the rows so far, on disk
-        store = ServiceStateStore(self.core.root, run.service_id) if run.service_id is not None else None
-        events = await asyncio.to_thread(store.events) if store is not None else []
+        events: list[LifecycleEventV1] = []
+        if run.service_id is not None:
+            with contextlib.suppress(HitchError):  # an unreadable events file leaves the verdict to the rows
+                events = await asyncio.to_thread(ServiceStateStore(self.core.root, run.service_id).events)
         return engine_failure(self.gateway.evidence.path_for(binding_id), events, run.service_id, run.epoch)
 
     async def _write_evidence(self, run: _Run, record: RunRecordV1, binding: ModelEndpointBindingV1) -> RunRecordV1:

@@ -319,6 +319,11 @@ class HarborEvaluation:
 
     def _bound(self, trial: _Trial, event: dict[str, Any], live: dict[str, _Trial]) -> None:
         error = event.get("error")
+        if isinstance(error, HitchError) and error.code == "run_cancelled" and not self._aborted.is_set():
+            # its run was cancelled from outside while it was bound (waiting for its resources): that trial ends
+            record = self.client.request("GET", f"/v1/runs/{trial.run_id}")["record"]
+            trial.outcome = _outcome(self.root, trial, record)
+            return
         if error is not None:
             raise error
         trial.run = event["run"]

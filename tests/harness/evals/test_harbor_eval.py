@@ -15,6 +15,7 @@ again on a new service epoch.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -223,24 +224,38 @@ def _service_demand(root: HitchRoot) -> int:
 def test_trials_beyond_the_machine_wait_their_turn_and_their_reservations_show_in_status(
     inputs: ServiceInputs, tmp_path: Path
 ) -> None:
-    """The daemon is told the RAM holds the service and one trial's 2 GiB, not two: with -n 2 the second trial's
+    """The daemon is told the RAM holds the service and one trial's 2 GiB, not two: with -n 3 the second trial's
     run is answered only once the first trial's container is gone, and each trial's reservation is in
-    ``hitch local status --json`` while it runs."""
+    ``hitch local status --json`` while it runs. The third, cancelled (``hitch run cancel``) while it waits its
+    turn, ends ``cancelled`` alone: its wait ends, the others go on."""
     root = inputs.root
     room_for_one = _service_demand(root) + (DEFAULT_MEMORY_MB + DEFAULT_MEMORY_MB // 2) * (1 << 20)
     as_json(hitch(root, "daemon", "start", "--json", *FAST, "--capacity-memory", str(room_for_one)))
     harbor = harbor_install(root)
     assert harbor is not None
-    options = EvalOptions([CREATE_FILE], k=2, n_concurrent=2, evaluation_id="ev-turns")
-    evaluation = HarborEvaluation(root, harbor, DaemonClient(root), _fake_body(_script(tmp_path, 32)), options)
+    options = EvalOptions([CREATE_FILE], k=3, n_concurrent=3, evaluation_id="ev-turns")
+    evaluation = HarborEvaluation(root, harbor, DaemonClient(root), _fake_body(_script(tmp_path, 48)), options)
+    waiting = evaluation.trials[2].run_id
     seen: dict[str, list[dict[str, Any]]] = {}
+
+    def preparing(run_id: str) -> bool:
+        path = root.runs / run_id / "run.json"
+        return path.is_file() and json.loads(path.read_text())["status"] == "preparing"
 
     def on_event(event: dict[str, Any]) -> None:
         if event.get("event") == "started":
             status = as_json(hitch(root, "local", "status", "--json"))
             seen[str(event["trial"])] = [h for h in status["resources"]["holders"] if h["kind"] == "trial"]
+            if len(seen) == 1:  # the first trial runs; the other two wait for its RAM: cancel the last one's run
+                deadline = time.monotonic() + 120
+                while not preparing(waiting) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                as_json(hitch(root, "run", "cancel", waiting, "--json"))
 
     record = evaluation.run(on_event)
+    cancelled = record.trials.pop()
+    assert (cancelled.run_id, cancelled.status, cancelled.reward) == (waiting, "cancelled", None)
+    assert cancelled.error is not None and cancelled.error.code == "run_cancelled" and cancelled.usage is None
     assert [(t.status, t.reward) for t in record.trials] == [("completed", 1.0), ("completed", 1.0)]
     assert sorted(seen) == sorted(t.trial for t in record.trials)
     for trial, holders in seen.items():  # each trial's own reservation, and never two trials at once

@@ -1,4 +1,4 @@
-"""An engine failure under a run is an infrastructure failure (issue 28 item 7, spec §9.2): rows first, then the service."""
+"""An engine failure under a run is an infrastructure failure (spec §9.2): its rows first, then its service."""
 
 from __future__ import annotations
 

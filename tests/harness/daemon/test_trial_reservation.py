@@ -1,4 +1,4 @@
-"""Trial reservations (issue 28 item 6, spec §8.2): the service plus one trial must fit, trials wait their turn."""
+"""Trial reservations (spec §8.2): the service plus one trial must fit, trials wait their turn."""
 
 from __future__ import annotations
 

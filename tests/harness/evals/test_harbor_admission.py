@@ -1,6 +1,6 @@
 """What ``hitch eval harbor run`` admits before anything starts: agents with a passing compatibility profile
-(issue 28 item 5) and a service plus one trial that fit the machine (item 6); an engine failure is never a
-reward (item 7).
+(spec §3, §10.3) and a service plus one trial that fit the machine (§8.2); an engine failure is never a
+reward (§9.2).
 
 The refusals need no Harbor: a root gets a Harbor install's layout (``installed.json`` for this lock, never
 executed) and the tiny checkpoint, and the command must stop before a daemon, a service or a container exists.
@@ -69,7 +69,7 @@ def _key(root: HitchRoot, agent: str) -> Any:
     return agent_key(agent, HARBOR_VERSION, RUNTIME_ID, model_id, [REPO])
 
 
-# -- item 5: agents --------------------------------------------------------------------------------------
+# -- agents -------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("agent", ["codex", "claude-code", "mini-swe-agent", "mypkg.agents:Mine"])
@@ -126,7 +126,7 @@ def test_agents_that_call_no_model_need_no_profile(tmp_path: Path) -> None:
         assert require_agent(root, agent, HARBOR_VERSION, RUNTIME_ID, MODEL_A, "fake", []) is None
 
 
-# -- item 6: the service plus one trial must fit -------------------------------------------------------------
+# -- the service plus one trial must fit ------------------------------------------------------------------
 
 
 def test_trial_resources_are_the_tasks_own_else_the_defaults(tmp_path: Path) -> None:
@@ -173,7 +173,7 @@ def test_a_service_plus_one_trial_that_cannot_fit_the_machine_is_refused_before_
     assert not (root.path / "evals").exists() and not root.runs.exists()
 
 
-# -- item 7: an engine failure is no reward ------------------------------------------------------------------
+# -- an engine failure is no reward -----------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("reward", [0.0, 1.0])

@@ -7,7 +7,7 @@ base image (``scripts/ci/build_harbor_base_image.py``): without them the tests s
 installing it again, and records the agent's passing compatibility profile for the fake engine as
 ``pytest certify -k agents.harbor`` would (``hitch eval harbor run`` admits no agent without one).
 
-Issue 28: trials beyond what the machine holds wait their turn, their reservations shown by ``hitch local
+Resources and failures: trials beyond what the machine holds wait their turn, their reservations shown by ``hitch local
 status``; an engine killed under a trial fails that attempt for infrastructure (no reward) and the trial runs
 again on a new service epoch.
 """

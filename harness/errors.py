@@ -101,6 +101,9 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     "run_interrupted": _e("lifecycle", True, 409, "the daemon ended while the run was live; submit a new run id"),
     "run_not_found": _e("input", False, 404, "see runs/ under the root for the known run ids"),
     "run_in_progress": _e("lifecycle", True, 409, "the run id is live; wait for it or `hitch run cancel ID`"),
+    "run_conflict": _e(
+        "input", False, 409, "the run id names another request; resubmit that request for its record, or use a new run id"
+    ),
     # harness — input
     "usage_error": _e("input", False, 400, "see --help"),
     "harness_unavailable": _e("capability", False, 503, "install the pinned harness with `make codex`"),

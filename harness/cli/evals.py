@@ -1,8 +1,10 @@
 """``hitch eval harbor install`` and ``hitch eval harbor run TASKS --model local/ALIAS ...`` (issue 12).
 
 ``install`` puts Harbor in a private, hash-locked venv under the root (:mod:`harness.evals.harbor_install`);
-``run`` runs the tasks' trials on the local model, one run binding per trial
-(:mod:`harness.evals.harbor_run`), and prints the evaluation record.
+``run`` admits the agent (a passing compatibility profile for this engine, runtime and model:
+:mod:`harness.evals.harbor_agents`; else ``inference_harness_unsupported`` before anything starts), runs the
+tasks' trials on the local model, one run binding per trial (:mod:`harness.evals.harbor_run`), and prints the
+evaluation record.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.contracts.evaluation import TrialOutcomeV1
 from harness.daemon import ensure_daemon
 from harness.errors import HitchError
+from harness.evals.harbor_agents import known_agent, require_agent
 from harness.evals.harbor_install import install_harbor, require_harbor
 from harness.evals.harbor_run import EvalOptions, HarborEvaluation, model_connection, task_dirs
 
@@ -52,6 +55,11 @@ def _times(trial: TrialOutcomeV1) -> str:
     return " " + " ".join(f"{name}={value}s" for name, value in parts if value is not None)
 
 
+def _retried(trial: TrialOutcomeV1) -> str:
+    failed = [a.error.code for a in trial.attempts if a.error is not None]
+    return f" (run again after: {', '.join(failed)})" if failed else ""
+
+
 def _kwargs(items: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in items:
@@ -75,8 +83,9 @@ def run_cmd(
         str,
         typer.Option(
             "--agent",
-            help="terminus-2 (model calls from Harbor's process) | oracle | any other Harbor agent "
-            "or module:Class (model calls from inside the trial container, through the eval network)",
+            help="terminus-2 (model calls from Harbor's process) | fixtures.harbor_agents.shell_agent:ShellAgent "
+            "(model calls from inside the trial container, through the eval network) | oracle | nop; a model-calling "
+            "agent needs a passing compatibility profile (pytest certify -k agents.harbor)",
         ),
     ] = "terminus-2",
     agent_path: Annotated[
@@ -86,6 +95,10 @@ def run_cmd(
     attempts: Annotated[int, typer.Option("-k", "--n-attempts", help="trials per task")] = 1,
     concurrent: Annotated[int, typer.Option("-n", "--n-concurrent", help="trials at once")] = 2,
     agent_kwarg: Annotated[list[str] | None, typer.Option("--agent-kwarg", help="KEY=VALUE for the agent")] = None,
+    infra_retries: Annotated[
+        int,
+        typer.Option("--infra-retries", help="runs again of a trial whose engine failed under it (same lock, new run)", min=0),
+    ] = 1,
     svc: opt.RunServiceOptions = opt.DEFAULT_RUN_SERVICE,
     eval_id: Annotated[str | None, typer.Option("--eval-id", help="the evaluation's id (default: random)")] = None,
     fake_script: Annotated[
@@ -93,20 +106,26 @@ def run_cmd(
     ] = None,
     common: Common = COMMON,
 ) -> None:
-    from harness.cli.run import _run_body
+    from harness.cli.run import _run_body, model_id_of
 
     model_connection(agent, env)  # a topology the gateway cannot serve is refused before anything starts
+    known_agent(agent)  # so is an agent no compatibility profile can exist for
     if fake_script is not None and svc.engine != "fake":
         raise HitchError("usage_error", "--fake-script is for --engine fake", {})
     hroot = common.hroot
     install = require_harbor(hroot)
     found = task_dirs(tasks)
     body = _run_body(hroot, common.root, model, inference, svc)
+    paths = [p.resolve() for p in agent_path or []]
+    version = str(install.versions.get("harbor", "unknown"))
+    profile = require_agent(hroot, agent, version, body["runtime"], model_id_of(hroot, body, model), svc.engine, paths)
     body["capture"] = "metadata"
     if fake_script is not None:
         body["fake_flags"] = ["--fake-script", str(fake_script.resolve())]
-    paths = [p.resolve() for p in agent_path or []]
-    options = EvalOptions(found, agent, env, attempts, concurrent, _kwargs(agent_kwarg or []), eval_id, agent_paths=paths)
+    options = EvalOptions(
+        found, agent, env, attempts, concurrent, _kwargs(agent_kwarg or []), eval_id, agent_paths=paths,
+        infra_retries=infra_retries, agent_profile_id=profile.profile_id if profile is not None else None,
+    )  # fmt: skip
     evaluation = HarborEvaluation(hroot, install, ensure_daemon(hroot), body, options)
 
     def progress(event: dict[str, Any]) -> None:
@@ -114,7 +133,9 @@ def run_cmd(
             sys.stderr.write(f"{event.get('event')}: {event.get('trial')} reward={event.get('reward')}\n")
 
     record = evaluation.run(progress)
-    lines = [f"{t.trial:<24} {t.status:<10} reward={t.reward} requests={_requests(t)}{_times(t)}" for t in record.trials]
+    lines = [
+        f"{t.trial:<24} {t.status:<10} reward={t.reward} requests={_requests(t)}{_times(t)}{_retried(t)}" for t in record.trials
+    ]
     path = evaluation.dir / "evaluation.json"
     payload = {"kind": "harbor-evaluation", "path": str(path), "record": record.to_json_dict()}
     emit(common.as_json, payload, "\n".join([*lines, f"(evaluation {record.evaluation_id}: {path})"]))

@@ -119,6 +119,9 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     "daemon_upgrade_required": _e(
         "compatibility", False, 409, "the root's daemon runs other code: `hitch daemon stop`, then run the command again"
     ),
+    "run_conflict": _e(
+        "input", False, 409, "the run id names another request; resubmit that request for its record, or use a new run id"
+    ),
     # harness — input
     "usage_error": _e("input", False, 400, "see --help"),
     "harness_unavailable": _e("capability", False, 503, "install the pinned harness with `make codex`"),

@@ -23,6 +23,10 @@ Every evaluation leases the session's own service (its ``inference_id``): no eng
   through the gateway, with complete evidence, and the rewards the model earns are recorded as they are —
   the check claims the loop ran, not that the model is good.
 
+Each check's outcome is recorded in the root's compatibility profile of the agent it ran
+(:func:`harness.evals.harbor_agents.record_agent_result`: ``ShellAgent`` for the first two, ``terminus-2`` for
+the others): ``hitch eval harbor run --agent X`` admits only an agent whose profile for the engine passed.
+
 The checks that script or fault the shared fake hold the engine alone (``engine_turn``) while they do.
 Required where Docker and Harbor are present (and always under ``HITCH_REQUIRE_HARBOR``): a missing
 component skips them elsewhere, and fails them under ``HITCH_REQUIRE_HARBOR`` / ``HITCH_REQUIRE_DOCKER``.
@@ -31,12 +35,13 @@ Under xdist the evaluations run once per session (a file lock; the other worker 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
 import shutil
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -50,15 +55,16 @@ from certify.plugin import engine_turn
 from certify.registry import check
 from certify.session import CertifyEnv
 from fixtures.fake_sglang.client import FakeControl
+from harness.daemon.core import load_sealed_lock
 from harness.devices.docker_probe import probe_docker
 from harness.errors import HitchError
+from harness.evals.harbor_agents import SHELL_AGENT, TERMINUS, agent_key, record_agent_result
 from harness.evals.harbor_install import HarborInstall, harbor_install
 from harness.evals.harbor_run import EvalOptions, HarborEvaluation, base_image_id
 from harness.paths import HitchRoot, ensure_private_dir
 
 REPO = Path(__file__).resolve().parents[2]
 TASKS = REPO / "fixtures" / "harbor_tasks"
-SHELL_AGENT = "fixtures.harbor_agents.shell_agent:ShellAgent"
 _SOLVE_CREATE = "echo 'hello from hitch' > /app/hello.txt"
 # terminus-2's JSON answer that solves create-file (terminus asks to confirm; the same answer confirms)
 _TERMINUS_TURN = {
@@ -96,6 +102,19 @@ def harbor(certify_env: CertifyEnv) -> HarborInstall:
     except HitchError as exc:
         missing("harbor", exc.message)
     return found
+
+
+@contextlib.contextmanager
+def _profiled(env: CertifyEnv, harbor: HarborInstall, agent: str, check_id: str) -> Iterator[None]:
+    """Record the check's outcome (passed when the block ends without an error) in the agent's profile."""
+    lock = load_sealed_lock(env.root, env.run.inference_id)
+    key = agent_key(agent, str(harbor.versions.get("harbor", "unknown")), lock.runtime_id, lock.model_id, [REPO])
+    passed = False
+    try:
+        yield
+        passed = True
+    finally:
+        record_agent_result(env.root, agent, key, check_id, env.engine, env.device, passed)
 
 
 def _once(env: CertifyEnv, name: str, compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
@@ -307,7 +326,14 @@ def _timings(certify_record: Any, result: dict[str, Any]) -> None:
     description="two Harbor trials at once (model calls from inside their containers) are two bindings of the "
     "session's one service, and both rewards are recorded (needs Docker and Harbor)",
 )
-def test_harbor_trials_share_one_service(certify_env: CertifyEnv, inside: dict[str, Any], certify_record: Any) -> None:
+def test_harbor_trials_share_one_service(
+    certify_env: CertifyEnv, harbor: HarborInstall, inside: dict[str, Any], certify_record: Any
+) -> None:
+    with _profiled(certify_env, harbor, SHELL_AGENT, "agents.harbor.shared_service"):
+        _shared_service(certify_env, inside, certify_record)
+
+
+def _shared_service(certify_env: CertifyEnv, inside: dict[str, Any], certify_record: Any) -> None:
     _timings(certify_record, inside)
     trials = _trials(inside)
     assert inside["record"]["model_connection"] == "container"
@@ -329,7 +355,14 @@ def test_harbor_trials_share_one_service(certify_env: CertifyEnv, inside: dict[s
     description="from inside a Harbor trial container neither the engine nor another run's binding is reachable; "
     "its own binding is (needs Docker and Harbor)",
 )
-def test_harbor_trial_container_reaches_only_its_binding(inside: dict[str, Any], certify_record: Any) -> None:
+def test_harbor_trial_container_reaches_only_its_binding(
+    certify_env: CertifyEnv, harbor: HarborInstall, inside: dict[str, Any], certify_record: Any
+) -> None:
+    with _profiled(certify_env, harbor, SHELL_AGENT, "agents.harbor.container_isolation"):
+        _container_isolation(inside, certify_record)
+
+
+def _container_isolation(inside: dict[str, Any], certify_record: Any) -> None:
     certify_record.detail("probes", {k: {"tcp": v["tcp"], "urls": v["urls"]} for k, v in inside["probes"].items() if v})
     probes = inside["probes"]
     assert len(probes) == 2
@@ -352,7 +385,14 @@ def _scripted_check(check_id: str, description: str) -> Callable[[F], F]:
     "cancelling one Harbor trial mid-request frees its slot and leaves the other trial's requests "
     "and reward intact (needs Docker and Harbor)",
 )
-def test_harbor_cancel_mid_request_is_isolated(cancel: dict[str, Any], certify_record: Any) -> None:
+def test_harbor_cancel_mid_request_is_isolated(
+    certify_env: CertifyEnv, harbor: HarborInstall, cancel: dict[str, Any], certify_record: Any
+) -> None:
+    with _profiled(certify_env, harbor, TERMINUS, "agents.harbor.cancel_isolated"):
+        _cancel_isolated(cancel, certify_record)
+
+
+def _cancel_isolated(cancel: dict[str, Any], certify_record: Any) -> None:
     _timings(certify_record, cancel)
     certify_record.detail("attempts", cancel["execution"])
     victim, other = _trials(cancel)
@@ -374,12 +414,15 @@ def test_harbor_cancel_mid_request_is_isolated(cancel: dict[str, Any], certify_r
     "agents.harbor.terminus_solves",
     "terminus-2 with the scripted terminus answers solves a local task through the gateway (reward 1.0; needs Docker and Harbor)",
 )
-def test_harbor_terminus_solves_with_scripted_answers(cancel: dict[str, Any], certify_record: Any) -> None:
-    _, solved = _trials(cancel)
-    certify_record.metric("harbor_trial_s", (solved.get("timing") or {}).get("total_s"))
-    assert cancel["record"]["agent"] == "terminus-2" and cancel["record"]["model_connection"] == "host"
-    assert solved["task"] == "create-file" and solved["status"] == "completed" and solved["reward"] == 1.0
-    assert solved["usage"]["input_tokens"] > 0 and solved["usage"]["output_tokens"] > 0
+def test_harbor_terminus_solves_with_scripted_answers(
+    certify_env: CertifyEnv, harbor: HarborInstall, cancel: dict[str, Any], certify_record: Any
+) -> None:
+    with _profiled(certify_env, harbor, TERMINUS, "agents.harbor.terminus_solves"):
+        _, solved = _trials(cancel)
+        certify_record.metric("harbor_trial_s", (solved.get("timing") or {}).get("total_s"))
+        assert cancel["record"]["agent"] == "terminus-2" and cancel["record"]["model_connection"] == "host"
+        assert solved["task"] == "create-file" and solved["status"] == "completed" and solved["reward"] == 1.0
+        assert solved["usage"]["input_tokens"] > 0 and solved["usage"]["output_tokens"] > 0
 
 
 @check(
@@ -392,6 +435,11 @@ def test_harbor_terminus_solves_with_scripted_answers(cancel: dict[str, Any], ce
 )
 @pytest.mark.exclusive_engine
 def test_harbor_real_model_run_completes(certify_env: CertifyEnv, harbor: HarborInstall, certify_record: Any) -> None:
+    with _profiled(certify_env, harbor, TERMINUS, "agents.harbor.real_model"):
+        _real_model_ran(certify_env, harbor, certify_record)
+
+
+def _real_model_ran(certify_env: CertifyEnv, harbor: HarborInstall, certify_record: Any) -> None:
     result = _once(certify_env, "real", lambda: _real_model(certify_env, harbor))
     _timings(certify_record, result)
     trials = _trials(result)

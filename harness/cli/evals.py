@@ -1,8 +1,10 @@
 """``hitch eval harbor install`` and ``hitch eval harbor run TASKS --model local/ALIAS ...`` (issue 12).
 
 ``install`` puts Harbor in a private, hash-locked venv under the root (:mod:`harness.evals.harbor_install`);
-``run`` runs the tasks' trials on the local model, one run binding per trial
-(:mod:`harness.evals.harbor_run`), and prints the evaluation record.
+``run`` admits the agent (a passing compatibility profile for this engine, runtime and model:
+:mod:`harness.evals.harbor_agents`; else ``inference_harness_unsupported`` before anything starts), runs the
+tasks' trials on the local model, one run binding per trial (:mod:`harness.evals.harbor_run`), and prints the
+evaluation record.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.contracts.evaluation import TrialOutcomeV1
 from harness.daemon import ensure_daemon
 from harness.errors import HitchError
+from harness.evals.harbor_agents import known_agent, require_agent
 from harness.evals.harbor_install import install_harbor, require_harbor
 from harness.evals.harbor_run import EvalOptions, HarborEvaluation, model_connection, task_dirs
 
@@ -54,6 +57,11 @@ def _times(trial: TrialOutcomeV1) -> str:
     return " " + " ".join(f"{name}={value}s" for name, value in parts if value is not None)
 
 
+def _retried(trial: TrialOutcomeV1) -> str:
+    failed = [a.error.code for a in trial.attempts if a.error is not None]
+    return f" (run again after: {', '.join(failed)})" if failed else ""
+
+
 def _kwargs(items: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in items:
@@ -77,8 +85,9 @@ def run_cmd(
         str,
         typer.Option(
             "--agent",
-            help="terminus-2 (model calls from Harbor's process) | oracle | any other Harbor agent "
-            "or module:Class (model calls from inside the trial container, through the eval network)",
+            help="terminus-2 (model calls from Harbor's process) | fixtures.harbor_agents.shell_agent:ShellAgent "
+            "(model calls from inside the trial container, through the eval network) | oracle | nop; a model-calling "
+            "agent needs a passing compatibility profile (pytest certify -k agents.harbor)",
         ),
     ] = "terminus-2",
     agent_path: Annotated[
@@ -88,6 +97,10 @@ def run_cmd(
     attempts: Annotated[int, typer.Option("-k", "--n-attempts", help="trials per task")] = 1,
     concurrent: Annotated[int, typer.Option("-n", "--n-concurrent", help="trials at once")] = 2,
     agent_kwarg: Annotated[list[str] | None, typer.Option("--agent-kwarg", help="KEY=VALUE for the agent")] = None,
+    infra_retries: Annotated[
+        int,
+        typer.Option("--infra-retries", help="runs again of a trial whose engine failed under it (same lock, new run)", min=0),
+    ] = 1,
     svc: opt.RunServiceOptions = opt.DEFAULT_RUN_SERVICE,
     eval_id: Annotated[str | None, typer.Option("--eval-id", help="the evaluation's id (default: random)")] = None,
     fake_script: Annotated[
@@ -95,20 +108,26 @@ def run_cmd(
     ] = None,
     common: Common = COMMON,
 ) -> None:
-    from harness.cli.run import _run_body
+    from harness.cli.run import _run_body, model_id_of
 
     model_connection(agent, env)  # a topology the gateway cannot serve is refused before anything starts
+    known_agent(agent)  # so is an agent no compatibility profile can exist for
     if fake_script is not None and svc.engine != "fake":
         raise HitchError("usage_error", "--fake-script is for --engine fake", {})
     hroot = common.hroot
     install = require_harbor(hroot)
     found = task_dirs(tasks)
     body = _run_body(hroot, common.root, model, inference, svc)
+    paths = [p.resolve() for p in agent_path or []]
+    version = str(install.versions.get("harbor", "unknown"))
+    profile = require_agent(hroot, agent, version, body["runtime"], model_id_of(hroot, body, model), svc.engine, paths)
     body["capture"] = "metadata"
     if fake_script is not None:
         body["fake_flags"] = ["--fake-script", str(fake_script.resolve())]
-    paths = [p.resolve() for p in agent_path or []]
-    options = EvalOptions(found, agent, env, attempts, concurrent, _kwargs(agent_kwarg or []), eval_id, agent_paths=paths)
+    options = EvalOptions(
+        found, agent, env, attempts, concurrent, _kwargs(agent_kwarg or []), eval_id, agent_paths=paths,
+        infra_retries=infra_retries, agent_profile_id=profile.profile_id if profile is not None else None,
+    )  # fmt: skip
     evaluation = HarborEvaluation(hroot, install, ensure_daemon(hroot), body, options)
 
     def progress(event: dict[str, Any]) -> None:
@@ -116,7 +135,9 @@ def run_cmd(
             sys.stderr.write(f"{event.get('event')}: {event.get('trial')} reward={event.get('reward')}\n")
 
     record = evaluation.run(progress)
-    lines = [f"{t.trial:<24} {t.status:<10} reward={t.reward} requests={_requests(t)}{_times(t)}" for t in record.trials]
+    lines = [
+        f"{t.trial:<24} {t.status:<10} reward={t.reward} requests={_requests(t)}{_times(t)}{_retried(t)}" for t in record.trials
+    ]
     path = evaluation.dir / "evaluation.json"
     payload = {"kind": "harbor-evaluation", "path": str(path), "record": record.to_json_dict()}
     emit(common.as_json, payload, "\n".join([*lines, f"(evaluation {record.evaluation_id}: {path})"]))
@@ -128,10 +149,25 @@ def resume_cmd(
     evaluation_id: Annotated[str, typer.Argument(help="the evaluation id (evals/<id>/plan.json)")],
     common: Common = COMMON,
 ) -> None:
-    from harness.evals.harbor_run import HarborEvaluation
+    from harness.cli.run import model_id_of
+    from harness.evals.harbor_run import HarborEvaluation, read_plan
 
     hroot = common.hroot
     install = require_harbor(hroot)
+    plan = read_plan(hroot, evaluation_id)
+    body = {**plan.run_body, **({"inference_id": plan.inference_id} if plan.inference_id else {})}
+    paths = [Path(p) for p in plan.agent_paths]
+    version = str(install.versions.get("harbor", "unknown"))
+    # the agent is admitted again: its compatibility profile must still pass for this engine, runtime and model
+    require_agent(
+        hroot,
+        plan.agent,
+        version,
+        body["runtime"],
+        model_id_of(hroot, body, body.get("model")),
+        body.get("engine", "sglang"),
+        paths,
+    )
     evaluation = HarborEvaluation.resume(hroot, install, ensure_daemon(hroot), evaluation_id)
     if not evaluation.pending:
         payload = {"kind": "harbor-resume", "evaluation_id": evaluation_id, "resumed": [], "nothing_to_resume": True}

@@ -2,15 +2,16 @@
 
 The run, step by step (spec §10.4, seed 002): check the choices (``--inference sha256:...`` pins a prepared
 identity, then ``--device`` and ``--profile`` are refused; ``--offline`` never installs and fails with the
-commands to run first); a ``--run-id`` that already finished answers its record and nothing runs again;
-start the root's daemon if needed and create the run through it (``runs/<id>/run.json`` goes
-``admitted → preparing → running``; the service is acquired with the run as lease owner and the run is
-registered on the daemon's gateway with its ``--capture`` mode); check the harness's compatibility profile
-for the lock (Codex: a certified profile must exist; ``inference_harness_unsupported`` otherwise); run the
-harness with the run token in its private environment; then, however it ended (an error, Ctrl-C), write
-the harness's evidence and tell the daemon the terminal status and code — it revokes the binding, releases
-the lease and writes the execution evidence. When the daemon died meanwhile, its next start ends the run
-``interrupted``.
+commands to run first); a ``--run-id`` that already finished answers its record and nothing runs again when
+the request is the same (the same digest of harness, lock or its inputs, prompt, budget, capture, ...:
+:mod:`harness.daemon.run_identity`), and is ``run_conflict`` when it is not; start the root's daemon if needed
+and create the run through it (``runs/<id>/run.json`` goes ``admitted → preparing → running``; the service is
+acquired with the run as lease owner and the run is registered on the daemon's gateway with its ``--capture``
+mode); check the harness's compatibility profile for the lock (Codex: a certified profile must exist;
+``inference_harness_unsupported`` otherwise); run the harness with the run token in its private environment;
+then, however it ended (an error, Ctrl-C), write the harness's evidence and tell the daemon the terminal
+status and code — it revokes the binding, releases the lease and writes the execution evidence. When the
+daemon died meanwhile, its next start ends the run ``interrupted``.
 """
 
 from __future__ import annotations
@@ -46,8 +47,10 @@ from harness.contracts.agent_profile import FieldRuleV1, HarnessKeyV1
 from harness.contracts.lock import InferenceLockV1
 from harness.daemon import DaemonClient, ensure_daemon
 from harness.daemon.core import load_sealed_lock
+from harness.daemon.run_identity import require_same_request, run_identity
 from harness.daemon.run_store import RunStore
 from harness.errors import ERROR_TABLE, HitchError
+from harness.ids import digest_bytes
 from harness.paths import HitchRoot
 from harness.runtimes import get_runtime
 
@@ -117,16 +120,29 @@ def _same_model(hroot: HitchRoot, model: str | None, lock: InferenceLockV1) -> N
         )
 
 
-def _codex_preflight(hroot: HitchRoot, body: dict[str, Any], model: str | None, engine: str) -> None:
-    """Codex needs a passing compatibility profile for this runtime and model: checked before the run is created."""
+def _submission(prompt: str, max_output_tokens: int | None, agent_args: list[str], workdir: Path | None) -> dict[str, Any]:
+    """What the harness is asked, beyond the service: part of the run's identity (only its digest is kept)."""
+    return {
+        "prompt_sha256": digest_bytes(prompt.encode("utf-8")),
+        "max_output_tokens": max_output_tokens,
+        "agent_args": agent_args,
+        "workdir": str(workdir.resolve()) if workdir is not None else None,
+    }
+
+
+def model_id_of(hroot: HitchRoot, body: dict[str, Any], model: str | None) -> str:
+    """The model a run body serves, before any service starts: its pinned lock's, else ``model``'s."""
     from harness.store import resolve_model
 
-    install = find_codex()
     if "inference_id" in body:
-        model_id = load_sealed_lock(hroot, body["inference_id"]).model_id
-    else:
-        model_id = resolve_model(hroot, str(model)).model_id
-    key = codex_key_of(body["runtime"], model_id, install.artifact, install.version)
+        return load_sealed_lock(hroot, body["inference_id"]).model_id
+    return resolve_model(hroot, str(model)).model_id
+
+
+def _codex_preflight(hroot: HitchRoot, body: dict[str, Any], model: str | None, engine: str) -> None:
+    """Codex needs a passing compatibility profile for this runtime and model: checked before the run is created."""
+    install = find_codex()
+    key = codex_key_of(body["runtime"], model_id_of(hroot, body, model), install.artifact, install.version)
     ProfileStore(hroot).require_passing(key, engine)
 
 
@@ -287,7 +303,10 @@ def register(app: typer.Typer) -> None:
         workdir: Annotated[Path | None, typer.Option("--workdir", help="codex: the agent's working directory")] = None,
         agent_arg: Annotated[list[str] | None, typer.Option("--agent-arg", help="codex: extra `codex exec` argument")] = None,
         run_id: Annotated[
-            str | None, typer.Option("--run-id", help="the run's id (default: random); a finished id answers its record")
+            str | None,
+            typer.Option(
+                "--run-id", help="the run's id (default: random); a finished id answers its record for the same request"
+            ),
         ] = None,
         capture: opt.Capture = "metadata",
         capture_max_bytes: Annotated[
@@ -312,20 +331,23 @@ def register(app: typer.Typer) -> None:
         if fake_fault and svc.engine != "fake":
             raise HitchError("usage_error", "--fake-fault is for --engine fake", {})
         hroot = common.hroot
-        if run_id is not None:
-            known = RunStore(hroot).read(run_id)
-            if known is not None and known.terminal:  # idempotent: the same record, nothing runs again
-                _emit_record(common.as_json, hroot, known.to_json_dict())
-                return
+        agent_args = list(agent_arg or [])
         body = _run_body(hroot, common.root, model, inference, svc, image)
         body.update(run_id=run_id or "run-" + secrets.token_hex(8), harness=harness, capture=capture)
+        body["submission"] = _submission(prompt, max_output_tokens, agent_args, workdir)
         if capture_max_bytes is not None:
             body["capture_max_bytes"] = capture_max_bytes
         if fake_fault:
             body["fake_flags"] = [arg for fault in fake_fault for arg in ("--fault", fault)]
+        if run_id is not None:
+            known = RunStore(hroot).read(run_id)
+            if known is not None and known.terminal:  # idempotent: the same request answers its record, nothing runs
+                require_same_request(run_id, known, run_identity(hroot, body))
+                _emit_record(common.as_json, hroot, known.to_json_dict())
+                return
         # Codex works in --workdir, else here: kept resolved, so a rerun from elsewhere works in the same folder
         where = (workdir or Path.cwd()).resolve() if harness == "codex" else workdir
-        asked = HarnessInput(harness, prompt, max_output_tokens, where, list(agent_arg or []))
+        asked = HarnessInput(harness, prompt, max_output_tokens, where, agent_args)
         start_run(hroot, body, asked, model, svc.engine, common.as_json)
 
 

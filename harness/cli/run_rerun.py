@@ -51,7 +51,7 @@ def register(run_app: typer.Typer) -> None:
         common: Common = COMMON,
     ) -> None:
         from harness.agents.evidence import read_harness_input
-        from harness.cli.run import HarnessInput, start_run
+        from harness.cli.run import HarnessInput, _submission, start_run
         from harness.daemon.core import load_sealed_lock
         from harness.daemon.run_store import RunStore
         from harness.lock_inputs import require_lock_inputs
@@ -85,4 +85,5 @@ def register(run_app: typer.Typer) -> None:
             asked["harness"], asked["prompt"], asked.get("max_output_tokens"), Path(workdir) if workdir else None,
             list(asked.get("agent_args") or []),
         )  # fmt: skip
+        body["submission"] = _submission(again.prompt, again.max_output_tokens, again.agent_args, again.workdir)
         start_run(hroot, body, again, None, engine, common.as_json)

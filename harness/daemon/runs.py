@@ -2,16 +2,19 @@
 
 :class:`RunService` owns the daemon's one :class:`~gateway.server.Gateway` (loopback, a free port chosen by
 the kernel, its state in the root's private ``inference/gateway/`` directory, 0700) and the live runs.
-``POST /v1/runs`` admits a run (``runs/<id>/run.json``: ``admitted``), prepares its lock and acquires the
-service with the run as lease owner (``preparing``), reads the engine's ``/server_info`` (keys removed) and
-``/metrics``, and registers the run on the gateway with its own capture (``running``); the upstream comes
-only from the manager's service record, the engine key from the service's 0600 key file, and the answer
-names the run's 0600 token *file*, never the token. A run id that already ended answers its record
-(``existing``) instead of running again. ``POST /v1/runs/{id}/finish`` (the CLI, with the harness's status
-and code), ``/cancel`` (``hitch run cancel``) and ``DELETE`` (``hitch local serve``) end a run: terminal
-record first, then the engine's ``/metrics``, the binding revoked (requests in flight cancelled unless it
-completed), the lease released and the execution evidence written (:mod:`harness.daemon.run_evidence`).
-At start, runs a dead daemon left live end ``interrupted``; at stop, live runs end ``interrupted`` too.
+``POST /v1/runs`` admits a run (``runs/<id>/run.json``: ``admitted``), prepares its lock and acquires the service
+with the run as lease owner (``preparing``), reads the engine's ``/server_info`` (keys removed) and
+``/metrics``, and registers the run on the gateway with its own capture (``running``); the upstream comes only
+from the manager's service record, the engine key from the service's 0600 key file, and the answer names the
+run's 0600 token *file*, never the token. A run id is an idempotency key (:mod:`harness.daemon.run_identity`):
+the same request under a run id that already ended answers its record (``existing``) instead of running again;
+another request under a known run id is ``run_conflict``. ``POST /v1/runs/{id}/finish`` (the CLI, with the
+harness's status and code), ``/cancel`` (``hitch run cancel``) and ``DELETE`` (``hitch local serve``) end a
+run: terminal record first (``failed`` with the engine's code when the engine failed under the run,
+:mod:`harness.daemon.run_infra`), then the engine's ``/metrics``, the binding revoked (requests in flight cancelled
+unless it completed), the lease released and the execution evidence written
+(:mod:`harness.daemon.run_evidence`). At start, runs a dead daemon left live end ``interrupted``; at stop,
+live runs end ``interrupted`` too.
 
 A run asked ``for_containers`` (with its ``eval_image``) is served to eval containers: its binding answers
 only on the gateway's listener on hitch's eval network (:mod:`harness.daemon.eval_access`), whose
@@ -58,7 +61,10 @@ from harness.daemon.run_evidence import (
     write_execution_evidence,
     write_start_facts,
 )
+from harness.daemon.run_identity import require_same_request, run_identity
+from harness.daemon.run_infra import engine_failure
 from harness.daemon.run_store import RunStore
+from harness.daemon.trial_reservation import TrialReservation, hold, require_room_for_one, trial_of
 from harness.devices import probe_cpu
 from harness.devices.fingerprint import hardware_fingerprint
 from harness.errors import ERROR_TABLE, HitchError
@@ -66,6 +72,7 @@ from harness.launch.process import isolation_facts
 from harness.lock import build_lock
 from harness.paths import ensure_private_dir
 from harness.runtimes import get_runtime
+from harness.service.ledger import trial_holder
 from harness.service.starter_supervisor import EngineChoice, SupervisedService
 from harness.service.state_store import ServiceStateStore
 from harness.store import model_files_dir, resolve_model
@@ -84,6 +91,7 @@ class _Run:
     lease_id: str | None = None
     binding_id: str | None = None
     service_id: str | None = None
+    epoch: int | None = None
     lock: InferenceLockV1 | None = None
     engine_url: str | None = None
     engine_key: str | None = field(default=None, repr=False)
@@ -91,12 +99,13 @@ class _Run:
     engine: EngineFacts = field(default_factory=EngineFacts)
     eval_image: str | None = None  # a container-facing run: the eval image its probes ran in
     identity: ModelIdentityV1 | None = None  # resolved once the service passed readiness (see _bind)
+    trial: TrialReservation | None = None  # the trial container it serves, held in the resource ledger
 
 
 _CAPTURE_MODES = ("off", "metadata", "full")
 _REQUEST_FIELDS = (
     "model", "inference_id", "device", "profile", "runtime", "engine", "launcher", "fake_flags", "image", "capture_max_bytes",
-    "device_choice", "for_containers", "eval_image", "rerun_of",
+    "device_choice", "for_containers", "eval_image", "trial", "rerun_of",
 )  # fmt: skip
 _CAPTURE_MAX = 1 << 30  # per request and direction: what one run may put on disk is bounded
 
@@ -112,6 +121,7 @@ class RunService:
         self.store = RunStore(core.root)
         self._hardware: dict[str, dict[str, Any]] = {}
         self.eval_access = EvalAccess(core.root.path, self.gateway)
+        self._trial_waits: dict[str, asyncio.Task[None]] = {}  # runs whose trial waits its turn in the ledger
 
     async def start(self) -> None:
         # before anything is served: no run of a dead daemon stays live, and each gets its evidence
@@ -147,30 +157,37 @@ class RunService:
 
     # -- runs ---------------------------------------------------------------------------------------
 
-    async def _lock_for(self, body: dict[str, Any], choice: EngineChoice) -> InferenceLockV1:
+    def _requested_lock(self, body: dict[str, Any]) -> tuple[InferenceLockV1, bool]:
+        """The lock a run asks for, starting nothing: its pinned sealed lock (True), or the draft of its inputs."""
         inference_id = body.get("inference_id")
         if isinstance(inference_id, str) and inference_id:
-            return load_sealed_lock(self.core.root, inference_id)
+            return load_sealed_lock(self.core.root, inference_id), True
         model = body.get("model")
         device, profile, runtime = body.get("device", "cpu"), body.get("profile", "baseline"), body.get("runtime")
         if not isinstance(model, str) or not model or not isinstance(runtime, str) or not runtime:
             raise HitchError("usage_error", "a run needs an inference_id, or a model and a runtime", {})
         if device not in ("cpu", "cuda") or profile not in ("baseline", "throughput"):
             raise HitchError("usage_error", "device is cpu|cuda and profile baseline|throughput", {})
-        root = self.core.root
         draft = build_lock(
-            resolve_model(root, model),
+            resolve_model(self.core.root, model),
             get_runtime(runtime),
             device=device,
             profile=profile,
             cpu_cores_per_node=probe_cpu().cores_per_node,
         )
-        sealed = _sealed_for_draft(self.core, draft.inference_id)
+        return draft, False
+
+    async def _lock_for(self, body: dict[str, Any], choice: EngineChoice) -> InferenceLockV1:
+        lock, pinned = self._requested_lock(body)
+        if pinned:
+            return lock
+        sealed = _sealed_for_draft(self.core, lock.inference_id)
         if sealed is None:  # not prepared yet: prepare (start, verify, seal) first
-            req = PrepareRequest(model, device, profile, runtime, choice, device_choice=device_choice_of(body))
+            model, device, profile = body["model"], body.get("device", "cpu"), body.get("profile", "baseline")
+            req = PrepareRequest(model, device, profile, body["runtime"], choice, device_choice=device_choice_of(body))
             result = await prepare(self.core, req)
             sealed = str(result["inference_id"])
-        return load_sealed_lock(root, sealed)
+        return load_sealed_lock(self.core.root, sealed)
 
     def _check_cancelled(self, run_id: str) -> None:
         record = self.store.read(run_id)
@@ -193,21 +210,27 @@ class RunService:
         for_containers = body.get("for_containers", False)
         if not isinstance(for_containers, bool):
             raise HitchError("usage_error", "for_containers is a boolean", {})
+        trial = trial_of(body)
+        identity = run_identity(self.core.root, {**body, "harness": harness, "capture": capture})
         existing = self.store.read(run_id)
+        if existing is not None:  # an idempotency key: another request under it is a conflict, live or not
+            require_same_request(run_id, existing, identity)
         if run_id in self.runs or (existing is not None and not existing.terminal):
             raise HitchError("run_in_progress", f"run {run_id!r} is live", {"run_id": run_id})
         if existing is not None:
             return {"run_id": run_id, "existing": True, "record": existing.to_json_dict()}
+        if trial is not None:  # before anything starts: the service plus this one trial must fit this machine
+            require_room_for_one(self.core.manager.ledger, self._requested_lock(body)[0], trial)
         if for_containers:  # before anything else starts: containers must reach the gateway where we listen
             await self.eval_access.prepare(body.get("eval_image"))
         rerun_of = body.get("rerun_of")
         if rerun_of is not None and not (isinstance(rerun_of, str) and (found := self.store.read(rerun_of)) and found.terminal):
             raise HitchError("usage_error", "rerun_of names a finished run of this root", {"rerun_of": rerun_of})
         request = {k: body[k] for k in _REQUEST_FIELDS if k in body}
-        self.store.admit(run_id, harness, request, capture)
+        self.store.admit(run_id, harness, request, capture, identity)
         if rerun_of is not None:
             self.store.note(run_id, rerun_of=rerun_of)
-        run = self.runs[run_id] = _Run(run_id, eval_image=body["eval_image"] if for_containers else None)
+        run = self.runs[run_id] = _Run(run_id, eval_image=body["eval_image"] if for_containers else None, trial=trial)
         try:
             return await self._bind(run, body, choice, capture, limit)
         except BaseException as exc:
@@ -227,6 +250,9 @@ class RunService:
         run.lease_id, run.service_id = lease.lease_id, lease.service_id
         run.reused_service = lease.service_id in before
         self._check_cancelled(run_id)
+        if run.trial is not None:  # the service is ready: the trial's container waits its turn for CPU and RAM
+            await hold(self.core.manager.ledger, run_id, run.trial, self._trial_waits)
+            self._check_cancelled(run_id)
         service = lease.service
         if not isinstance(service, SupervisedService):
             raise HitchError("internal_error", "a run needs a supervised service", {})
@@ -247,7 +273,7 @@ class RunService:
             tokenizer_dir=model_files_dir(self.core.root, lock.model_id),
             process=process,
         )
-        run.engine_url, run.engine_key = endpoint.base_url, engine_key
+        run.engine_url, run.engine_key, run.epoch = endpoint.base_url, engine_key, endpoint.epoch
         # the manager's service passed readiness against this lock (verified_process above): the identity is
         # resolved here, by the daemon, from the lock; the request's own words name only what was asked for
         requested = body.get("model")
@@ -306,6 +332,10 @@ class RunService:
             if found is None:
                 raise HitchError("run_not_found", f"no run {run_id!r} in this root", {"run_id": run_id})
             return {"run_id": run_id, "released": False, "record": found.to_json_dict()}
+        if status in ("completed", "failed") and run.binding_id is not None:
+            failure = await self._engine_failure(run, run.binding_id)
+            if failure is not None:  # the engine failed under the run: that is its end, whatever its harness says
+                status, error = "failed", failure
         record = self.store.finish(run_id, status, error)  # type: ignore[arg-type]
         if run.engine_url is not None and run.engine_key is not None:
             _, metrics, errors = await scrape_engine(run.engine_url, run.engine_key, server_info=False)
@@ -322,12 +352,22 @@ class RunService:
             found_binding = self.gateway.registry.get(run.binding_id)
             binding = found_binding.record if found_binding is not None else None
         released = await self.core.release(run.lease_id) if run.lease_id is not None else False
+        if run.trial is not None:  # its container is gone once its owner ends the run
+            await self.core.manager.ledger.release(trial_holder(run_id))
         if binding is not None and run.lock is not None:
             record = await self._write_evidence(run, record, binding)
         if run.binding_id is not None:  # its counts are in the evidence now; a long-lived daemon keeps none
             self.gateway.begun.pop(run.binding_id, None)
             self.gateway.in_flight.pop(run.binding_id, None)
         return {"run_id": run_id, "released": released, "record": record.to_json_dict()}
+
+    async def _engine_failure(self, run: _Run, binding_id: str) -> HitchError | None:
+        await self.gateway.settle_evidence(timeout_s=0.0, binding_id=binding_id)  # the rows so far, on disk
+        events: list[LifecycleEventV1] = []
+        if run.service_id is not None:
+            with contextlib.suppress(HitchError):  # an unreadable events file leaves the verdict to the rows
+                events = await asyncio.to_thread(ServiceStateStore(self.core.root, run.service_id).events)
+        return engine_failure(self.gateway.evidence.path_for(binding_id), events, run.service_id, run.epoch)
 
     async def _write_evidence(self, run: _Run, record: RunRecordV1, binding: ModelEndpointBindingV1) -> RunRecordV1:
         assert run.lock is not None
@@ -372,7 +412,11 @@ class RunService:
         run = self.runs.get(run_id)
         if run is not None and run.binding_id is None:
             # still being prepared: mark it now; _bind sees the terminal record and undoes what it took
-            return {"run_id": run_id, "record": self.store.finish(run_id, "cancelled", err).to_json_dict()}
+            record = self.store.finish(run_id, "cancelled", err)
+            waiting = self._trial_waits.get(run_id)
+            if waiting is not None:  # its trial waits for resources: end the wait now, not when room is made
+                waiting.cancel()
+            return {"run_id": run_id, "record": record.to_json_dict()}
         return await self.finish(run_id, "cancelled", err)
 
     async def delete(self, run_id: str) -> dict[str, Any]:

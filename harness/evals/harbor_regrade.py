@@ -16,10 +16,9 @@ outcome names the run whose output was re-scored and carries no usage (no model 
 
 from __future__ import annotations
 
-import contextlib
 import json
+import queue
 import re
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -28,12 +27,15 @@ from harness.contracts.evaluation import EvaluationRecordV1, TrialOutcomeV1, Tri
 from harness.contracts.run import RunErrorV1
 from harness.errors import HitchError
 from harness.evals.harbor_install import HarborInstall
-from harness.evals.harbor_run import DRIVER, OVERLAY
+from harness.evals.harbor_process import DriverProcess
+from harness.evals.harbor_run import OVERLAY
+from harness.evals.trial_resources import resources_of
 from harness.paths import HitchRoot, atomic_write_json, ensure_private_dir
 
 __all__ = ["regrade_evaluation"]
 
 _REGRADE = "RegradeError"
+_REGRADE_BOUND_S = 1800.0  # every verifier of the evaluation, one after another at worst
 
 
 def _source(root: HitchRoot, evaluation_id: str) -> EvaluationRecordV1:
@@ -60,33 +62,20 @@ def _next_id(root: HitchRoot, evaluation_id: str) -> str:
 
 
 def _drive(install: HarborInstall, specs: list[dict[str, Any]], cwd: Path) -> dict[str, dict[str, Any]]:
-    """Run the driver on ``specs``; trial name -> its ``finished`` event."""
+    """Run the driver on ``specs`` to their end; trial name -> its ``finished`` event."""
+    events: queue.Queue[dict[str, Any]] = queue.Queue()
+    driver = DriverProcess(install, cwd, [], events)
+    try:
+        for spec in specs:
+            if not driver.start_trial(spec):
+                raise HitchError("harness_run_failed", "Harbor's driver takes no more trials (see driver.log)", {})
+    finally:
+        driver.close(timeout_s=_REGRADE_BOUND_S)  # no more input: it ends once the regrades have
     finished: dict[str, dict[str, Any]] = {}
-    with (cwd / "driver.log").open("a", encoding="utf-8") as log:
-        proc = subprocess.Popen(
-            [str(install.python), str(DRIVER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
-            env=install.environ(), cwd=cwd,
-        )  # fmt: skip
-        assert proc.stdin is not None and proc.stdout is not None
-        try:
-            proc.stdin.write(json.dumps({"trials": specs, "sys_path": []}) + "\n")
-            proc.stdin.flush()
-            for line in proc.stdout:
-                with contextlib.suppress(ValueError):
-                    event = json.loads(line)
-                    if event.get("event") == "finished":
-                        finished[str(event.get("trial"))] = event
-                    elif event.get("event") == "done":
-                        break
-        finally:
-            with contextlib.suppress(OSError):
-                proc.stdin.close()
-            try:
-                proc.wait(timeout=300)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            proc.stdout.close()
+    while not events.empty():
+        event = events.get_nowait()
+        if event.get("event") == "finished":
+            finished[str(event.get("trial"))] = event
     return finished
 
 
@@ -135,8 +124,10 @@ def regrade_evaluation(root: HitchRoot, install: HarborInstall, evaluation_id: s
     specs = []
     for i, (trial, trial_dir) in enumerate(kept):
         task_path = json.loads((trial_dir / "config.json").read_text(encoding="utf-8"))["task"]["path"]
+        limits = resources_of(Path(task_path))  # the verifier's container gets the task's limits, as the trial's did
         specs.append({"name": f"{new_id}-{trial.task}-{i}", "task_path": task_path, "trials_dir": str(out_dir / "trials"),
-                      "regrade_of": str(trial_dir), "overlays": [str(overlay)]})  # fmt: skip
+                      "regrade_of": str(trial_dir), "overlays": [str(overlay)], "cpus": limits.cpus,
+                      "memory_mb": limits.memory_mb})  # fmt: skip
     started = time.time()
     events = _drive(install, specs, out_dir)
     outcomes = [

@@ -47,7 +47,8 @@ def _evaluation(root: HitchRoot, run_id: str) -> None:
     path.write_text(json.dumps(record))
     plan = EvaluationPlanV1(
         evaluation_id="ev-1", agent="terminus-2", environment="docker", k=1, n_concurrent=1, agent_kwargs={}, agent_paths=[],
-        agent_timeout_s=None, eval_image=None, run_body={"engine": "fake"}, inference_id=execution["inference_id"],
+        agent_timeout_s=None, infra_retries=1, agent_profile_id=None, eval_image=None, run_body={"engine": "fake"},
+        inference_id=execution["inference_id"],
         slots=[TrialSlotV1(slot=0, task="/tasks/task", attempt=0)], created_at=1.0,
     )  # fmt: skip
     (path.parent / "plan.json").write_text(json.dumps(plan.to_json_dict()))

@@ -18,9 +18,10 @@ import pytest
 
 from harness.contracts.evaluation import EvaluationRecordV1
 from harness.daemon import daemon_running
+from harness.evals.harbor_agents import TERMINUS
 from tests.harness.daemon.conftest import as_json, hitch, stop_quietly
 from tests.harness.engine.inputs import ServiceInputs
-from tests.harness.evals.test_harbor_eval import CREATE_FILE, REPO, _script, _trial_containers, harbor, inputs
+from tests.harness.evals.test_harbor_eval import CREATE_FILE, REPO, _certified, _script, _trial_containers, harbor, inputs
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_docker, pytest.mark.slow]
 __all__ = ["harbor", "inputs"]
@@ -36,6 +37,7 @@ def _error(proc: Any) -> dict[str, Any]:
 
 def test_regrade_rescores_kept_trial_outputs_without_a_service(inputs: ServiceInputs, tmp_path: Path) -> None:
     root = inputs.root
+    _certified(root, TERMINUS)
     argv = ["eval", "harbor", "run", str(REGRADABLE), "-k", "1", "-n", "1", "--model", "local/tiny", "--device", "cpu",
             "--engine", "fake", "--fake-script", str(_script(tmp_path)), "--eval-id", "ev-src", "--json"]  # fmt: skip
     source = EvaluationRecordV1.model_validate(as_json(hitch(root, *argv))["record"])

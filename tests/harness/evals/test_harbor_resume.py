@@ -17,11 +17,12 @@ import pytest
 
 from harness.contracts.evaluation import EvaluationPlanV1, EvaluationRecordV1
 from harness.daemon import DaemonClient
+from harness.evals.harbor_agents import TERMINUS
 from harness.evals.harbor_install import harbor_install
 from harness.evals.harbor_run import EvalOptions, HarborEvaluation
 from tests.harness.daemon.conftest import FAST, as_json, hitch
 from tests.harness.engine.inputs import ServiceInputs
-from tests.harness.evals.test_harbor_eval import CREATE_FILE, _script, _trial_containers, harbor, inputs
+from tests.harness.evals.test_harbor_eval import CREATE_FILE, _certified, _script, _trial_containers, harbor, inputs
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_docker, pytest.mark.slow]
 __all__ = ["harbor", "inputs"]
@@ -29,6 +30,7 @@ __all__ = ["harbor", "inputs"]
 
 def test_resume_runs_only_the_trials_without_a_terminal_result(inputs: ServiceInputs, tmp_path: Any) -> None:
     root = inputs.root
+    _certified(root, TERMINUS)
     body: dict[str, Any] = {"model": "local/tiny", "device": "cpu", "profile": "baseline", "engine": "fake",
                             "launcher": "process", "runtime": "sglang-0.5.23-cpu-generic", "capture": "metadata",
                             "fake_flags": ["--fake-script", str(_script(tmp_path, turns=32))]}  # fmt: skip

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,7 +66,7 @@ FAKE = ("fake",)
 
 
 def _saw(client: Any) -> str:
-    if not isinstance(client, dict):
+    if not isinstance(client, Mapping):
         return ""
     said = []
     for key, words in (("status", "HTTP {}"), ("next_request", "HTTP {} on the next request"), ("code", "{}")):
@@ -77,7 +77,7 @@ def _saw(client: Any) -> str:
     return ", ".join(said)
 
 
-def fault_summary(d: dict[str, Any]) -> str:
+def fault_summary(d: Mapping[str, Any]) -> str:
     """A fault check's outcome in one sentence from what it recorded (``client``, ``evidence`` or
     ``failed_event``, ``recovery_ms``): the run page's line for it (``@check(..., summary=fault_summary)``)."""
     parts = []
@@ -85,9 +85,9 @@ def fault_summary(d: dict[str, Any]) -> str:
     if saw:
         parts.append(f"the client saw {saw}")
     row, failed = d.get("evidence"), d.get("failed_event")
-    if isinstance(row, dict) and row.get("status"):
+    if isinstance(row, Mapping) and row.get("status"):
         parts.append(f"the evidence row says {row['status']}" + (f" ({row['error_code']})" if row.get("error_code") else ""))
-    if isinstance(failed, dict) and failed.get("code"):
+    if isinstance(failed, Mapping) and failed.get("code"):
         parts.append(f"the service failed with {failed['code']}")
     ms = d.get("recovery_ms")
     if isinstance(ms, int | float):

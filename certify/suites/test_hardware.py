@@ -49,7 +49,10 @@ def test_server_info_device(certify_env: CertifyEnv, certify_record: Any) -> Non
 @check(
     "hardware.service.allocation",
     description="the service record's device allocation matches the request",
-    summary="the service record allocates device {allocation[device]}, cores {allocation[cpu_cores]}, GPU {allocation[gpu_uuid]}",
+    summary=lambda d: (
+        f"the service record allocates device {d['allocation']['device']}, cores {d['allocation']['cpu_cores']}, "
+        + (f"GPU {d['allocation']['gpu_uuid']}" if d["allocation"]["gpu_uuid"] else "no GPU")
+    ),
 )
 def test_service_allocation(certify_env: CertifyEnv, certify_record: Any) -> None:
     record = _service_record(certify_env)

@@ -38,7 +38,7 @@ def _page(results: dict[str, CheckResult], tmp_path: Path) -> tuple[str, str]:
             "reasons": ev.reasons,
             "to_certify": ev.to_certify,
             "checks": ev.checks,
-        }  # fmt: skip
+        }
     ).to_json_dict()
     html = build_run_page(predicate, tmp_path).read_text()
     return ev.level, html[html.index('<section id="summary"') : html.index("</section>")]

@@ -26,12 +26,12 @@ from markupsafe import Markup
 
 from harness.errors import HitchError
 from reports.figures import PERCENTILES, duration_words, number
-from reports.overhead_view import overhead_bound_ms, overhead_section
+from reports.overhead_view import overhead_section
 from reports.render import STATUS_CLASSES, flatten, write_page
 from reports.svg import bar_chart
 from reports.verdict import verdict
 
-__all__ = ["SUITES", "build_run_page", "overhead_bound_ms"]
+__all__ = ["SUITES", "build_run_page"]
 
 SUITES = ("hardware", "protocol", "correctness", "faults", "security", "lifecycle", "perf", "agents")
 STATUSES = ("passed", "failed", "skipped", "not_run")

@@ -70,6 +70,25 @@ def _not_shown(checks: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return [{"head": k, "checks": groups[k]} for k in keys]
 
 
+def _ids(checks: list[str], most: int = 4) -> str:
+    return ", ".join(checks[:most]) + (f" and {len(checks) - most} more" if len(checks) > most else "")
+
+
+def _blocking(checks: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """(why, action) per kind of required check that did not pass: failed, skipped, not run."""
+    out = []
+    for status, why, action in (
+        ("failed", "{n} required check(s) failed: {ids}", "make the failed required checks pass ({ids})"),
+        ("skipped", "{n} required check(s) skipped: {ids}", "provide what the skipped required checks need ({ids})"),
+        ("not_run", "{n} required check(s) did not run: {ids}",
+         "run every suite (pytest certify without -k); {n} required check(s) did not run"),
+    ):  # fmt: skip
+        ids = [str(c["id"]) for c in checks if c.get("required") and c.get("status") == status]
+        if ids:
+            out.append((why.format(n=len(ids), ids=_ids(ids)), action.format(n=len(ids), ids=_ids(ids))))
+    return out
+
+
 def _shown(checks: Sequence[Mapping[str, Any]], suites: Sequence[str]) -> list[dict[str, Any]]:
     rows = []
     for suite in suites:
@@ -119,19 +138,21 @@ def verdict(results: Mapping[str, Any], suites: Sequence[str]) -> dict[str, Any]
     if level == "contract":
         way: list[str] | None = [FAKE_WAY]
     elif level == "failed":
-        failing = [str(c["id"]) for c in checks if c.get("required") and c.get("status") != "passed"]
-        way = [f"make the required checks pass: {', '.join(failing)}"] if failing else None
+        way = [action for _, action in _blocking(checks)] or None
     elif isinstance(to_certify, list):
         way = [str(a) for a in to_certify]
     else:
         way = None  # an entry before schema 3 did not record it
     metrics = results.get("metrics") if isinstance(results.get("metrics"), Mapping) else {}
     reasons = [str(r) for r in results.get("reasons", []) or []]
+    why = [r for r in reasons if not _CHECK_REASON.match(r)]
+    if level == "failed":
+        why += [reason for reason, _ in _blocking(checks)]
     return {
         "level": level,
         "headline": LEVEL_WORDS.get(level, f"Level {level}."),
         "reasons": reasons,
-        "why": [r for r in reasons if not _CHECK_REASON.match(r)],
+        "why": why,
         "check_reasons": any(_CHECK_REASON.match(r) for r in reasons),
         "shown": _shown(checks, suites),
         "not_shown": _not_shown(checks),

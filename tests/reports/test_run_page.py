@@ -32,7 +32,7 @@ def test_checks_evidence_hardware_and_lifecycle_are_shown(tmp_path: Path) -> Non
         ("skipped", "no", "perf.overhead"),
     ]
     assert '<span class="badge bad">failed</span>' in html
-    assert re.search(r'id="blocking">.*<code>faults\.engine\.oom</code>', html, re.S)
+    assert re.search(r'id="blocking"[^>]*>.*<code>faults\.engine\.oom</code>', html, re.S)
     assert sd.digest("engine.log") in html and sd.digest("requests") in html
     assert "cpu.model" in html and "Test CPU" in html
     assert "lifecycle-timings" in html and "stop.drain_s" in html

@@ -276,3 +276,19 @@ def test_fault_checks_are_grouped_by_kind_with_what_the_client_saw_and_the_recov
         assert chip in process
     assert "9.1 s" in process  # 9100 ms, in a unit a person reads
     assert "SGLang honours an abort" in html[html.index('data-kind="not-run-here"') : html.index('data-kind="process"')]
+
+
+def test_a_failed_run_says_why_in_counts_and_actions(tmp_path: Path) -> None:
+    checks = [
+        {"id": "faults.engine.oom", "status": "failed", "required": True, "duration_s": 1.0, "details": {"reason": "E  boom"}},
+        *({"id": f"protocol.p{i}", "status": "not_run", "required": True, "duration_s": 0.0} for i in range(6)),
+    ]
+    html = build_run_page(sd.predicate(level="failed", checks=checks, reasons=[]), tmp_path).read_text()
+    summary = html[html.index('<section id="summary"') : html.index("</section>")]
+    assert "<li>1 required check(s) failed: faults.engine.oom</li>" in summary
+    assert "<li>6 required check(s) did not run: protocol.p0, protocol.p1, protocol.p2, protocol.p3 and 2 more</li>" in summary
+    way = re.findall(r"<li>(.*?)</li>", summary[summary.index('id="way"') :].split("</ol>", 1)[0])
+    assert way == [
+        "make the failed required checks pass (faults.engine.oom)",
+        "run every suite (pytest certify without -k); 6 required check(s) did not run",
+    ]

@@ -16,11 +16,12 @@ Every evaluation leases the session's own service (its ``inference_id``): no eng
   while its model request is held in flight: its run ends ``cancelled`` with that exchange recorded
   ``cancelled``, the engine has no request open, the baseline's one running slot answers a new request, and
   the other trial's requests and reward are intact. On the fake the fake holds the victim's request
-  (``slow_headers`` matching its task). On real SGLang the engine holds it: paused in place (SGLang's admin
-  ``/pause_generation``, mode ``in_place``: requests wait in the engine, nothing is generated), the victim's
-  trial starts alone, and once the engine holds one request (its load is 1: the victim's, the only trial
-  running) the other trial starts beside it and the victim is cancelled; the engine resumes when the victim
-  has ended. The other trial's reward is the model's own (recorded as earned).
+  (``slow_headers`` matching its task). On real SGLang the engine holds it: paused in place first (SGLang's
+  admin ``/pause_generation``, mode ``in_place``: requests are taken in, nothing is generated), the victim's
+  trial starts alone, and once SGLang's HTTP layer holds its chat request (``sglang:http_requests_active``
+  is 1; the only trial running, and nothing completes while paused) the other trial starts beside it and
+  the victim is cancelled; the engine resumes once the victim has ended. The other trial's reward is the
+  model's own (recorded as earned).
 - ``agents.harbor.terminus_solves`` (fake): in that evaluation ``terminus-2`` solved its task (reward 1.0)
   through the gateway on loopback with the scripted terminus answers — model, agent, container and
   verifier in one loop.
@@ -322,38 +323,38 @@ def _cancel_held_real(env: CertifyEnv, harbor: HarborInstall) -> dict[str, Any]:
         if event.get("event") == "started":
             other_started.set()
 
-    out: dict[str, Any] = {"session": [env.run.service_id, env.run.epoch], "cancel_sent": False}
-
-    def load() -> int:
-        return engine_load(env.engine_url, env.engine_headers())
-
-    _engine_admin(env, "/pause_generation", {"mode": "in_place"})
+    out: dict[str, Any] = {"session": [env.run.service_id, env.run.epoch], "cancel_sent": False, "held": False}
     threads = [threading.Thread(target=run, args=("victim", victim_eval), daemon=True)]
+    _engine_admin(env, "/pause_generation", {"mode": "in_place"})
     try:
         threads[0].start()
-        out["held"] = wait_for(lambda: load() == 1, 600, 0.1)  # the victim is the only trial: the request is its own
-        threads.append(threading.Thread(target=run, args=("other", other_eval, seen), daemon=True))
-        threads[1].start()
-        out["other_started"] = other_started.wait(600)
-        if out["held"] and out["other_started"]:
-            out["cancel_sent"] = victim_eval.cancel(victim)
-        threads[0].join(600)
+        # the victim is the only trial and the engine generates nothing: its first chat request, once the
+        # engine's HTTP layer holds it, stays there until the cancel
+        out["held"] = wait_for(lambda: _chat_active(env) == 1 or not threads[0].is_alive(), 600, 0.1)
+        out["held"] = out["held"] and threads[0].is_alive()
+        if out["held"]:
+            threads.append(threading.Thread(target=run, args=("other", other_eval, seen), daemon=True))
+            threads[1].start()
+            out["other_started"] = other_started.wait(600)
+            if out["other_started"]:
+                out["cancel_sent"] = victim_eval.cancel(victim)
+            threads[0].join(600)
     finally:
         _engine_admin(env, "/continue_generation", {})
-    threads[-1].join(900)
+    for thread in threads:
+        thread.join(900)
     out["cancelled_while_held"] = bool(out["held"] and out["cancel_sent"])
-    for name in ("victim", "other"):
-        rec = records.get(name)
-        assert not isinstance(rec, str) and rec is not None, f"the {name}'s evaluation did not finish: {rec}"
-    trials = [*records["victim"].trials, *records["other"].trials]
-    out["record"] = {"agent": records["victim"].agent, "trials": [t.to_json_dict() for t in trials]}
+    out["evaluations"] = {name: rec if isinstance(rec, str) else "finished" for name, rec in records.items()}
+    trials = [t for rec in records.values() if not isinstance(rec, str) for t in rec.trials]
+    out["record"] = {"agent": "terminus-2", "trials": [t.to_json_dict() for t in trials]}
     out["execution"] = {t.run_id: _execution(env.root, t.run_id)["attempts"] for t in trials}
     fresh = env.new_run(f"cert-harbor-after-{tag}")
     req = {"model": fresh.wire_model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
     # with the baseline's one running slot this is answered only if the cancelled request left it
     r = httpx.post(f"{fresh.base_url}/chat/completions", json=req, headers=fresh.headers(), timeout=300, trust_env=False)
     out["after_cancel_status"] = r.status_code
-    out["engine_load_after"] = load()
+    out["chat_active_after"] = _chat_active(env)
+    out["engine_load_after"] = engine_load(env.engine_url, env.engine_headers())
     return out
 
 
@@ -452,18 +453,21 @@ def _cancel_summary(d: Any) -> str:
 def test_harbor_cancel_mid_request_is_isolated(certify_env: CertifyEnv, cancel: dict[str, Any], certify_record: Any) -> None:
     _timings(certify_record, cancel)
     certify_record.detail("attempts", cancel["execution"])
-    victim, other = _trials(cancel)
+    for key in ("held", "other_started", "evaluations"):
+        if key in cancel:
+            certify_record.detail(f"hold.{key}", cancel[key])
     assert cancel["cancelled_while_held"] is True and cancel["cancel_sent"] is True, cancel.get("watch_error") or cancel
+    victim, other = _trials(cancel)
     assert victim["task"] == "fix-one-line" and victim["status"] == "cancelled" and victim["reward"] is None
     assert victim["error"]["code"] == "run_cancelled"
     held = cancel["execution"][victim["run_id"]]
     assert held["rows"] >= 1 and held["begun"] == held["rows"], "the exchange in flight at the cancel is recorded"
     assert held["by_status"].get("cancelled", 0) >= 1 and "completed" not in held["by_status"], held["by_status"]
     assert cancel["after_cancel_status"] == 200, "the gateway's running slot was not freed"
+    assert cancel["chat_active_after"] == 0, "the held request is still open at the engine"
     assert victim["service"]["service_id"] == other["service"]["service_id"] == cancel["session"][0]
     assert other["task"] == "create-file" and other["usage"]["evidence_complete"] is True
     if certify_env.engine == "fake":  # scripted to solve the task
-        assert cancel["chat_active_after"] == 0, "the held request is still open at the engine"
         assert cancel["fake_state"]["num_running_reqs"] == 0 and cancel["fake_state"]["leaked_slots"] == 0
         assert other["status"] == "completed" and other["reward"] == 1.0 and other["error"] is None
         assert other["usage"]["requests"] >= 2

@@ -101,6 +101,7 @@ def build_predicate(
     return CertificationResultV1(
         level=evaluation.level,
         reasons=evaluation.reasons,
+        to_certify=evaluation.to_certify,
         suite_version=SUITE_VERSION,
         project_commit=project_commit(),
         device=opts.device,  # resolved to cpu|cuda before any session

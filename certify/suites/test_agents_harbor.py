@@ -487,10 +487,10 @@ def test_harbor_cancel_mid_request_is_isolated(
     certify_env: CertifyEnv, harbor: HarborInstall, cancel: dict[str, Any], certify_record: Any
 ) -> None:
     with _profiled(certify_env, harbor, TERMINUS, "agents.harbor.cancel_isolated"):
-        _cancel_isolated(cancel, certify_record)
+        _cancel_isolated(certify_env, cancel, certify_record)
 
 
-def _cancel_isolated(cancel: dict[str, Any], certify_record: Any) -> None:
+def _cancel_isolated(certify_env: CertifyEnv, cancel: dict[str, Any], certify_record: Any) -> None:
     _timings(certify_record, cancel)
     certify_record.detail("attempts", cancel["execution"])
     for key in ("held", "other_started", "evaluations"):

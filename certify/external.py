@@ -46,7 +46,7 @@ STRIPPED = "stripped by hitch (SGLang's /server_info echoes engine keys)"
 
 
 def _runtime_python() -> tuple[str, dict[str, str]]:
-    from fixtures.fake_sglang.parity_engines import sglang_command
+    from certify.kit.engines import sglang_command
 
     command = sglang_command()
     if command is None:

@@ -11,7 +11,6 @@ contract run; it never falls back to the fake engine or to a CPU.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -20,12 +19,13 @@ from typing import Any
 import pytest
 
 from harness.paths import HitchRoot
+from harness.settings import env_name, settings
 
 __all__ = ["REPORT_ENV", "SESSION_ENV", "CertifyOptions", "add_options", "choose_engine", "options_from"]
 
 REPO = Path(__file__).resolve().parent.parent
-REPORT_ENV = "HITCH_CERTIFY_REPORT_DIR"  # set by the controlling process so xdist workers agree on it
-SESSION_ENV = "HITCH_CERTIFY_SESSION"  # the session key shared by the controller and its workers
+REPORT_ENV = env_name("certify_report_dir")  # set by the controlling process so xdist workers agree on it
+SESSION_ENV = env_name("certify_session")  # the session key shared by the controller and its workers
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ def add_options(parser: pytest.Parser) -> None:
 
 
 def options_from(config: pytest.Config) -> CertifyOptions:
-    report = config.getoption("--report-dir") or os.environ.get(REPORT_ENV)
+    report = config.getoption("--report-dir") or settings().certify_report_dir
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     sign_key = config.getoption("--sign-key")
     return CertifyOptions(
@@ -83,7 +83,7 @@ def options_from(config: pytest.Config) -> CertifyOptions:
         report_dir=Path(report).expanduser().resolve() if report else REPO / "reports" / "out" / stamp,
         canary=bool(config.getoption("--canary")),
         allow_uncertified=bool(config.getoption("--allow-uncertified")),
-        root=HitchRoot.at(os.environ.get("HITCH_ROOT")),
+        root=HitchRoot.at(),
     )
 
 

@@ -158,7 +158,7 @@ def _pages(opts: CertifyOptions, results: dict[str, Any], lines: list[str]) -> N
 
 
 def _teardown(opts: CertifyOptions, session: dict[str, Any] | None, daemon_was_running: bool, lines: list[str]) -> None:
-    from harness.daemon.client import DaemonClient, daemon_running, stop_daemon
+    from harness.app.daemon_client import DaemonClient, daemon_running, stop_daemon
 
     if daemon_running(opts.root) is None:
         return

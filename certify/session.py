@@ -26,7 +26,7 @@ from typing import Any
 from certify.options import CertifyOptions
 from certify.secrets_scan import remember
 from fixtures.fake_sglang.client import FakeControl
-from harness.daemon.client import DaemonClient, ensure_daemon
+from harness.app.daemon_client import DaemonClient, ensure_daemon
 from harness.paths import HitchRoot, atomic_write_json, ensure_private_dir, write_secret
 
 __all__ = [

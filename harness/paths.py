@@ -1,6 +1,7 @@
-"""The HITCH_ROOT layout (spec §6.4) and safe file writing.
+"""The HITCH_ROOT layout (spec §6.4) and safe file writing: every path below a root is named here, once.
 
 ``--root`` beats ``HITCH_ROOT`` beats ``$XDG_DATA_HOME/hitch`` (``~/.local/share/hitch``).
+:class:`HitchRoot` is the layout table; :class:`DaemonPaths` the files of the root's daemon.
 Private directories are 0700 and secret files 0600; every write that publishes a file
 goes through a temp file + fsync + ``os.replace`` so readers never see half a file.
 """
@@ -15,7 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+from harness.ids import sha256_hex
+from harness.settings import settings
+
 __all__ = [
+    "DaemonPaths",
     "HitchRoot",
     "SubPath",
     "atomic_write_bytes",
@@ -29,11 +34,7 @@ __all__ = [
 def resolve_root(explicit: str | os.PathLike[str] | None = None) -> Path:
     if explicit:
         return Path(explicit).expanduser().absolute()
-    env = os.environ.get("HITCH_ROOT")
-    if env:
-        return Path(env).expanduser().absolute()
-    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data_home) / "hitch"
+    return settings().hitch_root
 
 
 def ensure_private_dir(path: Path) -> Path:
@@ -108,7 +109,7 @@ class HitchRoot:
     # inference/
     services = _under("inference", "services")
     private = _under("inference", "private")
-    daemon_dir = _under("inference", "daemon")  # socket, token, info, lock, log (harness.daemon.paths.DaemonPaths)
+    daemon_dir = _under("inference", "daemon")  # socket, token, info, lock, log (DaemonPaths)
     gateway_dir = _under("inference", "gateway")  # the daemon gateway's bindings, evidence rows, capture
     # agent-harness compatibility profiles; the folder keeps its first name so existing roots still read
     agent_profiles = _under("inference", "harness-profiles")
@@ -121,6 +122,7 @@ class HitchRoot:
     runtime_install_locks = _under("locks", "runtimes")  # one advisory lock file per runtime install
     keys = _under("keys")  # the development signing key; its public half under keys/public
     catalog_entries = _under("catalog", "entries")  # signed catalog entries written here (beside the checkout's)
+    runtime_pins = _under("catalog", "runtime-pins.json")  # the operator's overlay of `hitch runtime pin`
     runs = _under("runs")
 
     def run_inference_dir(self, run_id: str) -> Path:
@@ -136,3 +138,46 @@ class HitchRoot:
     def digest_dir(self, base: Path, digest: str) -> Path:
         """``base/<hex>`` for an id ``sha256:<hex>``."""
         return base / digest.split(":", 1)[1]
+
+
+_MAX_SOCKET_PATH = 100
+
+
+@dataclass(frozen=True)
+class DaemonPaths:
+    """Where one root's daemon keeps its files: ``inference/daemon/`` under the root (0700).
+
+    - ``daemon.sock``: the management API (0600). A unix socket path is limited to ~107 bytes; when the
+      root is deeper than that allows, the socket lives in a per-user 0700 directory
+      (``$XDG_RUNTIME_DIR/hitch`` when that is short enough, else ``/tmp/hitch-<uid>``) under a name derived
+      from the root's path, and every client computes the same place;
+    - ``token``: the random daemon token (0600), new at every daemon start;
+    - ``daemon.json``: pid, start time, socket (no secret); ``daemon.lock``: held for the daemon's life
+      (flock: released by the kernel even after SIGKILL, so a restart never waits on a dead daemon);
+    - ``daemon.log``: the daemon's own log (0600).
+    """
+
+    root: HitchRoot
+
+    @property
+    def dir(self) -> Path:
+        return self.root.daemon_dir
+
+    def ensure(self) -> Path:
+        return ensure_private_dir(self.dir)
+
+    @property
+    def socket(self) -> Path:
+        preferred = self.dir / "daemon.sock"
+        if len(str(preferred)) <= _MAX_SOCKET_PATH:
+            return preferred
+        name = f"d-{sha256_hex(str(self.root.path.resolve()).encode())[:20]}.sock"
+        base = settings().xdg_runtime_dir
+        if base is not None and len(str(base / "hitch" / name)) <= _MAX_SOCKET_PATH:
+            return base / "hitch" / name
+        return Path("/tmp") / f"hitch-{os.getuid()}" / name  # a deep XDG_RUNTIME_DIR cannot hold it either
+
+    token = SubPath("dir", "token")
+    info = SubPath("dir", "daemon.json")
+    lock = SubPath("dir", "daemon.lock")
+    log = SubPath("dir", "daemon.log")

@@ -28,16 +28,15 @@ import pytest
 from certify.session import CertifyEnv, RunHandle, create_run, engine_endpoint
 from fixtures.engine_faults import EngineTarget
 from fixtures.fake_sglang.client import FakeControl
+from harness.app.daemon_client import DaemonClient, reap_spawned, start_daemon, stop_daemon
 from harness.contracts.events import LifecycleEventV1
 from harness.contracts.lock import InferenceLockV1, compute_inference_id
 from harness.contracts.service import InferenceServiceRecordV1
-from harness.daemon.client import DaemonClient, reap_spawned, start_daemon, stop_daemon
-from harness.daemon.core import load_sealed_lock
 from harness.errors import HitchError
+from harness.lock import load_sealed_lock
 from harness.paths import HitchRoot, atomic_write_json, ensure_private_dir, write_secret
 from harness.runtimes import get_runtime
 from harness.runtimes.install import runtime_dir
-from harness.runtimes.pins import pins_path
 from harness.service.state_store import ServiceStateStore
 from harness.store import import_model, model_files_dir
 
@@ -182,10 +181,10 @@ def _make_private_daemon(env: CertifyEnv, base: Path, ttl_ms: int) -> PrivateDae
         mine.parent.mkdir(parents=True, exist_ok=True)
         if not mine.exists():
             mine.symlink_to(shared_env, target_is_directory=True)
-    pins = pins_path(env.root.path)
+    pins = env.root.runtime_pins
     if pins.is_file():  # an operator-pinned image (hitch runtime pin): the private root resolves the same runtime
-        pins_path(root.path).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(pins, pins_path(root.path))
+        root.runtime_pins.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(pins, root.runtime_pins)
     body: dict[str, Any] = {
         "device": env.device,
         "profile": env.options.profile,

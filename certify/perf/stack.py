@@ -162,7 +162,8 @@ def started_stack(opts: StackOptions, work: Path) -> Iterator[Stack]:
             stack.callback(fake.stop)
             engine_url, key, engine_pid, fake_control, permits = fake.base, fake.key, fake.proc.pid, fake.control, opts.permits
         else:
-            from fixtures.fake_sglang.parity_engines import launch_engine, sglang_command
+            from certify.kit.engines import sglang_command
+            from fixtures.fake_sglang.parity_engines import launch_engine
 
             command = sglang_command()
             if command is None:

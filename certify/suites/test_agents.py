@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,8 +41,9 @@ from harness.agents.codex_runner import CodexRun
 from harness.agents.model_call import TOKEN_ENV, build_request, call_model
 from harness.agents.profiles import CODEX_FIELDS, ProfileStore, codex_key, result
 from harness.contracts.lock import InferenceLockV1
-from harness.daemon.core import load_sealed_lock
 from harness.errors import HitchError
+from harness.lock import load_sealed_lock
+from harness.settings import settings
 from harness.store import model_files_dir, read_manifest
 
 _INCOMPLETE = "Incomplete response returned, reason: max_output_tokens"
@@ -59,7 +59,7 @@ def codex() -> CodexInstall:
     try:
         return find_codex()
     except HitchError as exc:
-        if os.environ.get("HITCH_REQUIRE_CODEX"):
+        if settings().requires("codex"):
             raise
         pytest.skip(f"Codex not installed: {exc.message}")
 

@@ -32,7 +32,6 @@ Under xdist the evaluations run once per session (a file lock; the other worker 
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import shutil
 import threading
@@ -55,6 +54,7 @@ from harness.errors import HitchError
 from harness.evals.harbor_install import HarborInstall, harbor_install
 from harness.evals.harbor_run import EvalOptions, HarborEvaluation, base_image_id
 from harness.paths import HitchRoot, ensure_private_dir
+from harness.settings import settings
 
 REPO = Path(__file__).resolve().parents[2]
 TASKS = REPO / "fixtures" / "harbor_tasks"
@@ -74,7 +74,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def _expected() -> bool:
     """Required where Docker and Harbor are present, or where CI requires Harbor."""
-    if os.environ.get("HITCH_REQUIRE_HARBOR", "") not in ("", "0"):
+    if settings().requires("harbor"):
         return True
     return shutil.which("docker") is not None and harbor_install(HitchRoot.at()) is not None
 

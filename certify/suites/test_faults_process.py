@@ -398,7 +398,8 @@ def _wrong_model_container(daemon: PrivateDaemon, certify_record: Any) -> None:
 def _wrong_model_sglang(env: CertifyEnv, certify_record: Any, workdir: Path) -> None:
     """The daemon launches SGLang from the sealed lock only (no argv hook in the product path), so the engine is
     launched here, wrapped by ``wrong_model_argv``, and its answer goes through the verification readiness runs."""
-    from fixtures.fake_sglang.parity_engines import EngineCommand, launch_engine, sglang_command
+    from certify.kit.engines import sglang_command
+    from fixtures.fake_sglang.parity_engines import EngineCommand, launch_engine
     from harness.engine.keys import EngineKeys
     from harness.engine.verify import verify_server_info
     from harness.store import model_files_dir

@@ -100,7 +100,7 @@ def _stop_live_services(daemon: PrivateDaemon) -> list[str]:
 def test_oom_container_limit(private_daemon: PrivateDaemon, certify_record: Any) -> None:
     pdaemon = private_daemon
 
-    from harness.launch.docker_errors import docker_client
+    from harness.docker_engine import docker_client
 
     try:
         docker_client()  # answers a missing or refusing socket without the SDK (which leaks the socket)

@@ -147,7 +147,7 @@ def test_cuda_engine_memory_only_on_the_leased_gpu(certify_env: CertifyEnv, cert
 )
 def test_cuda_kv_pool_and_graphs_are_the_locks(certify_env: CertifyEnv, certify_record: Any) -> None:
     from harness.contracts.lock import CudaPlatformV1
-    from harness.daemon.core import load_sealed_lock
+    from harness.lock import load_sealed_lock
 
     lock = load_sealed_lock(certify_env.root, certify_env.run.inference_id)
     platform = lock.execution.platform

@@ -139,7 +139,7 @@ def _warm_run(daemon: PrivateDaemon) -> RunHandle:
 
 @pytest.fixture(scope="module")
 def recovery(private_daemon: PrivateDaemon) -> dict[str, Any]:
-    from harness.daemon.client import reap_spawned
+    from harness.app.daemon_client import reap_spawned
 
     daemon = private_daemon
     run = _warm_run(daemon)

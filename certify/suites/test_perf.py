@@ -37,7 +37,6 @@ figures to publish.
 from __future__ import annotations
 
 import json
-import os
 import time
 from typing import Any, Final
 
@@ -45,11 +44,11 @@ import httpx
 import pytest
 
 from certify.kit.probes import read_evidence
-from certify.options import SESSION_ENV
 from certify.perf.loops import KINDS, Arm, Plan, measure
 from certify.perf.summary import over_bound, summarize
 from certify.registry import check
 from certify.session import CertifyEnv
+from harness.settings import settings
 
 ROUTE: Final = "/v1/chat/completions"
 
@@ -69,7 +68,7 @@ def _engine_model(env: CertifyEnv) -> str:
 
 def build_arms(env: CertifyEnv, plan: Plan) -> tuple[dict[str, Arm], int, str]:
     from gateway.policy import apply_policy
-    from harness.daemon.core import load_sealed_lock
+    from harness.lock import load_sealed_lock
 
     lock = load_sealed_lock(env.root, env.run.inference_id)
     ex = lock.execution
@@ -127,7 +126,7 @@ def overhead(certify_env: CertifyEnv, request: pytest.FixtureRequest) -> dict[st
     report_dir = certify_env.options.report_dir
     report_dir.mkdir(parents=True, exist_ok=True)
     out = report_dir / "perf-overhead.json"
-    session = os.environ.get(SESSION_ENV, "")
+    session = settings().certify_session or ""
     with FileLock(str(report_dir / ".perf-overhead.lock")):
         if out.exists():
             cached: dict[str, Any] = json.loads(out.read_text())

@@ -16,6 +16,7 @@ import typer
 
 from harness.cli.output import COMMON, Common, cli_command
 from harness.errors import HitchError
+from harness.settings import env_name
 
 app = typer.Typer(no_args_is_help=True, help="benchmarks (figures, not pass/fail)")
 
@@ -104,5 +105,5 @@ def load(
             argv += [flag, str(value)]
     if common.as_json:
         argv.append("--json")
-    env = {**os.environ, "HITCH_ROOT": str(common.hroot.path)} if common.root is not None else None
+    env = {**os.environ, env_name("root"): str(common.hroot.path)} if common.root is not None else None
     raise typer.Exit(subprocess.call(argv, env=env))

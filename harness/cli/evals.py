@@ -14,10 +14,10 @@ from typing import Annotated, Any
 
 import typer
 
+from harness.app.daemon_client import ensure_daemon
 from harness.cli import options as opt
 from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.contracts.evaluation import TrialOutcomeV1
-from harness.daemon import ensure_daemon
 from harness.errors import HitchError
 from harness.evals.harbor_install import install_harbor, require_harbor
 from harness.evals.harbor_run import EvalOptions, HarborEvaluation, model_connection, task_dirs

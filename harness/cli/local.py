@@ -1,4 +1,4 @@
-"""``hitch local ...``: doctor, draft locks (and, later, prepare/status/stop)."""
+"""``hitch local ...``: the doctor and draft locks (``prepare``, ``status``, ``stop``, ``serve``: local_services, serve)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from harness.cli.doctor_cmd import doctor
 from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.devices import probe_cpu
 from harness.errors import HitchError
-from harness.lock import Device, ProfileShort, build_lock, validate_lock
+from harness.lock import ProfileShort, build_lock, served_device, validate_lock
 from harness.runtimes import default_runtime, get_runtime
 from harness.store import resolve_model
 
@@ -25,7 +25,7 @@ app.command("doctor", help="read-only: what this machine can certify, and why no
 @cli_command
 def lock_cmd(
     model: opt.ModelArg,
-    device: Annotated[str, typer.Option("--device", help="cpu | cuda (metal parses but is refused in P0)")] = "cpu",
+    device: Annotated[str, typer.Option("--device", help="cpu | cuda (metal parses but is not served)")] = "cpu",
     profile: opt.Profile = "baseline",
     runtime: opt.Runtime = None,
     context: opt.Context = None,
@@ -39,14 +39,10 @@ def lock_cmd(
     ] = False,
     common: Common = COMMON,
 ) -> None:
-    if device not in ("cpu", "cuda", "metal"):
-        raise HitchError("inference_device_unsupported", f"unknown device {device!r}", {"choices": ["cpu", "cuda", "metal"]})
+    dev = served_device(device)
     if profile not in ("baseline", "throughput"):
         raise HitchError("usage_error", f"unknown profile {profile!r}", {"choices": ["baseline", "throughput"]})
-    dev: Device = "cpu" if device == "cpu" else "cuda" if device == "cuda" else "metal"
     prof: ProfileShort = "baseline" if profile == "baseline" else "throughput"
-    if dev == "metal":
-        raise HitchError("inference_device_unsupported", "metal is a P1 backend and is refused in P0", {"device": "metal"})
     manifest = resolve_model(common.hroot, model)
     rt = get_runtime(runtime) if runtime else default_runtime(dev)
     lock = build_lock(

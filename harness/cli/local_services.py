@@ -14,10 +14,10 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
+from harness.app.daemon_client import DaemonClient, daemon_running, ensure_daemon
 from harness.cli import options as opt
 from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.contracts.runtime import InferenceRuntimeManifestV1
-from harness.daemon import DaemonClient, daemon_running, ensure_daemon
 from harness.devices.choice import DeviceChoice
 from harness.errors import HitchError
 from harness.paths import HitchRoot

@@ -37,14 +37,14 @@ from harness.agents.profiles import (
     codex_key_of,
     model_call_key,
 )
+from harness.app.daemon_client import DaemonClient, ensure_daemon
+from harness.app.run_store import RunStore
 from harness.cli import options as opt
 from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.contracts.agent_profile import FieldRuleV1, HarnessKeyV1
 from harness.contracts.lock import InferenceLockV1
-from harness.daemon import DaemonClient, ensure_daemon
-from harness.daemon.core import load_sealed_lock
-from harness.daemon.run_store import RunStore
 from harness.errors import ERROR_TABLE, HitchError
+from harness.lock import load_sealed_lock
 from harness.paths import HitchRoot
 from harness.runtimes import get_runtime
 

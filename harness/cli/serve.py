@@ -23,9 +23,9 @@ from typing import Annotated, Any
 
 import typer
 
+from harness.app.daemon_client import ensure_daemon
 from harness.cli import options as opt
 from harness.cli.output import COMMON, JSON_SCHEMA_VERSION, Common, cli_command
-from harness.daemon import ensure_daemon
 from harness.errors import HitchError
 
 __all__ = ["register"]

@@ -24,8 +24,8 @@ import docker
 
 from gateway.bindings import run_path_prefix
 from gateway.server import Gateway
+from harness.docker_engine import docker_client
 from harness.errors import HitchError
-from harness.launch.docker_errors import docker_client
 from harness.launch.eval_network import (
     EvalNetwork,
     ProbeResult,

@@ -26,13 +26,13 @@ import uvloop
 from aiohttp import web
 
 from harness.daemon.core import DaemonConfig, DaemonCore
-from harness.daemon.paths import DaemonPaths
 from harness.daemon.runs import RunService
 from harness.daemon.server import build_app
 from harness.devices.gpu_inventory import NvmlGpuInventory
-from harness.paths import HitchRoot, atomic_write_json, ensure_private_dir, write_secret
+from harness.paths import DaemonPaths, HitchRoot, atomic_write_json, ensure_private_dir, write_secret
 from harness.service.gpu_leases import GpuDeviceProvider
 from harness.service.ledger import Capacity
+from harness.settings import env_name
 
 __all__ = ["StaticGpuProvider", "main", "parse_args"]
 
@@ -148,7 +148,7 @@ async def serve(root: HitchRoot, config: DaemonConfig) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     root = HitchRoot.at(args.root)
-    os.environ["HITCH_ROOT"] = str(root.path)  # catalog loading applies this root's operator pins
+    os.environ[env_name("root")] = str(root.path)  # catalog loading applies this root's operator pins
     paths = DaemonPaths(root)
     paths.ensure()
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -20,7 +20,6 @@ import dataclasses
 import secrets
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from harness.contracts.events import LifecycleEventName, LifecycleEventV1
@@ -28,8 +27,8 @@ from harness.contracts.lock import InferenceLockV1
 from harness.devices import probe_cpu
 from harness.engine.probe import PROBED_EXECUTION_FIELDS, probed_values, seal_probed
 from harness.errors import HitchError
-from harness.lock import Device, ProfileShort, build_lock, validate_lock
-from harness.paths import HitchRoot, atomic_write_json
+from harness.lock import Device, ProfileShort, build_lock, save_sealed_lock, validate_lock
+from harness.paths import HitchRoot
 from harness.runtimes import get_runtime
 from harness.service.isolation import service_key
 from harness.service.manager import LeaseHandle
@@ -37,7 +36,7 @@ from harness.service.starter_supervisor import EngineChoice, SupervisedService
 from harness.service.state_store import ServiceStateStore
 from harness.store import resolve_model, verify_model_files
 
-__all__ = ["PrepareRequest", "device_choice_of", "prepare", "save_sealed"]
+__all__ = ["PrepareRequest", "device_choice_of", "prepare"]
 
 
 @dataclass(frozen=True)
@@ -55,14 +54,6 @@ def device_choice_of(body: dict[str, Any]) -> dict[str, Any] | None:
     """A request body's ``device_choice`` (what the CLI resolved and why), when it sent one."""
     value = body.get("device_choice")
     return value if isinstance(value, dict) else None
-
-
-def save_sealed(root: HitchRoot, lock: InferenceLockV1, validation: dict[str, Any]) -> tuple[Path, Path]:
-    folder = root.digest_dir(root.sealed_locks, lock.inference_id)
-    lock_path, validation_path = folder / "lock.json", folder / "validation.json"
-    atomic_write_json(lock_path, lock.to_json_dict())
-    atomic_write_json(validation_path, validation)
-    return lock_path, validation_path
 
 
 def _service(lease: LeaseHandle) -> SupervisedService:
@@ -171,7 +162,7 @@ async def prepare(core: Any, req: PrepareRequest) -> dict[str, Any]:
             "epoch": lease.epoch,
             "validated_at": time.time(),
         }
-        lock_path, validation_path = save_sealed(root, lock, validation)
+        lock_path, validation_path = save_sealed_lock(root, lock, validation)
     finally:
         stopped = await _release_and_stop(core, lease)
     events = [e.event for e in ServiceStateStore(root, lease.service_id).events() if e.inference_id == lock.inference_id]

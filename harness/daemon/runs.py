@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import re
 import secrets
 import time
@@ -41,11 +40,12 @@ from aiohttp import web
 from gateway.bindings import UpstreamTarget
 from gateway.capture import RunCapture
 from gateway.server import Gateway, GatewayConfig
+from harness.app.run_store import RunStore
 from harness.contracts.binding import ModelEndpointBindingV1
 from harness.contracts.events import LifecycleEventV1
 from harness.contracts.lock import InferenceLockV1
 from harness.contracts.run import RunRecordV1
-from harness.daemon.core import DaemonCore, load_sealed_lock
+from harness.daemon.core import DaemonCore
 from harness.daemon.eval_access import EvalAccess
 from harness.daemon.prepare import PrepareRequest, device_choice_of, prepare
 from harness.daemon.run_evidence import (
@@ -56,12 +56,11 @@ from harness.daemon.run_evidence import (
     write_execution_evidence,
     write_start_facts,
 )
-from harness.daemon.run_store import RunStore
 from harness.devices import probe_cpu
 from harness.devices.fingerprint import hardware_fingerprint
 from harness.errors import ERROR_TABLE, HitchError
 from harness.launch.process import isolation_facts
-from harness.lock import build_lock
+from harness.lock import build_lock, load_sealed_lock, sealed_for_draft
 from harness.paths import ensure_private_dir
 from harness.runtimes import get_runtime
 from harness.service.starter_supervisor import EngineChoice, SupervisedService
@@ -162,7 +161,7 @@ class RunService:
             profile=profile,
             cpu_cores_per_node=probe_cpu().cores_per_node,
         )
-        sealed = _sealed_for_draft(self.core, draft.inference_id)
+        sealed = sealed_for_draft(self.core.root, draft.inference_id)
         if sealed is None:  # not prepared yet: prepare (start, verify, seal) first
             req = PrepareRequest(model, device, profile, runtime, choice, device_choice=device_choice_of(body))
             result = await prepare(self.core, req)
@@ -377,26 +376,6 @@ class RunService:
             state = binding.record.state if binding is not None else "unknown"
             out.append({"run_id": run.run_id, "lease_id": run.lease_id, "binding_id": run.binding_id, "state": state})
         return out
-
-
-def _sealed_for_draft(core: DaemonCore, draft_id: str) -> str | None:
-    """The sealed inference id prepared from this draft lock: itself, or the newest lock sealed from its probe."""
-    root = core.root
-    if (root.digest_dir(root.sealed_locks, draft_id) / "lock.json").is_file():
-        return draft_id
-    if not root.sealed_locks.is_dir():
-        return None
-    found: list[tuple[float, str]] = []
-    for validation in root.sealed_locks.glob("*/validation.json"):
-        try:
-            data = json.loads(validation.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict) and data.get("draft_inference_id") == draft_id and (validation.parent / "lock.json").is_file():
-            sealed, at = data.get("inference_id"), data.get("validated_at")
-            if isinstance(sealed, str):
-                found.append((at if isinstance(at, int | float) else 0.0, sealed))
-    return max(found)[1] if found else None
 
 
 def run_routes(

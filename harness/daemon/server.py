@@ -29,11 +29,11 @@ from typing import Any
 
 from aiohttp import web
 
-from harness.daemon.core import DaemonCore, lease_json, load_sealed_lock
+from harness.daemon.core import DaemonCore, lease_json
 from harness.daemon.prepare import PrepareRequest, device_choice_of, prepare
 from harness.daemon.runs import RunService, run_routes
 from harness.errors import HitchError
-from harness.lock import validate_lock
+from harness.lock import load_sealed_lock, validate_lock
 from harness.service.starter_supervisor import EngineChoice
 
 __all__ = ["API_SCHEMA_VERSION", "build_app"]

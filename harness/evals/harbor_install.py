@@ -38,6 +38,7 @@ from harness.errors import HitchError
 from harness.ids import sha256_hex
 from harness.paths import HitchRoot, atomic_write_json
 from harness.runtimes.venv_build import clean_leftovers, dir_bytes, install_lock, publish, retarget_scripts, stream_command
+from harness.settings import settings
 
 __all__ = ["HARBOR_PYTHON", "HarborInstall", "find_base_python", "harbor_install", "install_harbor", "lock_digest"]
 
@@ -70,9 +71,9 @@ def lock_digest(lock_dir: Path = LOCK_DIR) -> str:
 
 
 def _pyenv_root() -> Path | None:
-    env = os.environ.get("PYENV_ROOT")
-    if env:
-        return Path(env)
+    env = settings().pyenv_root
+    if env is not None:
+        return env
     pyenv = shutil.which("pyenv")
     if pyenv:
         with contextlib.suppress(OSError, subprocess.SubprocessError):

@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from harness.app.daemon_client import DaemonClient
+from harness.app.run_store import RunStore
 from harness.contracts.evaluation import (
     EvaluationRecordV1,
     TrialOutcomeV1,
@@ -47,8 +49,6 @@ from harness.contracts.evaluation import (
     TrialUsageV1,
 )
 from harness.contracts.run import RunErrorV1
-from harness.daemon import DaemonClient
-from harness.daemon.run_store import RunStore
 from harness.errors import HitchError
 from harness.evals.harbor_install import HarborInstall
 from harness.paths import HitchRoot, atomic_write_json, ensure_private_dir
@@ -96,7 +96,7 @@ def model_connection(agent: str, environment: str) -> str:
 
 def base_image_id(tag: str = BASE_IMAGE) -> str:
     """The ID of the task images' base: what the daemon's reachability probe runs for in-container trials."""
-    from harness.launch.docker_errors import docker_client
+    from harness.docker_engine import docker_client
 
     client = docker_client()
     try:

@@ -12,7 +12,9 @@ so editing the shim or the lock yields a new runtime.
 from __future__ import annotations
 
 import re
+import time
 import tomllib
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -21,7 +23,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 from harness.contracts.runtime import InferenceRuntimeManifestV1
 from harness.errors import HitchError
 from harness.ids import digest_json, is_sha256_id, sha256_hex
-from harness.runtimes.pins import RuntimePinV1, pins_path, read_pins
+from harness.paths import HitchRoot
+from harness.runtimes.pins import RuntimePinV1, choose_digest, inspect_image, read_pins, write_pins
 
 __all__ = [
     "check_lock_text",
@@ -30,6 +33,7 @@ __all__ = [
     "get_runtime",
     "load_catalog",
     "locks_engine",
+    "pin_runtime",
     "pinned_image",
     "require_certifiable_pin",
     "runtime_source_dir",
@@ -221,7 +225,7 @@ def load_catalog(
     """
     path = catalog_path or default_catalog_path()
     use_pins = operator_pins if operator_pins is not None else catalog_path is None
-    pins = {} if use_pins is False else read_pins(use_pins if isinstance(use_pins, Path) else pins_path())
+    pins = {} if use_pins is False else read_pins(use_pins if isinstance(use_pins, Path) else HitchRoot.at().runtime_pins)
     try:
         raw = tomllib.loads(path.read_text())
     except OSError as exc:
@@ -295,3 +299,31 @@ def default_runtime(device: str, catalog_path: Path | None = None, *, launcher: 
     if candidates:
         return candidates[0]
     raise HitchError("inference_runtime_not_found", f"the runtime catalog has no {device} runtime", {"device": device})
+
+
+def pin_runtime(
+    root: HitchRoot,
+    name: str,
+    image_ref: str | None = None,
+    *,
+    inspect: Callable[[str], Mapping[str, Any]] | None = None,
+    clock: Callable[[], float] = time.time,
+) -> RuntimePinV1:
+    """Pin catalog runtime ``name`` (OCI, unpinned) to the local image ``image_ref`` (default: image:tag_hint)."""
+    # the repository's catalog alone: an earlier operator pin is replaced, never stacked
+    entry = next((r for r in load_catalog(operator_pins=False) if r.name == name), None)
+    if entry is None:
+        raise HitchError("inference_runtime_not_found", f"no runtime {name!r} in the catalog", {"runtime": name})
+    pkg = entry.package
+    if pkg.kind != "oci":
+        raise HitchError("usage_error", f"runtime {name} is a python-env runtime: its lock pins it already", {})
+    if pkg.digest is not None:
+        raise HitchError("usage_error", f"runtime {name} is pinned by the catalog ({pkg.digest})", {})
+    ref = image_ref or (f"{pkg.image}:{pkg.tag_hint}" if pkg.tag_hint else pkg.image)
+    attrs = (inspect or inspect_image)(ref)
+    digest, source = choose_digest(attrs, pkg.image)
+    pin = RuntimePinV1(name=name, image_ref=ref, digest=digest, source=source, pinned_at=clock())
+    pins = read_pins(root.runtime_pins)
+    pins[name] = pin
+    write_pins(root.runtime_pins, pins)
+    return pin

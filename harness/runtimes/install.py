@@ -34,11 +34,12 @@ from typing import Any, TextIO
 from filelock import FileLock
 
 from harness.contracts.runtime import InferenceRuntimeManifestV1, PythonEnvPackage
-from harness.devices.docker_probe import probe_docker
+from harness.docker_engine import docker_client
 from harness.errors import HitchError
 from harness.ids import sha256_hex
 from harness.paths import HitchRoot, atomic_write_json
 from harness.runtimes.catalog import require_certifiable_pin, runtime_source_dir
+from harness.runtimes.pins import inspect_image
 from harness.runtimes.venv_build import clean_leftovers, dir_bytes, install_lock, publish, retarget_scripts
 
 __all__ = [
@@ -242,25 +243,20 @@ def _install_oci(root: HitchRoot, manifest: InferenceRuntimeManifestV1, progress
     ref = manifest.package.reference()
     started = time.monotonic()
     if manifest.pinned_by == "operator":  # pinned from the local engine: it is there, or the pin is stale
-        from harness.runtimes.pins import inspect_image
-
         inspect_image(ref)
         record_manifest(root, manifest)
         return InstallResult(None, True, round(time.monotonic() - started, 1), None, {})
     progress.write(f"pulling {ref}\n")
-    facts = probe_docker()  # answers an unreachable engine without the SDK (which leaks the socket)
-    if not facts.reachable:
-        raise _unavailable(manifest, f"cannot pull {ref}: Docker is not reachable", image=ref, cause=facts.reason)
     try:
-        import docker
-
-        client = docker.from_env()
-        try:
-            client.images.pull(ref, platform=manifest.package.platform)
-        finally:
-            client.close()
+        client = docker_client()
+    except HitchError as err:
+        raise _unavailable(manifest, f"cannot pull {ref}: Docker is not reachable", image=ref, cause=err.message) from err
+    try:
+        client.images.pull(ref, platform=manifest.package.platform)
     except Exception as exc:  # the SDK raises many types; all mean "not available here"
         raise _unavailable(manifest, f"cannot pull {ref}: {type(exc).__name__}", image=ref, cause=str(exc)[:500]) from exc
+    finally:
+        client.close()
     record_manifest(root, manifest)
     seconds = round(time.monotonic() - started, 1)
     return InstallResult(None, False, seconds, None, {})

@@ -40,6 +40,7 @@ from harness.contracts.base import Record, parse_record
 from harness.devices.gpu_inventory import GpuUsage
 from harness.errors import HitchError
 from harness.paths import atomic_write_json, ensure_private_dir
+from harness.settings import settings
 
 __all__ = [
     "GpuDeviceProvider",
@@ -90,9 +91,9 @@ class GpuLeaseStatus:
 
 
 def default_lease_dir() -> Path:
-    runtime_dir = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime_dir:
-        return Path(runtime_dir) / "hitch" / "gpu-leases"
+    runtime_dir = settings().xdg_runtime_dir
+    if runtime_dir is not None:
+        return runtime_dir / "hitch" / "gpu-leases"
     return Path("/tmp") / f"hitch-gpu-leases-{os.getuid()}"
 
 

@@ -56,6 +56,7 @@ from rootfs_image import PYTHON_PACKAGES, SOURCE_DATE_EPOCH, download_debs, norm
 
 from harness.paths import HitchRoot
 from harness.runtimes import get_runtime, require_installed
+from harness.settings import settings
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCE_RUNTIME = "sglang-0.5.23-cpu-generic"
@@ -272,7 +273,7 @@ def build(root: HitchRoot, tag: str, force: bool, keep_layer: Path | None = None
         RECIPE_LABEL: recipe,
         "dev.hitch.runtime-image.source_runtime_id": runtime.manifest.runtime_id,
     }
-    with tempfile.TemporaryDirectory(prefix="hitch-sglang-image-", dir=os.environ.get("HITCH_IMAGE_TMP")) as tmp:
+    with tempfile.TemporaryDirectory(prefix="hitch-sglang-image-", dir=settings().image_tmp) as tmp:
         work = Path(tmp)
         started = time.time() - 1
         debdir, base = work / "debs", work / "root"
@@ -341,7 +342,7 @@ def main() -> int:
     args = parser.parse_args()
     if sys.version_info[:2] != (3, 11):
         raise BuildRefused("run with Python 3.11 (the image's python3 is Debian bookworm's 3.11)")
-    root = HitchRoot.at(os.environ.get("HITCH_ROOT"))
+    root = HitchRoot.at()
     t0 = time.monotonic()
     image_id = build(root, args.tag, args.force, args.keep_layer)
     size = docker.from_env().images.get(image_id).attrs.get("Size", 0)

@@ -13,8 +13,8 @@ import docker
 import pytest
 from filelock import FileLock
 
+from harness.docker_engine import docker_client
 from harness.errors import HitchError
-from harness.launch.docker_errors import docker_client
 from tests.components import missing
 
 REPO = Path(__file__).resolve().parents[2]

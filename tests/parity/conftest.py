@@ -16,14 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from certify.kit.engines import CPU_GENERIC_RUNTIME, sglang_command
 from fixtures.engine_process import EngineProcess
-from fixtures.fake_sglang.parity_engines import (
-    CPU_GENERIC_RUNTIME,
-    EngineCommand,
-    fake_command,
-    launch_engine,
-    sglang_command,
-)
+from fixtures.fake_sglang.parity_engines import EngineCommand, fake_command, launch_engine
 from harness.errors import HitchError
 from harness.paths import HitchRoot
 from tests.components import missing

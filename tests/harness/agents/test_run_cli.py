@@ -15,9 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from harness.app.daemon_client import DaemonClient, daemon_running
 from harness.contracts.evidence import InferenceExecutionEvidenceV1
 from harness.contracts.service import InferenceServiceRecordV1
-from harness.daemon import DaemonClient, daemon_running
 from harness.devices import run_doctor
 from harness.errors import ERROR_TABLE, HitchError
 from harness.launch.oci_config import LABEL_ROOT, root_label

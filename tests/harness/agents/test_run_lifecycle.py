@@ -23,11 +23,11 @@ import httpx
 import psutil
 import pytest
 
+from harness.app.daemon_client import DaemonClient
 from harness.contracts.events import RequestEvidenceV1
 from harness.contracts.evidence import InferenceExecutionEvidenceV1
 from harness.contracts.run import RunRecordV1
-from harness.daemon import DaemonClient, DaemonPaths
-from harness.paths import HitchRoot
+from harness.paths import DaemonPaths, HitchRoot
 from tests.harness.daemon.conftest import FAST, HITCH, as_json, hitch, inputs, leak_guard
 from tests.harness.engine.inputs import ServiceInputs
 

@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from fixtures.eval_trial.driver import release, start_trial, wait_event
-from harness.daemon import DaemonClient
+from harness.app.daemon_client import DaemonClient
 from harness.errors import HitchError
 from harness.launch.eval_network import LABEL_ROLE, eval_network_name
 from harness.launch.oci_config import LABEL_ROOT, root_label

@@ -14,9 +14,8 @@ import psutil
 import pytest
 
 from fixtures.process_faults import pid_alive
+from harness.app.daemon_client import DaemonClient, reap_spawned, start_daemon
 from harness.contracts.service import DeviceAllocationV1, InferenceServiceRecordV1, ProcessIdentityV1
-from harness.daemon import DaemonClient, start_daemon
-from harness.daemon.client import reap_spawned
 from harness.errors import HitchError
 from harness.lock import build_lock
 from harness.service.isolation import service_key

@@ -10,8 +10,8 @@ from pathlib import Path
 import docker
 import pytest
 
+from harness.app.daemon_client import DaemonClient, start_daemon
 from harness.contracts.lock import compute_inference_id
-from harness.daemon import DaemonClient, start_daemon
 from harness.service.state_store import ServiceStateStore
 from tests.harness.daemon.conftest import FAST
 from tests.harness.daemon.test_recovery import _kill9

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from harness.app.run_store import RunStore
 from harness.contracts.run import RunRecordV1
-from harness.daemon.run_store import RunStore
 from harness.errors import HitchError
 from harness.paths import HitchRoot
 

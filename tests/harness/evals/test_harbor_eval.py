@@ -18,8 +18,8 @@ from urllib.parse import urlsplit
 import pytest
 
 from gateway.bindings import run_path_prefix
+from harness.app.daemon_client import DaemonClient
 from harness.contracts.evaluation import EvaluationRecordV1
-from harness.daemon import DaemonClient
 from harness.evals.harbor_install import HarborInstall, harbor_install
 from harness.evals.harbor_run import EvalOptions, HarborEvaluation
 from harness.launch.eval_network import eval_network_name

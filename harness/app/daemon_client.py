@@ -20,9 +20,8 @@ from typing import Any
 import httpx
 import psutil
 
-from harness.daemon.paths import DaemonPaths
 from harness.errors import ERROR_TABLE, HitchError
-from harness.paths import HitchRoot
+from harness.paths import DaemonPaths, HitchRoot
 
 __all__ = ["DaemonClient", "daemon_running", "ensure_daemon", "reap_spawned", "start_daemon", "stop_daemon"]
 

@@ -42,7 +42,7 @@ def project_commit() -> str:
 
 def machine_facts(device: str) -> tuple[dict[str, Any], DoctorReportV1]:
     """This machine's hardware fingerprint for ``device`` and the doctor record it was built from."""
-    doctor = run_doctor(device if device in ("cpu", "cuda") else "auto")  # type: ignore[arg-type]
+    doctor = run_doctor("cuda" if device == "cuda" else "cpu" if device == "cpu" else "auto")
     return fingerprint_of(doctor, device), doctor
 
 
@@ -51,7 +51,7 @@ def _platform(
 ) -> Platform:
     from harness.runtimes import get_runtime
 
-    verdict = doctor.devices.get(opts.device)  # type: ignore[call-overload]
+    verdict = doctor.devices.get("cuda" if opts.device == "cuda" else "cpu")
     platform_ok = bool(verdict is not None and verdict.certifiable)
     platform_reasons = tuple(verdict.reasons) if verdict is not None else (f"doctor has no verdict for {opts.device}",)
     runtime_ok = False

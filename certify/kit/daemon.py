@@ -25,10 +25,11 @@ from typing import Any
 import psutil
 import pytest
 
-from certify.session import CertifyEnv, RunHandle, create_run, engine_endpoint
+from certify.session import CertifyEnv, RunHandle, create_run
 from fixtures.engine_faults import EngineTarget
 from fixtures.fake_sglang.client import FakeControl
 from harness.app.daemon_client import DaemonClient, reap_spawned, start_daemon, stop_daemon
+from harness.app.service import engine_endpoint
 from harness.contracts.events import LifecycleEventV1
 from harness.contracts.lock import InferenceLockV1, compute_inference_id
 from harness.contracts.service import InferenceServiceRecordV1
@@ -89,8 +90,7 @@ class PrivateDaemon:
 
     def delete_run(self, run: RunHandle) -> dict[str, Any]:
         self.runs.pop(run.run_id, None)
-        out: dict[str, Any] = self.client().request("DELETE", f"/v1/runs/{run.run_id}")
-        return out
+        return self.client().delete_run(run.run_id)
 
     def stop_service(self, service_id: str) -> None:
         for run in [r for r in self.runs.values() if r.service_id == service_id]:

@@ -20,7 +20,8 @@ from __future__ import annotations
 import json
 
 from certify.load.runner import make_user
-from certify.load.schedule import PROMPTS, LoadSchedule, TargetPlan, caller_body
+from certify.load.schedule import PROMPTS, TargetPlan, caller_body
+from harness.app.load_schedule import LoadSchedule
 from harness.settings import env_name, settings
 
 __all__ = ["LoadUser"]

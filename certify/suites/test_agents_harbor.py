@@ -49,6 +49,7 @@ from certify.plugin import engine_turn
 from certify.registry import check
 from certify.session import CertifyEnv
 from fixtures.fake_sglang.client import FakeControl
+from harness.app.requests import RunRequest, parse_request
 from harness.devices.docker_probe import probe_docker
 from harness.errors import HitchError
 from harness.evals.harbor_install import HarborInstall, harbor_install
@@ -112,9 +113,9 @@ def _once(env: CertifyEnv, name: str, compute: Callable[[], dict[str, Any]]) -> 
     return result
 
 
-def _pinned(env: CertifyEnv) -> dict[str, Any]:
-    """A run body that leases the session's service (its inference id, its engine choice)."""
-    return {**env.body, "inference_id": env.run.inference_id, "capture": "metadata"}
+def _pinned(env: CertifyEnv) -> RunRequest:
+    """A run request that leases the session's service (its inference id, its engine choice)."""
+    return parse_request(RunRequest, {**env.body, "inference_id": env.run.inference_id, "capture": "metadata"})
 
 
 def _turns(text: str, n: int = 48) -> list[dict[str, Any]]:
@@ -143,10 +144,8 @@ def _in_container(env: CertifyEnv, harbor: HarborInstall) -> dict[str, Any]:
     tag = secrets.token_hex(4)
     image = base_image_id()
     body = _pinned(env)
-    sibling = env.daemon.request(
-        "POST", "/v1/runs", {**body, "run_id": f"cert-harbor-sib-{tag}", "for_containers": True, "eval_image": image},
-        timeout_s=900.0,
-    )  # fmt: skip
+    fields = {**body.body(), "run_id": f"cert-harbor-sib-{tag}", "for_containers": True, "eval_image": image}
+    sibling = env.daemon.create_run(parse_request(RunRequest, fields))
     try:
         if env.fake is not None:
             env.fake.script(_turns(_SOLVE_CREATE))
@@ -181,7 +180,7 @@ def _in_container(env: CertifyEnv, harbor: HarborInstall) -> dict[str, Any]:
     finally:
         if env.fake is not None:
             env.fake.script([])
-        env.daemon.request("DELETE", f"/v1/runs/{sibling['run_id']}")
+        env.daemon.delete_run(sibling["run_id"])
 
 
 def _chat_active(env: CertifyEnv) -> int:

@@ -161,7 +161,7 @@ def call_model(
 ) -> ModelCallResult:
     """One request, no retries; the token is read from ``HITCH_LOCAL_MODEL_TOKEN`` of ``env``."""
     secret = settings(env).local_model_token
-    token = secret.get_secret_value() if secret is not None else ""
+    token = secret.reveal() if secret is not None else ""
     if not token:
         raise HitchError("inference_token_invalid", f"{TOKEN_ENV} is not set", {"env": TOKEN_ENV})
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}

@@ -18,17 +18,17 @@ from harness.devices.doctor import run_doctor
 from harness.devices.report import DoctorReportV1, EffectiveSettingV1
 from harness.settings import effective_settings
 
-__all__ = ["DeviceChoice", "doctor", "render_human"]
+__all__ = ["DoctorDevice", "doctor", "render_human"]
 
 
-class DeviceChoice(StrEnum):
+class DoctorDevice(StrEnum):
     cpu = "cpu"
     cuda = "cuda"
     auto = "auto"
 
 
 DeviceOpt = Annotated[
-    DeviceChoice,
+    DoctorDevice,
     typer.Option("--device", help="which device's verdict to show; auto shows both and selects one"),
 ]
 
@@ -99,7 +99,7 @@ def render_human(report: DoctorReportV1, console: Console | None = None) -> None
 
 
 @cli_command
-def doctor(device: DeviceOpt = DeviceChoice.auto, common: Common = COMMON) -> None:
+def doctor(device: DeviceOpt = DoctorDevice.auto, common: Common = COMMON) -> None:
     """Report CPU/CUDA/Docker facts and whether each device is certifiable (writes nothing)."""
     found = run_doctor(device.value, root=common.root)
     report = found.model_copy(update={"settings": [EffectiveSettingV1(**s) for s in effective_settings()]})

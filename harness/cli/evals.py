@@ -1,4 +1,4 @@
-"""``hitch eval harbor install`` and ``hitch eval harbor run TASKS --model local/ALIAS ...`` (issue 12).
+"""``hitch eval harbor install`` and ``hitch eval harbor run TASKS --model local/ALIAS ...``.
 
 ``install`` puts Harbor in a private, hash-locked venv under the root (:mod:`harness.evals.harbor_install`);
 ``run`` runs the tasks' trials on the local model, one run binding per trial
@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Annotated, Any
 import typer
 
 from harness.app.daemon_client import ensure_daemon
+from harness.app.runs import RunService, run_service_request
 from harness.cli import options as opt
 from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.contracts.evaluation import TrialOutcomeV1
@@ -93,21 +95,18 @@ def run_cmd(
     ] = None,
     common: Common = COMMON,
 ) -> None:
-    from harness.cli.run import _run_body
-
     model_connection(agent, env)  # a topology the gateway cannot serve is refused before anything starts
     if fake_script is not None and svc.engine != "fake":
         raise HitchError("usage_error", "--fake-script is for --engine fake", {})
     hroot = common.hroot
     install = require_harbor(hroot)
     found = task_dirs(tasks)
-    body = _run_body(hroot, common.root, model, inference, svc)
-    body["capture"] = "metadata"
-    if fake_script is not None:
-        body["fake_flags"] = ["--fake-script", str(fake_script.resolve())]
+    ask = RunService.of(**dataclasses.asdict(svc), model=model, inference=inference)
+    flags = ["--fake-script", str(fake_script.resolve())] if fake_script is not None else []
+    request = run_service_request(hroot, ask, common.root, capture="metadata", **({"fake_flags": flags} if flags else {}))
     paths = [p.resolve() for p in agent_path or []]
     options = EvalOptions(found, agent, env, attempts, concurrent, _kwargs(agent_kwarg or []), eval_id, agent_paths=paths)
-    evaluation = HarborEvaluation(hroot, install, ensure_daemon(hroot), body, options)
+    evaluation = HarborEvaluation(hroot, install, ensure_daemon(hroot), request, options)
 
     def progress(event: dict[str, Any]) -> None:
         if not common.as_json:

@@ -28,10 +28,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import secrets
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +38,7 @@ from aiohttp import web
 from gateway.bindings import UpstreamTarget
 from gateway.capture import RunCapture
 from gateway.server import Gateway, GatewayConfig
+from harness.app.requests import EmptyRequest, FinishRunRequest, PrepareRequest, RunRequest
 from harness.app.run_store import RunStore
 from harness.contracts.binding import ModelEndpointBindingV1
 from harness.contracts.events import LifecycleEventV1
@@ -47,7 +46,8 @@ from harness.contracts.lock import InferenceLockV1
 from harness.contracts.run import RunRecordV1
 from harness.daemon.core import DaemonCore
 from harness.daemon.eval_access import EvalAccess
-from harness.daemon.prepare import PrepareRequest, device_choice_of, prepare
+from harness.daemon.prepare import prepare
+from harness.daemon.replies import body_of, reply
 from harness.daemon.run_evidence import (
     EngineFacts,
     GatewayFacts,
@@ -58,19 +58,18 @@ from harness.daemon.run_evidence import (
 )
 from harness.devices import probe_cpu
 from harness.devices.fingerprint import hardware_fingerprint
-from harness.errors import ERROR_TABLE, HitchError
+from harness.errors import HitchError
 from harness.launch.process import isolation_facts
 from harness.lock import build_lock, load_sealed_lock, sealed_for_draft
 from harness.paths import ensure_private_dir
 from harness.runtimes import get_runtime
-from harness.service.starter_supervisor import EngineChoice, SupervisedService
+from harness.service.starter_supervisor import SupervisedService
 from harness.service.state_store import ServiceStateStore
 from harness.store import model_files_dir, resolve_model
 
 __all__ = ["REVOKING_EVENTS", "RunService", "run_routes"]
 
 REVOKING_EVENTS = frozenset({"inference.failed", "inference.draining", "inference.stopped"})
-_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
 @dataclass
@@ -89,12 +88,12 @@ class _Run:
     eval_image: str | None = None  # a container-facing run: the eval image its probes ran in
 
 
-_CAPTURE_MODES = ("off", "metadata", "full")
-_REQUEST_FIELDS = (
+# what run.json keeps of the request (as it was given; no secret), and what a prepare of its service takes
+_REQUEST_FIELDS = {
     "model", "inference_id", "device", "profile", "runtime", "engine", "launcher", "fake_flags", "image", "capture_max_bytes",
     "device_choice", "for_containers", "eval_image",
-)  # fmt: skip
-_CAPTURE_MAX = 1 << 30  # per request and direction: what one run may put on disk is bounded
+}  # fmt: skip
+_SERVICE_FIELDS = {"device", "profile", "engine", "launcher", "image", "fake_flags", "device_choice"}
 
 
 class RunService:
@@ -143,28 +142,22 @@ class RunService:
 
     # -- runs ---------------------------------------------------------------------------------------
 
-    async def _lock_for(self, body: dict[str, Any], choice: EngineChoice) -> InferenceLockV1:
-        inference_id = body.get("inference_id")
-        if isinstance(inference_id, str) and inference_id:
-            return load_sealed_lock(self.core.root, inference_id)
-        model = body.get("model")
-        device, profile, runtime = body.get("device", "cpu"), body.get("profile", "baseline"), body.get("runtime")
-        if not isinstance(model, str) or not model or not isinstance(runtime, str) or not runtime:
-            raise HitchError("usage_error", "a run needs an inference_id, or a model and a runtime", {})
-        if device not in ("cpu", "cuda") or profile not in ("baseline", "throughput"):
-            raise HitchError("usage_error", "device is cpu|cuda and profile baseline|throughput", {})
+    async def _lock_for(self, ask: RunRequest) -> InferenceLockV1:
+        if ask.inference_id:
+            return load_sealed_lock(self.core.root, ask.inference_id)
         root = self.core.root
+        model, runtime = str(ask.model), str(ask.runtime)  # the request names both when it names no inference_id
         draft = build_lock(
             resolve_model(root, model),
             get_runtime(runtime),
-            device=device,
-            profile=profile,
+            device=ask.device,
+            profile=ask.profile,
             cpu_cores_per_node=probe_cpu().cores_per_node,
         )
         sealed = sealed_for_draft(self.core.root, draft.inference_id)
         if sealed is None:  # not prepared yet: prepare (start, verify, seal) first
-            req = PrepareRequest(model, device, profile, runtime, choice, device_choice=device_choice_of(body))
-            result = await prepare(self.core, req)
+            service = ask.model_dump(include=_SERVICE_FIELDS, exclude_none=True)
+            result = await prepare(self.core, PrepareRequest.model_validate({**service, "model": model, "runtime": runtime}))
             sealed = str(result["inference_id"])
         return load_sealed_lock(root, sealed)
 
@@ -173,45 +166,30 @@ class RunService:
         if record is not None and record.terminal:
             raise HitchError("run_cancelled", f"run {run_id} was {record.status} while it was being prepared", {})
 
-    async def create(self, body: dict[str, Any], choice: EngineChoice) -> dict[str, Any]:
+    async def create(self, ask: RunRequest) -> dict[str, Any]:
         """Admit a run; a run id already finished answers its record (``existing``) instead of running again."""
-        run_id = body.get("run_id") or "run-" + secrets.token_hex(8)
-        if not isinstance(run_id, str) or not _RUN_ID.match(run_id):
-            raise HitchError("usage_error", "a run id is 1..100 of [A-Za-z0-9._-]", {})
-        harness, capture = body.get("harness"), body.get("capture", "metadata")
-        if harness is not None and not isinstance(harness, str):
-            raise HitchError("usage_error", "harness is a string", {})
-        if capture not in _CAPTURE_MODES:
-            raise HitchError("usage_error", "capture is off|metadata|full", {"capture": capture})
-        limit = body.get("capture_max_bytes")
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= _CAPTURE_MAX):
-            raise HitchError("usage_error", f"capture_max_bytes is 1..{_CAPTURE_MAX}", {"capture_max_bytes": limit})
-        for_containers = body.get("for_containers", False)
-        if not isinstance(for_containers, bool):
-            raise HitchError("usage_error", "for_containers is a boolean", {})
+        run_id = ask.run_id or "run-" + secrets.token_hex(8)
         existing = self.store.read(run_id)
         if run_id in self.runs or (existing is not None and not existing.terminal):
             raise HitchError("run_in_progress", f"run {run_id!r} is live", {"run_id": run_id})
         if existing is not None:
             return {"run_id": run_id, "existing": True, "record": existing.to_json_dict()}
-        if for_containers:  # before anything else starts: containers must reach the gateway where we listen
-            await self.eval_access.prepare(body.get("eval_image"))
-        request = {k: body[k] for k in _REQUEST_FIELDS if k in body}
-        self.store.admit(run_id, harness, request, capture)
-        run = self.runs[run_id] = _Run(run_id, eval_image=body["eval_image"] if for_containers else None)
+        if ask.for_containers:  # before anything else starts: containers must reach the gateway where we listen
+            await self.eval_access.prepare(ask.eval_image)
+        request = ask.model_dump(mode="json", include=_REQUEST_FIELDS, exclude_unset=True)
+        self.store.admit(run_id, ask.harness, request, ask.capture)
+        run = self.runs[run_id] = _Run(run_id, eval_image=ask.eval_image if ask.for_containers else None)
         try:
-            return await self._bind(run, body, choice, capture, limit)
+            return await self._bind(run, ask)
         except BaseException as exc:
             err = exc if isinstance(exc, HitchError) else HitchError("internal_error", f"the run failed: {type(exc).__name__}")
             await self.finish(run_id, "cancelled" if err.code == "run_cancelled" else "failed", err)
             raise
 
-    async def _bind(
-        self, run: _Run, body: dict[str, Any], choice: EngineChoice, capture: str, capture_limit: int | None
-    ) -> dict[str, Any]:
-        run_id = run.run_id
+    async def _bind(self, run: _Run, ask: RunRequest) -> dict[str, Any]:
+        run_id, capture, choice = run.run_id, ask.capture, ask.engine_choice()
         self.store.advance(run_id, "preparing")
-        lock = run.lock = await self._lock_for(body, choice)
+        lock = run.lock = await self._lock_for(ask)
         self._check_cancelled(run_id)
         before = {s.service_id for s in self.core.manager.services()}
         lease = await self.core.acquire(lock, run_id, choice)
@@ -255,7 +233,7 @@ class RunService:
         if capture != "off":
             with contextlib.suppress(OSError):  # a folder that cannot be made fails each capture write: evidence incomplete
                 ensure_private_dir(capture_dir)
-        own = RunCapture(capture, capture_dir, capture_limit)  # type: ignore[arg-type]  # checked against _CAPTURE_MODES
+        own = RunCapture(capture, capture_dir, ask.capture_max_bytes)
         net = self.eval_access.network if run.eval_image is not None else None
         record = self.gateway.register(run_id, target, capture=own, listen_host=net.gateway_ip if net is not None else None)
         run.binding_id = record.binding_id
@@ -378,19 +356,13 @@ class RunService:
         return out
 
 
-def run_routes(
-    runs: RunService,
-    body_of: Callable[[web.Request], Awaitable[dict[str, Any]]],
-    choice_of: Callable[[dict[str, Any]], EngineChoice],
-    reply: Callable[[dict[str, Any]], web.Response],
-) -> web.RouteTableDef:
+def run_routes(runs: RunService) -> web.RouteTableDef:
     """The ``/v1/runs`` routes of the daemon's management app."""
     routes = web.RouteTableDef()
 
     @routes.post("/v1/runs")
     async def create(request: web.Request) -> web.Response:
-        body = await body_of(request)
-        return reply({"kind": "run", **await runs.create(body, choice_of(body))})
+        return reply({"kind": "run", **await runs.create(await body_of(request, RunRequest))})
 
     @routes.get("/v1/runs")
     async def listing(_: web.Request) -> web.Response:
@@ -410,21 +382,15 @@ def run_routes(
 
     @routes.post("/v1/runs/{run_id}/finish")
     async def finish(request: web.Request) -> web.Response:
-        body = await body_of(request)
-        status = body.get("status")
-        if status not in ("completed", "failed", "cancelled"):
-            raise HitchError("usage_error", "status is completed|failed|cancelled", {"status": status})
-        error = body.get("error")
+        ask = await body_of(request, FinishRunRequest)
         err = None
-        if status != "completed":
-            code = error.get("code") if isinstance(error, dict) else None
-            if not isinstance(code, str) or code not in ERROR_TABLE:
-                raise HitchError("usage_error", "a run that did not complete ends with an error code of the table", {})
-            err = HitchError(code, str(error.get("message", ""))[:2000] if isinstance(error, dict) else "", {})
-        return reply({"kind": "run-finish", **await runs.finish(request.match_info["run_id"], status, err)})
+        if ask.status != "completed" and ask.error is not None:  # the request's validator requires it
+            err = HitchError(ask.error.code, ask.error.message[:2000], {})
+        return reply({"kind": "run-finish", **await runs.finish(request.match_info["run_id"], ask.status, err)})
 
     @routes.post("/v1/runs/{run_id}/cancel")
     async def cancel(request: web.Request) -> web.Response:
+        await body_of(request, EmptyRequest)
         return reply({"kind": "run-cancel", **await runs.cancel(request.match_info["run_id"])})
 
     return routes

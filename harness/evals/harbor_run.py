@@ -37,9 +37,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 from harness.app.daemon_client import DaemonClient
+from harness.app.requests import FinishRunRequest, RunErrorIn, RunRequest, parse_request
 from harness.app.run_store import RunStore
 from harness.contracts.evaluation import (
     EvaluationRecordV1,
@@ -150,13 +151,13 @@ class HarborEvaluation:
     """One evaluation: its trials, the driver process of the current wave, the record."""
 
     def __init__(
-        self, root: HitchRoot, install: HarborInstall, client: DaemonClient, run_body: dict[str, Any], options: EvalOptions
+        self, root: HitchRoot, install: HarborInstall, client: DaemonClient, request: RunRequest, options: EvalOptions
     ) -> None:
         if options.k < 1 or options.n_concurrent < 1:
             raise HitchError("usage_error", "-k and -n are at least 1", {"k": options.k, "n": options.n_concurrent})
         self.connection = model_connection(options.agent, options.environment)
         self.root, self.install, self.client, self.options = root, install, client, options
-        self.run_body = dict(run_body)
+        self.request = request
         self.evaluation_id = options.evaluation_id or "eval-" + secrets.token_hex(6)
         if not _EVAL_ID.match(self.evaluation_id):  # it names runs and Harbor's compose projects
             raise HitchError("usage_error", "an evaluation id is 1..40 of [a-z0-9-], starting alphanumeric", {})
@@ -170,7 +171,7 @@ class HarborEvaluation:
             )
             for n, (task, i) in enumerate((t, i) for t in options.tasks for i in range(options.k))
         ]
-        self.inference_id: str | None = run_body.get("inference_id")
+        self.inference_id: str | None = request.inference_id
         self.eval_image = (options.eval_image or base_image_id()) if self.connection == "container" else None
         self._stdin: IO[str] | None = None
         self._stdin_lock = threading.Lock()
@@ -202,7 +203,7 @@ class HarborEvaluation:
             model_connection=self.connection,
             environment="docker",
             inference_id=self.inference_id,
-            engine=str(self.run_body.get("engine", "sglang")),
+            engine=self.request.engine,
             started_at=started,
             finished_at=time.time(),
             trials=[t.outcome for t in self.trials if t.outcome is not None],
@@ -213,14 +214,15 @@ class HarborEvaluation:
     # -- one wave ----------------------------------------------------------------------------------------
 
     def _create_run(self, trial: _Trial) -> None:
+        given = self.request.body()
         if self.inference_id is None:
-            body = {**self.run_body}
+            body = given
         else:  # the lock and service are prepared: every later trial pins them
-            body = {k: self.run_body[k] for k in _RUN_FIELDS_PINNED if k in self.run_body} | {"inference_id": self.inference_id}
+            body = {k: given[k] for k in _RUN_FIELDS_PINNED if k in given} | {"inference_id": self.inference_id}
         body.update(run_id=trial.run_id, harness=f"harbor:{self.options.agent}")
         if self.eval_image is not None:
             body.update(for_containers=True, eval_image=self.eval_image)
-        trial.run = self.client.request("POST", "/v1/runs", body, timeout_s=900.0)
+        trial.run = self.client.create_run(parse_request(RunRequest, body))
         self.inference_id = str(trial.run["inference_id"])
 
     def _spec(self, trial: _Trial, overlay: Path) -> dict[str, Any]:
@@ -323,11 +325,13 @@ class HarborEvaluation:
             log.close()
 
     def _finish(self, trial: _Trial, error: HitchError | None) -> None:
-        status = "completed" if error is None else ("cancelled" if error.code == "run_cancelled" else "failed")
-        body: dict[str, Any] = {"status": status}
-        if error is not None:
-            body["error"] = {"code": error.code, "message": error.message}
-        record = self.client.request("POST", f"/v1/runs/{trial.run_id}/finish", body, timeout_s=120.0)["record"]
+        status: Literal["completed", "failed", "cancelled"] = (
+            "completed" if error is None else ("cancelled" if error.code == "run_cancelled" else "failed")
+        )
+        finish = FinishRunRequest(
+            status=status, error=RunErrorIn(code=error.code, message=error.message) if error is not None else None
+        )
+        record = self.client.finish_run(trial.run_id, finish)["record"]
         trial.outcome = _outcome(self.root, trial, record)
 
 

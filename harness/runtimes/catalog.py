@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import time
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -286,12 +286,20 @@ def require_certifiable_pin(manifest: InferenceRuntimeManifestV1) -> InferenceRu
     return manifest
 
 
-def default_runtime(device: str, catalog_path: Path | None = None, *, launcher: str | None = None) -> InferenceRuntimeManifestV1:
+def default_runtime(
+    device: str,
+    catalog_path: Path | None = None,
+    *,
+    launcher: str | None = None,
+    runtimes: Sequence[InferenceRuntimeManifestV1] | None = None,
+) -> InferenceRuntimeManifestV1:
     """A pinned, certifiable runtime for the device if the catalog has one, else the best pinned one.
 
-    ``launcher`` narrows the choice to what it can start: ``oci`` an image, ``process`` a python-env."""
+    ``launcher`` narrows the choice to what it can start: ``oci`` an image, ``process`` a python-env. ``runtimes``
+    (an already loaded catalog) stands for ``load_catalog(catalog_path)``."""
     kind = {"oci": "oci", "process": "python-env"}.get(launcher or "")
-    candidates = [r for r in load_catalog(catalog_path) if r.backend == device and kind in (None, r.package.kind)]
+    loaded = runtimes if runtimes is not None else load_catalog(catalog_path)
+    candidates = [r for r in loaded if r.backend == device and kind in (None, r.package.kind)]
     for wanted in ((True, True), (False, True)):
         for runtime in candidates:
             if (runtime.certifiable, runtime.pinned) == wanted:

@@ -24,11 +24,11 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import urlsplit
 
 from harness.contracts.lock import InferenceLockV1
-from harness.contracts.service import ProcessIdentityV1
+from harness.contracts.service import EngineName, LauncherName, ProcessIdentityV1
 from harness.engine import EngineProgram, ReadinessReport
 from harness.engine.launch_spec import Launcher
 from harness.errors import HitchError
@@ -43,9 +43,7 @@ from harness.store import model_files_dir
 
 __all__ = ["FAKE_IMAGE_PYTHON", "EngineChoice", "SupervisedService", "SupervisorStarter", "engine_program", "stop_all"]
 
-EngineName = Literal["sglang", "fake"]
-LauncherName = Literal["process", "oci"]
-FAKE_IMAGE_PYTHON = "python3"  # the fake engine image's interpreter (scripts/ci/build_fake_image.py)
+FAKE_IMAGE_PYTHON = "python3"  # the fake engine image's interpreter (fixtures.images.fake_engine)
 _PORT_RETRY_CODES = ("inference_port_conflict", "inference_process_exited", "inference_lock_mismatch")
 
 

@@ -11,7 +11,7 @@ cannot be committed) is pinned in this HITCH_ROOT's operator overlay (``pinned_b
 What goes in:
 
 1. Debian bookworm's python3.11 and the libraries it links (``apt-get download`` + ``dpkg-deb -x``, shared
-   with the fake-engine image: ``rootfs_image.py``), plus ``python3-distutils``/``python3-lib2to3``.
+   with the fake-engine image: :mod:`fixtures.images.rootfs`), plus ``python3-distutils``/``python3-lib2to3``.
 2. The *installed* ``sglang-0.5.23-cpu-generic`` runtime of this HITCH_ROOT (``hitch runtime install``: a
    venv made from the hash-pinned lock). It is not re-resolved: its ``site-packages`` go to Debian's
    site directory ``/usr/local/lib/python3.11/dist-packages`` as they are, and every file is checked on the
@@ -25,7 +25,7 @@ What goes in:
 Reproducible by construction, not by the registry: the image is written as a ``docker save`` archive and
 ``docker load``-ed, so its ID is the sha256 of a config this script writes (fixed ``created`` time, no
 host-specific field) over one layer whose tar has sorted entries, root ownership and clamped build mtimes
-(``rootfs_image.py``); the venv's own mtimes are kept so its ``.pyc`` files stay valid on the read-only
+(:mod:`fixtures.images.rootfs`); the venv's own mtimes are kept so its ``.pyc`` files stay valid on the read-only
 rootfs. Two builds from the same .debs and the same installed runtime give the same ID.
 
 Idempotent: the image carries ``dev.hitch.runtime-image.recipe`` (this script, the shared module, the
@@ -52,8 +52,17 @@ from pathlib import Path
 from typing import IO, Any
 
 import docker
-from rootfs_image import PYTHON_PACKAGES, SOURCE_DATE_EPOCH, download_debs, normalize, populate_base, root_tar, tag_existing
 
+from fixtures.images import rootfs
+from fixtures.images.rootfs import (
+    PYTHON_PACKAGES,
+    SOURCE_DATE_EPOCH,
+    download_debs,
+    normalize,
+    populate_base,
+    root_tar,
+    tag_existing,
+)
 from harness.paths import HitchRoot
 from harness.runtimes import get_runtime, require_installed
 from harness.settings import settings
@@ -250,7 +259,7 @@ def docker_load(layer: Path, config: bytes, tag: str) -> str:
 
 def recipe_hash(runtime_id: str, marker: bytes) -> str:
     h = hashlib.sha256()
-    for part in (Path(__file__).read_bytes(), Path(__file__).with_name("rootfs_image.py").read_bytes()):
+    for part in (Path(__file__).read_bytes(), Path(rootfs.__file__).read_bytes()):
         h.update(part)
     h.update("\n".join(DEBIAN_PACKAGES).encode())
     h.update(runtime_id.encode() + b"\0" + marker)

@@ -7,11 +7,10 @@ import ast
 from pathlib import Path
 
 import pytest
-from pydantic import SecretStr
 
 from harness.errors import HitchError
 from harness.paths import resolve_root
-from harness.settings import HitchSettings, effective_settings, env_name, settings
+from harness.settings import Secret, declared, effective_settings, env_name, settings
 
 REPO = Path(__file__).resolve().parents[2]
 PRODUCT = ("harness", "gateway", "certify", "catalog", "reports", "scripts")
@@ -40,7 +39,8 @@ def test_a_secret_is_masked_in_the_view_and_in_the_error() -> None:
     secret = "s3cret-" + "x" * 20
     view = {s["name"]: s for s in effective_settings({"HITCH_LOCAL_MODEL_TOKEN": secret})}
     assert view["HITCH_LOCAL_MODEL_TOKEN"]["value"] == "***" and secret not in repr(view)
-    assert isinstance(settings({"HITCH_LOCAL_MODEL_TOKEN": secret}).local_model_token, SecretStr)
+    token = settings({"HITCH_LOCAL_MODEL_TOKEN": secret}).local_model_token
+    assert isinstance(token, Secret) and token.reveal() == secret
     assert secret not in repr(settings({"HITCH_LOCAL_MODEL_TOKEN": secret}))
 
 
@@ -68,7 +68,7 @@ def _environ_reads(tree: ast.AST) -> list[tuple[int, str]]:
 
 
 def test_no_module_reads_a_declared_variable_from_the_environment_itself() -> None:
-    declared = {str(f.alias) for f in HitchSettings.model_fields.values()}
+    names = {var.name for var in declared().values()}
     offenders = []
     for package in PRODUCT:
         for path in sorted((REPO / package).rglob("*.py")):
@@ -76,6 +76,6 @@ def test_no_module_reads_a_declared_variable_from_the_environment_itself() -> No
                 continue
             for line, key in _environ_reads(ast.parse(path.read_text(encoding="utf-8"))):
                 literal = key.strip("'\"")
-                if literal in declared or literal.startswith("HITCH_") or "_ENV" in key:
+                if literal in names or literal.startswith("HITCH_") or "_ENV" in key:
                     offenders.append(f"{path.relative_to(REPO)}:{line}: {key}")
     assert not offenders, "read these through harness.settings.settings():\n" + "\n".join(offenders)

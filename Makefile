@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 export HITCH_ROOT ?= $(HOME)/.local/share/hitch
 CPU_RUNTIME := sglang-0.5.23-cpu-generic
 
-.PHONY: certify test check setup venv runtime aiperf docker sglang-image browser codex harbor lint typecheck schemas unit fast
+.PHONY: certify test check setup venv runtime aiperf docker sglang-image browser codex harbor harbor-venv harbor-image lint typecheck schemas unit fast
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,11 +51,18 @@ codex:
 
 # Harbor 0.25.0 in a private hash-locked venv under HITCH_ROOT (Python 3.12 found via PATH or pyenv; the compose
 # v2 plugin in a private DOCKER_CONFIG) and the local task set's base image (debootstrap + docker import; root).
-harbor: venv
+harbor: harbor-venv harbor-image
+
+harbor-venv: venv
 	$(VENV)/bin/hitch eval harbor install
+
+harbor-image: venv docker
 	-$(PY) scripts/ci/build_harbor_base_image.py
 
-setup: venv runtime docker browser codex harbor aiperf sglang-image
+# Everything above at once, in two lanes (system packages and Docker images; private venvs and prefixes), a line
+# per step and one summary (scripts/setup.py); a second run only checks, in seconds.
+setup: venv
+	$(PY) scripts/setup.py
 
 lint: venv
 	$(VENV)/bin/ruff check .

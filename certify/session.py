@@ -34,7 +34,7 @@ from fixtures.images import built_image
 from harness.app.daemon_client import DaemonClient, ensure_daemon
 from harness.app.models import import_once, model_id_of
 from harness.app.requests import RunRequest, parse_request
-from harness.app.service import engine_endpoint, ensure_runtime, run_image
+from harness.app.service import engine_endpoint, engine_start, ensure_runtime, run_image
 from harness.contracts.runtime import InferenceRuntimeManifestV1
 from harness.errors import HitchError
 from harness.paths import HitchRoot, atomic_write_json, ensure_private_dir, write_secret
@@ -270,6 +270,7 @@ def open_session(opts: CertifyOptions, session_key: str, worker: str, *, referen
         "choice_reason": opts.choice_reason,
         "allow_uncertified": opts.allow_uncertified,
         "reference": prepared,
+        "engine_start": engine_start(opts.root, run.service_id, run.epoch),
     }
     opts.report_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(opts.report_dir / "session.json", facts)

@@ -111,8 +111,14 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     "local_model_source_changed": _e("input", True, 409, "the source changed during import; import again"),
     "inference_lock_invalid": _e("input", False, 400, "fix the lock fields; unknown fields are refused"),
     "inference_runtime_unpinned": _e("capability", False, 400, "use a runtime whose digest is pinned"),
+    "inference_argv_rejected": _e(
+        "compatibility", False, 400, "the runtime's SGLang reads the lock's command line otherwise: fix the lock or argv.py"
+    ),
     "inference_runtime_not_found": _e("input", False, 404, "see `hitch runtime list`"),
     "runtime_catalog_invalid": _e("input", False, 400, "fix catalog/runtimes.toml or the runtime's catalog folder"),
+    "runtime_lock_unresolvable": _e(
+        "integrity", False, 409, "a pinned wheel is yanked, gone or re-hashed: re-resolve (scripts/resolve_runtime_lock.py NAME)"
+    ),
     "inference_token_invalid": _e("routing", False, 401, "use the run token issued for this run"),
     "inference_run_sealed": _e("routing", False, 403, "the run is sealed; register a new run"),
     "catalog_signature_invalid": _e("integrity", False, 400, "the entry does not verify against catalog/keys"),
@@ -129,6 +135,7 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     "fixture_fetch_failed": _e(
         "infrastructure", True, 502, "the package index did not deliver the pinned wheel; retry or pass --wheel"
     ),
+    "runtime_index_unavailable": _e("infrastructure", True, 503, "the package index did not answer; check the network, retry"),
     "docker_unavailable": _e("capability", True, 503, "start the Docker engine"),
     "daemon_unavailable": _e("capability", True, 503, "start it with `hitch daemon start` (see inference/daemon/daemon.log)"),
     "internal_error": _e("internal", False, 500, "this is a bug; report it with the JSON output"),

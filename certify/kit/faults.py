@@ -78,6 +78,8 @@ MODE_CHECKS = {
     "wrong_model": "faults.wrong_model.refused",
     "startup_hang": "faults.startup_hang.start_timeout",
     "memory_growth": "faults.memory_growth.unconfirmed_oom",
+    "slot_release_lag": "faults.slot_release_lag.flush_waits",
+    "flush_refused": "faults.flush_refused.fails_readiness",
 }
 # the outcome of SIGKILL to an idle real engine's group, handed from exit_after_seconds to memory_growth (on real
 # SGLang both checks are that same fault: a kill from outside, no kernel OOM mark)

@@ -38,6 +38,7 @@ from harness.service.state_store import ServiceStateStore
 __all__ = [
     "ServiceAsk",
     "engine_endpoint",
+    "engine_start",
     "ensure_runtime",
     "prepare_request",
     "prepare_service",
@@ -221,3 +222,14 @@ def engine_endpoint(root: HitchRoot, service_id: str) -> tuple[str, str]:
     ref = json.loads(Path(record.endpoint_ref).read_text())
     key = Path(ref["api_key_file"]).read_text(encoding="utf-8").strip()
     return str(ref["base_url"]), key
+
+
+_START_FIELDS = ("ready_s", "engine_health_s", "engine_idle_wait_s", "engine_busy_polls", "flush_attempts")
+
+
+def engine_start(root: HitchRoot, service_id: str, epoch: int) -> dict[str, Any] | None:
+    """How a service's engine became ready in ``epoch`` (its ``inference.ready`` event): seconds to ready, to the
+    engine's own health, waiting for the engine to go idle before the cache flush, and the flushes it took."""
+    events = ServiceStateStore(root, service_id).events()
+    ready = [e for e in events if e.event == "inference.ready" and e.epoch == epoch]
+    return {k: ready[-1].details.get(k) for k in _START_FIELDS} if ready else None

@@ -1,19 +1,24 @@
-"""``hitch local ...``: the doctor and draft locks (``prepare``, ``status``, ``stop``, ``serve``: local_services, serve)."""
+"""``hitch local ...``: the doctor, draft locks and the engine command line a lock compiles to
+(:mod:`harness.app.engine_preview`); ``prepare``, ``status``, ``stop``: local_services; ``serve``: serve."""
 
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from harness.app.engine_preview import engine_preview
 from harness.cli import options as opt
 from harness.cli.doctor_cmd import doctor
 from harness.cli.output import COMMON, Common, cli_command, emit
+from harness.contracts.lock import InferenceLockV1
 from harness.devices import probe_cpu
 from harness.errors import HitchError
 from harness.lock import ProfileShort, build_lock, served_device, validate_lock
+from harness.paths import HitchRoot
 from harness.runtimes import default_runtime, get_runtime
 from harness.store import resolve_model
 
@@ -67,9 +72,67 @@ def check_lock_cmd(
     path: Annotated[Path, typer.Argument(help="lock.json")],
     common: Common = COMMON,
 ) -> None:
+    lock = _read_lock(path)
+    emit(common.as_json, {"kind": "inference-lock-check", "valid": True, "inference_id": lock.inference_id}, "lock is valid")
+
+
+def _read_lock(path: Path) -> InferenceLockV1:
+    """A lock file, or what ``hitch local lock --json`` prints (the lock under ``lock``), strictly validated."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise HitchError("inference_lock_invalid", f"cannot read lock {path}: {exc}", {"path": str(path)}) from exc
-    lock = validate_lock(data)
-    emit(common.as_json, {"kind": "inference-lock-check", "valid": True, "inference_id": lock.inference_id}, "lock is valid")
+    if isinstance(data, dict) and data.get("kind") == "inference-lock-draft":
+        data = data.get("lock")
+    return validate_lock(data)
+
+
+@app.command("argv", help="the engine command line and environment a lock compiles to (nothing starts)")
+@cli_command
+def argv_cmd(
+    path: Annotated[Path, typer.Argument(help="lock.json, or the output of `hitch local lock --json`")],
+    probe: Annotated[
+        bool, typer.Option("--probe", help="prepare's first start of a draft: SGLang sizes the token pool and prefill")
+    ] = False,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="have SGLang's own parser and resolution (an installed runtime of the same SGLang) read it: every "
+            "flag known, every value echoed as the lock means",
+        ),
+    ] = False,
+    parser_root: Annotated[
+        Path | None, typer.Option("--parser-root", help="HITCH_ROOT holding that runtime (default: this root)")
+    ] = None,
+    gpu: Annotated[str | None, typer.Option("--gpu", help="GPU UUID the engine sees (default: NVML's first GPU)")] = None,
+    common: Common = COMMON,
+) -> None:
+    root = common.hroot
+    reader = (HitchRoot.at(parser_root) if parser_root else root) if check else None
+    payload = engine_preview(root, _read_lock(path), probe=probe, gpu=gpu, parser_root=reader)
+    checked = payload["checked"]
+    lines = [
+        f"runtime: {payload['runtime']}  inference_id: {payload['inference_id']}"
+        f"  ({'probe start' if probe else 'start'}; port: chosen at start)",
+        "env -i " + " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(payload["env"].items())) + " \\",
+        "  " + " \\\n  ".join(shlex.join(pair) for pair in _pairs(payload["argv"])),
+    ]
+    if checked is not None:
+        lines.append(
+            f"read by SGLang {checked['sglang']} ({checked['runtime']}): every flag known, every value as the lock means"
+            f" ({checked['fields']} /server_info fields checked, parsed and resolved)"
+        )
+    emit(common.as_json, payload, "\n".join(lines))
+
+
+def _pairs(argv: list[str]) -> list[list[str]]:
+    """The executable, then each flag with its value: one group per line."""
+    first = next((i for i, tok in enumerate(argv) if tok.startswith("--")), len(argv))
+    out = [argv[:first]]
+    for tok in argv[first:]:
+        if tok.startswith("--"):
+            out.append([tok])
+        else:
+            out[-1].append(tok)
+    return out

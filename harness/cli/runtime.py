@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import Annotated, Any
 
 import typer
@@ -98,6 +99,37 @@ def install_cmd(runtime: IdArg, common: Common = COMMON) -> None:
     verb = "already installed" if result.already_installed else f"installed in {result.seconds:.1f} s"
     where = f" at {found.path}" if found else ""
     emit(common.as_json, payload, f"{manifest.name} {verb}{where}")
+
+
+@app.command(
+    "plan",
+    help="what installing a python-env runtime fetches: every pinned wheel as the package index pip uses lists it "
+    "(size, sha256; yanked, missing or re-hashed pins fail); downloads nothing",
+)
+@cli_command
+def plan_cmd(
+    runtime: IdArg,
+    index_url: Annotated[str | None, typer.Option("--index-url", help="ask this simple index instead of pip's")] = None,
+    common: Common = COMMON,
+) -> None:
+    from harness.runtimes.index_plan import install_plan, require_resolvable
+
+    plan = install_plan(get_runtime(runtime), index_url=index_url)
+    total = plan.total_bytes
+    payload: dict[str, Any] = {"kind": "runtime-plan", **plan.to_json_dict(), "total_bytes": total}
+    extras = f"; extra indexes not asked: {' '.join(plan.extra_index_urls)}" if plan.extra_index_urls else ""
+    sized = sorted((p for p in plan.pins if p.file is not None), key=lambda p: -(p.file.size or 0) if p.file else 0)
+    lines = [
+        f"{plan.runtime}: {len(plan.pins)} pinned wheels, "
+        + (f"{total / 1e9:.2f} GB to download" if total is not None else "sizes not listed by the index")
+        + f" (asked {plan.index_url}, {plan.index_source}{extras}; nothing downloaded)",
+        *(f"  {p.file.size / 1e6:9.1f} MB  {p.file.filename}" for p in sized[:8] if p.file and p.file.size),
+    ]
+    lines += [f"  {p.status.upper()}: {p.name}=={p.version}: {p.detail}" for p in plan.problems]
+    if plan.problems and not common.as_json:
+        sys.stdout.write("\n".join(lines) + "\n")
+    require_resolvable(plan)
+    emit(common.as_json, payload, "\n".join([*lines, "every pin resolves"]))
 
 
 @app.command("pin", help="pin an unpinned OCI runtime to an image already in the local Docker engine (operator overlay)")

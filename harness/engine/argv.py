@@ -1,9 +1,11 @@
 """Lock → the exact SGLang command line (DESIGN §4, spec §8.3: every serving value is explicit).
 
-Owns the flag list and which program receives it. :class:`EngineProgram` is the executable part: the
-installed runtime's ``python -m sglang.launch_server`` or, for contract runs, the fake engine
-``python -m fixtures.fake_sglang`` (launched, never imported: ``harness`` does not depend on ``fixtures``).
-Both get the same flags, so switching engine changes only the executable.
+Owns the ServerArgs fields a lock sets and their values (:func:`engine_args`: one table, rendered as flags by
+:func:`engine_flags` and expected back in ``/server_info`` by ``verify.py``) and which program receives them.
+:class:`EngineProgram` is the executable part: the installed runtime's ``python -m sglang.launch_server`` or,
+for contract runs, the fake engine ``python -m fixtures.fake_sglang`` (launched, never imported: ``harness``
+does not depend on ``fixtures``). Both get the same flags, so switching engine changes only the executable.
+The table is checked against SGLang's own parser and resolution in the runtime's venv (``argv_check.py``).
 
 Secrets are not flags: the keys reach the engine through ``--config <private yaml>`` (see ``keys.py``).
 ``--skip-server-warmup`` is never passed: SGLang's own warmup is part of being ready.
@@ -23,8 +25,11 @@ from harness.runtimes import InstalledRuntime
 
 __all__ = [
     "FAKE_ENGINE_MODULE",
+    "ArgValue",
+    "EngineArg",
     "EngineKind",
     "EngineProgram",
+    "engine_args",
     "engine_flags",
     "parser_flags",
     "wire_model_name",
@@ -61,61 +66,105 @@ class EngineProgram:
         return cls("fake", (python or sys.executable, "-m", FAKE_ENGINE_MODULE, *extra_flags))
 
 
-def engine_flags(
-    lock: InferenceLockV1, model_dir: Path, host: str, port: int, config_path: str, *, probe: bool = False
-) -> list[str]:
-    """Every SGLang flag for ``lock``; ``config_path`` is the secrets YAML as the engine sees it. ``probe``
-    (prepare's first start of a draft) leaves out the pool and prefill sizes: SGLang sizes them from the memory
-    budget (``probe.py``). Every other start passes the sealed numbers, which the engine must reproduce."""
+ArgValue = str | int | float | bool | None
+
+# SGLang 0.5.23 renames these deprecated ``--tool-call-parser`` names during its resolution
+# (``serving_hook._handle_deprecated_args``), so ``/server_info`` would echo the new name: the engine is given
+# the name it runs, the one it echoes.
+_RENAMED_TOOL_CALL_PARSERS = {"qwen25": "qwen", "glm45": "glm"}
+
+
+@dataclass(frozen=True)
+class EngineArg:
+    """One ServerArgs field the lock sets and the value it means; the flag is the field's, as SGLang names it.
+
+    A ``bool`` is a ``store_true`` flag (passed when true); ``None`` passes nothing and leaves SGLang's default,
+    which is None. ``echoed``: ``/server_info`` must report this value back (SGLang echoes every ServerArgs
+    field after resolution); false where SGLang chooses the value itself (prepare's probe start)."""
+
+    field: str
+    value: ArgValue
+    echoed: bool = True
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.field.replace("_", "-")
+
+    def render(self) -> list[str]:
+        if self.value is None or self.value is False:
+            return []
+        if self.value is True:
+            return [self.flag]
+        return [self.flag, str(self.value)]
+
+
+def engine_args(lock: InferenceLockV1, model_dir: Path, host: str, port: int, *, probe: bool = False) -> list[EngineArg]:
+    """Every ServerArgs field ``lock`` pins, with its value; ``probe`` (prepare's first start of a draft) leaves
+    the pool and prefill sizes to SGLang, which sizes them from the memory budget (``probe.py``). Every other
+    start passes the sealed numbers, which the engine must reproduce."""
     ex = lock.execution
     platform = ex.platform
     if not isinstance(platform, CpuPlatformV1 | CudaPlatformV1):
         raise HitchError("inference_device_unsupported", f"backend {platform.backend} is refused in P0", {})
-    flags = [
-        "--model-path", str(model_dir),
-        "--served-model-name", wire_model_name(lock.model_id),
-        "--host", host,
-        "--port", str(port),
-        "--config", config_path,
-        "--device", platform.backend,
-        "--load-format", ex.load_format,
-        "--dtype", ex.dtype,
-        "--kv-cache-dtype", ex.kv_cache_dtype,
-        "--context-length", str(ex.context_tokens_per_request),
-        "--max-running-requests", str(ex.max_running_requests),
-        "--max-queued-requests", str(ex.max_queued_requests),
-        "--attention-backend", ex.attention_backend,
-        "--sampling-backend", ex.sampling_backend,
-        "--random-seed", str(lock.generation.seed),
-        "--mem-fraction-static", str(platform.mem_fraction_static),
-        "--enable-metrics",
-    ]  # fmt: skip
-    if not probe:
-        flags += [
-            "--max-total-tokens", str(ex.max_total_tokens),
-            "--chunked-prefill-size", str(ex.chunked_prefill_size),
-            "--max-prefill-tokens", str(ex.max_prefill_tokens),
-        ]  # fmt: skip
-    if ex.quantization is not None:
-        flags += ["--quantization", ex.quantization]
-    if ex.prefix_cache.mode == "disabled":
-        flags.append("--disable-radix-cache")
-    if not platform.overlap_schedule:
-        flags.append("--disable-overlap-schedule")
-    if isinstance(platform, CudaPlatformV1) and platform.cuda_graph == "disabled":
-        flags += ["--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled"]
-    elif isinstance(platform, CudaPlatformV1):
-        # decode graphs are captured up to the lock's batch bound, not SGLang's GPU-memory-based default
-        flags += ["--cuda-graph-max-bs-decode", str(ex.max_running_requests)]
-    if ex.deterministic_inference:
-        flags.append("--enable-deterministic-inference")
-    flags += parser_flags(lock)
-    if lock.protocol.reasoning_parser is not None:
-        flags += ["--reasoning-parser", lock.protocol.reasoning_parser]
+    args = [
+        EngineArg("model_path", str(model_dir)),
+        EngineArg("served_model_name", wire_model_name(lock.model_id)),
+        EngineArg("host", host),
+        EngineArg("port", port),
+        EngineArg("device", platform.backend),
+        EngineArg("load_format", ex.load_format),
+        EngineArg("dtype", ex.dtype),
+        EngineArg("kv_cache_dtype", ex.kv_cache_dtype),
+        EngineArg("context_length", ex.context_tokens_per_request),
+        EngineArg("max_running_requests", ex.max_running_requests),
+        EngineArg("max_queued_requests", ex.max_queued_requests),
+        EngineArg("attention_backend", ex.attention_backend),
+        EngineArg("sampling_backend", ex.sampling_backend),
+        EngineArg("random_seed", lock.generation.seed),
+        EngineArg("mem_fraction_static", platform.mem_fraction_static),
+        EngineArg("enable_metrics", True),
+        # probe: no pool given, and SGLang reports none as an argument (its pool is max_total_num_tokens)
+        EngineArg("max_total_tokens", None if probe else ex.max_total_tokens),
+        EngineArg("chunked_prefill_size", None if probe else ex.chunked_prefill_size, echoed=not probe),
+        EngineArg("max_prefill_tokens", None if probe else ex.max_prefill_tokens, echoed=not probe),
+        EngineArg("quantization", ex.quantization),
+        EngineArg("disable_radix_cache", ex.prefix_cache.mode == "disabled"),
+        EngineArg("disable_overlap_schedule", not platform.overlap_schedule),
+    ]
+    if isinstance(platform, CudaPlatformV1):
+        graphs = platform.cuda_graph == "enabled"
+        args += [
+            # decode graphs are captured up to the lock's batch bound, not SGLang's GPU-memory-based default
+            EngineArg("cuda_graph_max_bs_decode", ex.max_running_requests if graphs else None),
+            EngineArg("cuda_graph_backend_decode", None if graphs else "disabled"),
+            EngineArg("cuda_graph_backend_prefill", None if graphs else "disabled"),
+        ]
+    args += [
+        EngineArg("enable_deterministic_inference", ex.deterministic_inference),
+        # An engine started without the parser answers tool calls as text while the lock claims them.
+        _tool_call_parser(lock),
+        EngineArg("reasoning_parser", lock.protocol.reasoning_parser),
+    ]
+    return args
+
+
+def engine_flags(
+    lock: InferenceLockV1, model_dir: Path, host: str, port: int, config_path: str, *, probe: bool = False
+) -> list[str]:
+    """Every SGLang flag for ``lock`` (:func:`engine_args` rendered); ``config_path`` is the secrets YAML as the
+    engine sees it (``--config`` is SGLang's file merge, not a ServerArgs field)."""
+    flags = ["--config", config_path]
+    for arg in engine_args(lock, model_dir, host, port, probe=probe):
+        flags += arg.render()
     return flags
 
 
 def parser_flags(lock: InferenceLockV1) -> list[str]:
     """The tool-call parser flag of ``lock`` (also given to a scripted fake standing in for its engine: without
     it SGLang, and the fake, answer a tool call as text)."""
-    return ["--tool-call-parser", lock.protocol.tool_call_parser] if lock.protocol.tool_call_parser is not None else []
+    return _tool_call_parser(lock).render()
+
+
+def _tool_call_parser(lock: InferenceLockV1) -> EngineArg:
+    parser = lock.protocol.tool_call_parser
+    return EngineArg("tool_call_parser", _RENAMED_TOOL_CALL_PARSERS.get(parser, parser) if parser else None)

@@ -103,6 +103,6 @@ def prepare_launch(
         keys=keys,
         key_files=files,
         wire_model=wire_model_name(lock.model_id),
-        expected=expected_server_info(lock, model_dir, port, probe=probe),
+        expected=expected_server_info(lock, model_dir, port, host=host, probe=probe),
         program=program,
     )

@@ -2,8 +2,10 @@
 
 SGLang's ``/server_info`` echoes every ServerArgs field after its own resolution, plus the effective token
 pool ``max_total_num_tokens`` (reference sglang-http-api.md §3.1). :func:`expected_server_info` lists what the
-lock pins; :func:`verify_server_info` compares and raises ``inference_lock_mismatch`` naming every field that
-differs. The engine's ``api_key`` is compared too (constant time): a server on our port that does not hold
+lock pins: the fields its command line sets (``argv.engine_args``: readiness never waits for a field the
+command line does not set, and ``argv_check.py`` has SGLang's own parser and resolution, in the runtime's venv,
+prove each one is echoed unchanged); :func:`verify_server_info` compares and raises ``inference_lock_mismatch``
+naming every field that differs. The engine's ``api_key`` is compared too (constant time): a server on our port that does not hold
 this epoch's key is not ours, whatever else it reports. Key values never enter the error.
 """
 
@@ -13,48 +15,38 @@ import hmac
 from pathlib import Path
 from typing import Any
 
-from harness.contracts.lock import CpuPlatformV1, InferenceLockV1, MetalPlatformV1
-from harness.engine.argv import wire_model_name
+from harness.contracts.lock import InferenceLockV1
+from harness.engine.argv import engine_args
 from harness.engine.keys import EngineKeys
 from harness.errors import HitchError
 
-__all__ = ["expected_server_info", "verify_server_info"]
+__all__ = ["SCHEDULER_INFO_FIELDS", "expected_server_info", "server_info_mismatches", "verify_server_info"]
+
+# What /server_info reports beside the ServerArgs fields: the scheduler's effective values (reference §3.1).
+SCHEDULER_INFO_FIELDS = ("max_total_num_tokens",)
 
 
-def expected_server_info(lock: InferenceLockV1, model_dir: Path, port: int, *, probe: bool = False) -> dict[str, Any]:
-    """Field → value the engine must report for ``lock`` (server args and effective values). On prepare's
-    ``probe`` start the pool and prefill sizes are SGLang's to choose: only their being unset as arguments
-    is checked (``harness/engine/probe.py`` reads what SGLang chose)."""
-    ex = lock.execution
-    expected: dict[str, Any] = {
-        "model_path": str(model_dir),
-        "served_model_name": wire_model_name(lock.model_id),
-        "port": port,
-        "device": ex.platform.backend,
-        "dtype": ex.dtype,
-        "kv_cache_dtype": ex.kv_cache_dtype,
-        "attention_backend": ex.attention_backend,
-        "sampling_backend": ex.sampling_backend,
-        "context_length": ex.context_tokens_per_request,
-        "max_running_requests": ex.max_running_requests,
-        "max_queued_requests": ex.max_queued_requests,
-        "max_total_tokens": ex.max_total_tokens,
-        "max_total_num_tokens": ex.max_total_tokens,
-        "chunked_prefill_size": ex.chunked_prefill_size,
-        "max_prefill_tokens": ex.max_prefill_tokens,
-        "mem_fraction_static": ex.platform.mem_fraction_static if not isinstance(ex.platform, MetalPlatformV1) else None,
-        "random_seed": lock.generation.seed,
-        "disable_radix_cache": ex.prefix_cache.mode == "disabled",
-        # An engine started without the parser answers tool calls as text while the lock claims them.
-        "tool_call_parser": lock.protocol.tool_call_parser,
-    }
-    if isinstance(ex.platform, CpuPlatformV1):
-        expected["disable_overlap_schedule"] = True
-    if probe:
-        for name in ("max_total_num_tokens", "chunked_prefill_size", "max_prefill_tokens"):
-            del expected[name]
-        expected["max_total_tokens"] = None
+def expected_server_info(
+    lock: InferenceLockV1, model_dir: Path, port: int, *, host: str = "127.0.0.1", probe: bool = False
+) -> dict[str, Any]:
+    """Field → value the engine must report for ``lock``: every ServerArgs field the command line sets, from the
+    same table as the flags (:func:`~harness.engine.argv.engine_args`), and the effective token pool. On
+    prepare's ``probe`` start the pool and prefill sizes are SGLang's to choose: only the pool's being unset as
+    an argument is checked (``harness/engine/probe.py`` reads what SGLang chose)."""
+    args = engine_args(lock, model_dir, host, port, probe=probe)
+    expected: dict[str, Any] = {arg.field: arg.value for arg in args if arg.echoed}
+    if not probe:
+        expected["max_total_num_tokens"] = lock.execution.max_total_tokens
     return expected
+
+
+def server_info_mismatches(info: dict[str, Any], expected: dict[str, Any]) -> list[dict[str, Any]]:
+    """``{"field", "expected", "actual"}`` for each field of ``expected`` that ``info`` reports otherwise."""
+    return [
+        {"field": name, "expected": wanted, "actual": info.get(name)}
+        for name, wanted in expected.items()
+        if not _same(info.get(name), wanted)
+    ]
 
 
 def _same(actual: Any, wanted: Any) -> bool:
@@ -81,11 +73,7 @@ def _pool_hint(mismatches: list[dict[str, Any]]) -> str:
 
 def verify_server_info(info: dict[str, Any], expected: dict[str, Any], keys: EngineKeys) -> None:
     """Raise ``inference_lock_mismatch`` naming each field where ``info`` differs from ``expected``."""
-    mismatches: list[dict[str, Any]] = []
-    for name, wanted in expected.items():
-        actual = info.get(name)
-        if not _same(actual, wanted):
-            mismatches.append({"field": name, "expected": wanted, "actual": actual})
+    mismatches = server_info_mismatches(info, expected)
     reported_key = info.get("api_key")
     if not (isinstance(reported_key, str) and hmac.compare_digest(reported_key.encode(), keys.api_key.encode())):
         mismatches.append({"field": "api_key", "expected": "<this epoch's key>", "actual": "<another or none>"})

@@ -64,6 +64,10 @@ CERTIFIED_QUANTIZATIONS: frozenset[str] = frozenset()
 # On a CPU, SGLang sizes the token pool from this fraction of one NUMA node's free RAM (minus what the weights
 # took); a small value keeps it from reserving most of the node. Prepare seals the pool it yields.
 CPU_MEM_FRACTION_STATIC = 0.05
+# SGLang 0.5.23's deterministic inference keeps the radix cache only on these attention backends and runs the
+# pytorch sampling backend whatever is asked (``attention_hook.handle_deterministic_inference``): a lock that
+# says otherwise would be echoed back changed by ``/server_info`` and never become ready.
+_RADIX_DETERMINISTIC_ATTENTION = frozenset({"ascend", "fa3", "fa4", "triton"})
 _MAX_OUTPUT_CAP = 2048
 _GIB = 1 << 30
 _MIB = 1 << 20
@@ -313,6 +317,17 @@ def validate_lock(data: Any) -> InferenceLockV1:
         problems.append("tool_calls is true exactly when a tool_call_parser is named")
     if ex.deterministic_inference and ex.platform.backend == "cpu":
         problems.append("deterministic_inference is refused on cpu (SGLang rejects it at startup)")
+    if ex.deterministic_inference and ex.sampling_backend != "pytorch":
+        problems.append("deterministic_inference samples with the pytorch backend (SGLang replaces any other)")
+    if (
+        ex.deterministic_inference
+        and ex.prefix_cache.mode == "radix"
+        and ex.attention_backend not in _RADIX_DETERMINISTIC_ATTENTION
+    ):
+        problems.append(
+            f"deterministic_inference disables the radix cache on the {ex.attention_backend} attention backend (SGLang"
+            f" keeps it only on {', '.join(sorted(_RADIX_DETERMINISTIC_ATTENTION))})"
+        )
     if lock.profile == "evaluation-baseline-v1" and (ex.prefix_cache.mode != "disabled" or ex.max_running_requests != 1):
         problems.append("the baseline profile runs one request at a time with the prefix cache disabled")
     if isinstance(ex.platform, CpuPlatformV1) and lock.resources.gpu_count != 0:

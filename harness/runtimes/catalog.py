@@ -14,7 +14,8 @@ from __future__ import annotations
 import re
 import time
 import tomllib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -27,11 +28,13 @@ from harness.paths import HitchRoot
 from harness.runtimes.pins import RuntimePinV1, choose_digest, inspect_image, read_pins, write_pins
 
 __all__ = [
+    "LockPin",
     "check_lock_text",
     "default_catalog_path",
     "default_runtime",
     "get_runtime",
     "load_catalog",
+    "lock_pins",
     "locks_engine",
     "pin_runtime",
     "pinned_image",
@@ -115,15 +118,28 @@ def _file_sha(folder: Path, rel: str, entry: str) -> str:
     return "sha256:" + sha256_hex(path.read_bytes())
 
 
-def check_lock_text(text: str, entry: str) -> int:
-    """Every requirement is ``name==version`` with at least one ``--hash=sha256:``; returns the count."""
+@dataclass(frozen=True)
+class LockPin:
+    """One requirement of a hash-pinned lock: ``name==version`` and the sha256 digests (hex) it admits."""
+
+    name: str
+    version: str
+    sha256s: frozenset[str]
+
+
+def _lock_lines(text: str) -> Iterator[tuple[int, list[str]]]:
+    """(line number, words) of each requirement line, continuation lines joined."""
     joined = re.sub(r"\\\n", " ", text)
-    count = 0
     for lineno, raw in enumerate(joined.splitlines(), 1):
         line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        parts = line.split()
+        if line and not line.startswith("#"):
+            yield lineno, line.split()
+
+
+def check_lock_text(text: str, entry: str) -> int:
+    """Every requirement is ``name==version`` with at least one ``--hash=sha256:``; returns the count."""
+    count = 0
+    for lineno, parts in _lock_lines(text):
         if not _LOCK_ENTRY.match(parts[0]):
             raise _fail(f"runtime {entry}: lock line {lineno} is not `name==version`", {"line": parts[0]})
         hashes = [p for p in parts[1:] if p.startswith("--hash=")]
@@ -137,14 +153,19 @@ def check_lock_text(text: str, entry: str) -> int:
     return count
 
 
+def lock_pins(text: str) -> list[LockPin]:
+    """The pins of a lock :func:`check_lock_text` accepts, in file order."""
+    pins = []
+    for _lineno, parts in _lock_lines(text):
+        name, _, version = parts[0].partition("==")
+        digests = frozenset(p.removeprefix("--hash=sha256:") for p in parts[1:] if p.startswith("--hash=sha256:"))
+        pins.append(LockPin(name, version, digests))
+    return pins
+
+
 def locks_engine(lock_text: str, engine: str, version: str) -> bool:
     """Whether a (checked) lock pins ``engine==version`` itself with a sha256: the engine's bytes are known."""
-    joined = re.sub(r"\\\n", " ", lock_text)
-    for raw in joined.splitlines():
-        parts = raw.split()
-        if parts and parts[0] == f"{engine}=={version}":
-            return any(p.startswith("--hash=sha256:") for p in parts[1:])
-    return False
+    return any(p.name == engine and p.version == version and p.sha256s for p in lock_pins(lock_text))
 
 
 def _manifest(entry: _Entry, catalog_path: Path, pin: RuntimePinV1 | None = None) -> InferenceRuntimeManifestV1:

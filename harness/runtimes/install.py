@@ -48,6 +48,7 @@ __all__ = [
     "InstalledRuntime",
     "install_runtime",
     "installed_runtime",
+    "planned_runtime",
     "record_manifest",
     "require_installed",
     "runtime_dir",
@@ -119,6 +120,15 @@ def _check_files(base: Path, pkg: PythonEnvPackage, code: str, name: str) -> Non
             )
 
 
+def planned_runtime(root: HitchRoot, manifest: InferenceRuntimeManifestV1) -> InstalledRuntime:
+    """Where and how a python-env runtime runs once installed under ``root`` (nothing is checked: a preview)."""
+    if not isinstance(manifest.package, PythonEnvPackage):
+        raise HitchError("usage_error", f"runtime {manifest.name} is an OCI image, not a python-env", {})
+    folder = runtime_dir(root, manifest)
+    python = folder / "venv" / "bin" / "python"
+    return InstalledRuntime(manifest, folder, python, _runtime_env(manifest, folder, manifest.package))
+
+
 def installed_runtime(root: HitchRoot, manifest: InferenceRuntimeManifestV1) -> InstalledRuntime | None:
     """The installed python-env runtime, verified; ``None`` when absent (or an oci runtime).
 
@@ -142,7 +152,7 @@ def installed_runtime(root: HitchRoot, manifest: InferenceRuntimeManifestV1) -> 
     if not python.exists():
         raise HitchError(fail, f"runtime {manifest.name}: the venv has no python", {"path": str(python)})
     _check_files(folder / "files", manifest.package, fail, manifest.name)
-    return InstalledRuntime(manifest, folder, python, _runtime_env(manifest, folder, manifest.package))
+    return planned_runtime(root, manifest)
 
 
 def _unavailable(manifest: InferenceRuntimeManifestV1, message: str, **details: Any) -> HitchError:

@@ -118,6 +118,29 @@ def test_strict_parsing_refuses(mutate: Any) -> None:
     assert exc.value.code == "inference_lock_invalid"
 
 
+def _deterministic_cuda(profile: str, sampling: str) -> dict[str, Any]:
+    data = _lock_dict(device="cuda", profile=profile)
+    data["execution"].update(deterministic_inference=True, sampling_backend=sampling)
+    data["inference_id"] = compute_inference_id(data)
+    return data
+
+
+def test_deterministic_inference_on_cuda_is_refused_where_sglang_would_echo_other_values() -> None:
+    # SGLang 0.5.23 resolves deterministic inference to pytorch sampling and, on flashinfer attention, no radix
+    # cache: /server_info would echo those, never the lock's values (found by SGLang's resolution, argv_check)
+    lock = validate_lock(_deterministic_cuda("baseline", "pytorch"))
+    assert lock.execution.deterministic_inference and lock.execution.attention_backend == "flashinfer"
+    with pytest.raises(HitchError) as flashinfer_sampling:
+        validate_lock(_deterministic_cuda("baseline", "flashinfer"))
+    assert flashinfer_sampling.value.details["problems"] == [
+        "deterministic_inference samples with the pytorch backend (SGLang replaces any other)"
+    ]
+    with pytest.raises(HitchError) as radix:
+        validate_lock(_deterministic_cuda("throughput", "pytorch"))
+    assert radix.value.code == "inference_lock_invalid"
+    assert "disables the radix cache on the flashinfer attention backend" in radix.value.message
+
+
 def test_a_tampered_inference_id_is_refused() -> None:
     data = _lock_dict()
     data["generation"]["seed"] = 7

@@ -86,6 +86,25 @@ def test_lock_file_round_trips_through_check_lock(imported: tuple[Path, str], tm
     assert json.loads(bad.stdout)["error"]["code"] == "inference_lock_invalid"
 
 
+def test_local_argv_prints_the_command_line_a_cuda_lock_compiles_to(imported: tuple[Path, str], tmp_path: Path) -> None:
+    root, model_id = imported
+    draft = _run(root, "local", "lock", "local/tiny", "--device", "cuda", "--json")
+    (tmp_path / "lock.json").write_text(draft.stdout)  # what `local lock --json` prints is accepted as is
+    out = _json(_run(root, "local", "argv", str(tmp_path / "lock.json"), "--gpu", "GPU-1", "--json"))
+    assert (out["runtime"], out["inference_id"], out["checked"]) == ("sglang-0.5.23-cuda", _json(draft)["inference_id"], None)
+    argv = out["argv"]
+    assert argv[1:3] == ["-m", "sglang.launch_server"] and argv[0].endswith("/venv/bin/python")
+    assert argv[argv.index("--device") + 1] == "cuda" and argv[argv.index("--config") + 1] == "<private>/engine-config.yaml"
+    assert model_id.split(":")[1] in argv[argv.index("--model-path") + 1]
+    assert out["env"]["CUDA_VISIBLE_DEVICES"] == "GPU-1" and "SGLANG_USE_CPU_ENGINE" not in out["env"]
+    assert out["expected_server_info"]["device"] == "cuda" and "max_total_num_tokens" in out["expected_server_info"]
+    probe = _json(_run(root, "local", "argv", str(tmp_path / "lock.json"), "--gpu", "GPU-1", "--probe", "--json"))
+    assert "--max-total-tokens" in argv and "--max-total-tokens" not in probe["argv"]
+    # --check needs a runtime with that SGLang under --parser-root: none in an empty root
+    missing = _run(root, "local", "argv", str(tmp_path / "lock.json"), "--check", "--parser-root", str(tmp_path / "e"), "--json")
+    assert json.loads(missing.stdout)["error"]["code"] == "inference_runtime_unavailable"
+
+
 def test_metal_and_unpinned_cuda_are_refused(imported: tuple[Path, str]) -> None:
     root, _ = imported
     metal = _run(root, "local", "lock", "local/tiny", "--device", "metal", "--json")

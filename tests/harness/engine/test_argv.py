@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.engine import EngineProgram, engine_flags, prepare_launch, wire_model_name
-from harness.engine.argv import FAKE_ENGINE_MODULE
+from harness.engine import EngineProgram, engine_flags, expected_server_info, prepare_launch, wire_model_name
+from harness.engine.argv import FAKE_ENGINE_MODULE, parser_flags
 from harness.errors import HitchError
 from harness.runtimes import InstalledRuntime, get_runtime
 from tests.harness.engine.inputs import GENERIC_RUNTIME, ServiceInputs, checkpoint_cache, service_inputs
@@ -106,3 +106,27 @@ def test_the_locks_tool_call_parser_reaches_the_engine(inputs: ServiceInputs) ->
     assert _pairs(flags)["--tool-call-parser"] == "hermes"
     plain = lock.model_copy(update={"protocol": lock.protocol.model_copy(update={"tool_call_parser": None, "tool_calls": False})})
     assert "--tool-call-parser" not in engine_flags(plain, inputs.model_dir, "127.0.0.1", 31234, "/private/engine-config.yaml")
+
+
+def test_server_info_expectations_and_flags_come_from_one_table(inputs: ServiceInputs) -> None:
+    for probe in (False, True):
+        flags = engine_flags(inputs.lock, inputs.model_dir, "127.0.0.1", 4000, "/c.yaml", probe=probe)
+        expected = expected_server_info(inputs.lock, inputs.model_dir, 4000, probe=probe)
+        on_line = {f[2:].replace("-", "_"): v for f, v in _pairs(flags).items() if f != "--config"}
+        # every flag's field is expected back with the flag's value (a bare flag: True) ...
+        for field, value in on_line.items():
+            assert field in expected, field
+            assert str(expected[field]) == value if value is not None else expected[field] is True
+        # ... and every other expected field is SGLang's default of an absent flag (False, None), or the pool
+        others = {k: v for k, v in expected.items() if k not in on_line}
+        assert {k for k, v in others.items() if v not in (False, None)} == (set() if probe else {"max_total_num_tokens"})
+    assert _pairs(flags)["--config"] == "/c.yaml"
+
+
+def test_deprecated_parser_names_reach_sglang_as_the_names_it_echoes(inputs: ServiceInputs) -> None:
+    # SGLang 0.5.23 renames qwen25/glm45 during resolution: /server_info would never echo the lock's name
+    for old, new in (("qwen25", "qwen"), ("glm45", "glm")):
+        lock = inputs.lock.model_copy(update={"protocol": inputs.lock.protocol.model_copy(update={"tool_call_parser": old})})
+        assert _pairs(engine_flags(lock, inputs.model_dir, "127.0.0.1", 1, "/c.yaml"))["--tool-call-parser"] == new
+        assert expected_server_info(lock, inputs.model_dir, 1)["tool_call_parser"] == new
+        assert parser_flags(lock) == ["--tool-call-parser", new]

@@ -29,7 +29,8 @@ def test_mismatch_names_every_differing_field(inputs: ServiceInputs) -> None:
         verify_server_info(info, expected_server_info(inputs.lock, inputs.model_dir, 4000), KEYS)
     err = caught.value
     assert err.code == "inference_lock_mismatch"
-    assert err.details["fields"] == ["model_path", "dtype", "max_total_num_tokens", "disable_radix_cache"]
+    # the command line's fields in its order (argv.engine_args), then the scheduler's effective pool
+    assert err.details["fields"] == ["model_path", "dtype", "disable_radix_cache", "max_total_num_tokens"]
     # a pool smaller than the sealed one says why (memory free at start) and what to do
     assert "sized its token pool at 999 tokens from the memory free now" in err.message
 

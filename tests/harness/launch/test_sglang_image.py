@@ -185,3 +185,55 @@ def test_the_pinned_image_imports_real_sglang_and_the_shim_hardened() -> None:
     assert (exe, sglang_version, shim, pyc) == ("/usr/bin/python3", "0.5.23", "True", "True")
     assert torch_version.startswith("2.14.1")
     assert origin == "/usr/local/lib/python3.11/dist-packages/sglang/srt/server_args.py"
+
+
+@pytest.mark.integration
+@pytest.mark.needs_docker
+@pytest.mark.needs_sglang
+@pytest.mark.slow
+@pytest.mark.xdist_group("sglang")
+def test_real_sglang_in_the_pinned_image_becomes_ready_through_the_oci_launcher(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The whole readiness sequence against real SGLang in its container (bridge network, Docker's proxy):
+    the cache flush waits for the engine to finish the probes' requests, so the start becomes ready (it used
+    to fail every time with ``flush_cache: HTTP 400``, the probe's request still pending in the engine), and
+    the stop leaves no container."""
+    import asyncio
+
+    from harness.launch.oci import OciLauncher, list_owned_containers
+    from harness.service import ServiceSupervisor
+    from harness.service.starter_supervisor import EngineChoice, engine_program
+    from tests.harness.docker_support import docker_client_or_skip
+    from tests.harness.engine.inputs import checkpoint_cache, service_inputs
+
+    image = _pinned_image()
+    docker_client_or_skip().close()
+    inputs = service_inputs(tmp_path / "root", checkpoint_cache(tmp_path_factory.getbasetemp()))
+    program = engine_program(inputs.root, inputs.lock, EngineChoice(engine="sglang", launcher="oci", image=image))
+    sup = ServiceSupervisor(
+        inputs.root,
+        "svc-oci-real",
+        inputs.lock,
+        inputs.model_dir,
+        program,
+        OciLauncher(inputs.root.path),
+        owner="test-owner",
+        startup_timeout_s=600.0,
+        image=image,
+        host="0.0.0.0",
+    )
+
+    async def run() -> None:
+        endpoint = await sup.start()
+        try:
+            report = endpoint.readiness
+            assert report.steps[-1] == "flush_cache" and report.flush_attempts >= 1
+            ready = [e for e in sup.store.events() if e.event == "inference.ready"]
+            assert ready[-1].details["engine_idle_wait_s"] == report.idle_wait_s
+        finally:
+            await sup.stop()
+
+    asyncio.run(run())
+    assert sup.state == "stopped"
+    assert list_owned_containers(inputs.root.path) == []

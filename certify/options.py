@@ -79,6 +79,11 @@ def add_options(parser: pytest.Parser) -> None:
 T = TypeVar("T", bound=str)
 
 
+def _reports_base() -> Path:
+    """Where ``reports/out/`` goes by default: the checkout, or, run from an installed package, the current folder."""
+    return REPO if (REPO / "pyproject.toml").is_file() else Path.cwd()
+
+
 def _one_of(config: pytest.Config, option: str, choices: tuple[T, ...]) -> T:
     value = config.getoption(option)
     for choice in choices:
@@ -99,7 +104,7 @@ def options_from(config: pytest.Config) -> CertifyOptions:
         model=str(config.getoption("--model")),
         profile=_one_of(config, "--profile", ("baseline", "throughput")),
         sign_key=Path(sign_key).expanduser() if sign_key else None,
-        report_dir=Path(report).expanduser().resolve() if report else REPO / "reports" / "out" / stamp,
+        report_dir=Path(report).expanduser().resolve() if report else _reports_base() / "reports" / "out" / stamp,
         canary=bool(config.getoption("--canary")),
         allow_uncertified=bool(config.getoption("--allow-uncertified")),
         root=HitchRoot.at(),

@@ -75,11 +75,15 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _targets_certify(config: pytest.Config) -> bool:
-    """Whether this invocation names the certify suites (``pytest certify ...``)."""
+    """Whether this invocation names the certify suites: ``pytest certify ...`` in the checkout, or
+    ``pytest --pyargs certify ...`` wherever the package is installed."""
     here = SUITES_DIR.parent
     for arg in config.args:
-        path = Path(str(arg).split("::", 1)[0]).resolve()
+        name = str(arg).split("::", 1)[0]
+        path = Path(name).resolve()
         if path == here or here in path.parents:
+            return True
+        if config.getoption("pyargs") and (name == here.name or name.startswith(f"{here.name}.")):
             return True
     return False
 

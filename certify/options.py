@@ -118,14 +118,7 @@ def choose_engine(opts: CertifyOptions) -> CertifyOptions:
     # imported here: this module is loaded by every pytest process (the plugin), the resolver only by certify runs
     from harness.app.choice import ChoiceRequest, resolve_choice
 
-    asked = ChoiceRequest(
-        device=opts.device,
-        engine=opts.engine,
-        launcher=opts.launcher,
-        runtime=opts.runtime,
-        allow_uncertified=opts.allow_uncertified,
-    )
-    choice = resolve_choice(asked)
+    choice = resolve_choice(ChoiceRequest.model_validate(opts, from_attributes=True))
     return replace(
         opts,
         device=choice.device,

@@ -23,6 +23,8 @@ from typing import Any, TypeVar
 
 import pytest
 
+import certify.suites as suites
+
 __all__ = ["SUITES", "Check", "all_checks", "applicable", "at_session_end", "session_end_checks"]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -105,8 +107,6 @@ def at_session_end(fn: F) -> F:
 
 
 def _suite_modules() -> list[ModuleType]:
-    import certify.suites as suites
-
     modules = []
     for info in pkgutil.iter_modules(suites.__path__):
         if info.name.startswith("test_"):

@@ -27,6 +27,7 @@ from filelock import FileLock
 from catalog.model_fixtures import fixture_by_key
 from certify.model_facts import model_facts
 from certify.options import CertifyOptions
+from certify.reference_set import prepare_references
 from certify.secrets_scan import remember
 from fixtures.checkpoint import tiny_checkpoint_cached
 from fixtures.fake_sglang.client import FakeControl
@@ -121,7 +122,7 @@ class CertifyEnv:
 
 def session_key_dir(opts: CertifyOptions, session_key: str) -> Path:
     """Private files shared by this session's processes (fake control token, ports)."""
-    return ensure_private_dir(opts.root.path / "certify" / session_key)
+    return ensure_private_dir(opts.root.certify / session_key)
 
 
 def secrets_ledger(opts: CertifyOptions, session_key: str) -> Path:
@@ -186,7 +187,7 @@ def _oci_image(opts: CertifyOptions, runtime: InferenceRuntimeManifestV1) -> str
     if opts.launcher != "oci":
         return None
     if opts.engine == "fake":
-        return fake_engine_image(opts.root.path / "certify")
+        return fake_engine_image(opts.root.certify)
     return run_image(runtime, "sglang", "oci", None)
 
 
@@ -220,8 +221,6 @@ def open_session(opts: CertifyOptions, session_key: str, worker: str, *, referen
     model_id = model_id_of(opts.root, model_ref)
     prepared: dict[str, Any] | None = None
     if references and opts.engine == "sglang":
-        from certify.reference_set import prepare_references
-
         prepared = prepare_references(opts.root, model_id)
     body: dict[str, Any] = {
         "model": model_ref,

@@ -96,7 +96,7 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     # spec §12.2 — lifecycle
     "inference_recovery_ambiguous": _e("lifecycle", False, 409, "inspect the leftover by hand; nothing was killed"),
     "inference_in_use": _e("lifecycle", False, 409, "wait for the leases to end or pass --force"),
-    # harness — runs (seed 002: every terminal status but completed carries a code)
+    # harness — runs (every terminal status but completed carries a code)
     "run_cancelled": _e("lifecycle", False, 409, "the run was cancelled (hitch run cancel, Ctrl-C); submit a new run id"),
     "run_interrupted": _e("lifecycle", True, 409, "the daemon ended while the run was live; submit a new run id"),
     "run_not_found": _e("input", False, 404, "see runs/ under the root for the known run ids"),
@@ -117,7 +117,10 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     "inference_runtime_not_found": _e("input", False, 404, "see `hitch runtime list`"),
     "runtime_catalog_invalid": _e("input", False, 400, "fix catalog/runtimes.toml or the runtime's catalog folder"),
     "runtime_lock_unresolvable": _e(
-        "integrity", False, 409, "a pinned wheel is yanked, gone or re-hashed: re-resolve (scripts/resolve_runtime_lock.py NAME)"
+        "integrity",
+        False,
+        409,
+        "a pinned wheel is yanked, gone or re-hashed: re-resolve (scripts/resolve_runtime_requirements.py)",
     ),
     "inference_token_invalid": _e("routing", False, 401, "use the run token issued for this run"),
     "inference_run_sealed": _e("routing", False, 403, "the run is sealed; register a new run"),

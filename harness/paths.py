@@ -109,21 +109,23 @@ class HitchRoot:
     # inference/
     services = _under("inference", "services")
     private = _under("inference", "private")
-    daemon_dir = _under("inference", "daemon")  # socket, token, info, lock, log (DaemonPaths)
+    daemon_dir = _under("inference", "daemon")  # socket, token, info, mutex, log (DaemonPaths)
     gateway_dir = _under("inference", "gateway")  # the daemon gateway's bindings, evidence rows, capture
     # agent-harness compatibility profiles; the folder keeps its first name so existing roots still read
     agent_profiles = _under("inference", "harness-profiles")
     runtime_envs = _under("inference", "runtimes")  # python-env runtimes' private venvs, one per runtime digest
-    tool_envs = _under("tools")  # benchmark tools' private venvs (e.g. ``aiperf-0.13.0``), one per tool and version
+    tool_envs = _under("tools")  # tools' private venvs (``aiperf-0.13.0``, ``harbor/<hex>``), one per tool and version
     cache = _under("cache", "inference")
     fixture_cache = _under("cache", "fixtures")  # built test checkpoints and downloaded wheels
     reference_cache = _under("cache", "reference")  # transformers reference runs (fixtures.reference)
-    file_locks = _under("locks", "inference")  # advisory lock files serialising store writers (aliases, imports)
-    runtime_install_locks = _under("locks", "runtimes")  # one advisory lock file per runtime install
+    mutexes = _under("locks", "inference")  # advisory mutex files serialising store writers (aliases, imports)
+    runtime_install_mutexes = _under("locks", "runtimes")  # one advisory mutex file per runtime install
     keys = _under("keys")  # the development signing key; its public half under keys/public
     catalog_entries = _under("catalog", "entries")  # signed catalog entries written here (beside the checkout's)
     runtime_pins = _under("catalog", "runtime-pins.json")  # the operator's overlay of `hitch runtime pin`
     runs = _under("runs")
+    evals = _under("evals")  # one folder per evaluation (``hitch eval``): evaluation.json, trials, driver log
+    certify = _under("certify")  # what a certification session's processes share (keys, mutexes, images' mutex)
 
     def run_inference_dir(self, run_id: str) -> Path:
         """One run's inference evidence (``runs/<run id>/inference``)."""
@@ -152,7 +154,7 @@ class DaemonPaths:
       (``$XDG_RUNTIME_DIR/hitch`` when that is short enough, else ``/tmp/hitch-<uid>``) under a name derived
       from the root's path, and every client computes the same place;
     - ``token``: the random daemon token (0600), new at every daemon start;
-    - ``daemon.json``: pid, start time, socket (no secret); ``daemon.lock``: held for the daemon's life
+    - ``daemon.json``: pid, start time, socket (no secret); ``daemon.lock``, the daemon's mutex: held for its life
       (flock: released by the kernel even after SIGKILL, so a restart never waits on a dead daemon);
     - ``daemon.log``: the daemon's own log (0600).
     """
@@ -179,5 +181,5 @@ class DaemonPaths:
 
     token = SubPath("dir", "token")
     info = SubPath("dir", "daemon.json")
-    lock = SubPath("dir", "daemon.lock")
+    mutex = SubPath("dir", "daemon.lock")
     log = SubPath("dir", "daemon.log")

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 import pandas as pd
 
+from catalog.signing import verify_envelope
 from harness.errors import HitchError
 from reports.render import write_page
 
@@ -62,8 +63,6 @@ class Rejected:
 
 
 def _default_verify(envelope: dict[str, Any], keys_dir: KeysDirs) -> VerifiedLike:
-    from catalog.signing import verify_envelope  # lazy: the signing package is optional for this module
-
     result: VerifiedLike = verify_envelope(envelope, keys_dir)
     return result
 

@@ -69,11 +69,11 @@ STEPS = [
     Step("codex", "download", "pinned Codex CLI", (".tools/codex",)),
 ]
 
-_print_lock = threading.Lock()
+_print_mutex = threading.Lock()
 
 
 def say(line: str) -> None:
-    with _print_lock:
+    with _print_mutex:
         print(f"[{time.strftime('%H:%M:%S')}] {line}", flush=True)
 
 
@@ -145,7 +145,7 @@ def run_step(step: Step, by_name: dict[str, Step]) -> None:
         tail = log.read_text(errors="replace").splitlines()[-15:]
         note = "optional: the tests that need it skip outside CI" if step.optional else "required"
         say(f"! {step.name}: failed (exit {code}) after {step.seconds:.1f} s, {note}; {log.relative_to(REPO)}:")
-        with _print_lock:
+        with _print_mutex:
             for line in tail:
                 print(f"    {line}", flush=True)
     step.done.set()

@@ -45,7 +45,7 @@ __all__ = ["PRIVATE_TTL_MS", "PrivateDaemon", "private_daemon_fixture"]
 
 PRIVATE_TTL_MS = 3000
 _REGISTRY: dict[str, PrivateDaemon] = {}
-_REGISTRY_LOCK = threading.Lock()
+_REGISTRY_MUTEX = threading.Lock()
 
 
 @dataclass
@@ -205,7 +205,7 @@ def _make_private_daemon(env: CertifyEnv, base: Path, ttl_ms: int) -> PrivateDae
         body["model"] = "local/certify-private"
     fake: FakeControl | None = None
     if env.engine == "fake":
-        private = ensure_private_dir(root.path / "certify-private")
+        private = ensure_private_dir(root.certify / "private-daemon")
         token_file = private / "fake-control.token"
         write_secret(token_file, secrets.token_urlsafe(24))
         port_file = private / "fake-control.port"
@@ -223,7 +223,7 @@ def private_daemon_fixture(certify_env: CertifyEnv, tmp_path_factory: pytest.Tem
     lifecycle modules (each imports this fixture; the registry hands both the same daemon). Stopped at the
     end of the session, then anything of the private root still alive is killed by PID."""
     key = f"{certify_env.engine}:{certify_env.device}"
-    with _REGISTRY_LOCK:
+    with _REGISTRY_MUTEX:
         daemon = _REGISTRY.get(key)
         if daemon is None:
             daemon = _make_private_daemon(certify_env, tmp_path_factory.mktemp("private-daemon"), PRIVATE_TTL_MS)
@@ -231,6 +231,6 @@ def private_daemon_fixture(certify_env: CertifyEnv, tmp_path_factory: pytest.Tem
     try:
         yield daemon
     finally:
-        with _REGISTRY_LOCK:
+        with _REGISTRY_MUTEX:
             _REGISTRY.pop(key, None)
         daemon.close()

@@ -36,6 +36,8 @@ from typing import Any
 
 from certify.load.schedule import PROMPTS, TargetPlan, caller_body, route_for, schedule_facts
 from certify.load.summary import build_summary, render_table
+from certify.perf.stack import MODEL, StackOptions, started_stack
+from gateway.policy import apply_policy
 from harness.app.load_schedule import APIS, TARGETS, LoadSchedule, parse_run_time, targets_for
 from harness.errors import HitchError
 from harness.paths import write_secret
@@ -57,8 +59,6 @@ def _bodies(schedule: LoadSchedule, model: str, policy: Callable[[bytes], bytes]
 @contextmanager
 def _started_targets(args: argparse.Namespace, schedule: LoadSchedule, work: Path) -> Iterator[dict[str, TargetPlan]]:
     """The overhead measurement's stack (:mod:`certify.perf.stack`); yields one plan per arm we use."""
-    from certify.perf.stack import MODEL, StackOptions, started_stack
-    from gateway.policy import apply_policy
 
     opts = StackOptions(engine=args.engine, model_dir=Path(args.model_dir) if args.model_dir else None,
                         permits=max(64, schedule.users + 8), max_tokens=schedule.max_tokens)  # fmt: skip

@@ -30,10 +30,11 @@ import pytest
 
 from certify.kit.agents import AgentRig, rig_lock
 from certify.kit.probes import evidence_rows, read_evidence
+from certify.kit.prompt_cases import RESPONSES, SAMPLING_KEYS, gateway_prompt_ids
 from certify.model_facts import not_applicable
+from certify.reference_set import reference_continuation
 from certify.registry import check
 from certify.session import CertifyEnv
-from certify.suites._prompt_cases import RESPONSES, SAMPLING_KEYS, gateway_prompt_ids
 from gateway.sse import parse_events
 from harness.agents.codex_home import CodexBinding
 from harness.agents.codex_install import CodexInstall, find_codex
@@ -374,8 +375,6 @@ def _empty_answer_diagnosis(env: CertifyEnv, body: dict[str, Any], prompt_ids: l
     engine_ends = greedy.get("items") == [] and greedy.get("output_tokens") == 1
     reference: dict[str, Any] | None = None
     if env.engine == "sglang" and prompt_ids:
-        from certify.reference_set import reference_continuation
-
         ref = reference_continuation(env.root, env.model_id, prompt_ids, _REFERENCE_TOKENS)
         reference = {"token_ids": ref.token_ids, "text": ref.text, "finish_reason": ref.finish_reason}
     reference_ends = reference is not None and reference["finish_reason"] == "stop" and len(reference["token_ids"]) == 1

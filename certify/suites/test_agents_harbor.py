@@ -26,7 +26,7 @@ Every evaluation leases the session's own service (its ``inference_id``): no eng
 The checks that script or fault the shared fake hold the engine alone (``engine_turn``) while they do.
 Required where Docker and Harbor are present (and always under ``HITCH_REQUIRE_HARBOR``): a missing
 component skips them elsewhere, and fails them under ``HITCH_REQUIRE_HARBOR`` / ``HITCH_REQUIRE_DOCKER``.
-Under xdist the evaluations run once per session (a file lock; the other worker reads the result).
+Under xdist the evaluations run once per session (a file mutex; the other worker reads the result).
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def harbor(certify_env: CertifyEnv) -> HarborInstall:
 
 def _once(env: CertifyEnv, name: str, compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """``compute()`` once per certify session (keyed by the session's service), shared by xdist workers."""
-    folder = ensure_private_dir(env.root.path / "certify" / "harbor")
+    folder = ensure_private_dir(env.root.certify / "harbor")
     key = f"{name}-{env.run.service_id}-{env.run.epoch}"
     out = folder / f"{key}.json"
     with FileLock(str(folder / f"{key}.lock")):
@@ -123,7 +123,7 @@ def _turns(text: str, n: int = 48) -> list[dict[str, Any]]:
 
 
 def _execution(root: HitchRoot, run_id: str) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((root.runs / run_id / "inference" / "execution.json").read_text())
+    data: dict[str, Any] = json.loads((root.run_inference_dir(run_id) / "execution.json").read_text())
     return data
 
 

@@ -55,7 +55,7 @@ def eval_trials(certify_env: CertifyEnv) -> Iterator[dict[str, Any]]:
     if not facts.reachable:
         pytest.skip(f"needs a reachable Docker engine: {facts.reason}")
     try:
-        image = eval_trial_image(env.root.path / "certify")
+        image = eval_trial_image(env.root.certify)
     except HitchError as exc:
         pytest.skip(exc.message)
     import docker

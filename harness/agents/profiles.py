@@ -7,7 +7,7 @@ measured through the gateway; see the module docstring of :mod:`gateway.policy`;
 ``<root>/inference/harness-profiles/`` (atomic writes). :meth:`ProfileStore.require_passing` is the
 admission rule: a harness runs against a lock only when its profile exists and every recorded result
 passed; otherwise ``inference_harness_unsupported``. ``model-call`` is the lock's own Responses text path
-(every P0 lock enables it), so it needs no recorded profile; its key is still written into evidence.
+(every lock of this version enables it), so it needs no recorded profile; its key is still written into evidence.
 """
 
 from __future__ import annotations

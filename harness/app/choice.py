@@ -34,9 +34,8 @@ from harness.contracts.runtime import InferenceRuntimeManifestV1
 from harness.contracts.service import EngineName, LauncherName
 from harness.devices import DoctorReportV1, gpu_reasons, run_doctor
 from harness.errors import HitchError
-from harness.ids import is_sha256_id
 from harness.lock import ServedDevice, served_device
-from harness.runtimes import default_runtime, load_catalog
+from harness.runtimes import default_runtime, get_runtime, load_catalog
 
 __all__ = ["ALLOW_FLAG", "DEVICE_CHOICES", "Choice", "ChoiceRequest", "RefusalV1", "resolve_choice"]
 
@@ -45,7 +44,8 @@ ALLOW_FLAG = "--allow-uncertified"
 
 
 class ChoiceRequest(Record):
-    """What a caller asks for; ``None`` leaves the choice to the rule."""
+    """What a caller asks for; ``None`` leaves the choice to the rule. Made from any object with these attributes
+    (``ChoiceRequest.model_validate(options, from_attributes=True)``: a command's options, the certify options)."""
 
     device: str = Field(default="auto", description="auto | cpu | cuda (metal parses but is not served)")
     engine: EngineName | None = None
@@ -98,18 +98,6 @@ class Choice(Record):
     def device_argv(self) -> list[str]:
         """The flags that repeat this device choice in a printed command."""
         return ["--device", self.device] + ([ALLOW_FLAG] if self.allow_uncertified else [])
-
-
-def _find(runtimes: Sequence[InferenceRuntimeManifestV1], name_or_id: str) -> InferenceRuntimeManifestV1:
-    key = "runtime_id" if is_sha256_id(name_or_id) else "name"
-    for runtime in runtimes:
-        if getattr(runtime, key) == name_or_id:
-            return runtime
-    raise HitchError(
-        "inference_runtime_not_found",
-        f"no runtime {name_or_id!r} in the catalog",
-        {"runtime": name_or_id, "known": [r.name for r in runtimes]},
-    )
 
 
 def _device(requested: str, report: DoctorReportV1, given: InferenceRuntimeManifestV1 | None) -> ServedDevice:
@@ -182,7 +170,7 @@ def resolve_choice(
         served_device(req.device)  # metal and unknown names first, before any probe
     report = doctor if doctor is not None else run_doctor("auto")
     runtimes = list(catalog) if catalog is not None else load_catalog()
-    given = _find(runtimes, req.runtime) if req.runtime else None
+    given = get_runtime(req.runtime, runtimes=runtimes) if req.runtime else None
     device = _device(req.device, report, given)
     engine, launcher, picked, basis = _engine(req, device, report, runtimes, given)
     runtime = picked or _runtime(device, engine, launcher, runtimes)

@@ -15,7 +15,7 @@ __all__ = ["import_once", "model_id_of"]
 def import_once(root: HitchRoot, source: Path, alias: str) -> str:
     """Import the checkpoint ``source`` under ``alias`` (idempotent: the same files are the same model); processes
     that import at once (a certify session's xdist workers) take turns. Returns the reference ``local/<alias>``."""
-    with FileLock(str(ensure_private_dir(root.file_locks) / "model-import.lock")):
+    with FileLock(str(ensure_private_dir(root.mutexes) / "model-import.lock")):
         import_model(root, source, alias)
     return f"local/{alias}"
 

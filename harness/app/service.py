@@ -67,14 +67,7 @@ class ServiceAsk(Record):
 
     def choice(self) -> Choice:
         """The one device rule applied to this ask (:func:`harness.app.choice.resolve_choice`); refused here."""
-        request = ChoiceRequest(
-            device=self.device,
-            engine=self.engine,
-            launcher=self.launcher,
-            runtime=self.runtime,
-            allow_uncertified=self.allow_uncertified,
-        )
-        return resolve_choice(request).require()
+        return resolve_choice(ChoiceRequest.model_validate(self, from_attributes=True)).require()
 
 
 def runtime_of(choice: Choice) -> InferenceRuntimeManifestV1:

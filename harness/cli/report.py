@@ -13,6 +13,7 @@ import typer
 
 from harness.cli.output import JsonOpt, cli_command, emit
 from harness.errors import HitchError
+from reports.builder import build_load_page, build_matrix, build_run_page
 
 app = typer.Typer(no_args_is_help=True, help="self-contained HTML reports")
 
@@ -40,7 +41,6 @@ def build(
     as_json: JsonOpt = False,
 ) -> None:
     """Build the pages for whichever inputs are given; prints the paths written."""
-    from reports.builder import build_load_page, build_matrix, build_run_page
 
     if entries is None and results is None and load is None:
         raise HitchError("report_input_invalid", "give at least one of --entries, --results, --load")

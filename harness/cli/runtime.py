@@ -14,6 +14,7 @@ from harness.errors import HitchError
 from harness.paths import HitchRoot
 from harness.runtimes import get_runtime, install_runtime, installed_runtime, load_catalog
 from harness.runtimes.catalog import pin_runtime
+from harness.runtimes.index_plan import install_plan, require_resolvable
 
 app = typer.Typer(no_args_is_help=True, help="pinned SGLang runtimes")
 
@@ -112,8 +113,6 @@ def plan_cmd(
     index_url: Annotated[str | None, typer.Option("--index-url", help="ask this simple index instead of pip's")] = None,
     common: Common = COMMON,
 ) -> None:
-    from harness.runtimes.index_plan import install_plan, require_resolvable
-
     plan = install_plan(get_runtime(runtime), index_url=index_url)
     total = plan.total_bytes
     payload: dict[str, Any] = {"kind": "runtime-plan", **plan.to_json_dict(), "total_bytes": total}

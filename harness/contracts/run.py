@@ -1,4 +1,4 @@
-"""RunRecordV1: the durable state of one run, ``runs/<run-id>/run.json`` (seed 002: terminal statuses).
+"""RunRecordV1: the durable state of one run, ``runs/<run-id>/run.json``.
 
 A run moves ``admitted → preparing → running`` and ends in exactly one terminal status: ``completed``,
 ``failed``, ``cancelled`` or ``interrupted`` (its daemon died while it was live; found at the next daemon

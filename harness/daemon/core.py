@@ -17,6 +17,7 @@ from typing import Any
 
 from harness.contracts.events import LifecycleEventV1
 from harness.contracts.lock import InferenceLockV1
+from harness.docker_engine import docker_client
 from harness.errors import HitchError
 from harness.paths import HitchRoot
 from harness.service.gpu_leases import GpuDeviceProvider, GpuLeases
@@ -111,8 +112,6 @@ class DaemonCore:
     async def recover(self) -> list[RecoveryOutcome]:
         docker = None
         if self.config.recover_docker:
-            from harness.docker_engine import docker_client
-
             try:
                 docker = docker_client()
             except HitchError:

@@ -62,7 +62,7 @@ class EvalAccess:
         self.gateway = gateway
         self.network: EvalNetwork | None = None
         self._client: docker.DockerClient | None = None
-        self._lock = asyncio.Lock()
+        self._mutex = asyncio.Lock()
         self._engine_checked: dict[tuple[str, int], ProbeResult] = {}
         self.last_probe: dict[str, Any] | None = None
         self.host_guard: str | None = None  # "installed", or why the host's other services stay reachable
@@ -77,7 +77,7 @@ class EvalAccess:
         if not isinstance(image, str):
             raise HitchError("usage_error", "a container-facing run names its eval image (eval_image: an image ID or digest)", {})
         ref = require_pinned_image(image)
-        async with self._lock:
+        async with self._mutex:
             client = await asyncio.to_thread(self._docker)
             if self.network is None:
                 self.network = await asyncio.to_thread(ensure_eval_network, self.root, client=client)

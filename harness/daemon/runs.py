@@ -1,4 +1,4 @@
-"""Runs served through the daemon's gateway (issue 5 item 10) and their durable lifecycle (issue 17, seed 002).
+"""Runs served through the daemon's gateway and their durable lifecycle (terminal statuses: RunRecordV1).
 
 :class:`RunService` owns the daemon's one :class:`~gateway.server.Gateway` (loopback, a free port chosen by
 the kernel, its state in the root's private ``inference/gateway/`` directory, 0700) and the live runs.
@@ -229,7 +229,7 @@ class RunService:
         run.engine.metrics_start = (now, metrics) if metrics is not None else None
         run.engine.errors.extend(f"start {e}" for e in errors)
         self.gateway.registry.set_service_epoch(endpoint.service_id, endpoint.epoch)
-        capture_dir = self.store.dir(run_id) / "inference" / "capture"
+        capture_dir = self.core.root.run_inference_dir(run_id) / "capture"
         if capture != "off":
             with contextlib.suppress(OSError):  # a folder that cannot be made fails each capture write: evidence incomplete
                 ensure_private_dir(capture_dir)

@@ -50,6 +50,7 @@ from harness.contracts.evaluation import (
     TrialUsageV1,
 )
 from harness.contracts.run import RunErrorV1
+from harness.docker_engine import docker_client
 from harness.errors import HitchError
 from harness.evals.harbor_install import HarborInstall
 from harness.paths import HitchRoot, atomic_write_json, ensure_private_dir
@@ -97,7 +98,6 @@ def model_connection(agent: str, environment: str) -> str:
 
 def base_image_id(tag: str = BASE_IMAGE) -> str:
     """The ID of the task images' base: what the daemon's reachability probe runs for in-container trials."""
-    from harness.docker_engine import docker_client
 
     client = docker_client()
     try:
@@ -161,7 +161,7 @@ class HarborEvaluation:
         self.evaluation_id = options.evaluation_id or "eval-" + secrets.token_hex(6)
         if not _EVAL_ID.match(self.evaluation_id):  # it names runs and Harbor's compose projects
             raise HitchError("usage_error", "an evaluation id is 1..40 of [a-z0-9-], starting alphanumeric", {})
-        self.dir = root.path / "evals" / self.evaluation_id
+        self.dir = root.evals / self.evaluation_id
         self.trials = [
             _Trial(
                 f"{self.evaluation_id}-{task.name}-{i}",
@@ -174,13 +174,13 @@ class HarborEvaluation:
         self.inference_id: str | None = request.inference_id
         self.eval_image = (options.eval_image or base_image_id()) if self.connection == "container" else None
         self._stdin: IO[str] | None = None
-        self._stdin_lock = threading.Lock()
+        self._stdin_mutex = threading.Lock()
 
     # -- public ----------------------------------------------------------------------------------------
 
     def cancel(self, trial: str) -> bool:
         """Cancel one live trial in Harbor (its run then ends ``cancelled``); False when it is not live."""
-        with self._stdin_lock:
+        with self._stdin_mutex:
             if self._stdin is None or self._stdin.closed:
                 return False
             with contextlib.suppress(OSError, ValueError):
@@ -281,7 +281,7 @@ class HarborEvaluation:
         reader = threading.Thread(target=read, args=(proc.stdout,), daemon=True)
         reader.start()
         by_name = {t.name: t for t in live}
-        with self._stdin_lock:
+        with self._stdin_mutex:
             self._stdin = proc.stdin
             first = {"trials": [self._spec(t, overlay) for t in live], "sys_path": [str(p) for p in self.options.agent_paths]}
             proc.stdin.write(json.dumps(first) + "\n")
@@ -311,7 +311,7 @@ class HarborEvaluation:
                     self.cancel(t.name)
             raise
         finally:
-            with self._stdin_lock:
+            with self._stdin_mutex:
                 with contextlib.suppress(OSError):
                     proc.stdin.close()
                 self._stdin = None
@@ -349,7 +349,7 @@ def _trial_error(event: dict[str, Any]) -> HitchError | None:
 def _outcome(root: HitchRoot, trial: _Trial, record: dict[str, Any]) -> TrialOutcomeV1:
     result = trial.result or {}
     usage = service = None
-    execution = root.runs / trial.run_id / "inference" / "execution.json"
+    execution = root.run_inference_dir(trial.run_id) / "execution.json"
     with contextlib.suppress(OSError, ValueError):
         ev = json.loads(execution.read_text(encoding="utf-8"))
         usage = TrialUsageV1(

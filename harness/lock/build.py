@@ -72,7 +72,7 @@ _MAX_OUTPUT_CAP = 2048
 _GIB = 1 << 30
 _MIB = 1 << 20
 
-# The protocol surface every P0 lock enables; its digest names the compatibility profile.
+# The protocol surface every lock of this version enables; its digest names the compatibility profile.
 _PROTOCOL_PROFILE = {"engine": "sglang", "profile": "openai-responses-text-v1", "input_modalities": ["text"]}
 
 _DTYPE_ALIASES = {

@@ -5,7 +5,7 @@
 - the engine program comes from an :class:`EngineChoice`: ``sglang`` (the lock's installed python-env
   runtime) or ``fake`` (``python -m fixtures.fake_sglang``: launched, never imported); the launcher is
   ``process`` or ``oci`` (an ``oci`` engine runs the pinned image the choice names);
-- ports (issue item 5): for the process launcher each attempt gets a port a bind test just accepted;
+- ports: for the process launcher each attempt gets a port a bind test just accepted;
   when another server turns out to hold it (readiness saw a foreign listener and sent it nothing, or
   our engine died and the port is still taken) the attempt is a failed epoch and a new port is tried,
   as long as the lock's startup deadline allows;

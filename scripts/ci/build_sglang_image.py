@@ -65,6 +65,7 @@ from fixtures.images.rootfs import (
 )
 from harness.paths import HitchRoot
 from harness.runtimes import get_runtime, require_installed
+from harness.runtimes.catalog import requirement_pins
 from harness.settings import settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -94,16 +95,6 @@ def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def lock_pins(lock_text: str) -> dict[str, str]:
-    """``{normalized name: version}`` of a hash-pinned lock."""
-    pins = {}
-    for line in re.sub(r"\\\n", " ", lock_text).splitlines():
-        m = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", line.strip())
-        if m:
-            pins[_norm(m.group(1))] = m.group(2)
-    return pins
-
-
 def installed_dists(site: Path) -> dict[str, str]:
     """``{normalized name: version}`` from the ``*.dist-info/METADATA`` files of ``site``."""
     found = {}
@@ -114,13 +105,14 @@ def installed_dists(site: Path) -> dict[str, str]:
     return found
 
 
-def check_dists_match_lock(site: Path, lock_text: str) -> int:
-    want, have = lock_pins(lock_text), installed_dists(site)
+def check_dists_match_requirements(site: Path, requirements_text: str) -> int:
+    want = {_norm(pin.name): pin.version for pin in requirement_pins(requirements_text)}
+    have = installed_dists(site)
     extra = {n: v for n, v in have.items() if n not in want and n not in UNLOCKED_DISTS}
     missing = {n: v for n, v in want.items() if n not in have}
     differ = {n: (want[n], have[n]) for n in want.keys() & have.keys() if want[n] != have[n]}
     if extra or missing or differ:
-        raise BuildRefused(f"the venv is not the lock's: extra={extra} missing={missing} differ={differ}")
+        raise BuildRefused(f"the venv is not what its requirements pin: extra={extra} missing={missing} differ={differ}")
     return len(want)
 
 
@@ -275,8 +267,8 @@ def build(root: HitchRoot, tag: str, force: bool, keep_layer: Path | None = None
     found = None if force else tag_existing(client, RECIPE_LABEL, recipe, tag, _log)
     if found is not None:
         return found
-    locked = check_dists_match_lock(site, (runtime.path / "files" / "requirements.lock").read_text())
-    _log(f"venv distributions = the lock's {locked} pins")
+    pinned = check_dists_match_requirements(site, (runtime.path / "files" / "requirements.lock").read_text())
+    _log(f"venv distributions = the requirements' {pinned} pins")
     labels = {
         KIND_LABEL: OCI_RUNTIME,
         RECIPE_LABEL: recipe,

@@ -45,7 +45,7 @@ def parity_checkpoint(tiny_model: Path) -> Path:
     return tiny_model
 
 
-def _require_sglang() -> EngineCommand:
+def require_sglang() -> EngineCommand:
     """The real engine's command, or skip (fail under HITCH_REQUIRE_SGLANG=1) with the reason."""
     try:
         command = sglang_command()
@@ -73,7 +73,7 @@ def fake_engine(parity_checkpoint: Path, tmp_path_factory: pytest.TempPathFactor
 
 @pytest.fixture(scope="session")
 def sglang_engine(parity_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineProcess]:
-    command = _require_sglang()
+    command = require_sglang()
     yield from _serve(command, parity_checkpoint, tmp_path_factory.mktemp("sglang-logs"), REAL_READY_TIMEOUT_S)
 
 

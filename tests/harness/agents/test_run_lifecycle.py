@@ -1,4 +1,4 @@
-"""Durable runs end to end (issue 17 items 3-6): real daemon, real gateway, fake engine process.
+"""Durable runs end to end: real daemon, real gateway, fake engine process.
 
 Every way a run ends leaves ``runs/<id>/run.json`` with its terminal status and code, and evidence: a
 completed run, a refused request, Ctrl-C on ``hitch run``, ``hitch run cancel``, an engine killed mid-request

@@ -1,4 +1,4 @@
-"""Eval containers reach the gateway and nothing else (issue 15 item 4): a real daemon, the fake engine as a
+"""Eval containers reach the gateway and nothing else: a real daemon, the fake engine as a
 process, two "trial" containers (``scripts/ci/build_trial_image.py``) on hitch's eval network, each with its
 own container-facing run binding of one shared engine service.
 

@@ -1,4 +1,4 @@
-"""RunStore and RunRecordV1 (seed 002): the transitions, the terminal rule, the sweep at daemon start."""
+"""RunStore and RunRecordV1: the transitions, the terminal rule, the sweep at daemon start."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``hitch local serve`` end to end: real daemon, real gateway, fake engine process (issue 5 item 10)."""
+"""``hitch local serve`` end to end: real daemon, real gateway, fake engine process."""
 
 from __future__ import annotations
 

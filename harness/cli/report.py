@@ -13,7 +13,6 @@ import typer
 
 from harness.cli.output import JsonOpt, cli_command, emit
 from harness.errors import HitchError
-from reports.builder import build_load_page, build_matrix, build_run_page
 
 app = typer.Typer(no_args_is_help=True, help="self-contained HTML reports")
 
@@ -41,6 +40,8 @@ def build(
     as_json: JsonOpt = False,
 ) -> None:
     """Build the pages for whichever inputs are given; prints the paths written."""
+    # imported here: every `hitch` command loads this module, pandas (~0.4 s) only `hitch report` needs
+    from reports.builder import build_load_page, build_matrix, build_run_page
 
     if entries is None and results is None and load is None:
         raise HitchError("report_input_invalid", "give at least one of --entries, --results, --load")

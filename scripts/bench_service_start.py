@@ -13,6 +13,7 @@ Prints JSON with every run and the medians. Usage::
     python scripts/bench_service_start.py --engine fake --runs 3
     python scripts/bench_service_start.py --engine sglang --runs 20 --keep-going   # does every start become ready?
     python scripts/bench_service_start.py --engine fake --launcher oci --image sha256:... --runs 3
+    python scripts/bench_service_start.py --engine sglang --launcher oci --image sha256:... --runs 20 --keep-going
     HITCH_ROOT=... python scripts/bench_service_start.py --engine sglang --runs 3
 """
 
@@ -45,12 +46,12 @@ async def one_run(base: Path, ckpt: Path, program: EngineProgram, n: int, image:
     inputs = service_inputs(base / f"root-{n}", ckpt)
     lock = inputs.lock
     launcher: Launcher = ProcessLauncher()
-    if image is not None:  # a container needs a memory limit; 512 MiB is ample for the fake engine
-        resources = lock.resources.model_copy(update={"memory_bytes": 512 << 20, "cpu_cores": 1})
-        lock = lock.model_copy(update={"resources": resources})
+    if image is not None:
+        if program.kind == "fake":  # a container needs a memory limit; 512 MiB is ample for the fake engine
+            resources = lock.resources.model_copy(update={"memory_bytes": 512 << 20, "cpu_cores": 1})
+            lock = lock.model_copy(update={"resources": resources})
         launcher = OciLauncher(inputs.root.path)
-        if program.kind == "fake":
-            program = engine_program(inputs.root, lock, EngineChoice(engine="fake", launcher="oci", image=image))
+        program = engine_program(inputs.root, lock, EngineChoice(engine=program.kind, launcher="oci", image=image))
     sup = ServiceSupervisor(
         inputs.root,
         f"bench-{n}",

@@ -66,8 +66,10 @@ class Request(Record):
     model_config = ConfigDict(strict=True)
 
     def body(self) -> dict[str, Any]:
-        """What the client sends: the fields given, without the ``None`` ones."""
-        return self.model_dump(mode="json", exclude_none=True)
+        """What the client sends: the fields given, without the ``None`` ones and those left at an empty default
+        (``[]``, ``false``): what the daemon records of a run's request is what the caller asked for."""
+        empty = {n for n, f in type(self).model_fields.items() if not f.get_default(call_default_factory=True)}
+        return {k: v for k, v in self.model_dump(mode="json", exclude_none=True).items() if v or k not in empty}
 
 
 def parse_request(cls: type[R], data: Any) -> R:

@@ -103,7 +103,7 @@ def run_cmd(
     found = task_dirs(tasks)
     ask = RunService.of(**dataclasses.asdict(svc), model=model, inference=inference)
     flags = ["--fake-script", str(fake_script.resolve())] if fake_script is not None else []
-    request = run_service_request(hroot, ask, common.root, capture="metadata", **({"fake_flags": flags} if flags else {}))
+    request = run_service_request(hroot, ask, common.root, capture="metadata", fake_flags=flags)
     paths = [p.resolve() for p in agent_path or []]
     options = EvalOptions(found, agent, env, attempts, concurrent, _kwargs(agent_kwarg or []), eval_id, agent_paths=paths)
     evaluation = HarborEvaluation(hroot, install, ensure_daemon(hroot), request, options)

@@ -81,8 +81,7 @@ def register(app: typer.Typer) -> None:
         if eval_image is not None and not for_containers:
             raise HitchError("usage_error", "--eval-image goes with --for-containers", {})
         ask = ServiceAsk.of(**dataclasses.asdict(svc))
-        containers = {"for_containers": True, "eval_image": eval_image} if for_containers else {}
-        request = serve_request(ask, run_id=run_id, capture=capture, **containers)
+        request = serve_request(ask, run_id=run_id, capture=capture, for_containers=for_containers, eval_image=eval_image)
         client = ensure_daemon(common.hroot)  # before blocking: a daemon spawned here must not inherit the mask
         signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
         run = client.create_run(request)

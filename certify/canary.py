@@ -15,9 +15,16 @@ Regressions (exit 1):
   combination that stays failed, fails the canary every time (a canary that only watched changes would stay
   green on a machine that never worked);
 - a check that passed in the baseline and does not pass now (failed, skipped, not run, or gone);
-- ``metrics.gateway_added_latency_ms.p95`` worse by more than ``--max-p95-increase`` (default 20 %) of the
-  baseline's value; ``--min-p95-delta-ms`` (default 0) is a noise floor: an increase no larger than it is
-  never a regression.
+- the decided overhead figure (``metrics.gateway_added_latency_ms``, schema 3), per kind (unary, stream):
+  the time in the gateway at p95 worse by more than ``--max-p95-increase`` (default 20 %) of the baseline's
+  value *and* told apart from noise (the new interval's lower end above the baseline's upper end);
+  ``--min-p95-delta-ms`` (default 0) is a floor: an increase no larger than it is never a regression;
+- the §15.4 verdict ``within`` before and ``over`` now, or the paired shift's target ``met`` before and
+  ``missed`` now.
+
+The black-box percentile difference (``gateway_latency_difference_ms``) is never compared: its interval is
+mostly the engine's own variance. A baseline signed before schema 3 holds only that difference: the overhead
+is then not compared, and the note says why.
 
 No baseline and a level other than ``failed`` → exit 0 with a note. A table goes to stdout; ``--json``
 prints the verdict as JSON instead, ``--out FILE`` also writes it there.
@@ -41,7 +48,8 @@ from harness.errors import HitchError
 __all__ = ["Baseline", "Verdict", "compare", "failed_level", "find_baseline", "main"]
 
 MATCH_FIELDS = ("runtime_id", "model_id", "profile", "device")
-P95_METRIC = "gateway_added_latency_ms"
+OVERHEAD_METRIC = "gateway_added_latency_ms"
+KINDS = ("unary", "stream")
 
 
 @dataclass(frozen=True)
@@ -123,10 +131,50 @@ def _statuses(predicate: dict[str, Any]) -> dict[str, str]:
     return {str(c["id"]): str(c.get("status", "not_run")) for c in checks if isinstance(c, dict) and "id" in c}
 
 
-def _p95(predicate: dict[str, Any]) -> float | None:
-    metric = (predicate.get("metrics") or {}).get(P95_METRIC)
-    value = metric.get("p95") if isinstance(metric, dict) else None
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+def _decided(predicate: dict[str, Any]) -> dict[str, Any] | None:
+    """The decided overhead figure (schema 3), or None (an older entry, or no perf suite in the run)."""
+    metric = (predicate.get("metrics") or {}).get(OVERHEAD_METRIC)
+    if isinstance(metric, dict) and all(isinstance(metric.get(k), dict) for k in KINDS):
+        return metric
+    return None
+
+
+def _fmt(c: dict[str, Any]) -> str:
+    if c.get("estimate") is None:
+        return "-"
+    return f"{c['estimate']:.3f} [{c['low']:.3f}, {c['high']:.3f}]"
+
+
+def _compare_overhead(
+    new: dict[str, Any], old: dict[str, Any], max_increase: float, min_delta_ms: float
+) -> tuple[list[str], list[dict[str, Any]]]:
+    regressions: list[str] = []
+    rows: list[dict[str, Any]] = []
+    for kind in KINDS:
+        before, now = old[kind], new[kind]
+        name = f"{OVERHEAD_METRIC}.{kind}"
+        b, n = before["residence_ms"]["p95"], now["residence_ms"]["p95"]
+        verdict = "ok"
+        if None not in (b["estimate"], n["estimate"], b["high"], n["low"]):
+            limit = b["estimate"] + max(max_increase * abs(b["estimate"]), min_delta_ms)
+            if n["estimate"] > limit and n["low"] > b["high"]:
+                verdict = "REGRESSION"
+                regressions.append(
+                    f"{name}.residence_ms.p95 (time in the gateway): {n['estimate']:.3f} ms > {limit:.3f} ms "
+                    f"(baseline {b['estimate']:.3f} ms + {max_increase:.0%}), interval [{n['low']:.3f}, {n['high']:.3f}] "
+                    f"clear of the baseline's [{b['low']:.3f}, {b['high']:.3f}]"
+                )
+        rows.append({"item": f"{name}.residence_ms.p95 (ms)", "before": _fmt(b), "now": _fmt(n), "verdict": verdict})
+        for label, was, is_, good, bad in (
+            ("§15.4", before["verdict"], now["verdict"], "within", "over"),
+            ("paired shift target", before["paired_shift_ms"]["verdict"], now["paired_shift_ms"]["verdict"], "met", "missed"),
+        ):
+            verdict = "REGRESSION" if (was, is_) == (good, bad) else "ok"
+            if verdict == "REGRESSION":
+                why = f": {'; '.join(now['over'])}" if bad == "over" and now["over"] else ""
+                regressions.append(f"{name} {label}: {was} before, {is_} now{why}")
+            rows.append({"item": f"{name} {label}", "before": was, "now": is_, "verdict": verdict})
+    return regressions, rows
 
 
 def compare(
@@ -147,17 +195,17 @@ def compare(
             verdict = "fixed"
         if was != is_ or verdict != "ok":
             rows.append({"item": cid, "before": was, "now": is_, "verdict": verdict})
-    old_p95, new_p95 = _p95(old), _p95(new)
-    if old_p95 is None or new_p95 is None:
-        notes.append(f"{P95_METRIC}.p95 missing ({'baseline' if old_p95 is None else 'new entry'}): not compared")
+    old_overhead, new_overhead = _decided(old), _decided(new)
+    if old_overhead is None or new_overhead is None:
+        which = "the baseline" if old_overhead is None else "the new entry"
+        notes.append(
+            f"{OVERHEAD_METRIC}: {which} has no decided overhead figure (schema 3: time in the gateway, paired "
+            "shift, verdict): the overhead is not compared (a black-box difference never is)"
+        )
     else:
-        limit = old_p95 + max(max_increase * abs(old_p95), min_delta_ms)
-        verdict = "REGRESSION" if new_p95 > limit else "ok"
-        if verdict == "REGRESSION":
-            regressions.append(
-                f"{P95_METRIC}.p95: {new_p95:.3f} ms > {limit:.3f} ms (baseline {old_p95:.3f} ms + {max_increase:.0%})"
-            )
-        rows.append({"item": f"{P95_METRIC}.p95 (ms)", "before": f"{old_p95:.3f}", "now": f"{new_p95:.3f}", "verdict": verdict})
+        found, overhead_rows = _compare_overhead(new_overhead, old_overhead, max_increase, min_delta_ms)
+        regressions += found
+        rows += overhead_rows
     return regressions, rows, notes
 
 
@@ -211,7 +259,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--entry", type=Path, required=True, help="the new signed entry (*.dsse.json)")
     p.add_argument("--history", type=Path, required=True, help="directory of earlier signed entries (searched recursively)")
     p.add_argument("--keys", type=Path, action="append", required=True, help="trusted public-key dir (repeatable)")
-    p.add_argument("--max-p95-increase", type=float, default=0.20, help="allowed relative p95 increase (0.20 = 20%%)")
+    p.add_argument(
+        "--max-p95-increase",
+        type=float,
+        default=0.20,
+        help="allowed relative increase of the time in the gateway at p95 (0.20 = 20%%)",
+    )
     p.add_argument("--min-p95-delta-ms", type=float, default=0.0, help="noise floor: smaller increases never fail")
     p.add_argument("--json", action="store_true", help="print the verdict as JSON")
     p.add_argument("--out", type=Path, default=None, help="also write the verdict JSON here")

@@ -1,9 +1,12 @@
 """The evaluator: the only place a certification level is decided (DESIGN §6).
 
-``certified``   a real engine from a pinned, certifiable catalog runtime on a certifiable platform, and every
-                required check declared for this engine and device passed;
+``certified``   a real engine from a pinned, certifiable catalog runtime on a certifiable platform, every
+                required check declared for this engine and device passed, and the release gate holds
+                (:mod:`certify.gate`: a real-engine Codex loop of at least two tool round trips that changed a
+                file, and Harbor trials on the real engine);
 ``provisional`` the same checks passed on a real engine, but the platform or runtime is not certifiable
-                (a CPU without AMX, the generic-CPU runtime, an unpinned image);
+                (a CPU without AMX, the generic-CPU runtime, an unpinned image) or the release gate does not
+                hold (its reason says which item and why: not run, skipped, or the model cannot);
 ``contract``    every required check passed against the fake engine: the harness is proven, the hardware not;
 ``failed``      any required check failed, errored, was skipped, or did not run at all.
 
@@ -13,6 +16,11 @@ entry says what was not shown instead of hiding it.
 
 A skipped or missing required check is never a pass; a check whose result is not ``passed`` but that is not
 required only appears in the reasons.
+
+Every row carries ``summary``: what a passed check showed, in one sentence (its declaration's
+:meth:`~certify.registry.Check.summarize`), or why it did not pass. A real-engine evaluation that is not
+``certified`` also says what would make it so here (``to_certify``: the doctor's, the runtime's and the
+gate's reasons as actions, :func:`certify.gate.actions`).
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from certify.gate import actions, gate_reasons
 from certify.registry import Check
 
 __all__ = ["CheckResult", "Evaluation", "Platform", "evaluate"]
@@ -58,6 +67,7 @@ class Evaluation:
     level: Level
     reasons: list[str]
     checks: list[dict[str, Any]]
+    to_certify: list[str] = field(default_factory=list)
 
 
 def evaluate(declared: dict[str, Check], results: dict[str, CheckResult], platform: Platform) -> Evaluation:
@@ -77,7 +87,7 @@ def evaluate(declared: dict[str, Check], results: dict[str, CheckResult], platfo
             reasons.append(f"{cid}: reported but not declared in any suite")
         elif not applies:
             if result.status != "not_run":
-                rows.append(_row(result, required=False))
+                rows.append(_row(result, spec, required=False))
             continue
         if result.status != "passed":
             if required:
@@ -87,22 +97,40 @@ def evaluate(declared: dict[str, Check], results: dict[str, CheckResult], platfo
                 reasons.append(f"{cid}: optional check {result.status}")
         elif result.details.get("not_applicable"):
             reasons.append(f"{cid}: not applicable to this model: {result.details['not_applicable']}")
-        rows.append(_row(result, required=required))
+        rows.append(_row(result, spec, required=required))
     if failed:
         return Evaluation("failed", reasons, rows)
     if platform.engine == "fake":
         return Evaluation("contract", [*reasons, "fake engine: proves the harness, claims nothing about hardware"], rows)
-    limits = [*platform.platform_reasons, *platform.runtime_reasons]
-    if platform.platform_certifiable and platform.runtime_certifiable:
+    gate = gate_reasons(declared, results, platform.engine, platform.device)
+    limits = [*platform.platform_reasons, *platform.runtime_reasons, *(reason for reason, _ in gate)]
+    if platform.platform_certifiable and platform.runtime_certifiable and not gate:
         return Evaluation("certified", reasons, rows)
-    return Evaluation("provisional", [*reasons, *limits] or ["platform or runtime not certifiable"], rows)
+    way = actions(list(platform.platform_reasons), list(platform.runtime_reasons), gate)
+    return Evaluation("provisional", [*reasons, *limits] or ["platform or runtime not certifiable"], rows, way)
 
 
-def _row(result: CheckResult, *, required: bool) -> dict[str, Any]:
+def _summary(result: CheckResult, spec: Check | None) -> str:
+    """The row's sentence: what a pass showed, or why the check did not pass."""
+    reason = str(result.details.get("reason") or "").strip().split("\n", 1)[0].removeprefix("E ").strip()
+    reason = reason.removeprefix("Skipped: ")  # pytest's own prefix of a skip's reason
+    reason = reason.removeprefix(f"{result.id} ")  # a skip's "<id> does not apply to ..."
+    if result.status == "passed":
+        na = result.details.get("not_applicable")
+        if na:
+            return f"not shown for this model: {na}"
+        return spec.summarize(result.details) if spec is not None else ""
+    if result.status == "not_run":
+        return "did not run"
+    return f"{result.status}: {reason}" if reason else result.status
+
+
+def _row(result: CheckResult, spec: Check | None, *, required: bool) -> dict[str, Any]:
     return {
         "id": result.id,
         "status": result.status,
         "required": required,
         "duration_s": round(result.duration_s, 4),
+        "summary": _summary(result, spec),
         "details": result.details,
     }

@@ -111,6 +111,7 @@ def build_predicate(
     return CertificationResultV1(
         level=evaluation.level,
         reasons=evaluation.reasons,
+        to_certify=evaluation.to_certify,
         suite_version=SUITE_VERSION,
         project_commit=project_commit(),
         device=opts.device,  # resolved to cpu|cuda before any session
@@ -201,7 +202,11 @@ def finish_session(
     opts.report_dir.mkdir(parents=True, exist_ok=True)
     kept = _keep_evidence(opts, evidence, lines)
     predicate = build_predicate(opts, session, evaluation, hardware, metrics, kept).to_json_dict()
-    full = {**predicate, "session": session, "overhead": metrics.get("_overhead"), "lifecycle": metrics.get("_lifecycle")}
+    lifecycle = dict(metrics.get("_lifecycle") or {})
+    start = (session or {}).get("engine_start")
+    if start:  # how the session's engine became ready, the wait for it to go idle before the flush included
+        lifecycle["engine_start"] = start
+    full = {**predicate, "session": session, "overhead": metrics.get("_overhead"), "lifecycle": lifecycle or None}
     atomic_write_json(opts.report_dir / "results.json", full)
     lines.append(f"level: {evaluation.level}")
     lines.extend(f"  - {reason}" for reason in evaluation.reasons[:20])

@@ -6,6 +6,11 @@ marks the test with ``pytest.mark.check("<id>")`` (``{param}`` placeholders are 
 parametrization; ``params=`` names their values). The evaluator reads the declarations, not what happened to run:
 a required check that is declared for this engine and device but has no passing result is a failure.
 
+``summary=`` says what a passing check showed, in one sentence a person reads on the run page: a
+``str.format`` template over the check's details (``"{refused} requests refused with {code}"``; ``{a[b]}``
+reaches into a nested detail) or a function of the details for anything a template cannot say. A template
+that does not fit the details it is given falls back to the description (:meth:`Check.summarize`).
+
 A check that must look at what every other check left behind (the secrets scan) is declared the same way on a
 plain function marked :func:`at_session_end` instead of a test: pytest does not collect it; the plugin runs it
 once, in the controlling process, after every test of the session (:func:`session_end_checks`).
@@ -25,12 +30,14 @@ import pytest
 
 import certify.suites as suites
 
-__all__ = ["SUITES", "Check", "all_checks", "applicable", "at_session_end", "session_end_checks"]
+__all__ = ["SUITES", "Check", "Summary", "all_checks", "applicable", "at_session_end", "session_end_checks"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 _DECLARED = "__certify_checks__"
 _AT_SESSION_END = "__certify_session_end__"
 SUITES = ("hardware", "protocol", "correctness", "faults", "security", "lifecycle", "perf", "agents")
+# what a passing check showed: a str.format template over its details, or a function of them
+Summary = str | Callable[[Mapping[str, Any]], str] | None
 
 
 @dataclass(frozen=True)
@@ -42,6 +49,7 @@ class Check:
     description: str = ""
     # why the check leaves out an engine or device it does not apply to (shown in the skip and the entry)
     reason: str = ""
+    summary: Summary = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         suite = self.id.split(".", 1)[0]
@@ -55,6 +63,17 @@ class Check:
     def applies(self, engine: str, device: str) -> bool:
         return engine in self.engines and device in self.devices
 
+    def summarize(self, details: Mapping[str, Any]) -> str:
+        """What this check showed when it passed with ``details``, in one sentence (see the module doc)."""
+        if self.summary is not None:
+            try:
+                text = self.summary(details) if callable(self.summary) else self.summary.format_map(details)
+            except Exception:  # details of another shape (a partial record): the description says it, never a crash
+                text = ""
+            if text.strip():
+                return " ".join(text.split())
+        return self.description
+
 
 def check(
     check_id: str,
@@ -65,6 +84,7 @@ def check(
     description: str = "",
     params: Mapping[str, Sequence[str]] | None = None,
     reason: str = "",
+    summary: Summary = None,
 ) -> Callable[[F], F]:
     """Declare the certification check a test implements and mark the test with its id, in one place.
 
@@ -72,13 +92,13 @@ def check(
     that make up the declared ids (``faults.inband_error.{api}`` with ``params={"api": ("chat", "responses")}``
     declares both ids). The plugin fills the placeholders of each collected item from its parametrization.
     ``reason`` says why the check leaves out an engine or device (a fault no real engine can be made to show);
-    the skip on that engine or device carries it into the entry.
+    the skip on that engine or device carries it into the entry. ``summary`` says what a pass showed (module doc).
     """
     keys = sorted(params or {})
     combos = itertools.product(*((params or {})[k] for k in keys))
     values = [dict(zip(keys, combo, strict=True)) for combo in combos]
     specs = [
-        Check(check_id.format(**v), required, frozenset(engines), frozenset(devices), description.format(**v), reason)
+        Check(check_id.format(**v), required, frozenset(engines), frozenset(devices), description.format(**v), reason, summary)
         for v in values
     ]
 

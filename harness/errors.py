@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ERROR_TABLE", "ErrorSpec", "HitchError", "spec_for"]
+__all__ = ["ENGINE_FAILURE_CODES", "ERROR_TABLE", "ErrorSpec", "HitchError", "spec_for"]
 
 
 @dataclass(frozen=True)
@@ -101,6 +101,9 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     "run_interrupted": _e("lifecycle", True, 409, "the daemon ended while the run was live; submit a new run id"),
     "run_not_found": _e("input", False, 404, "see runs/ under the root for the known run ids"),
     "run_in_progress": _e("lifecycle", True, 409, "the run id is live; wait for it or `hitch run cancel ID`"),
+    "run_conflict": _e(
+        "input", False, 409, "the run id names another request; resubmit that request for its record, or use a new run id"
+    ),
     # harness — input
     "usage_error": _e("input", False, 400, "see --help"),
     "harness_unavailable": _e("capability", False, 503, "install the pinned harness with `make codex`"),
@@ -143,6 +146,10 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     "daemon_unavailable": _e("capability", True, 503, "start it with `hitch daemon start` (see inference/daemon/daemon.log)"),
     "internal_error": _e("internal", False, 500, "this is a bug; report it with the JSON output"),
 }
+
+# The codes of an engine that failed under a request or a run (it exited, was killed for memory, failed its health
+# checks): an infrastructure failure, never the harness's result; what an evaluation retries.
+ENGINE_FAILURE_CODES: frozenset[str] = frozenset({"inference_process_exited", "inference_oom", "inference_engine_unhealthy"})
 
 
 def spec_for(code: str) -> ErrorSpec:

@@ -93,8 +93,8 @@ def _charts(histories: dict[str, pd.DataFrame]) -> list[Markup]:
     if not histories:
         return []
     charts = [
-        line_chart("load-rps", "Requests/s over time", _series(histories, "Requests/s"), x_label="seconds", y_label="req/s"),
-        line_chart("load-users", "Users over time", _series(histories, "User Count"), x_label="seconds", y_label="users"),
+        line_chart("load-rps", "Requests/s over time", _series(histories, "Requests/s"), x_label="seconds", unit="req/s"),
+        line_chart("load-users", "Users over time", _series(histories, "User Count"), x_label="seconds", unit="users"),
     ]
     for column in ("50%", "95%"):
         label = f"p{column.rstrip('%')}"
@@ -104,12 +104,12 @@ def _charts(histories: dict[str, pd.DataFrame]) -> list[Markup]:
                 f"{label} response time over time",
                 _series(histories, column),
                 x_label="seconds",
-                y_label="ms",
+                unit="ms",
             )
         )
     failures = _series(histories, "Failures/s")
     if any(v for pts in failures.values() for _, v in pts):
-        charts.append(line_chart("load-failures", "Failures/s over time", failures, x_label="seconds", y_label="failures/s"))
+        charts.append(line_chart("load-failures", "Failures/s over time", failures, x_label="seconds", unit="failures/s"))
     return charts
 
 

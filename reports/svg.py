@@ -2,18 +2,43 @@
 
 Every chart is a self-contained ``<svg>`` element (no scripts, no external fonts or styles) returned as
 :class:`markupsafe.Markup` so the autoescaping templates embed it as-is; every label that reaches the markup
-is escaped here. Each chart carries ``class="chart"`` and ``data-chart=<name>`` so tests can find it in a DOM.
+is escaped here. Each chart carries ``class="chart"``, ``data-chart=<name>`` and ``data-unit=<unit>`` so
+tests can find it in a DOM.
+
+One unit per chart: the caller names it (``unit=``), the y axis says it, and every bar carries it
+(``data-unit``). Every chart has a text alternative: ``aria-label`` (the title and the unit) and a
+``<desc>`` that states each plotted value in words, intervals included.
+
+A bar's value may be a :class:`Point` with its 95 % interval: the interval is drawn as an error bar, and a
+point whose interval holds 0 is drawn as the interval alone with a hollow marker (``class="noise"``) —
+never as a bar, which would present noise as a figure.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from html import escape
 
 from markupsafe import Markup
 
-__all__ = ["bar_chart", "line_chart"]
+__all__ = ["Point", "bar_chart", "line_chart"]
+
+
+@dataclass(frozen=True)
+class Point:
+    """A plotted figure with its 95 % interval (``low``/``high`` None: no interval)."""
+
+    value: float
+    low: float | None = None
+    high: float | None = None
+
+    @property
+    def noise(self) -> bool:
+        """The interval holds 0: the figure is not told apart from nothing."""
+        return self.low is not None and self.high is not None and self.low <= 0 <= self.high
+
 
 WIDTH, HEIGHT = 520, 280
 LEFT, RIGHT, TOP, BOTTOM = 64, 16, 34, 58
@@ -62,21 +87,26 @@ def _range(values: Sequence[float], refs: Sequence[float]) -> tuple[float, float
     return (lo - pad if lo < 0 else lo), hi + pad
 
 
-def _frame(name: str, title: str, y_label: str, lo: float, hi: float) -> tuple[list[str], float, float]:
-    """Opening tag, title, axes and grid; returns parts plus the plot's pixel height and baseline scale."""
+def _frame(name: str, title: str, y_label: str, lo: float, hi: float, unit: str, desc: str) -> tuple[list[str], float, float]:
+    """Opening tag, title, text alternative, axes and grid; returns parts plus the plot's pixel height and scale."""
     plot_h = HEIGHT - TOP - BOTTOM
     parts = [
-        f'<svg class="chart" data-chart="{escape(name)}" role="img" '
+        f'<svg class="chart" data-chart="{escape(name)}" data-unit="{escape(unit)}" role="img" '
+        f'aria-label="{escape(f"{title} ({unit})")}" '
         f'viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" font-family="sans-serif" font-size="11">',
         f"<title>{escape(title)}</title>",
+        f"<desc>{escape(desc)}</desc>",
         f'<text x="{WIDTH / 2}" y="18" text-anchor="middle" font-size="13" font-weight="bold">{escape(title)}</text>',
         f'<text x="14" y="{TOP + plot_h / 2}" transform="rotate(-90 14 {TOP + plot_h / 2})" '
         f'text-anchor="middle">{escape(y_label)}</text>',
     ]
-    for t in _ticks(lo, hi):
+    ticks = _ticks(lo, hi)
+    step = ticks[1] - ticks[0] if len(ticks) > 1 else 1.0
+    decimals = max(0, -math.floor(math.log10(step))) if step > 0 else 0
+    for t in ticks:
         y = TOP + plot_h * (hi - t) / (hi - lo)
         parts.append(f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" stroke="#ddd"/>')
-        parts.append(f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{escape(_fmt(t))}</text>')
+        parts.append(f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{t:.{decimals}f}</text>')
     parts.append(f'<line x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{TOP + plot_h}" stroke="#333"/>')
     return parts, plot_h, float(plot_h) / (hi - lo)
 
@@ -90,41 +120,85 @@ def _legend(names: Sequence[str], y: float) -> list[str]:
     return parts
 
 
+def _as_point(v: float | Point | None) -> Point | None:
+    if v is None:
+        return None
+    p = v if isinstance(v, Point) else Point(float(v))
+    return p if _finite(p.value) else None
+
+
+def _point_words(p: Point, unit: str) -> str:
+    text = f"{_fmt(p.value)} {unit}"
+    if p.low is not None and p.high is not None:
+        text += f" (95 % interval {_fmt(p.low)} to {_fmt(p.high)}{', holds 0: noise' if p.noise else ''})"
+    return text
+
+
 def bar_chart(
     name: str,
     title: str,
     groups: Sequence[str],
-    series: Mapping[str, Sequence[float | None]],
+    series: Mapping[str, Sequence[float | Point | None]],
     *,
-    y_label: str,
+    unit: str,
+    y_label: str | None = None,
     ref_lines: Sequence[tuple[str, float]] = (),
 ) -> Markup:
-    """Grouped bars: one group per entry of ``groups``, one bar per series; ``None``/NaN bars are left out."""
-    values = [v for vs in series.values() for v in vs if v is not None and _finite(v)]
+    """Grouped bars in ``unit``: one group per entry of ``groups``, one bar per series; ``None``/NaN bars are
+    left out; a :class:`Point` with an interval gets an error bar, and one whose interval holds 0 no bar."""
+    points = {k: [_as_point(v) for v in vs] for k, vs in series.items()}
+    values = [x for ps in points.values() for p in ps if p is not None for x in (p.value, p.low, p.high) if x is not None]
     refs = [v for _, v in ref_lines if _finite(v)]
     lo, hi = _range(values, refs)
-    parts, plot_h, scale = _frame(name, title, y_label, lo, hi)
+    words = [
+        f"{sname} {group}: {_point_words(p, unit)}"
+        for sname, ps in points.items()
+        for group, p in zip(groups, ps, strict=False)
+        if p is not None
+    ]
+    words += [f"{label}: {_fmt(v)} {unit}" for label, v in ref_lines if _finite(v)]
+    parts, plot_h, scale = _frame(name, title, y_label or unit, lo, hi, unit, f"{title}. " + "; ".join(words or ["no data"]))
     base_y = TOP + (hi - 0.0) * scale
-    names = list(series)
+    names = list(points)
     group_w = (WIDTH - LEFT - RIGHT) / max(len(groups), 1)
     bar_w = group_w * 0.8 / max(len(names), 1)
     for g, group in enumerate(groups):
         gx = LEFT + g * group_w + group_w * 0.1
         for s, sname in enumerate(names):
-            vs = series[sname]
-            v = vs[g] if g < len(vs) else None
-            if v is None or not _finite(v):
+            ps = points[sname]
+            p = ps[g] if g < len(ps) else None
+            if p is None:
                 continue
             x = gx + s * bar_w
-            y_top = TOP + (hi - max(v, 0.0)) * scale
-            h = abs(v) * scale
-            parts.append(
-                f'<rect class="bar" data-series="{escape(sname)}" data-group="{escape(group)}" x="{x:.1f}" '
-                f'y="{y_top:.1f}" width="{bar_w * 0.92:.1f}" height="{max(h, 0.5):.1f}" fill="{_color(sname, s)}">'
-                f"<title>{escape(f'{sname} {group}: {_fmt(v)}')}</title></rect>"
-            )
-            label_y = y_top - 3 if v >= 0 else y_top + h + 11
-            parts.append(f'<text x="{x + bar_w * 0.46:.1f}" y="{label_y:.1f}" text-anchor="middle">{escape(_fmt(v))}</text>')
+            cx = x + bar_w * 0.46
+            color = _color(sname, s)
+            tip = f"<title>{escape(f'{sname} {group}: {_point_words(p, unit)}')}</title>"
+            attrs = f'data-series="{escape(sname)}" data-group="{escape(group)}" data-unit="{escape(unit)}"'
+            v = p.value
+            label_y = TOP + (hi - v) * scale - 5
+            if p.noise:
+                parts.append(
+                    f'<circle class="noise" {attrs} cx="{cx:.1f}" cy="{TOP + (hi - v) * scale:.1f}" r="4" fill="#fff" '
+                    f'stroke="{color}" stroke-width="2">{tip}</circle>'
+                )
+                label = _fmt(v)
+            else:
+                y_top = TOP + (hi - max(v, 0.0)) * scale
+                h = abs(v) * scale
+                parts.append(
+                    f'<rect class="bar" {attrs} x="{x:.1f}" y="{y_top:.1f}" width="{bar_w * 0.92:.1f}" '
+                    f'height="{max(h, 0.5):.1f}" fill="{color}">{tip}</rect>'
+                )
+                label = _fmt(v)
+                label_y = y_top - 3 if v >= 0 else y_top + h + 11
+            if p.low is not None and p.high is not None and _finite(p.low) and _finite(p.high):
+                y_lo, y_hi = TOP + (hi - p.low) * scale, TOP + (hi - p.high) * scale
+                parts.append(
+                    f'<path class="err" {attrs} d="M{cx:.1f},{y_lo:.1f}V{y_hi:.1f}M{cx - 5:.1f},{y_lo:.1f}H{cx + 5:.1f}'
+                    f'M{cx - 5:.1f},{y_hi:.1f}H{cx + 5:.1f}" stroke="#222" stroke-width="1.2" fill="none"/>'
+                )
+                label_y = min(label_y, y_hi - 4)
+            parts.append(f'<text x="{cx:.1f}" y="{label_y:.1f}" text-anchor="middle">{escape(label)}</text>')
         parts.append(
             f'<text x="{LEFT + (g + 0.5) * group_w:.1f}" y="{TOP + plot_h + 16}" text-anchor="middle">{escape(group)}</text>'
         )
@@ -138,6 +212,10 @@ def bar_chart(
         )
         parts.append(f'<text x="{WIDTH - RIGHT - 4}" y="{y - 4:.1f}" text-anchor="end">{escape(label)}</text>')
     parts.extend(_legend(names, HEIGHT - 12))
+    if any(p is not None and p.noise for ps in points.values() for p in ps):
+        x = WIDTH - RIGHT - 190
+        parts.append(f'<circle cx="{x:.1f}" cy="{HEIGHT - 16}" r="4" fill="#fff" stroke="#555" stroke-width="2"/>')
+        parts.append(f'<text x="{x + 8:.1f}" y="{HEIGHT - 12}">interval holds 0: noise, no bar</text>')
     parts.append("</svg>")
     return Markup("".join(parts))
 
@@ -148,15 +226,23 @@ def line_chart(
     series: Mapping[str, Sequence[tuple[float, float]]],
     *,
     x_label: str,
-    y_label: str,
+    unit: str,
+    y_label: str | None = None,
     x_ticks: Sequence[tuple[float, str]] | None = None,
 ) -> Markup:
-    """One polyline (with point markers) per series of ``(x, y)`` points; non-finite points are dropped."""
+    """One polyline (with point markers) per series of ``(x, y)`` points, y in ``unit``; non-finite points are dropped."""
     clean = {k: [(x, y) for x, y in pts if math.isfinite(x) and math.isfinite(y)] for k, pts in series.items()}
     xs = [x for pts in clean.values() for x, _ in pts]
     ys = [y for pts in clean.values() for _, y in pts]
     lo, hi = _range(ys, [])
-    parts, plot_h, scale = _frame(name, title, y_label, lo, hi)
+    words = [
+        f"{sname}: {len(pts)} points over {x_label} {_fmt(pts[0][0])} to {_fmt(pts[-1][0])}, {unit} from "
+        f"{_fmt(min(y for _, y in pts))} to {_fmt(max(y for _, y in pts))}, last {_fmt(pts[-1][1])}"
+        for sname, pts in clean.items()
+        if pts
+    ]
+    desc = f"{title}. " + "; ".join(words or ["no data"])
+    parts, plot_h, scale = _frame(name, title, y_label or unit, lo, hi, unit, desc)
     x0, x1 = (min(xs), max(xs)) if xs else (0.0, 1.0)
     if x1 == x0:
         x0, x1 = x0 - 0.5, x1 + 0.5

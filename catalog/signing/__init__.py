@@ -54,6 +54,7 @@ from catalog.signing._keys import (
 from catalog.signing._statement import (
     LEVELS,
     PREDICATE_TYPE,
+    PREDICATE_TYPES,
     STATEMENT_TYPE,
     SUBJECT_NAMES,
     build_statement,
@@ -68,6 +69,7 @@ __all__ = [
     "LEVELS",
     "PAYLOAD_TYPE",
     "PREDICATE_TYPE",
+    "PREDICATE_TYPES",
     "STATEMENT_TYPE",
     "SUBJECT_NAMES",
     "EntryCheck",

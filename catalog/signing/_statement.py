@@ -15,12 +15,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from harness.contracts.certification import CertificationResultV1
+from harness.contracts.certification import PREDICATE_SCHEMA_VERSION, CertificationResultV1
 from harness.errors import HitchError
 
 __all__ = [
     "LEVELS",
     "PREDICATE_TYPE",
+    "PREDICATE_TYPES",
     "STATEMENT_TYPE",
     "SUBJECT_NAMES",
     "build_statement",
@@ -30,7 +31,10 @@ __all__ = [
 ]
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
-PREDICATE_TYPE = "https://hitch.dev/certification/v2"  # v2: the predicate is CertificationResultV1 (schema 2)
+# predicateType per predicate schema_version: new entries are v3 (schema 3: the decided overhead figure);
+# entries signed as v2 stay verifiable and readable
+PREDICATE_TYPES = {"2": "https://hitch.dev/certification/v2", "3": "https://hitch.dev/certification/v3"}
+PREDICATE_TYPE = PREDICATE_TYPES[PREDICATE_SCHEMA_VERSION]
 LEVELS = ("certified", "provisional", "contract", "failed")
 
 # predicate field -> subject name, for the three identities DESIGN §6 names as subjects
@@ -103,10 +107,12 @@ def _check(statement: object) -> None:
         raise _Defect(f"statement must have exactly the fields {sorted(_STATEMENT_KEYS)}")
     if statement["_type"] != STATEMENT_TYPE:
         raise _Defect(f"_type must be {STATEMENT_TYPE}")
-    if statement["predicateType"] != PREDICATE_TYPE:
-        raise _Defect(f"predicateType must be {PREDICATE_TYPE}")
+    if statement["predicateType"] not in PREDICATE_TYPES.values():
+        raise _Defect(f"predicateType must be one of {sorted(PREDICATE_TYPES.values())}")
     _check_subjects(statement["subject"])
-    _check_predicate(statement["predicate"])
+    record = _check_predicate(statement["predicate"])
+    if statement["predicateType"] != PREDICATE_TYPES[record["schema_version"]]:
+        raise _Defect(f"predicateType {statement['predicateType']} does not match schema_version {record['schema_version']}")
     _check_consistency(statement["subject"], statement["predicate"])
 
 
@@ -151,5 +157,6 @@ def build_statement(predicate: dict[str, Any], subjects: dict[str, str]) -> dict
         record = _check_predicate(predicate)  # what is signed is the record's own serialisation, defaults included
     except _Defect as exc:
         raise HitchError("catalog_entry_invalid", f"malformed statement: {exc}", {"reason": str(exc)}) from None
-    statement = {"_type": STATEMENT_TYPE, "subject": subject, "predicateType": PREDICATE_TYPE, "predicate": record}
+    predicate_type = PREDICATE_TYPES[record["schema_version"]]
+    statement = {"_type": STATEMENT_TYPE, "subject": subject, "predicateType": predicate_type, "predicate": record}
     return check_statement(statement, "catalog_entry_invalid")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +52,7 @@ __all__ = [
     "fault_front",
     "fault_kind",
     "fault_site_fixture",
+    "fault_summary",
     "failed_event",
     "revoked",
     "row",
@@ -62,6 +63,38 @@ __all__ = [
 ]
 
 FAKE = ("fake",)
+
+
+def _saw(client: Any) -> str:
+    if not isinstance(client, Mapping):
+        return ""
+    said = []
+    for key, words in (("status", "HTTP {}"), ("next_request", "HTTP {} on the next request"), ("code", "{}")):
+        if client.get(key) is not None:
+            said.append(words.format(client[key]))
+    flags = {"broken": "a broken stream", "closed_by_client": "its own close", "answered": "an answer", "idle": "nothing (idle)"}
+    said += [words for key, words in flags.items() if client.get(key) is True]
+    return ", ".join(said)
+
+
+def fault_summary(d: Mapping[str, Any]) -> str:
+    """A fault check's outcome in one sentence from what it recorded (``client``, ``evidence`` or
+    ``failed_event``, ``recovery_ms``): the run page's line for it (``@check(..., summary=fault_summary)``)."""
+    parts = []
+    saw = _saw(d.get("client"))
+    if saw:
+        parts.append(f"the client saw {saw}")
+    row, failed = d.get("evidence"), d.get("failed_event")
+    if isinstance(row, Mapping) and row.get("status"):
+        parts.append(f"the evidence row says {row['status']}" + (f" ({row['error_code']})" if row.get("error_code") else ""))
+    if isinstance(failed, Mapping) and failed.get("code"):
+        parts.append(f"the service failed with {failed['code']}")
+    ms = d.get("recovery_ms")
+    if isinstance(ms, int | float):
+        parts.append(f"served again after {ms / 1000:.1f} s" if ms >= 1000 else f"served again after {ms:.0f} ms")
+    return "; ".join(parts)
+
+
 MODE_CHECKS = {
     "split_utf8": "faults.split_utf8.exact_bytes",
     "coalesce_events": "faults.coalesce_events.counted",

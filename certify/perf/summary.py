@@ -42,6 +42,10 @@ max(20 ms, 5 % of the direct figure):
 
 Within it, the arm's cost is below the bound with 95 % confidence; a point estimate under the bound with
 an interval reaching over it does not pass.
+
+:func:`entry_metrics` turns the gateway arm's figures into the signed entry's overhead metrics
+(:class:`~harness.contracts.certification.GatewayAddedLatencyV1`, the decided figure, and
+:class:`~harness.contracts.certification.LatencyDifferenceV1`, the black-box difference named as such).
 """
 
 from __future__ import annotations
@@ -51,8 +55,25 @@ from typing import Any
 
 from certify.perf.loops import KINDS, Plan, Round, pooled
 from certify.stats import added_intervals, percentile
+from harness.contracts.certification import (
+    GatewayAddedLatencyV1,
+    GatewayOverheadV1,
+    IntervalV1,
+    LatencyDifferenceV1,
+    PairedShiftV1,
+)
 
-__all__ = ["FLOOR_MS", "FRACTION", "QS", "bound_ms", "over_bound", "paired_target", "render", "summarize"]
+__all__ = [
+    "FLOOR_MS",
+    "FRACTION",
+    "QS",
+    "bound_ms",
+    "entry_metrics",
+    "over_bound",
+    "paired_target",
+    "render",
+    "summarize",
+]
 
 FLOOR_MS = 20.0
 FRACTION = 0.05
@@ -195,6 +216,40 @@ def summarize(rounds: list[Round], plan: Plan, retries: dict[str, int], permits:
         "max_tokens": plan.max_tokens,
         "engine_queue_full_retries": retries,
         "results": results,
+    }
+
+
+def _record_interval(c: dict[str, Any]) -> dict[str, Any]:
+    """An interval of :func:`certify.stats.added_intervals` as the entry keeps it (ms, 3 decimals)."""
+    rounded = {k: None if c[k] is None else round(float(c[k]), 3) for k in ("estimate", "low", "high")}
+    return IntervalV1(**rounded, n=int(c["n"]), reliable=bool(c["reliable"])).to_json_dict()
+
+
+def entry_metrics(report: dict[str, Any]) -> dict[str, Any]:
+    """The signed entry's overhead metrics from a :func:`summarize` report (its gateway arm):
+    ``gateway_added_latency_ms`` (the decided figure: per kind the time in the gateway and the paired shift
+    with their intervals, and the §15.4 verdict) and ``gateway_latency_difference_ms`` (the black-box
+    percentile difference with its intervals)."""
+    decided: dict[str, GatewayOverheadV1] = {}
+    difference: dict[str, dict[str, Any]] = {}
+    for kind in KINDS:
+        gw = report["results"][kind]["gateway"]
+        paired, target = gw["added_paired_ms"], gw["paired_target"]
+        decided[kind] = GatewayOverheadV1(
+            residence_ms={p: _record_interval(c) for p, c in gw["residence_ci_ms"].items()},
+            paired_shift_ms=PairedShiftV1(
+                **_record_interval(paired), target_ms=round(float(target["bound_ms"]), 3), verdict=target["verdict"]
+            ),
+            bound_ms={p: round(float(v), 3) for p, v in gw["bound_ms"].items()},
+            verdict="over" if gw["over_bound"] else "within",
+            over=list(gw["over_bound"]),
+        )
+        difference[kind] = {p: _record_interval(c) for p, c in gw["added_latency_ci_ms"].items()}
+    verdict = "over" if any(d.verdict == "over" for d in decided.values()) else "within"
+    headline = GatewayAddedLatencyV1(verdict=verdict, unary=decided["unary"], stream=decided["stream"])
+    return {
+        "gateway_added_latency_ms": headline.to_json_dict(),
+        "gateway_latency_difference_ms": LatencyDifferenceV1.model_validate(difference).to_json_dict(),
     }
 
 

@@ -7,8 +7,20 @@ Codex (``harness.agents.codex_install.CODEX_VERSION``): on the session's engine 
 turn completes without a protocol error. On a private scripted fake engine behind a private gateway
 (``certify.kit.agents``): a task with two tool round trips (read a file, then change it) leaves the right file
 contents, every continuation carries the full history with ``store=false`` and no
-``previous_response_id``, and tool-call ids round-trip; a cancel mid-stream ends the run and frees the
-engine slot; a context-limit refusal ends the run after exactly one request (no retry storm).
+``previous_response_id``, and tool-call ids round-trip.
+
+The checks that need no scripted answer run on both engines — on the fake through the private rig, on real
+SGLang through a run of the session's own service: a cancel mid-stream ends the run and frees the engine
+slot (``agents.codex.cancel``); a context-limit refusal ends the run after exactly one request, before the
+engine (``agents.codex.context_limit``: on the real engine a prompt longer than the lock's context, counted
+with the model's own tokenizer).
+
+On real SGLang the model's own loop (``agents.codex.real_tool_loop``): Codex asked to read a file and change
+it, through the session's endpoint. The check holds the endpoint to its part — every request ends as a
+well-formed response, no error other than the model running into its budget — and records what the model
+did (tool round trips, whether the file changed); the release gate (:mod:`certify.gate`) needs at least two
+round trips and a changed file for ``certified``. A model fixture that cannot drive a tool loop says so
+(the model-fixture catalog's ``tool_loop``).
 
 Each Codex check's outcome is recorded in the root's harness compatibility profile (``ProfileStore``).
 The Codex checks need the installed binary (``make codex``); they skip without it unless
@@ -29,7 +41,7 @@ import httpx
 import pytest
 
 from certify.kit.agents import AgentRig, rig_lock
-from certify.kit.probes import evidence_rows, read_evidence
+from certify.kit.probes import engine_load, evidence_rows, read_evidence
 from certify.kit.prompt_cases import RESPONSES, SAMPLING_KEYS, gateway_prompt_ids
 from certify.model_facts import not_applicable
 from certify.reference_set import reference_continuation
@@ -40,7 +52,7 @@ from harness.agents.codex_home import CodexBinding
 from harness.agents.codex_install import CodexInstall, find_codex
 from harness.agents.codex_runner import CodexRun
 from harness.agents.model_call import TOKEN_ENV, build_request, call_model
-from harness.agents.profiles import CODEX_FIELDS, ProfileStore, codex_key, result
+from harness.app.profiles import CODEX_FIELDS, ProfileStore, codex_key, result
 from harness.contracts.lock import InferenceLockV1
 from harness.errors import HitchError
 from harness.lock import load_sealed_lock
@@ -48,6 +60,10 @@ from harness.settings import settings
 from harness.store import model_files_dir, read_manifest
 
 _INCOMPLETE = "Incomplete response returned, reason: max_output_tokens"
+LOOP_PROMPT = (
+    "notes.txt holds a counter. First print notes.txt with a shell command. Then change count=1 to count=2 in "
+    "notes.txt with a second shell command."
+)
 READ_THEN_CHANGE = [
     {"tool_calls": [{"name": "exec_command", "arguments": {"cmd": "cat notes.txt"}}]},
     {"tool_calls": [{"name": "exec_command", "arguments": {"cmd": "sed -i s/count=1/count=2/ notes.txt"}}]},
@@ -107,7 +123,13 @@ def _codex_run(
 # -- model-call ---------------------------------------------------------------------------------------
 
 
-@check("agents.model_call.text", description="one Responses request through the binding: text, status, usage")
+@check(
+    "agents.model_call.text",
+    description="one Responses request through the binding: text, status, usage",
+    summary=(
+        "one Responses request through the binding answered {status}, with usage, as exactly {physical_requests} physical request"
+    ),
+)
 def test_model_call_text(certify_env: CertifyEnv, certify_record: Any) -> None:
     # a run of its own: its evidence file counts the physical requests (the engine is shared under xdist)
     run, lock = certify_env.new_run(), _lock(certify_env)
@@ -123,7 +145,14 @@ def test_model_call_text(certify_env: CertifyEnv, certify_record: Any) -> None:
     certify_env.delete_run(run)
 
 
-@check("agents.model_call.refusals", description="tools, images, action items and an over-budget request are refused")
+@check(
+    "agents.model_call.refusals",
+    description="tools, images, action items and an over-budget request are refused",
+    summary=(
+        "{refused} requests the harness must not send (tools, images, action items, an over-budget one) were "
+        "refused before sending"
+    ),
+)
 def test_model_call_refusals(certify_env: CertifyEnv, certify_record: Any) -> None:
     run, lock = certify_env.new_run(), _lock(certify_env)
     cap = lock.generation.max_output_tokens
@@ -148,6 +177,11 @@ def test_model_call_refusals(certify_env: CertifyEnv, certify_record: Any) -> No
 @check(
     "agents.codex.turn",
     description="the pinned Codex completes one turn through the gateway with a non-empty answer",
+    summary=lambda d: (
+        f"Codex completed a turn through the gateway and answered {str(d['final_message'])[:60]!r}"
+        if not d.get("turn_problem")
+        else f"Codex's turn ended at the budget: {d['turn_problem'][:80]}"
+    ),
 )
 def test_codex_turn(certify_env: CertifyEnv, certify_record: Any, codex: CodexInstall, rig_factory: Any, tmp_path: Path) -> None:
     """On real SGLang the session's endpoint answers; the fake's generated text never ends a turn, so on the
@@ -194,7 +228,12 @@ def _call_ids(sse: bytes) -> list[str]:
     return ids
 
 
-@check("agents.codex.tool_loop", engines=("fake",), description="two tool round trips change a file; full history")
+@check(
+    "agents.codex.tool_loop",
+    engines=("fake",),
+    description="two tool round trips change a file; full history",
+    summary="against scripted answers Codex made two tool round trips, changed the file, and sent the full history each time",
+)
 def test_codex_tool_loop(
     certify_env: CertifyEnv, certify_record: Any, codex: CodexInstall, rig_factory: Any, tmp_path: Path
 ) -> None:
@@ -226,6 +265,52 @@ def test_codex_tool_loop(
         _profile(certify_env, codex, rig.lock, "agents.codex.tool_loop", passed)
 
 
+def _loop_summary(d: Any) -> str:
+    change = "changed the file" if d["file_changed"] else "left the file unchanged"
+    return (
+        f"on the real engine the model made {d['tool_round_trips']} tool round trip(s) in {d['requests']} request(s) and {change}"
+    )
+
+
+@check(
+    "agents.codex.real_tool_loop",
+    required=False,
+    engines=("sglang",),
+    reason="the fake's answers are scripted (agents.codex.tool_loop); this loop is the model's own",
+    description="the pinned Codex on the real engine, asked to read a file and change it: every request ends "
+    "well-formed, and the tool round trips the model made and whether the file changed are recorded",
+    summary=_loop_summary,
+)
+def test_codex_real_tool_loop(certify_env: CertifyEnv, certify_record: Any, codex: CodexInstall, tmp_path: Path) -> None:
+    lock = _lock(certify_env)
+    run = certify_env.new_run()  # its own binding: its evidence counts this loop's requests only
+    passed = False
+    try:
+        cx = _codex_run(codex, run.base_url, run.wire_model, run.token, lock, tmp_path, LOOP_PROMPT)
+        out = cx.run(timeout_s=900)
+        certify_record.evidence("codex-events.jsonl", (tmp_path / "events.jsonl").read_bytes())
+        after = (tmp_path / "work" / "notes.txt").read_text(encoding="utf-8")
+        rows = evidence_rows(certify_env.root.gateway_dir, run.binding_id)
+        trips = len(out.commands())  # each a function call the model made, answered with its output
+        certify_record.detail("tool_round_trips", trips)
+        certify_record.detail("file_changed", after != "count=1\n")
+        certify_record.detail("file_after", after[:200])
+        certify_record.detail("requests", len(rows))
+        certify_record.detail("completed", out.completed)
+        certify_record.detail("errors", out.errors)
+        # the endpoint's part: each request answered well-formed; the model running into its budget is its own
+        assert all(e.startswith(_INCOMPLETE) for e in out.errors), f"{out.errors}; stderr: {out.stderr_tail[-1500:]}"
+        assert rows and all(r.get("status") in ("completed", "incomplete") for r in rows), [r.get("status") for r in rows]
+        if not (trips >= 2 and after != "count=1\n"):
+            reason = not_applicable(certify_env.model_id, "tool_loop")
+            if reason is not None:
+                certify_record.detail("not_applicable", reason)
+        passed = True
+    finally:
+        _profile(certify_env, codex, lock, "agents.codex.real_tool_loop", passed)
+        certify_env.delete_run(run)
+
+
 def _until(pred: Any, timeout_s: float = 60.0) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -235,52 +320,128 @@ def _until(pred: Any, timeout_s: float = 60.0) -> bool:
     return False
 
 
-@check("agents.codex.cancel", engines=("fake",), description="cancel mid-stream ends the run and frees the slot")
+@pytest.mark.exclusive_engine  # on the real engine: its load is this check's alone
+@check(
+    "agents.codex.cancel",
+    description="cancel mid-stream ends the run and frees the slot",
+    summary="a Codex run cancelled mid-turn ended ({cancel_to_free_s} s from the cancel until the engine slot "
+    "was free); its one request is recorded cancelled",
+)
 def test_codex_cancel(
     certify_env: CertifyEnv, certify_record: Any, codex: CodexInstall, rig_factory: Any, tmp_path: Path
 ) -> None:
-    rig: AgentRig = rig_factory([{"text": "word " * 400}], "--fake-itl-ms", "100")
+    """Fake: the private rig streams a long scripted answer slowly. Real SGLang: a run of the session's service,
+    asked for a long story; the cancel comes once the engine holds the request (its load is 1)."""
+    env, lock = certify_env, _lock(certify_env)
+    if env.engine == "fake":
+        rig: AgentRig = rig_factory([{"text": "word " * 400}], "--fake-itl-ms", "100")
+        base_url, wire, token, run_lock = rig.base_url, rig.served, rig.token, rig.lock
+
+        def load() -> int:
+            return int(rig.ctl("GET", "/state")["num_running_reqs"])
+
+        def rows() -> list[dict[str, Any]]:
+            return rig.evidence_rows()
+    else:
+        run = env.new_run()
+        base_url, wire, token, run_lock = run.base_url, run.wire_model, run.token, lock
+
+        def load() -> int:
+            return engine_load(env.engine_url, env.engine_headers())
+
+        def rows() -> list[dict[str, Any]]:
+            return evidence_rows(env.root.gateway_dir, run.binding_id)
+
     passed = False
     try:
-        cx = _codex_run(codex, rig.base_url, rig.served, rig.token, rig.lock, tmp_path, "Write a long story.")
+        cx = _codex_run(codex, base_url, wire, token, run_lock, tmp_path, "Write a long story about the sea.")
         cx.start()
         try:
-            assert _until(lambda: rig.ctl("GET", "/state")["num_running_reqs"] == 1), "the stream never started"
+            assert _until(lambda: load() == 1, 300), "the request never reached the engine"
         finally:
             t0 = time.monotonic()
             cx.cancel()
         out = cx.wait(30)
         assert out.cancelled and out.returncode != 0
-        assert _until(lambda: rig.ctl("GET", "/state")["num_running_reqs"] == 0, 30), "the engine slot was not freed"
+        assert _until(lambda: load() == 0, 60), "the engine slot was not freed"
         certify_record.metric("cancel_to_free_s", round(time.monotonic() - t0, 3))
-        rows = rig.evidence_rows()
-        assert [r["status"] for r in rows] == ["cancelled"]
+        certify_record.detail("cancel_to_free_s", round(time.monotonic() - t0, 3))
+        assert [r["status"] for r in rows()] == ["cancelled"]
         passed = True
     finally:
-        _profile(certify_env, codex, rig.lock, "agents.codex.cancel", passed)
+        _profile(env, codex, run_lock, "agents.codex.cancel", passed)
+        if env.engine != "fake":
+            env.delete_run(run)
 
 
-@check("agents.codex.context_limit", engines=("fake",), description="a context refusal ends the run; one request")
+def _over_context_prompt(env: CertifyEnv, lock: InferenceLockV1) -> tuple[str, int]:
+    """A prompt whose text alone is longer than the lock's context, by the model's own tokenizer; (prompt, tokens)."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(model_files_dir(env.root, env.model_id) / "tokenizer.json"))
+    context = lock.execution.context_tokens_per_request
+    prompt = "Repeat these numbers back:" + " 7" * (context + 64)
+    tokens = len(tokenizer.encode(prompt).ids)
+    assert tokens > context, f"the prompt is {tokens} tokens, not over the context {context}"
+    return prompt, tokens
+
+
+@check(
+    "agents.codex.context_limit",
+    description="a context refusal ends the run; one request",
+    summary="a Codex request over the context was refused with inference_context_exceeded before the engine; "
+    "the run ended after {requests} request (no retry)",
+)
 def test_codex_context_limit(
     certify_env: CertifyEnv, certify_record: Any, codex: CodexInstall, rig_factory: Any, tmp_path: Path
 ) -> None:
-    rig: AgentRig = rig_factory([{"text": "never"}], context=2048)
+    """Fake: the private rig's lock has a 2,048-token context, which Codex's own instructions exceed. Real SGLang:
+    a run of the session's service and a prompt longer than the lock's context."""
+    env = certify_env
+    if env.engine == "fake":
+        rig: AgentRig = rig_factory([{"text": "never"}], context=2048)
+        base_url, wire, token, run_lock, prompt = rig.base_url, rig.served, rig.token, rig.lock, "Say hello."
+
+        def rows() -> list[dict[str, Any]]:
+            return rig.evidence_rows()
+    else:
+        run, run_lock = env.new_run(), _lock(env)
+        base_url, wire, token = run.base_url, run.wire_model, run.token
+        prompt, tokens = _over_context_prompt(env, run_lock)
+        certify_record.detail("prompt_tokens", tokens)
+
+        def rows() -> list[dict[str, Any]]:
+            return evidence_rows(env.root.gateway_dir, run.binding_id)
+
     passed = False
     try:
-        cx = _codex_run(codex, rig.base_url, rig.served, rig.token, rig.lock, tmp_path, "Say hello.")
+        cx = _codex_run(codex, base_url, wire, token, run_lock, tmp_path, prompt)
         out = cx.run(timeout_s=300)
         assert out.returncode != 0 and not out.completed
         assert any("inference_context_exceeded" in e for e in out.errors), out.errors
-        rows = rig.evidence_rows()
-        certify_record.metric("requests", len(rows))
-        assert [r.get("error_code") for r in rows] == ["inference_context_exceeded"]  # exactly one: no retries
-        assert rig.engine_requests() == []  # refused before the engine
+        got = rows()
+        certify_record.metric("requests", len(got))
+        certify_record.detail("requests", len(got))
+        assert [r.get("error_code") for r in got] == ["inference_context_exceeded"]  # exactly one: no retries
+        if env.engine == "fake":
+            assert rig.engine_requests() == []  # refused before the engine
+        else:
+            assert got[0].get("engine_rid") is None, got[0]  # refused before the engine: it never had an engine id
         passed = True
     finally:
-        _profile(certify_env, codex, rig.lock, "agents.codex.context_limit", passed)
+        _profile(env, codex, run_lock, "agents.codex.context_limit", passed)
+        if env.engine != "fake":
+            env.delete_run(run)
 
 
-@check("agents.codex.history_replay", description="the engine accepts Codex's full-history continuation requests")
+@check(
+    "agents.codex.history_replay",
+    description="the engine accepts Codex's full-history continuation requests",
+    summary=lambda d: (
+        f"the engine answered Codex's {len(d['terminal_events'])} full-history requests, each to a terminal "
+        f"event ({', '.join(sorted(set(d['terminal_events'])))})"
+    ),
+)
 def test_codex_history_replay(
     certify_env: CertifyEnv, certify_record: Any, codex: CodexInstall, rig_factory: Any, tmp_path: Path
 ) -> None:

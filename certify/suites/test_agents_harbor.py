@@ -12,16 +12,26 @@ Every evaluation leases the session's own service (its ``inference_id``): no eng
 - ``agents.harbor.container_isolation``: from inside each of those trial containers, neither the engine
   (its own address, its port on the eval network's host address) accepts a connection, nor does another
   run's binding on the same gateway listener accept the trial's key.
-- ``agents.harbor.cancel_isolated`` (fake): ``terminus-2`` on two tasks; the fake holds the victim's model
-  request (``slow_headers`` matching its task) and the victim is cancelled while that request is in flight:
-  its run ends ``cancelled`` with that exchange recorded ``cancelled``, the engine has no request open, the
-  baseline's one running slot answers a new request, and the other trial's requests and reward are intact.
+- ``agents.harbor.cancel_isolated`` (both engines): ``terminus-2`` on two tasks; the victim is cancelled
+  while its model request is held in flight: its run ends ``cancelled`` with that exchange recorded
+  ``cancelled``, the engine has no request open, the baseline's one running slot answers a new request, and
+  the other trial's requests and reward are intact. On the fake the fake holds the victim's request
+  (``slow_headers`` matching its task). On real SGLang the engine holds it: paused in place first (SGLang's
+  admin ``/pause_generation``, mode ``in_place``: requests are taken in, nothing is generated), the victim's
+  trial starts alone, and once SGLang's HTTP layer holds its chat request (``sglang:http_requests_active``
+  is 1; the only trial running, and nothing completes while paused) the other trial starts beside it and
+  the victim is cancelled; the engine resumes once the victim has ended. The other trial's reward is the
+  model's own (recorded as earned).
 - ``agents.harbor.terminus_solves`` (fake): in that evaluation ``terminus-2`` solved its task (reward 1.0)
   through the gateway on loopback with the scripted terminus answers — model, agent, container and
   verifier in one loop.
 - ``agents.harbor.real_model`` (real SGLang): ``terminus-2`` on two local tasks at once; every trial ends,
   through the gateway, with complete evidence, and the rewards the model earns are recorded as they are —
   the check claims the loop ran, not that the model is good.
+
+Each check's outcome is recorded in the root's compatibility profile of the agent it ran
+(:func:`harness.evals.harbor_agents.record_agent_result`: ``ShellAgent`` for the first two, ``terminus-2`` for
+the others): ``hitch eval harbor run --agent X`` admits only an agent whose profile for the engine passed.
 
 The checks that script or fault the shared fake hold the engine alone (``engine_turn``) while they do.
 Required where Docker and Harbor are present (and always under ``HITCH_REQUIRE_HARBOR``): a missing
@@ -31,11 +41,12 @@ Under xdist the evaluations run once per session (a file mutex; the other worker
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import shutil
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -45,21 +56,23 @@ import pytest
 from filelock import FileLock
 
 from certify.components import missing
+from certify.kit.probes import engine_load, wait_for
 from certify.plugin import engine_turn
-from certify.registry import check
+from certify.registry import Summary, check
 from certify.session import CertifyEnv
 from fixtures.fake_sglang.client import FakeControl
 from harness.app.requests import RunRequest, parse_request
 from harness.devices.docker_probe import probe_docker
 from harness.errors import HitchError
+from harness.evals.harbor_agents import SHELL_AGENT, TERMINUS, agent_key, record_agent_result
 from harness.evals.harbor_install import HarborInstall, harbor_install
 from harness.evals.harbor_run import EvalOptions, HarborEvaluation, base_image_id
+from harness.lock import load_sealed_lock
 from harness.paths import HitchRoot, ensure_private_dir
 from harness.settings import settings
 
 REPO = Path(__file__).resolve().parents[2]
 TASKS = REPO / "fixtures" / "harbor_tasks"
-SHELL_AGENT = "fixtures.harbor_agents.shell_agent:ShellAgent"
 _SOLVE_CREATE = "echo 'hello from hitch' > /app/hello.txt"
 # terminus-2's JSON answer that solves create-file (terminus asks to confirm; the same answer confirms)
 _TERMINUS_TURN = {
@@ -97,6 +110,19 @@ def harbor(certify_env: CertifyEnv) -> HarborInstall:
     except HitchError as exc:
         missing("harbor", exc.message)
     return found
+
+
+@contextlib.contextmanager
+def _profiled(env: CertifyEnv, harbor: HarborInstall, agent: str, check_id: str) -> Iterator[None]:
+    """Record the check's outcome (passed when the block ends without an error) in the agent's profile."""
+    lock = load_sealed_lock(env.root, env.run.inference_id)
+    key = agent_key(agent, str(harbor.versions.get("harbor", "unknown")), lock.runtime_id, lock.model_id, [REPO])
+    passed = False
+    try:
+        yield
+        passed = True
+    finally:
+        record_agent_result(env.root, agent, key, check_id, env.engine, env.device, passed)
 
 
 def _once(env: CertifyEnv, name: str, compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
@@ -281,13 +307,84 @@ def inside(request: pytest.FixtureRequest, certify_env: CertifyEnv, harbor: Harb
         return _once(certify_env, "inside", lambda: _in_container(certify_env, harbor))
 
 
+def _engine_admin(env: CertifyEnv, route: str, body: dict[str, Any]) -> None:
+    """POST an admin route of the session's real engine (its admin key: the service's private key file)."""
+    key = (env.root.private / env.run.service_id / "admin-api-key").read_text(encoding="utf-8").strip()
+    r = httpx.post(env.engine_url + route, json=body, headers={"Authorization": f"Bearer {key}"}, timeout=60, trust_env=False)
+    assert r.status_code == 200, f"{route}: HTTP {r.status_code} {r.text[:200]}"
+
+
+def _cancel_held_real(env: CertifyEnv, harbor: HarborInstall) -> dict[str, Any]:
+    """The real engine's version of :func:`_cancel_mid_request` (see the module doc): the engine paused in place
+    holds the victim's request; the other trial starts beside it; the victim is cancelled; the engine resumes."""
+    tag = secrets.token_hex(4)
+
+    def evaluation(task: str) -> HarborEvaluation:
+        options = EvalOptions(
+            [TASKS / task], k=1, n_concurrent=1, evaluation_id=f"cert-cancel-{task}-{tag}",
+            agent_kwargs={"max_turns": 4}, agent_timeout_s=REAL_AGENT_TIMEOUT_S,
+        )  # fmt: skip
+        return HarborEvaluation(env.root, harbor, env.daemon, _pinned(env), options)
+
+    victim_eval, other_eval = evaluation("fix-one-line"), evaluation("create-file")
+    victim = victim_eval.trials[0].name
+    records: dict[str, Any] = {}
+    other_started = threading.Event()
+
+    def run(name: str, ev: HarborEvaluation, on_event: Callable[[dict[str, Any]], None] | None = None) -> None:
+        try:
+            records[name] = ev.run(on_event)
+        except Exception as exc:  # the check reports it
+            records[name] = f"{type(exc).__name__}: {exc}"
+
+    def seen(event: dict[str, Any]) -> None:
+        if event.get("event") == "started":
+            other_started.set()
+
+    out: dict[str, Any] = {"session": [env.run.service_id, env.run.epoch], "cancel_sent": False, "held": False}
+    threads = [threading.Thread(target=run, args=("victim", victim_eval), daemon=True)]
+    _engine_admin(env, "/pause_generation", {"mode": "in_place"})
+    try:
+        threads[0].start()
+        # the victim is the only trial and the engine generates nothing: its first chat request, once the
+        # engine's HTTP layer holds it, stays there until the cancel
+        out["held"] = wait_for(lambda: _chat_active(env) == 1 or not threads[0].is_alive(), 600, 0.1)
+        out["held"] = out["held"] and threads[0].is_alive()
+        if out["held"]:
+            threads.append(threading.Thread(target=run, args=("other", other_eval, seen), daemon=True))
+            threads[1].start()
+            out["other_started"] = other_started.wait(600)
+            if out["other_started"]:
+                out["cancel_sent"] = victim_eval.cancel(victim)
+            threads[0].join(600)
+    finally:
+        _engine_admin(env, "/continue_generation", {})
+    for thread in threads:
+        thread.join(900)
+    out["cancelled_while_held"] = bool(out["held"] and out["cancel_sent"])
+    out["evaluations"] = {name: rec if isinstance(rec, str) else "finished" for name, rec in records.items()}
+    trials = [t for rec in records.values() if not isinstance(rec, str) for t in rec.trials]
+    out["record"] = {"agent": "terminus-2", "trials": [t.to_json_dict() for t in trials]}
+    out["execution"] = {t.run_id: _execution(env.root, t.run_id)["attempts"] for t in trials}
+    fresh = env.new_run(f"cert-harbor-after-{tag}")
+    req = {"model": fresh.wire_model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+    # with the baseline's one running slot this is answered only if the cancelled request left it
+    r = httpx.post(f"{fresh.base_url}/chat/completions", json=req, headers=fresh.headers(), timeout=300, trust_env=False)
+    out["after_cancel_status"] = r.status_code
+    out["chat_active_after"] = _chat_active(env)
+    out["engine_load_after"] = engine_load(env.engine_url, env.engine_headers())
+    return out
+
+
 @pytest.fixture(scope="module")
 def cancel(request: pytest.FixtureRequest, certify_env: CertifyEnv, harbor: HarborInstall) -> dict[str, Any]:
     control = certify_env.fake
-    if control is None:
-        pytest.skip("needs the fake engine's control channel (a process-launched contract session)")
     with engine_turn(request.config, exclusive=True):  # faults, script and request log of the shared fake
-        return _once(certify_env, "cancel", lambda: _cancel_mid_request(certify_env, harbor, control))
+        if control is not None:
+            return _once(certify_env, "cancel", lambda: _cancel_mid_request(certify_env, harbor, control))
+        if certify_env.engine == "fake":
+            pytest.skip("needs the fake engine's control channel (a process-launched contract session)")
+        return _once(certify_env, "cancel-real", lambda: _cancel_held_real(certify_env, harbor))
 
 
 def _trials(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -305,8 +402,19 @@ def _timings(certify_record: Any, result: dict[str, Any]) -> None:
     required=REQUIRED,
     description="two Harbor trials at once (model calls from inside their containers) are two bindings of the "
     "session's one service, and both rewards are recorded (needs Docker and Harbor)",
+    summary=lambda d: (
+        "two Harbor trials at once ran as two bindings of the session's one service; rewards "
+        + ", ".join(str(v.get("reward")) for k, v in d.items() if k.startswith("trial "))
+    ),
 )
-def test_harbor_trials_share_one_service(certify_env: CertifyEnv, inside: dict[str, Any], certify_record: Any) -> None:
+def test_harbor_trials_share_one_service(
+    certify_env: CertifyEnv, harbor: HarborInstall, inside: dict[str, Any], certify_record: Any
+) -> None:
+    with _profiled(certify_env, harbor, SHELL_AGENT, "agents.harbor.shared_service"):
+        _shared_service(certify_env, inside, certify_record)
+
+
+def _shared_service(certify_env: CertifyEnv, inside: dict[str, Any], certify_record: Any) -> None:
     _timings(certify_record, inside)
     trials = _trials(inside)
     assert inside["record"]["model_connection"] == "container"
@@ -327,8 +435,19 @@ def test_harbor_trials_share_one_service(certify_env: CertifyEnv, inside: dict[s
     required=REQUIRED,
     description="from inside a Harbor trial container neither the engine nor another run's binding is reachable; "
     "its own binding is (needs Docker and Harbor)",
+    summary=lambda d: (
+        f"from inside {len(d['probes'])} trial containers the engine refused every connection and another "
+        "run's binding answered 401"
+    ),
 )
-def test_harbor_trial_container_reaches_only_its_binding(inside: dict[str, Any], certify_record: Any) -> None:
+def test_harbor_trial_container_reaches_only_its_binding(
+    certify_env: CertifyEnv, harbor: HarborInstall, inside: dict[str, Any], certify_record: Any
+) -> None:
+    with _profiled(certify_env, harbor, SHELL_AGENT, "agents.harbor.container_isolation"):
+        _container_isolation(inside, certify_record)
+
+
+def _container_isolation(inside: dict[str, Any], certify_record: Any) -> None:
     certify_record.detail("probes", {k: {"tcp": v["tcp"], "urls": v["urls"]} for k, v in inside["probes"].items() if v})
     probes = inside["probes"]
     assert len(probes) == 2
@@ -341,21 +460,43 @@ def test_harbor_trial_container_reaches_only_its_binding(inside: dict[str, Any],
         assert foreign["status"] == 401 and foreign["code"] == "inference_token_invalid", foreign
 
 
-def _scripted_check(check_id: str, description: str) -> Callable[[F], F]:
+def _scripted_check(check_id: str, description: str, summary: Summary = None) -> Callable[[F], F]:
     """A check that needs the fake engine's scripted turns or faults."""
-    return check(check_id, required=REQUIRED, engines=("fake",), reason=_FAKE_ONLY, description=description)
+    return check(check_id, required=REQUIRED, engines=("fake",), reason=_FAKE_ONLY, description=description, summary=summary)
 
 
-@_scripted_check(
+def _cancel_summary(d: Any) -> str:
+    victim = next((v for k, v in d.items() if k.startswith("trial ") and v.get("status") == "cancelled"), None)
+    others = [v for k, v in d.items() if k.startswith("trial ") and v is not victim]
+    other = others[0] if others else {}
+    return (
+        f"a Harbor trial cancelled while its model request was held ended cancelled; the trial beside it ended "
+        f"{other.get('status')} (reward {other.get('reward')}) and the engine slot answered the next request"
+    )
+
+
+@check(
     "agents.harbor.cancel_isolated",
-    "cancelling one Harbor trial mid-request frees its slot and leaves the other trial's requests "
+    required=REQUIRED,
+    description="cancelling one Harbor trial mid-request frees its slot and leaves the other trial's requests "
     "and reward intact (needs Docker and Harbor)",
+    summary=_cancel_summary,
 )
-def test_harbor_cancel_mid_request_is_isolated(cancel: dict[str, Any], certify_record: Any) -> None:
+def test_harbor_cancel_mid_request_is_isolated(
+    certify_env: CertifyEnv, harbor: HarborInstall, cancel: dict[str, Any], certify_record: Any
+) -> None:
+    with _profiled(certify_env, harbor, TERMINUS, "agents.harbor.cancel_isolated"):
+        _cancel_isolated(certify_env, cancel, certify_record)
+
+
+def _cancel_isolated(certify_env: CertifyEnv, cancel: dict[str, Any], certify_record: Any) -> None:
     _timings(certify_record, cancel)
     certify_record.detail("attempts", cancel["execution"])
+    for key in ("held", "other_started", "evaluations"):
+        if key in cancel:
+            certify_record.detail(f"hold.{key}", cancel[key])
+    assert cancel["cancelled_while_held"] is True and cancel["cancel_sent"] is True, cancel.get("watch_error") or cancel
     victim, other = _trials(cancel)
-    assert cancel["cancelled_while_held"] is True and cancel["cancel_sent"] is True, cancel.get("watch_error")
     assert victim["task"] == "fix-one-line" and victim["status"] == "cancelled" and victim["reward"] is None
     assert victim["error"]["code"] == "run_cancelled"
     held = cancel["execution"][victim["run_id"]]
@@ -363,22 +504,34 @@ def test_harbor_cancel_mid_request_is_isolated(cancel: dict[str, Any], certify_r
     assert held["by_status"].get("cancelled", 0) >= 1 and "completed" not in held["by_status"], held["by_status"]
     assert cancel["after_cancel_status"] == 200, "the gateway's running slot was not freed"
     assert cancel["chat_active_after"] == 0, "the held request is still open at the engine"
-    assert cancel["fake_state"]["num_running_reqs"] == 0 and cancel["fake_state"]["leaked_slots"] == 0
-    assert other["status"] == "completed" and other["reward"] == 1.0 and other["error"] is None
-    assert other["usage"]["requests"] >= 2 and other["usage"]["evidence_complete"] is True
     assert victim["service"]["service_id"] == other["service"]["service_id"] == cancel["session"][0]
+    assert other["task"] == "create-file" and other["usage"]["evidence_complete"] is True
+    if certify_env.engine == "fake":  # scripted to solve the task
+        assert cancel["fake_state"]["num_running_reqs"] == 0 and cancel["fake_state"]["leaked_slots"] == 0
+        assert other["status"] == "completed" and other["reward"] == 1.0 and other["error"] is None
+        assert other["usage"]["requests"] >= 2
+    else:  # the model's own trial: it ends on its own terms, untouched by the cancel beside it
+        assert cancel["engine_load_after"] == 0, "a request is still open at the engine"
+        assert other["status"] in ("completed", "failed") and other["usage"]["requests"] >= 1, other
+        assert (other.get("error") or {}).get("code") != "run_cancelled", other["error"]
+        if other["status"] == "completed":
+            assert other["reward"] is not None, "a completed trial has the verifier's reward"
 
 
 @_scripted_check(
     "agents.harbor.terminus_solves",
     "terminus-2 with the scripted terminus answers solves a local task through the gateway (reward 1.0; needs Docker and Harbor)",
+    summary="terminus-2 solved a local Harbor task through the gateway with the scripted answers (reward 1.0)",
 )
-def test_harbor_terminus_solves_with_scripted_answers(cancel: dict[str, Any], certify_record: Any) -> None:
-    _, solved = _trials(cancel)
-    certify_record.metric("harbor_trial_s", (solved.get("timing") or {}).get("total_s"))
-    assert cancel["record"]["agent"] == "terminus-2" and cancel["record"]["model_connection"] == "host"
-    assert solved["task"] == "create-file" and solved["status"] == "completed" and solved["reward"] == 1.0
-    assert solved["usage"]["input_tokens"] > 0 and solved["usage"]["output_tokens"] > 0
+def test_harbor_terminus_solves_with_scripted_answers(
+    certify_env: CertifyEnv, harbor: HarborInstall, cancel: dict[str, Any], certify_record: Any
+) -> None:
+    with _profiled(certify_env, harbor, TERMINUS, "agents.harbor.terminus_solves"):
+        _, solved = _trials(cancel)
+        certify_record.metric("harbor_trial_s", (solved.get("timing") or {}).get("total_s"))
+        assert cancel["record"]["agent"] == "terminus-2" and cancel["record"]["model_connection"] == "host"
+        assert solved["task"] == "create-file" and solved["status"] == "completed" and solved["reward"] == 1.0
+        assert solved["usage"]["input_tokens"] > 0 and solved["usage"]["output_tokens"] > 0
 
 
 @check(
@@ -388,9 +541,18 @@ def test_harbor_terminus_solves_with_scripted_answers(cancel: dict[str, Any], ce
     reason="the fake engine's answers are scripted (agents.harbor.terminus_solves); this one is the model's own",
     description="terminus-2 on two local Harbor tasks at once on the session's real engine: every trial ends "
     "through the gateway and the model's rewards are recorded as earned (needs Docker and Harbor)",
+    summary=lambda d: (
+        "terminus-2 ran two local Harbor tasks on the real engine through the gateway; rewards earned: "
+        + ", ".join(f"{k} {v}" for k, v in d["rewards"].items())
+    ),
 )
 @pytest.mark.exclusive_engine
 def test_harbor_real_model_run_completes(certify_env: CertifyEnv, harbor: HarborInstall, certify_record: Any) -> None:
+    with _profiled(certify_env, harbor, TERMINUS, "agents.harbor.real_model"):
+        _real_model_ran(certify_env, harbor, certify_record)
+
+
+def _real_model_ran(certify_env: CertifyEnv, harbor: HarborInstall, certify_record: Any) -> None:
     result = _once(certify_env, "real", lambda: _real_model(certify_env, harbor))
     _timings(certify_record, result)
     trials = _trials(result)

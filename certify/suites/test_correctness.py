@@ -144,6 +144,11 @@ def _tokens(api: str, answer: dict[str, Any]) -> list[EngineToken]:
     engines=("sglang",),
     params={"api": ("chat", "responses")},
     description="greedy {api} continuations match the transformers reference token by token (top-k, logprob gaps)",
+    summary=lambda d: (
+        f"greedy tokens and top-k logprobs match transformers on {d['figures']['prompts']} prompts "
+        f"({d['figures']['positions_compared']} positions; max gap {d['figures']['max_logprob_gap']}, "
+        f"{d['figures']['divergences']} divergence(s) within the tie tolerance)"
+    ),
 )
 @pytest.mark.parametrize("api", ["chat", "responses"])
 def test_greedy_parity(
@@ -180,7 +185,12 @@ def test_greedy_parity(
     assert not problems, problems
 
 
-@check("correctness.prompt_tokens", engines=("sglang",), description="the engine's prompt token count equals apply_chat_template")
+@check(
+    "correctness.prompt_tokens",
+    engines=("sglang",),
+    description="the engine's prompt token count equals apply_chat_template",
+    summary="the prompt token counts of chat and Responses equal the chat template's on all {prompts} prompts",
+)
 def test_prompt_tokens(parity_ref: ReferenceRunV1, parity_answers: dict[str, list[dict[str, Any]]], certify_record: Any) -> None:
     mismatches: list[str] = []
     for prompt, chat, resp, ref in zip(
@@ -194,7 +204,12 @@ def test_prompt_tokens(parity_ref: ReferenceRunV1, parity_answers: dict[str, lis
     assert not mismatches, mismatches
 
 
-@check("correctness.determinism", engines=("sglang",), description="three identical temperature-0 requests give identical tokens")
+@check(
+    "correctness.determinism",
+    engines=("sglang",),
+    description="three identical temperature-0 requests give identical tokens",
+    summary=lambda d: f"three greedy runs of one prompt gave identical tokens ({d['tokens'][0]} each)",
+)
 def test_determinism(bench: Bench, certify_record: Any) -> None:
     messages = chat_messages(PARITY_PROMPTS[0])
     runs = [[t.key for t in chat_tokens(bench.chat(messages, PARITY_TOKENS))] for _ in range(3)]
@@ -208,7 +223,12 @@ def eval_ref(bench: Bench) -> ReferenceRunV1:
     return bench.reference("eval")
 
 
-@check("correctness.natural_stop", engines=("sglang",), description="the engine ends its turn where the reference does")
+@check(
+    "correctness.natural_stop",
+    engines=("sglang",),
+    description="the engine ends its turn where the reference does",
+    summary="the engine ended its turn where the reference did ({engine_tokens} tokens; reference {reference_tokens})",
+)
 def test_natural_stop(bench: Bench, certify_record: Any) -> None:
     reason = not_applicable(bench.env.model_id, "natural_stop")
     if reason is not None:
@@ -232,6 +252,10 @@ def test_natural_stop(bench: Bench, certify_record: Any) -> None:
     "correctness.eval",
     engines=("sglang",),
     description=f"{len(EVAL_SET)} short questions, normalised exact match: engine >= reference - {EVAL_MARGIN}",
+    summary=(
+        "question set: the engine answered {score[engine]} of {score[items]} right, the reference "
+        "{score[reference]} (margin {score[margin]})"
+    ),
 )
 def test_question_set(bench: Bench, eval_ref: ReferenceRunV1, certify_record: Any) -> None:
     engine_answers = [

@@ -3,7 +3,7 @@
 On the session's engine, when a Docker engine is reachable (the checks skip without one, and are not
 required: a machine without Docker runs no eval containers): two container-facing runs (``for_containers``)
 get URLs on the bridge address of hitch's eval network; a trial container of the eval trial image
-(``scripts/ci/build_trial_image.py``) per run talks to the model through its own binding only.
+(``python -m fixtures.images.trial``) per run talks to the model through its own binding only.
 
 - ``security.eval_network.gateway_only``: an independent probe container on that network reaches hitch's
   gateway (401 ``inference_token_invalid`` for a binding that does not exist) and connects to none of the
@@ -121,6 +121,10 @@ def eval_trials(certify_env: CertifyEnv) -> Iterator[dict[str, Any]]:
     "security.eval_network.gateway_only",
     required=False,
     description="a container on hitch's eval network reaches the gateway and none of the engine's addresses (needs Docker)",
+    summary=lambda d: (
+        f"a container on the internal eval network {d['network']['name']} reached the gateway and none of the "
+        f"engine's {len(d['probe']['engine'])} address(es)"
+    ),
 )
 def test_eval_network_gateway_only(eval_trials: dict[str, Any], certify_record: Any) -> None:
     probe = eval_trials["probe"]
@@ -138,6 +142,7 @@ def test_eval_network_gateway_only(eval_trials: dict[str, Any], certify_record: 
     "lifecycle.eval_containers.shared_service",
     required=False,
     description="two eval containers share the session's engine service through their own run bindings (needs Docker)",
+    summary=lambda d: f"{len(d['runs'])} eval containers shared one engine service through their own bindings",
 )
 def test_eval_containers_share_the_service(certify_env: CertifyEnv, eval_trials: dict[str, Any], certify_record: Any) -> None:
     run_a, run_b = eval_trials["run_a"], eval_trials["run_b"]
@@ -152,6 +157,10 @@ def test_eval_containers_share_the_service(certify_env: CertifyEnv, eval_trials:
     "lifecycle.eval_containers.cancel_isolated",
     required=False,
     description="killing one eval container and cancelling its run leaves another container's open stream intact (needs Docker)",
+    summary=lambda d: (
+        f"the cancelled container's binding answered {d['a_after_cancel'][0]} {d['a_after_cancel'][1]}; the "
+        f"other finished its stream ({d['b_done']['chunks']} chunks, {d['b_done']['finish_reason']})"
+    ),
 )
 def test_eval_container_cancel_is_isolated(eval_trials: dict[str, Any], certify_record: Any) -> None:
     done = eval_trials["b_done"]

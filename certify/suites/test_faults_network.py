@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from certify.kit.faults import FAKE, MODE_CHECKS, SHORT_TIMEOUT_MS, FaultSite, fault_kind, row, serves
+from certify.kit.faults import FAKE, MODE_CHECKS, SHORT_TIMEOUT_MS, FaultSite, fault_kind, fault_summary, row, serves
 from certify.kit.probes import engine_load
 from certify.kit.requests import chat_body
 from certify.kit.streams import RawStream, client_gone
@@ -26,7 +26,11 @@ pytestmark = pytest.mark.exclusive_engine  # on SGLang every check here sends th
 _fault_kind = fault_kind("network")
 
 
-@check(MODE_CHECKS["partial_event_close"], description="half an event then close: broken client stream, evidence failed")
+@check(
+    MODE_CHECKS["partial_event_close"],
+    description="half an event then close: broken client stream, evidence failed",
+    summary=fault_summary,
+)
 def test_partial_event_close(fault_site: FaultSite, certify_record: Any) -> None:
     with fault_site.front() as front:
         front.arm(("partial_event_close",), (ProxyFault(mode="close", after_bytes=20),))  # inside the first event
@@ -38,7 +42,9 @@ def test_partial_event_close(fault_site: FaultSite, certify_record: Any) -> None
         front.recovered(certify_record)
 
 
-@check(MODE_CHECKS["connection_reset"], description="TCP reset mid-stream: broken client stream, slot freed")
+@check(
+    MODE_CHECKS["connection_reset"], description="TCP reset mid-stream: broken client stream, slot freed", summary=fault_summary
+)
 def test_connection_reset(fault_site: FaultSite, certify_record: Any) -> None:
     with fault_site.front() as front:
         front.arm(("connection_reset:after=2",), (ProxyFault(mode="reset", after_events=2),))
@@ -50,7 +56,9 @@ def test_connection_reset(fault_site: FaultSite, certify_record: Any) -> None:
         front.recovered(certify_record)
 
 
-@check(MODE_CHECKS["slow_headers"], description="no status line before the request timeout: 502, slot freed")
+@check(
+    MODE_CHECKS["slow_headers"], description="no status line before the request timeout: 502, slot freed", summary=fault_summary
+)
 def test_slow_headers(fault_site: FaultSite, certify_record: Any) -> None:
     with fault_site.front(private=True, timeout_ms=SHORT_TIMEOUT_MS) as front:
         front.arm(("slow_headers:t=30",), (ProxyFault(mode="latency", delay_s=3600),))
@@ -63,6 +71,7 @@ def test_slow_headers(fault_site: FaultSite, certify_record: Any) -> None:
     description="an engine that ignores aborts: the gateway permit is still released once",
     reason="SGLang honours an abort (a closed connection ends its request) and the fault proxy passes a client's "
     "close on to it, so a real engine cannot be made to keep the slot; the gateway side is the same code either way",
+    summary=fault_summary,
 )
 def test_ignore_aborts(fault_site: FaultSite, certify_record: Any) -> None:
     with fault_site.front(private=True, timeout_ms=SHORT_TIMEOUT_MS) as front:
@@ -83,7 +92,11 @@ def test_ignore_aborts(fault_site: FaultSite, certify_record: Any) -> None:
         assert state["leaked_slots"] == 1 and engine_load(front.engine_url, front.engine_key_headers) == 1
 
 
-@check("faults.client_disconnect.upstream_aborted", description="client gone mid-stream: engine request aborted, permit freed")
+@check(
+    "faults.client_disconnect.upstream_aborted",
+    description="client gone mid-stream: engine request aborted, permit freed",
+    summary=fault_summary,
+)
 def test_client_disconnect(certify_env: CertifyEnv, certify_record: Any) -> None:
     env = certify_env
     with client_gone(env) as gone:

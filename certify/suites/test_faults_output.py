@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from certify.kit.faults import MODE_CHECKS, FaultSite, fault_kind, row
+from certify.kit.faults import MODE_CHECKS, FaultSite, fault_kind, fault_summary, row
 from certify.kit.requests import chat_body
 from certify.registry import check
 from fixtures.fault_proxy import FaultProxy, ProxyFault
@@ -31,6 +31,7 @@ def _last_post(proxy: FaultProxy) -> Any:
 @check(
     MODE_CHECKS["split_utf8"],
     description="the answer split at every byte (multibyte characters too) reaches the client whole, evidence ok",
+    summary=fault_summary,
 )
 def test_split_utf8(fault_site: FaultSite, certify_record: Any) -> None:
     with fault_site.front() as front:
@@ -52,7 +53,9 @@ def test_split_utf8(fault_site: FaultSite, certify_record: Any) -> None:
         front.recovered(certify_record)
 
 
-@check(MODE_CHECKS["coalesce_events"], description="several SSE events in one write are parsed and counted")
+@check(
+    MODE_CHECKS["coalesce_events"], description="several SSE events in one write are parsed and counted", summary=fault_summary
+)
 def test_coalesce_events(fault_site: FaultSite, certify_record: Any) -> None:
     with fault_site.front() as front:
         front.arm(("coalesce_events:n=4",), (ProxyFault(mode="coalesce", n=4),))
@@ -76,6 +79,7 @@ def test_coalesce_events(fault_site: FaultSite, certify_record: Any) -> None:
     "faults.inband_error.{api}",
     params={"api": ("chat", "responses")},
     description="{api}: HTTP 200 then an in-band error: evidence failed, not retried",
+    summary=fault_summary,
 )
 @pytest.mark.parametrize("api", ["chat", "responses"])
 def test_inband_error(fault_site: FaultSite, certify_record: Any, api: str) -> None:
@@ -95,7 +99,9 @@ def test_inband_error(fault_site: FaultSite, certify_record: Any, api: str) -> N
         front.recovered(certify_record)
 
 
-@check(MODE_CHECKS["oversized_response"], description="an answer over the response cap: 502, evidence failed")
+@check(
+    MODE_CHECKS["oversized_response"], description="an answer over the response cap: 502, evidence failed", summary=fault_summary
+)
 def test_oversized_response(fault_site: FaultSite, certify_record: Any) -> None:
     with fault_site.front(private=True) as front:
         front.arm(("oversized_response:mb=2",), (ProxyFault(mode="oversized", size=2 << 20),))  # the cap is 1 MiB

@@ -38,6 +38,7 @@ from certify.kit.faults import (
     assert_crashed,
     failed_event,
     fault_kind,
+    fault_summary,
     revoked,
     row,
     sealed_inference_id,
@@ -85,6 +86,7 @@ _KILL = {False: "SIGKILL to its process group", True: "docker kill -s SIGKILL of
     MODE_CHECKS["stall_mid_stream"],
     description="a stalled stream hits the request timeout; upstream aborted, the engine serves again "
     "(SGLang: its process group SIGSTOPped mid-stream)",
+    summary=fault_summary,
 )
 def test_stall_mid_stream(fault_site: FaultSite, certify_record: Any) -> None:
     with fault_site.front(private=True, timeout_ms=SHORT_TIMEOUT_MS) as front:
@@ -210,7 +212,9 @@ def killed(private_daemon: PrivateDaemon) -> KillOutcome:
 
 
 @check(
-    "faults.engine_killed.in_flight", description="SIGKILL mid-stream: broken client stream, evidence inference_process_exited"
+    "faults.engine_killed.in_flight",
+    description="SIGKILL mid-stream: broken client stream, evidence inference_process_exited",
+    summary=fault_summary,
 )
 def test_engine_killed_in_flight(killed: KillOutcome, certify_record: Any) -> None:
     certify_record.detail("client", {"status": killed.status, "broken": not killed.clean_end})
@@ -219,7 +223,11 @@ def test_engine_killed_in_flight(killed: KillOutcome, certify_record: Any) -> No
     assert (killed.row["status"], killed.row["error_code"]) == ("failed", "inference_process_exited")
 
 
-@check("faults.engine_killed.service_failed", description="after SIGKILL the service is failed and the binding revoked")
+@check(
+    "faults.engine_killed.service_failed",
+    description="after SIGKILL the service is failed and the binding revoked",
+    summary=fault_summary,
+)
 def test_engine_killed_service_failed(killed: KillOutcome, certify_record: Any) -> None:
     certify_record.metric("kill_to_failed_ms", round(killed.detect_ms, 1))
     certify_record.detail("failed_event", killed.failed)
@@ -229,7 +237,9 @@ def test_engine_killed_service_failed(killed: KillOutcome, certify_record: Any) 
     assert killed.revoked == {"status": 403, "code": "inference_binding_revoked"}
 
 
-@check("faults.engine_killed.new_epoch", description="after SIGKILL a new run gets a new epoch and is served")
+@check(
+    "faults.engine_killed.new_epoch", description="after SIGKILL a new run gets a new epoch and is served", summary=fault_summary
+)
 def test_engine_killed_new_epoch(killed: KillOutcome, certify_record: Any) -> None:
     certify_record.metric("reacquire_after_kill_s", round(killed.reacquire_s, 2))
     certify_record.detail("recovery_ms", round(killed.reacquire_s * 1000, 1))
@@ -241,6 +251,7 @@ def test_engine_killed_new_epoch(killed: KillOutcome, certify_record: Any) -> No
     MODE_CHECKS["crash_mid_stream"],
     description="engine exits mid-stream: process_exited, service failed, binding revoked, a new epoch serves "
     "(SGLang: SIGKILL to its process group mid-stream)",
+    summary=fault_summary,
 )
 def test_crash_mid_stream(pdaemon: PrivateDaemon, certify_record: Any) -> None:
     run = _warm_run(pdaemon)
@@ -280,6 +291,7 @@ def _warm_run(daemon: PrivateDaemon) -> RunHandle:
 @check(
     MODE_CHECKS["exit_after_requests"],
     description="engine exits after answering: exit code recorded, binding revoked (SGLang: SIGKILL once the answer is recorded)",
+    summary=fault_summary,
 )
 def test_exit_after_requests(pdaemon: PrivateDaemon, certify_record: Any) -> None:
     run = _warm_run(pdaemon)
@@ -318,6 +330,7 @@ def _answered(daemon: PrivateDaemon, run: RunHandle) -> int:
 @check(
     MODE_CHECKS["exit_after_seconds"],
     description="engine dies while idle: the monitor fails the service, binding revoked (SGLang: SIGKILL after 1 s idle)",
+    summary=fault_summary,
 )
 def test_exit_after_seconds(pdaemon: PrivateDaemon, certify_record: Any) -> None:
     run = pdaemon.create_run()
@@ -340,6 +353,7 @@ def test_exit_after_seconds(pdaemon: PrivateDaemon, certify_record: Any) -> None
     MODE_CHECKS["wrong_model"],
     description="an engine serving another model is refused before any prompt (SGLang: launched serving another "
     "name, its /server_info refused by the readiness verification, its process group gone)",
+    summary=fault_summary,
 )
 def test_wrong_model(pdaemon: PrivateDaemon, certify_env: CertifyEnv, certify_record: Any, tmp_path: Path) -> None:
     if pdaemon.fake is None and pdaemon.body.get("launcher") == "oci":
@@ -426,6 +440,7 @@ def _wrong_model_sglang(env: CertifyEnv, certify_record: Any, workdir: Path) -> 
 @check(
     MODE_CHECKS["startup_hang"],
     description="never ready: inference_start_timeout and the process is gone (SGLang: SIGSTOP before ready)",
+    summary=fault_summary,
 )
 def test_startup_hang(pdaemon: PrivateDaemon, certify_record: Any) -> None:
     lock = pdaemon.sealed_lock(sealed_inference_id(pdaemon))

@@ -85,6 +85,10 @@ def _engine_idle(env: CertifyEnv) -> None:
 @check(
     MODE_CHECKS["slot_release_lag"],
     description="readiness's flush waits while the engine reports a running request, then flushes once",
+    summary=lambda d: (
+        "while the engine held a request, readiness found it busy {busy_polls} times, waited {idle_wait_s} s and "
+        "flushed after {flush_attempts} attempt(s)".format(**d["readiness"])
+    ),
 )
 def test_flush_waits_for_idle(certify_env: CertifyEnv, certify_record: Any) -> None:
     env = certify_env
@@ -117,6 +121,9 @@ def test_flush_waits_for_idle(certify_env: CertifyEnv, certify_record: Any) -> N
 @check(
     "faults.slot_release_lag.never_idle",
     description="an engine that stays busy past readiness's bound fails the start with its running count",
+    summary=lambda d: (
+        f"an engine kept busy past the bound failed the start at step {d['error']['details']['step']}: {d['error']['message']}"
+    ),
 )
 def test_never_idle_fails_with_counts(certify_env: CertifyEnv, certify_record: Any) -> None:
     env = certify_env
@@ -147,6 +154,7 @@ def test_never_idle_fails_with_counts(certify_env: CertifyEnv, certify_record: A
     engines=FAKE,
     description="a flush refused for another reason than pending requests fails readiness with the engine's text",
     reason="real SGLang refuses a flush only while requests run or wait; another refusal is staged on the fake",
+    summary="a flush refused for another reason failed readiness with {error[code]}: {error[message]}",
 )
 def test_flush_refused_otherwise_fails(certify_env: CertifyEnv, certify_record: Any) -> None:
     env = certify_env

@@ -23,6 +23,7 @@ from certify.kit.faults import (
     assert_crashed,
     failed_event,
     fault_kind,
+    fault_summary,
     sealed_inference_id,
     service_failure_code,
 )
@@ -43,6 +44,7 @@ def pdaemon(private_daemon: PrivateDaemon) -> Iterator[PrivateDaemon]:
 @check(
     MODE_CHECKS["memory_growth"],
     description="a memory hog killed by SIGKILL is process_exited (OOM unconfirmed); SGLang: its group SIGKILLed",
+    summary=fault_summary,
 )
 def test_memory_growth(pdaemon: PrivateDaemon, certify_record: Any) -> None:
     shared = pdaemon.shared.pop(IDLE_GROUP_KILL, None) if pdaemon.fake is None else None
@@ -97,6 +99,7 @@ def _stop_live_services(daemon: PrivateDaemon) -> list[str]:
     required=False,
     description="a container over its memory limit is OOM-killed and reported as inference_oom (needs Docker; "
     "real SGLang when the session runs its image, else the fake engine image)",
+    summary=fault_summary,
 )
 def test_oom_container_limit(private_daemon: PrivateDaemon, certify_record: Any) -> None:
     pdaemon = private_daemon

@@ -38,14 +38,25 @@ def _service_record(env: CertifyEnv) -> dict[str, Any]:
     return record.model_dump(mode="json")
 
 
-@check("hardware.server_info.device", description="the engine's own /server_info names the requested device")
+@check(
+    "hardware.server_info.device",
+    description="the engine's own /server_info names the requested device",
+    summary=lambda d: f"the engine's own /server_info reports device {d['server_info.device']}",
+)
 def test_server_info_device(certify_env: CertifyEnv, certify_record: Any) -> None:
     info = _server_info(certify_env)
     certify_record.detail("server_info.device", info.get("device"))
     assert info.get("device") == certify_env.device
 
 
-@check("hardware.service.allocation", description="the service record's device allocation matches the request")
+@check(
+    "hardware.service.allocation",
+    description="the service record's device allocation matches the request",
+    summary=lambda d: (
+        f"the service record allocates device {d['allocation']['device']}, cores {d['allocation']['cpu_cores']}, "
+        + (f"GPU {d['allocation']['gpu_uuid']}" if d["allocation"]["gpu_uuid"] else "no GPU")
+    ),
+)
 def test_service_allocation(certify_env: CertifyEnv, certify_record: Any) -> None:
     record = _service_record(certify_env)
     allocation = record["allocation"]
@@ -57,7 +68,12 @@ def test_service_allocation(certify_env: CertifyEnv, certify_record: Any) -> Non
         assert isinstance(allocation["gpu_uuid"], str) and allocation["gpu_uuid"].startswith("GPU-")
 
 
-@check("hardware.cpu.no_gpu_visible", devices=("cpu",), description="a CPU engine sees no CUDA device")
+@check(
+    "hardware.cpu.no_gpu_visible",
+    devices=("cpu",),
+    description="a CPU engine sees no CUDA device",
+    summary="the CPU engine sees no CUDA device (CUDA_VISIBLE_DEVICES={CUDA_VISIBLE_DEVICES!r})",
+)
 def test_cpu_engine_sees_no_gpu(certify_env: CertifyEnv, certify_record: Any) -> None:
     record = _service_record(certify_env)
     process = record.get("process") or {}
@@ -77,7 +93,12 @@ def test_cpu_engine_sees_no_gpu(certify_env: CertifyEnv, certify_record: Any) ->
     assert visible is not None and visible.strip() in ("", "-1"), f"CUDA_VISIBLE_DEVICES={visible!r} for a CPU engine"
 
 
-@check("hardware.cuda.gpu_recorded", devices=("cuda",), description="GPU UUID in the lease matches NVML")
+@check(
+    "hardware.cuda.gpu_recorded",
+    devices=("cuda",),
+    description="GPU UUID in the lease matches NVML",
+    summary="the engine runs on GPU {gpu_uuid} and /server_info reports device {server_info[device]}",
+)
 def test_cuda_gpu_recorded(certify_env: CertifyEnv, certify_record: Any) -> None:
     record = _service_record(certify_env)
     uuid = record["allocation"]["gpu_uuid"]
@@ -88,7 +109,15 @@ def test_cuda_gpu_recorded(certify_env: CertifyEnv, certify_record: Any) -> None
     assert uuid in gpus
 
 
-@check("hardware.doctor.fingerprint", description="doctor facts recorded as evidence")
+@check(
+    "hardware.doctor.fingerprint",
+    description="doctor facts recorded as evidence",
+    summary=lambda d: (
+        "the doctor's facts are recorded; certifiable here"
+        if d["certifiable"]
+        else "the doctor's facts are recorded; not certifiable here: " + "; ".join(d["reasons"])
+    ),
+)
 def test_doctor_fingerprint(certify_env: CertifyEnv, certify_record: Any) -> None:
     report = run_doctor(certify_env.device)  # type: ignore[arg-type]
     data = report.model_dump(mode="json")
@@ -122,6 +151,7 @@ def _engine_pids(record: dict[str, Any]) -> set[int]:
     engines=("sglang",),
     devices=("cuda",),
     description="NVML lists the engine's processes holding memory on the leased GPU UUID and on no other GPU",
+    summary=lambda d: f"NVML shows the engine's memory on GPU {d['gpu_uuid']} ({len(d['nvml_engine_processes'])} process(es))",
 )
 def test_cuda_engine_memory_only_on_the_leased_gpu(certify_env: CertifyEnv, certify_record: Any) -> None:
     record = _service_record(certify_env)
@@ -141,6 +171,7 @@ def test_cuda_engine_memory_only_on_the_leased_gpu(certify_env: CertifyEnv, cert
     "hardware.cuda.kv_pool_and_graphs",
     devices=("cuda",),
     description="the engine's KV pool, memory fraction and CUDA graph settings are the lock's, and recorded",
+    summary="the KV pool and CUDA graphs match the lock ({server_info[attention_backend]} attention)",
 )
 def test_cuda_kv_pool_and_graphs_are_the_locks(certify_env: CertifyEnv, certify_record: Any) -> None:
     lock = load_sealed_lock(certify_env.root, certify_env.run.inference_id)
@@ -170,6 +201,7 @@ def test_cuda_kv_pool_and_graphs_are_the_locks(certify_env: CertifyEnv, certify_
     "hardware.cuda.concurrency_1_and_8",
     devices=("cuda",),
     description="chat requests through the gateway succeed at concurrency 1 and 8 (spec 15.3)",
+    summary=lambda d: f"requests at concurrency 1 and 8 all answered ({d['rate_limited_retries']} rate-limited retries)",
 )
 def test_cuda_requests_at_concurrency_1_and_8(certify_env: CertifyEnv, certify_record: Any) -> None:
     import asyncio

@@ -90,7 +90,11 @@ def reuse(certify_env: CertifyEnv) -> dict[str, Any]:
     return out
 
 
-@check("lifecycle.reuse.same_service", description="two runs of the same lock share one service and one epoch")
+@check(
+    "lifecycle.reuse.same_service",
+    description="two runs of the same lock share one service and one epoch",
+    summary=lambda d: f"{len(d['runs'])} runs of one lock share service {d['runs'][0][0]} and epoch {d['runs'][0][1]}",
+)
 def test_reuse_same_service(reuse: dict[str, Any], certify_record: Any) -> None:
     _record(certify_record, "warm_acquire_ms", reuse["warm_acquire_ms"])
     certify_record.detail("runs", reuse["runs"])
@@ -102,6 +106,7 @@ def test_reuse_same_service(reuse: dict[str, Any], certify_record: Any) -> None:
 @check(
     "lifecycle.reuse.no_second_engine",
     description="a second run starts no engine: same engine process (or container), one service",
+    summary="a second run started no engine: the same {engine} serves both",
 )
 def test_reuse_no_second_engine(reuse: dict[str, Any], certify_record: Any) -> None:
     certify_record.detail("engine", reuse["engine_after"])
@@ -113,7 +118,11 @@ def test_reuse_no_second_engine(reuse: dict[str, Any], certify_record: Any) -> N
 
 
 @pytest.mark.exclusive_engine
-@check("lifecycle.cancel.slot_freed", description="a cancelled stream frees its engine slot within 5 s")
+@check(
+    "lifecycle.cancel.slot_freed",
+    description="a cancelled stream frees its engine slot within 5 s",
+    summary="a cancelled stream freed its engine slot within 5 s; the evidence row says {evidence_status}",
+)
 def test_cancel_frees_slot(certify_env: CertifyEnv, certify_record: Any) -> None:
     with client_gone(certify_env) as gone:
         freed_ms = round(gone.freed_ms, 1)
@@ -177,7 +186,13 @@ def recovery(private_daemon: PrivateDaemon) -> dict[str, Any]:
     }
 
 
-@check("lifecycle.recovery.leftover_stopped", description="after a daemon SIGKILL the next daemon stops the leftover engine")
+@check(
+    "lifecycle.recovery.leftover_stopped",
+    description="after a daemon SIGKILL the next daemon stops the leftover engine",
+    summary=lambda d: (
+        "after a daemon SIGKILL the next daemon stopped the leftover engine: " + "; ".join(o["reason"] for o in d["outcomes"])
+    ),
+)
 def test_recovery_leftover_stopped(recovery: dict[str, Any], certify_record: Any) -> None:
     _record(certify_record, "recovery_restart_s", recovery["restart_s"])
     certify_record.detail("outcomes", recovery["outcomes"])
@@ -186,7 +201,11 @@ def test_recovery_leftover_stopped(recovery: dict[str, Any], certify_record: Any
     assert recovery["engine_gone"] and recovery["record_state"] == "stopped"
 
 
-@check("lifecycle.recovery.new_epoch", description="after recovery a new run gets a new epoch with new keys")
+@check(
+    "lifecycle.recovery.new_epoch",
+    description="after recovery a new run gets a new epoch with new keys",
+    summary=lambda d: f"after recovery a new run got a new epoch; {len(d['keys_removed'])} old key files removed",
+)
 def test_recovery_new_epoch(recovery: dict[str, Any], certify_record: Any) -> None:
     run, again = recovery["run"], recovery["again"]
     keys_removed = recovery["outcomes"][0].get("details", {}).get("keys_removed", []) if recovery["outcomes"] else []
@@ -199,7 +218,14 @@ def test_recovery_new_epoch(recovery: dict[str, Any], certify_record: Any) -> No
 # -- idle stop (private daemon) --------------------------------------------------------------------------
 
 
-@check("lifecycle.idle.stop_after_ttl", description="an idle service is stopped within TTL + 10 s, its engine gone")
+@check(
+    "lifecycle.idle.stop_after_ttl",
+    description="an idle service is stopped within TTL + 10 s, its engine gone",
+    summary=lambda d: (
+        f"an idle service stopped after its {d['idle_ttl_s']} s TTL: "
+        + " → ".join(e.removeprefix("inference.") for e in d["events"])
+    ),
+)
 def test_idle_stop_after_ttl(private_daemon: PrivateDaemon, certify_record: Any) -> None:
     daemon = private_daemon
     run = _warm_run(daemon)

@@ -22,7 +22,11 @@ from gateway.sse import parse_events
 # -- Responses and chat, stream and non-stream ---------------------------------------------------------------
 
 
-@check("protocol.responses.nonstream", description="POST /v1/responses (non-stream) answers a well-formed response")
+@check(
+    "protocol.responses.nonstream",
+    description="POST /v1/responses (non-stream) answers a well-formed response",
+    summary="a non-stream Responses request answered {status} with usage ({usage[input_tokens]} in, {usage[output_tokens]} out)",
+)
 def test_responses_nonstream(certify_env: CertifyEnv, certify_record: Any) -> None:
     run = certify_env.run
     r = gw_post(run, "/responses", {"model": run.wire_model, "input": PROMPT, "max_output_tokens": SMALL})
@@ -33,7 +37,11 @@ def test_responses_nonstream(certify_env: CertifyEnv, certify_record: Any) -> No
     certify_record.detail("usage", resp["usage"])
 
 
-@check("protocol.responses.stream", description="POST /v1/responses (stream) sends typed events ending in a terminal event")
+@check(
+    "protocol.responses.stream",
+    description="POST /v1/responses (stream) sends typed events ending in a terminal event",
+    summary="a streamed Responses request sent {events} typed events ending in {terminal}",
+)
 def test_responses_stream(certify_env: CertifyEnv, certify_record: Any) -> None:
     run = certify_env.run
     r, raw = gw_stream(run, "/responses", {"model": run.wire_model, "input": PROMPT, "max_output_tokens": SMALL, "stream": True})
@@ -46,7 +54,14 @@ def test_responses_stream(certify_env: CertifyEnv, certify_record: Any) -> None:
     certify_record.detail("usage", final["usage"])
 
 
-@check("protocol.chat.nonstream", description="POST /v1/chat/completions (non-stream) answers a well-formed completion")
+@check(
+    "protocol.chat.nonstream",
+    description="POST /v1/chat/completions (non-stream) answers a well-formed completion",
+    summary=(
+        "a non-stream chat completion answered with finish {finish_reason} and usage ({usage[prompt_tokens]} "
+        "in, {usage[completion_tokens]} out)"
+    ),
+)
 def test_chat_nonstream(certify_env: CertifyEnv, certify_record: Any) -> None:
     run = certify_env.run
     body = {"model": run.wire_model, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": SMALL}
@@ -57,7 +72,11 @@ def test_chat_nonstream(certify_env: CertifyEnv, certify_record: Any) -> None:
     certify_record.detail("usage", resp["usage"])
 
 
-@check("protocol.chat.stream", description="POST /v1/chat/completions (stream) sends chunks, usage and [DONE]")
+@check(
+    "protocol.chat.stream",
+    description="POST /v1/chat/completions (stream) sends chunks, usage and [DONE]",
+    summary="a streamed chat completion sent its chunks, usage and [DONE] (finish {finish_reason})",
+)
 def test_chat_stream(certify_env: CertifyEnv, certify_record: Any) -> None:
     run = certify_env.run
     body = {
@@ -75,7 +94,11 @@ def test_chat_stream(certify_env: CertifyEnv, certify_record: Any) -> None:
     certify_record.detail("usage", usage)
 
 
-@check("protocol.sdk.openai", description="the official openai SDK works unchanged (Responses and chat, stream and not)")
+@check(
+    "protocol.sdk.openai",
+    description="the official openai SDK works unchanged (Responses and chat, stream and not)",
+    summary="the official openai SDK works unchanged: {chat_stream_chunks} chat chunks streamed, Responses events typed",
+)
 def test_openai_sdk(certify_env: CertifyEnv, certify_record: Any) -> None:
     import openai
 
@@ -111,7 +134,11 @@ def test_openai_sdk(certify_env: CertifyEnv, certify_record: Any) -> None:
     certify_record.detail("chat_stream_chunks", len(chunks))
 
 
-@check("protocol.models.wire_only", description="GET /v1/models lists only the run's wire model")
+@check(
+    "protocol.models.wire_only",
+    description="GET /v1/models lists only the run's wire model",
+    summary="GET /v1/models lists only the run's wire model {wire_model}",
+)
 def test_models_wire_only(certify_env: CertifyEnv, certify_record: Any) -> None:
     run = certify_env.run
     r = httpx.get(run.base_url + "/models", headers=run.headers(), timeout=30)

@@ -47,7 +47,13 @@ def _stream_then_close(env: CertifyEnv, prompt: str) -> tuple[bool, int, int]:
 
 
 @pytest.mark.exclusive_engine
-@check("protocol.cancel.stream", description="a stream closed mid-way leaves no running request; the next request succeeds")
+@check(
+    "protocol.cancel.stream",
+    description="a stream closed mid-way leaves no running request; the next request succeeds",
+    summary=lambda d: (
+        f"a stream closed mid-way left no running request (freed in {d['attempts'][-1]['freed_s']} s); the next request succeeded"
+    ),
+)
 def test_cancel_stream(certify_env: CertifyEnv, certify_record: Any) -> None:
     run = certify_env.run
     fake = certify_env.fake

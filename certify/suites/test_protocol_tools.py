@@ -34,7 +34,12 @@ from harness.lock import load_sealed_lock
 # -- empty output and tool calls -----------------------------------------------------------------------------
 
 
-@check("protocol.output.empty", engines=("fake",), description="an empty model answer is a well-formed completed response")
+@check(
+    "protocol.output.empty",
+    engines=("fake",),
+    description="an empty model answer is a well-formed completed response",
+    summary="an empty model answer is a well-formed completed response on both APIs",
+)
 def test_empty_output(certify_env: CertifyEnv, certify_record: Any, tmp_path: Path) -> None:
     with scripted_stack(certify_env, [{"text": ""}] * 4, tmp_path) as sg:
         run = sg.run
@@ -70,7 +75,15 @@ def _chat_tool() -> dict[str, Any]:
     return {"type": "function", "function": {k: v for k, v in tool.items() if k != "type"}}
 
 
-@check("protocol.tools.scripted", engines=("fake",), description="a scripted tool call comes back as function_call / tool_calls")
+@check(
+    "protocol.tools.scripted",
+    engines=("fake",),
+    description="a scripted tool call comes back as function_call / tool_calls",
+    summary=(
+        "a scripted tool call came back as function_call / tool_calls (chat finish {chat_finish_reason}); "
+        "the continuation {continuation_status}"
+    ),
+)
 def test_tool_call_scripted(certify_env: CertifyEnv, certify_record: Any, tmp_path: Path) -> None:
     call: dict[str, Any] = {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}
     turns = [call, {"text": "It is sunny."}, call, call]
@@ -112,7 +125,11 @@ def test_tool_call_scripted(certify_env: CertifyEnv, certify_record: Any, tmp_pa
     certify_record.detail("chat_finish_reason", choice["finish_reason"])
 
 
-@check("protocol.tools.accepted", description="tools and a function_call_output continuation are accepted and well-formed")
+@check(
+    "protocol.tools.accepted",
+    description="tools and a function_call_output continuation are accepted and well-formed",
+    summary="tools and a function_call_output continuation were accepted and well-formed (input tokens {input_tokens})",
+)
 def test_tools_accepted(certify_env: CertifyEnv, certify_record: Any) -> None:
     run = certify_env.run
     req = {"model": run.wire_model, "input": "Weather in Paris?", "tools": [_weather_tool()], "max_output_tokens": SMALL}
@@ -168,6 +185,10 @@ def _item_calls(output: list[dict[str, Any]]) -> list[dict[str, str]]:
     "protocol.tools.forced",
     description="tool_choice required and named: structured tool_calls / function_call items whose arguments "
     "validate, stream and non-stream, relayed unchanged and counted in evidence",
+    summary=lambda d: (
+        "forced tool calls (required and named) came back as structured calls with valid arguments in "
+        f"{len(d['answers'])} variants"
+    ),
 )
 def test_tools_forced(certify_env: CertifyEnv, certify_record: Any) -> None:
     """Real SGLang parses a forced call only with the lock's ``--tool-call-parser`` (without one, chat returns

@@ -23,7 +23,11 @@ from harness.store import model_files_dir
 # -- usage and budgets ---------------------------------------------------------------------------------------
 
 
-@check("protocol.usage.evidence", description="the gateway's evidence row records the usage the client saw, reasoning not added")
+@check(
+    "protocol.usage.evidence",
+    description="the gateway's evidence row records the usage the client saw, reasoning not added",
+    summary="the gateway's evidence rows record the usage the client saw on both APIs (reasoning tokens a subset)",
+)
 def test_usage_matches_evidence(certify_env: CertifyEnv, certify_record: Any) -> None:
     run = certify_env.run
     seen: dict[str, Any] = {}
@@ -48,7 +52,13 @@ def test_usage_matches_evidence(certify_env: CertifyEnv, certify_record: Any) ->
     certify_record.detail("compared", seen)
 
 
-@check("protocol.budget.responses", description="max_output_tokens is honoured exactly; hitting it is status incomplete")
+@check(
+    "protocol.budget.responses",
+    description="max_output_tokens is honoured exactly; hitting it is status incomplete",
+    summary=lambda d: (
+        f"max_output_tokens honoured exactly in {len(next(iter(d.values())))} cases; hitting it is status incomplete"
+    ),
+)
 def test_budget_responses(certify_env: CertifyEnv, certify_record: Any) -> None:
     run = certify_env.run
     got: dict[str, Any] = {}
@@ -70,7 +80,13 @@ def test_budget_responses(certify_env: CertifyEnv, certify_record: Any) -> None:
     certify_record.detail("budget -> [status, output_tokens, echoed max_output_tokens]", got)
 
 
-@check("protocol.budget.chat", description="max_tokens / max_completion_tokens honoured exactly; hitting it is finish length")
+@check(
+    "protocol.budget.chat",
+    description="max_tokens / max_completion_tokens honoured exactly; hitting it is finish length",
+    summary=lambda d: (
+        f"max_tokens / max_completion_tokens honoured exactly in {len(next(iter(d.values())))} cases; hitting it is finish length"
+    ),
+)
 def test_budget_chat(certify_env: CertifyEnv, certify_record: Any) -> None:
     run = certify_env.run
     base = {"model": run.wire_model, "messages": [{"role": "user", "content": PROMPT}]}
@@ -89,7 +105,14 @@ def test_budget_chat(certify_env: CertifyEnv, certify_record: Any) -> None:
     certify_record.detail("budget -> [finish_reason, completion_tokens]", got)
 
 
-@check("protocol.budget.above_lock", description="a budget above the lock's is 400 inference_parameter_conflict, never forwarded")
+@check(
+    "protocol.budget.above_lock",
+    description="a budget above the lock's is 400 inference_parameter_conflict, never forwarded",
+    summary=lambda d: (
+        f"{len(d['refused'])} requests over the lock's {d['lock_max_output_tokens']}-token budget were "
+        "refused 400 inference_parameter_conflict, never forwarded"
+    ),
+)
 def test_budget_above_lock(certify_env: CertifyEnv, certify_record: Any) -> None:
     run = certify_env.run
     cap = answers.lock_output_cap(certify_env)
@@ -133,6 +156,7 @@ def test_budget_above_lock(certify_env: CertifyEnv, certify_record: Any) -> None
     "protocol.context.exact",
     engines=("sglang",),
     description="the gateway's context count equals the engine's prompt tokens for agent-shaped requests",
+    summary="a prompt of exactly the context fits and one token more is refused (prompt {prompt_tokens} tokens)",
 )
 def test_context_count_is_the_engines(certify_env: CertifyEnv, certify_record: Any) -> None:
     """Developer messages, multi-part contents, history tool calls, tool schemas with HTML-special text,

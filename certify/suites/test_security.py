@@ -122,7 +122,11 @@ def _chat_body(run: RunHandle) -> dict[str, Any]:
 # -- the allow-list ------------------------------------------------------------------------------------------
 
 
-@check("security.allowlist.engine_routes", description="every SGLang route and admin route answers 404 with our code")
+@check(
+    "security.allowlist.engine_routes",
+    description="every SGLang route and admin route answers 404 with our code",
+    summary="{probes} probes of {routes} engine and admin routes answered 404 with our code; none reached the engine",
+)
 def test_engine_routes_404(certify_env: CertifyEnv, certify_record: Any) -> None:
     run = certify_env.run
     marker = _marker()
@@ -151,7 +155,11 @@ def test_engine_routes_404(certify_env: CertifyEnv, certify_record: Any) -> None
         assert not reached, f"refused routes reached the engine: {reached[:10]}"
 
 
-@check("security.allowlist.path_tricks", description="methods, queries, escapes, dot segments on allowed routes → 404")
+@check(
+    "security.allowlist.path_tricks",
+    description="methods, queries, escapes, dot segments on allowed routes → 404",
+    summary="{tricks} method, query, escape and dot-segment tricks on allowed routes answered 404",
+)
 def test_path_tricks_404(certify_env: CertifyEnv, certify_record: Any) -> None:
     run = certify_env.run
     marker = _marker()
@@ -195,7 +203,13 @@ def test_path_tricks_404(certify_env: CertifyEnv, certify_record: Any) -> None:
 # -- tokens --------------------------------------------------------------------------------------------------
 
 
-@check("security.auth.missing_token", description="no or malformed credentials → 401 inference_token_invalid")
+@check(
+    "security.auth.missing_token",
+    description="no or malformed credentials → 401 inference_token_invalid",
+    summary=lambda d: (
+        f"{len(d['variants'])} ways of sending no or malformed credentials were refused 401 inference_token_invalid"
+    ),
+)
 def test_missing_token(certify_env: CertifyEnv, certify_record: Any) -> None:
     run = certify_env.run
     url = run.base_url + "/chat/completions"
@@ -223,7 +237,11 @@ def test_missing_token(certify_env: CertifyEnv, certify_record: Any) -> None:
     assert not wrong, wrong
 
 
-@check("security.auth.wrong_token", description="an unknown token → 401 inference_token_invalid")
+@check(
+    "security.auth.wrong_token",
+    description="an unknown token → 401 inference_token_invalid",
+    summary="{forged_tokens} forged tokens were refused 401 inference_token_invalid",
+)
 def test_wrong_token(certify_env: CertifyEnv, certify_record: Any) -> None:
     run = certify_env.run
     forged = [
@@ -254,7 +272,11 @@ def test_wrong_token(certify_env: CertifyEnv, certify_record: Any) -> None:
     assert ok.status_code == 200, ok.text[:300]
 
 
-@check("security.auth.cross_run", description="run A's token is refused on run B's binding and vice versa")
+@check(
+    "security.auth.cross_run",
+    description="run A's token is refused on run B's binding and vice versa",
+    summary="each of two runs' tokens was refused on the other's binding",
+)
 def test_cross_run(certify_env: CertifyEnv, certify_record: Any) -> None:
     a = certify_env.run
     b = certify_env.new_run()
@@ -283,7 +305,11 @@ def test_cross_run(certify_env: CertifyEnv, certify_record: Any) -> None:
         certify_env.delete_run(b)
 
 
-@check("security.auth.deleted_run", description="a deleted run's token is refused with a stable code; others still work")
+@check(
+    "security.auth.deleted_run",
+    description="a deleted run's token is refused with a stable code; others still work",
+    summary=lambda d: f"a deleted run's token was refused {d['refusals'][0][0]} {d['refusals'][0][1]}; other runs still work",
+)
 def test_deleted_run(certify_env: CertifyEnv, certify_record: Any) -> None:
     b = certify_env.new_run()
     r = gw_post(b, "/chat/completions", _chat_body(b))
@@ -308,7 +334,12 @@ def test_deleted_run(certify_env: CertifyEnv, certify_record: Any) -> None:
 # -- headers -------------------------------------------------------------------------------------------------
 
 
-@check("security.headers.stripped", engines=("fake",), description="caller credentials and proxy headers never reach the engine")
+@check(
+    "security.headers.stripped",
+    engines=("fake",),
+    description="caller credentials and proxy headers never reach the engine",
+    summary=lambda d: "the engine saw only " + ", ".join(d["engine_saw_headers"]) + ": no caller credentials or proxy headers",
+)
 def test_headers_stripped(certify_env: CertifyEnv, certify_record: Any) -> None:
     run = certify_env.run
     marker = _marker()
@@ -345,7 +376,14 @@ def test_headers_stripped(certify_env: CertifyEnv, certify_record: Any) -> None:
     assert "203.0.113.7" not in values and "caller-" not in values, "a caller proxy/credential value reached the engine"
 
 
-@check("security.headers.engine_key", description="the engine demands its key, and the gateway injects it")
+@check(
+    "security.headers.engine_key",
+    description="the engine demands its key, and the gateway injects it",
+    summary=(
+        "the engine refuses a request without its key ({direct_without_key}) or with a run token "
+        "({direct_with_run_token}); through the gateway {via_gateway}"
+    ),
+)
 def test_engine_key_injected(certify_env: CertifyEnv, certify_record: Any) -> None:
     run = certify_env.run
     body = _chat_body(run)
@@ -372,7 +410,14 @@ def _secrets_scan(end: SessionEnd, *, logs: bool) -> tuple[dict[str, str], ScanR
     return secrets_known, scan_files(end.root, evidence_dir, secrets_known, logs=logs, leave_out=(end.ledger,))
 
 
-@check("security.secrets.files", description="no engine key or run token in non-log files under HITCH_ROOT but 0600 private ones")
+@check(
+    "security.secrets.files",
+    description="no engine key or run token in non-log files under HITCH_ROOT but 0600 private ones",
+    summary=lambda d: (
+        f"no engine key or run token in {d['files_scanned']} non-log files under HITCH_ROOT "
+        f"({len(d['secrets_looked_for'])} secrets looked for)"
+    ),
+)
 @at_session_end
 def secrets_in_files(end: SessionEnd, certify_record: Any) -> None:
     secrets_known, found = _secrets_scan(end, logs=False)
@@ -384,7 +429,11 @@ def secrets_in_files(end: SessionEnd, certify_record: Any) -> None:
     assert not found.hits, f"secrets found outside the 0600 private files: {found.hits[:10]}"
 
 
-@check("security.secrets.logs", description="no engine key or run token in the daemon, engine or gateway logs")
+@check(
+    "security.secrets.logs",
+    description="no engine key or run token in the daemon, engine or gateway logs",
+    summary=lambda d: f"no engine key or run token in {len(d['logs'])} daemon, engine, gateway and trial logs",
+)
 @at_session_end
 def secrets_in_logs(end: SessionEnd, certify_record: Any) -> None:
     assert (end.root.daemon_dir / "daemon.log").exists(), "no daemon log under the root"
@@ -410,6 +459,9 @@ def _container_networks(container_id: str) -> dict[str, bool]:
     description="with no route off the machine the lock's engine starts, passes readiness and answers a request: "
     "process launcher, a network namespace holding only loopback (every TCP/DNS attempt out fails); oci, the "
     "session's container on internal networks only",
+    summary=(
+        "with no route off the machine the engine started, passed readiness and answered ({offline[completion_tokens]} tokens)"
+    ),
 )
 def test_engine_answers_with_the_network_cut(certify_env: CertifyEnv, certify_record: Any) -> None:
     record = ServiceStateStore(certify_env.root, certify_env.run.service_id).read()

@@ -55,6 +55,10 @@ def _daemon_rss_mb(env: CertifyEnv) -> float:
     "security.fuzz.gateway",
     description="seeded hostile bodies through the gateway: no 5xx, no dropped connection, valid requests "
     "still served, daemon RSS within +50 MB",
+    summary=lambda d: (
+        f"{sum(d['counts'].values())} seeded hostile bodies (seed {d['seed']}): no 5xx, no dropped "
+        "connection, every refusal valid"
+    ),
 )
 def test_hostile_bodies(certify_env: CertifyEnv, certify_record: Any) -> None:
     run = certify_env.run

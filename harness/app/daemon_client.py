@@ -154,9 +154,14 @@ class DaemonClient:
     def prepare(self, ask: PrepareRequest) -> dict[str, Any]:
         return self.request("POST", "/v1/prepare", ask, timeout_s=_LONG_S)
 
-    def create_run(self, ask: RunRequest) -> dict[str, Any]:
-        """``POST /v1/runs``: the run's answer (gateway URL, wire model, the *path* of its token file)."""
-        return self.request("POST", "/v1/runs", ask, timeout_s=_LONG_S)
+    def create_run(self, ask: RunRequest, timeout_s: float = _LONG_S) -> dict[str, Any]:
+        """``POST /v1/runs``: the run's answer (gateway URL, wire model, the *path* of its token file); a run whose
+        trial waits its turn for resources answers only then (``timeout_s`` covers that wait)."""
+        return self.request("POST", "/v1/runs", ask, timeout_s=timeout_s)
+
+    def run_record(self, run_id: str) -> dict[str, Any]:
+        """``GET /v1/runs/{id}``: the run's durable record."""
+        return self.request("GET", f"/v1/runs/{run_id}")
 
     def finish_run(self, run_id: str, finish: FinishRunRequest) -> dict[str, Any]:
         return self.request("POST", f"/v1/runs/{run_id}/finish", finish, timeout_s=120.0)

@@ -36,6 +36,7 @@ from harness.service.starter_supervisor import EngineChoice
 
 __all__ = [
     "CAPTURE_MAX_BYTES",
+    "TRIAL_WAIT_S",
     "RUN_ID_PATTERN",
     "AcquireRequest",
     "CaptureMode",
@@ -57,6 +58,7 @@ R = TypeVar("R", bound="Request")
 
 CaptureMode = Literal["off", "metadata", "full"]
 CAPTURE_MAX_BYTES = 1 << 30  # per request and direction: what one run may put on disk is bounded
+TRIAL_WAIT_S = 6 * 3600.0  # the longest a run's trial waits its turn for CPU and RAM (a client waits that long too)
 RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 
 
@@ -152,6 +154,14 @@ class RunRequest(EngineSpec):
     profile: ProfileShort = "baseline"
     runtime: str | None = None
     device_choice: DeviceChoiceV1 | None = None
+    trial: dict[str, Any] | None = Field(
+        default=None, description="{cpus, memory_mb}: the trial container it serves (checked by the daemon's ledger)"
+    )
+    submission: dict[str, Any] | None = Field(
+        default=None,
+        description="what the harness itself is asked (hitch run: prompt digest, budget, agent args, workdir; a Harbor "
+        "trial: task, agent kwargs, attempt); part of the run's identity, kept as its digest only",
+    )
 
     @model_validator(mode="after")
     def _service_named(self) -> RunRequest:

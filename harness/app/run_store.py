@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from harness.contracts.run import LIVE_STATUSES, RunErrorV1, RunRecordV1, RunStatus, RunTransitionV1
+from harness.contracts.run import LIVE_STATUSES, RunErrorV1, RunIdentityV1, RunRecordV1, RunStatus, RunTransitionV1
 from harness.errors import HitchError
 from harness.paths import HitchRoot, atomic_write_json, ensure_private_dir
 
@@ -56,13 +56,16 @@ class RunStore:
             raise HitchError("storage_write_failed", f"cannot write run {record.run_id}", {"error": exc.strerror}) from exc
         return record
 
-    def admit(self, run_id: str, harness: str | None, request: dict[str, Any], capture: str) -> RunRecordV1:
+    def admit(
+        self, run_id: str, harness: str | None, request: dict[str, Any], capture: str, identity: RunIdentityV1 | None = None
+    ) -> RunRecordV1:
         now = time.time()
         record = RunRecordV1(
             run_id=run_id,
             status="admitted",
             harness=harness,
             request=request,
+            identity=identity,
             capture=capture,
             daemon_pid=os.getpid(),
             admitted_at=now,

@@ -26,7 +26,7 @@ from harness.paths import HitchRoot
 from harness.runtimes import get_runtime
 from harness.store import resolve_model
 
-__all__ = ["RunService", "end_run", "run_service_request", "same_model"]
+__all__ = ["RunService", "end_run", "run_service_request", "same_model", "served_model_id"]
 
 
 class RunService(Record):
@@ -60,6 +60,13 @@ def same_model(root: HitchRoot, model: str | None, lock: InferenceLockV1) -> Non
             f"--model {model} is not the model of {lock.inference_id}; drop --model or prepare a lock for it",
             {"model": model, "model_id": given, "lock_model_id": lock.model_id, "inference_id": lock.inference_id},
         )
+
+
+def served_model_id(root: HitchRoot, request: RunRequest) -> str:
+    """The model a run request serves, before any service starts: its pinned lock's, else its model's."""
+    if request.inference_id:
+        return load_sealed_lock(root, request.inference_id).model_id
+    return resolve_model(root, str(request.model)).model_id
 
 
 def run_service_request(root: HitchRoot, ask: RunService, root_flag: Path | None = None, **run: Any) -> RunRequest:

@@ -1,8 +1,10 @@
 """``hitch eval harbor install`` and ``hitch eval harbor run TASKS --model local/ALIAS ...``.
 
 ``install`` puts Harbor in a private, hash-locked venv under the root (:mod:`harness.evals.harbor_install`);
-``run`` runs the tasks' trials on the local model, one run binding per trial
-(:mod:`harness.evals.harbor_run`), and prints the evaluation record.
+``run`` admits the agent (a passing compatibility profile for this engine, runtime and model:
+:mod:`harness.evals.harbor_agents`; else ``inference_harness_unsupported`` before anything starts), runs the
+tasks' trials on the local model, one run binding per trial (:mod:`harness.evals.harbor_run`), and prints the
+evaluation record.
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ from typing import Annotated, Any
 import typer
 
 from harness.app.daemon_client import ensure_daemon
-from harness.app.runs import RunService, run_service_request
+from harness.app.runs import RunService, run_service_request, served_model_id
 from harness.cli import options as opt
 from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.contracts.evaluation import TrialOutcomeV1
 from harness.errors import HitchError
+from harness.evals.harbor_agents import known_agent, require_agent
 from harness.evals.harbor_install import install_harbor, require_harbor
 from harness.evals.harbor_run import EvalOptions, HarborEvaluation, model_connection, task_dirs
 
@@ -54,6 +57,11 @@ def _times(trial: TrialOutcomeV1) -> str:
     return " " + " ".join(f"{name}={value}s" for name, value in parts if value is not None)
 
 
+def _retried(trial: TrialOutcomeV1) -> str:
+    failed = [a.error.code for a in trial.attempts if a.error is not None]
+    return f" (run again after: {', '.join(failed)})" if failed else ""
+
+
 def _kwargs(items: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in items:
@@ -77,8 +85,9 @@ def run_cmd(
         str,
         typer.Option(
             "--agent",
-            help="terminus-2 (model calls from Harbor's process) | oracle | any other Harbor agent "
-            "or module:Class (model calls from inside the trial container, through the eval network)",
+            help="terminus-2 (model calls from Harbor's process) | fixtures.harbor_agents.shell_agent:ShellAgent "
+            "(model calls from inside the trial container, through the eval network) | oracle | nop; a model-calling "
+            "agent needs a passing compatibility profile (pytest certify -k agents.harbor)",
         ),
     ] = "terminus-2",
     agent_path: Annotated[
@@ -88,6 +97,10 @@ def run_cmd(
     attempts: Annotated[int, typer.Option("-k", "--n-attempts", help="trials per task")] = 1,
     concurrent: Annotated[int, typer.Option("-n", "--n-concurrent", help="trials at once")] = 2,
     agent_kwarg: Annotated[list[str] | None, typer.Option("--agent-kwarg", help="KEY=VALUE for the agent")] = None,
+    infra_retries: Annotated[
+        int,
+        typer.Option("--infra-retries", help="runs again of a trial whose engine failed under it (same lock, new run)", min=0),
+    ] = 1,
     svc: opt.RunServiceOptions = opt.DEFAULT_RUN_SERVICE,
     eval_id: Annotated[str | None, typer.Option("--eval-id", help="the evaluation's id (default: random)")] = None,
     fake_script: Annotated[
@@ -96,6 +109,7 @@ def run_cmd(
     common: Common = COMMON,
 ) -> None:
     model_connection(agent, env)  # a topology the gateway cannot serve is refused before anything starts
+    known_agent(agent)  # so is an agent no compatibility profile can exist for
     if fake_script is not None and svc.engine != "fake":
         raise HitchError("usage_error", "--fake-script is for --engine fake", {})
     hroot = common.hroot
@@ -105,7 +119,13 @@ def run_cmd(
     flags = ["--fake-script", str(fake_script.resolve())] if fake_script is not None else []
     request = run_service_request(hroot, ask, common.root, capture="metadata", fake_flags=flags)
     paths = [p.resolve() for p in agent_path or []]
-    options = EvalOptions(found, agent, env, attempts, concurrent, _kwargs(agent_kwarg or []), eval_id, agent_paths=paths)
+    version = str(install.versions.get("harbor", "unknown"))
+    model_id = served_model_id(hroot, request)
+    profile = require_agent(hroot, agent, version, str(request.runtime), model_id, svc.engine, paths)
+    options = EvalOptions(
+        found, agent, env, attempts, concurrent, _kwargs(agent_kwarg or []), eval_id, agent_paths=paths,
+        infra_retries=infra_retries, agent_profile_id=profile.profile_id if profile is not None else None,
+    )  # fmt: skip
     evaluation = HarborEvaluation(hroot, install, ensure_daemon(hroot), request, options)
 
     def progress(event: dict[str, Any]) -> None:
@@ -113,7 +133,9 @@ def run_cmd(
             sys.stderr.write(f"{event.get('event')}: {event.get('trial')} reward={event.get('reward')}\n")
 
     record = evaluation.run(progress)
-    lines = [f"{t.trial:<24} {t.status:<10} reward={t.reward} requests={_requests(t)}{_times(t)}" for t in record.trials]
+    lines = [
+        f"{t.trial:<24} {t.status:<10} reward={t.reward} requests={_requests(t)}{_times(t)}{_retried(t)}" for t in record.trials
+    ]
     path = evaluation.dir / "evaluation.json"
     payload = {"kind": "harbor-evaluation", "path": str(path), "record": record.to_json_dict()}
     emit(common.as_json, payload, "\n".join([*lines, f"(evaluation {record.evaluation_id}: {path})"]))

@@ -41,7 +41,7 @@ def register(app: typer.Typer) -> None:
             f"inference_id: {result['inference_id']}\nlock: {result['lock_path']}\ndevice: {chosen.device} ({why})",
         )
 
-    @app.command("status", help="services of this root: state, epoch, leases, inference_id (no secrets)")
+    @app.command("status", help="services of this root (state, epoch, leases, inference_id; no secrets) and the resources held")
     @cli_command
     def status_cmd(common: Common = COMMON) -> None:
         hroot = common.hroot
@@ -60,10 +60,16 @@ def register(app: typer.Typer) -> None:
             "services": status.get("services", []),
             "quarantined": status.get("quarantined", []),
             "gpus": status.get("gpus", []),
+            "resources": status.get("resources"),
         }
         lines = [
             f"{s['service_id']} {s['state']} epoch {s['epoch']} {s['inference_id']} leases {len(s['leases'])}"
             for s in payload["services"]
+        ]
+        lines += [
+            f"trial {h['run_id']}: {h['held']['cpu_quota_millis'] / 1000:g} cpus, {h['held']['memory_bytes'] >> 20} MiB"
+            for h in (payload["resources"] or {}).get("holders", [])
+            if h["kind"] == "trial"
         ]
         lines += [f"{q.get('service_id')} QUARANTINED: {q.get('reason')}" for q in payload["quarantined"]]
         lines += [

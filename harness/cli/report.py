@@ -47,7 +47,9 @@ def build(
         raise HitchError("report_input_invalid", "give at least one of --entries, --results, --load")
     pages: dict[str, str] = {}
     if entries is not None:
-        pages["matrix"] = str(build_matrix(entries, keys, out))
+        matrix = build_matrix(entries, keys, out)
+        pages["matrix"] = str(matrix)
+        pages["compare"] = str(matrix.with_name("compare.html"))  # written beside it
     if results is not None:
         pages["run"] = str(build_run_page(_load_results(results), out))
     if load is not None:

@@ -3,14 +3,16 @@
 The run, step by step (spec §10.4): check the choices (:func:`harness.app.runs.run_service_request`:
 ``--inference sha256:...`` pins a prepared identity, then ``--device`` and ``--profile`` are refused;
 ``--offline`` never installs and fails with the commands to run first); a ``--run-id`` that already finished
-answers its record and nothing runs again; start the root's daemon if needed and create the run through it
-(``runs/<id>/run.json`` goes ``admitted → preparing → running``; the service is acquired with the run as lease
-owner and the run is registered on the daemon's gateway with its ``--capture`` mode); check the harness's
-compatibility profile for the lock (Codex: a certified profile must exist; ``inference_harness_unsupported``
-otherwise); run the harness with the run token in its private environment; then, however it ended (an error,
-Ctrl-C), write the harness's evidence and tell the daemon the terminal status and code
-(:func:`harness.app.runs.end_run`) — it revokes the binding, releases the lease and writes the execution
-evidence. When the daemon died meanwhile, its next start ends the run ``interrupted``.
+answers its record and nothing runs again when the request is the same (the same digest of harness, lock or
+its inputs, prompt, budget, capture, ...: :mod:`harness.app.run_identity`), and is ``run_conflict`` when it is
+not; start the root's daemon if needed and create the run through it (``runs/<id>/run.json`` goes ``admitted →
+preparing → running``; the service is acquired with the run as lease owner and the run is registered on the
+daemon's gateway with its ``--capture`` mode); check the harness's compatibility profile for the lock (Codex:
+a certified profile must exist; ``inference_harness_unsupported`` otherwise); run the harness with the run
+token in its private environment; then, however it ended (an error, Ctrl-C), write the harness's evidence and
+tell the daemon the terminal status and code (:func:`harness.app.runs.end_run`) — it revokes the binding,
+releases the lease and writes the execution evidence. When the daemon died meanwhile, its next start ends the
+run ``interrupted``.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from harness.agents.codex_install import find_codex
 from harness.agents.codex_runner import CodexRun
 from harness.agents.evidence import run_inference_dir, write_harness_evidence
 from harness.agents.model_call import TOKEN_ENV, build_request, call_model, parse_input
-from harness.agents.profiles import (
+from harness.app.daemon_client import DaemonClient, ensure_daemon
+from harness.app.profiles import (
     CODEX_FIELDS,
     MODEL_CALL_FIELDS,
     ProfileStore,
@@ -38,32 +41,38 @@ from harness.agents.profiles import (
     codex_key_of,
     model_call_key,
 )
-from harness.app.daemon_client import DaemonClient, ensure_daemon
 from harness.app.requests import RunRequest
+from harness.app.run_identity import require_same_request, run_identity
 from harness.app.run_store import RunStore
-from harness.app.runs import RunService, end_run, run_service_request
+from harness.app.runs import RunService, end_run, run_service_request, served_model_id
 from harness.cli import options as opt
 from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.contracts.agent_profile import FieldRuleV1, HarnessKeyV1
 from harness.contracts.lock import InferenceLockV1
 from harness.errors import ERROR_TABLE, HitchError
+from harness.ids import digest_bytes
 from harness.lock import load_sealed_lock
 from harness.paths import HitchRoot
-from harness.store import resolve_model
 
 __all__ = ["register"]
 
 _HARNESSES = ("model-call", "codex")
 
 
+def _submission(prompt: str, max_output_tokens: int | None, agent_args: list[str], workdir: Path | None) -> dict[str, Any]:
+    """What the harness is asked, beyond the service: part of the run's identity (only its digest is kept)."""
+    return {
+        "prompt_sha256": digest_bytes(prompt.encode("utf-8")),
+        "max_output_tokens": max_output_tokens,
+        "agent_args": agent_args,
+        "workdir": str(workdir.resolve()) if workdir is not None else None,
+    }
+
+
 def _codex_preflight(hroot: HitchRoot, request: RunRequest, engine: str) -> None:
     """Codex needs a passing compatibility profile for this runtime and model: checked before the run is created."""
     install = find_codex()
-    if request.inference_id is not None:
-        model_id = load_sealed_lock(hroot, request.inference_id).model_id
-    else:
-        model_id = resolve_model(hroot, str(request.model)).model_id
-    key = codex_key_of(str(request.runtime), model_id, install.artifact, install.version)
+    key = codex_key_of(str(request.runtime), served_model_id(hroot, request), install.artifact, install.version)
     ProfileStore(hroot).require_passing(key, engine)
 
 
@@ -205,7 +214,10 @@ def register(app: typer.Typer) -> None:
         workdir: Annotated[Path | None, typer.Option("--workdir", help="codex: the agent's working directory")] = None,
         agent_arg: Annotated[list[str] | None, typer.Option("--agent-arg", help="codex: extra `codex exec` argument")] = None,
         run_id: Annotated[
-            str | None, typer.Option("--run-id", help="the run's id (default: random); a finished id answers its record")
+            str | None,
+            typer.Option(
+                "--run-id", help="the run's id (default: random); a finished id answers its record for the same request"
+            ),
         ] = None,
         capture: opt.Capture = "metadata",
         capture_max_bytes: Annotated[
@@ -230,18 +242,21 @@ def register(app: typer.Typer) -> None:
         if fake_fault and svc.engine != "fake":
             raise HitchError("usage_error", "--fake-fault is for --engine fake", {})
         hroot = common.hroot
-        if run_id is not None:
-            known = RunStore(hroot).read(run_id)
-            if known is not None and known.terminal:  # idempotent: the same record, nothing runs again
-                _emit_record(common.as_json, hroot, known.to_json_dict())
-                return
+        agent_args = list(agent_arg or [])
         ask = RunService.of(**dataclasses.asdict(svc), model=model, inference=inference, image=image)
         run_fields: dict[str, Any] = {"run_id": run_id or "run-" + secrets.token_hex(8), "harness": harness, "capture": capture}
+        run_fields["submission"] = _submission(prompt, max_output_tokens, agent_args, workdir)
         if capture_max_bytes is not None:
             run_fields["capture_max_bytes"] = capture_max_bytes
         if fake_fault:
             run_fields["fake_flags"] = [arg for fault in fake_fault for arg in ("--fault", fault)]
         request = run_service_request(hroot, ask, common.root, **run_fields)
+        if run_id is not None:
+            known = RunStore(hroot).read(run_id)
+            if known is not None and known.terminal:  # idempotent: the same request answers its record, nothing runs
+                require_same_request(run_id, known, run_identity(hroot, request))
+                _emit_record(common.as_json, hroot, known.to_json_dict())
+                return
         if harness == "codex":  # before any service starts: a missing harness or an uncertified profile fails fast
             _codex_preflight(hroot, request, svc.engine)
         client: DaemonClient = ensure_daemon(hroot)  # before blocking: a daemon spawned here must not inherit the mask
@@ -257,7 +272,6 @@ def register(app: typer.Typer) -> None:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
             _emit_record(common.as_json, hroot, run["record"])
             return
-        agent_args = list(agent_arg or [])
         _execute(hroot, client, run, harness, prompt, max_output_tokens, workdir, agent_args, svc.engine, common.as_json)
 
 

@@ -11,7 +11,9 @@ held while this command runs; SIGINT or SIGTERM deletes the run (binding revoked
 command exits 0.
 
 The signals are blocked once the daemon answers and taken with ``sigwait``: one that arrives while the
-run is being created is handled right after, so a run is never left behind.
+run is being created is handled right after, so a run is never left behind. ``--run-id`` of a run that
+ended answers its record when the request is the same, ``run_conflict`` when it is not
+(:mod:`harness.app.run_identity`); nothing is served again either way.
 """
 
 from __future__ import annotations
@@ -86,6 +88,12 @@ def register(app: typer.Typer) -> None:
         signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
         run = client.create_run(request)
         run.pop("schema_version", None)
+        if run.get("existing"):  # a run id that ended, asked the same again: its record; nothing is served again
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+            record = run["record"]
+            kept = {"kind": "run-record", "run_id": record["run_id"], "record": record}
+            _say(common.as_json, kept, f"run {record['run_id']} ended ({record['status']}); nothing is served again")
+            return
         try:
             _say(common.as_json, run, _human(run))
             got = signal.sigwait(_STOP_SIGNALS)

@@ -18,8 +18,11 @@ __all__ = ["FieldRuleV1", "HarnessCompatibilityProfileV1", "HarnessKeyV1", "Prof
 
 
 class HarnessKeyV1(Record):
-    harness: Literal["model-call", "codex"]
-    artifact: str = Field(description="exact artifact, e.g. npm:@openai/codex@0.171.0")
+    harness: Literal["model-call", "codex", "harbor-agent"]
+    artifact: str = Field(
+        description="exact artifact, e.g. npm:@openai/codex@0.171.0, harbor@0.25.0:terminus-2, or a Harbor agent "
+        "module: harbor@0.25.0:pkg.module:Class#sha256:<the module file's digest>"
+    )
     version: str
     runtime_id: Sha256
     model_profile: Sha256 = Field(description="the checkpoint (weights + tokenizer + chat template) digest: model_id")

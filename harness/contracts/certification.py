@@ -3,7 +3,16 @@
 The predicate is this record and nothing else: the certify plugin builds it, signing serialises it
 (``to_json_dict``), verification parses it back (a predicate that does not parse does not verify), reports
 read it, and ``docs/schemas/CertificationResultV1.schema.json`` is generated from it. Its ``schema_version``
-and the statement's ``predicateType`` (``.../certification/v2``) move together whenever the shape changes.
+and the statement's ``predicateType`` (``.../certification/v<schema_version>``) move together whenever the shape
+changes; an entry signed under an earlier version stays verifiable and readable.
+
+Schema 3 types the headline figure: ``metrics.gateway_added_latency_ms`` is the *decided* overhead
+(:class:`GatewayAddedLatencyV1`: per kind the time in the gateway and the paired shift, each with its 95 %
+interval, and the §15.4 verdict), and the black-box percentile difference (gateway - direct, which on a CPU
+engine is mostly the engine's own variance) is ``metrics.gateway_latency_difference_ms``, named as such, with
+its intervals. Schema 2 entries hold that difference itself as ``gateway_added_latency_ms`` {p50,p95,p99}
+(:class:`LegacyAddedLatencyV1`); readers say so instead of presenting it as what the gateway adds. Every
+other metric stays a free name -> value pair.
 
 Evidence (DESIGN §6, CONVENTIONS 12): ``evidence`` maps ``<check id>/<file name>`` to the sha256 of the bytes
 the check recorded; the bytes themselves are kept content-addressed beside the entry
@@ -15,19 +24,29 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from harness.contracts.base import Record, Sha256
 
 __all__ = [
     "CHECK_ID_PATTERN",
+    "PREDICATE_SCHEMA_VERSION",
     "CertificationCheckV1",
     "CertificationLevel",
+    "CertificationMetricsV1",
     "CertificationModelV1",
     "CertificationResultV1",
     "EvidenceFileV1",
     "EvidenceIndexV1",
+    "GatewayAddedLatencyV1",
+    "GatewayOverheadV1",
+    "IntervalV1",
+    "LatencyDifferenceV1",
+    "LegacyAddedLatencyV1",
+    "PairedShiftV1",
 ]
+
+PREDICATE_SCHEMA_VERSION: Literal["3"] = "3"
 
 CertificationLevel = Literal["certified", "provisional", "contract", "failed"]
 CHECK_ID_PATTERN = r"^(hardware|protocol|correctness|faults|security|lifecycle|perf|agents)\.[a-z0-9_.]+$"
@@ -40,7 +59,85 @@ class CertificationCheckV1(Record):
     status: Literal["passed", "failed", "skipped", "not_run"]
     required: bool
     duration_s: float = Field(ge=0)
+    summary: str | None = Field(
+        default=None, description="the outcome in one sentence, from the check's declaration and its details"
+    )
     details: dict[str, Any] = Field(default_factory=dict)
+
+
+Percentile = Literal["p50", "p95", "p99"]
+BoundedPercentile = Literal["p50", "p95"]
+OverheadKind = Literal["unary", "stream"]
+
+
+class IntervalV1(Record):
+    """A figure in ms with its bootstrap 95 % interval (``certify.stats.added_intervals``)."""
+
+    estimate: float | None
+    low: float | None
+    high: float | None
+    n: int = Field(ge=0, description="samples per arm (for a paired figure: pairs)")
+    reliable: bool = Field(description="enough samples for this percentile (a p99 needs 100)")
+
+
+class PairedShiftV1(IntervalV1):
+    """The median of per-pair differences (each gateway request minus the direct request sent beside it)."""
+
+    target_ms: float = Field(ge=0, description="max(2 ms, 1 % of direct p50)")
+    verdict: Literal["met", "missed", "undecided"] = Field(
+        description="met: the interval's upper end within the target; missed: its lower end over it"
+    )
+
+
+class GatewayOverheadV1(Record):
+    """What the gateway adds to one kind of request at concurrency 1, as the measurement decided it."""
+
+    residence_ms: dict[Percentile, IntervalV1] = Field(
+        description="time in the gateway per request: the client's time minus the engine's share (its evidence)"
+    )
+    paired_shift_ms: PairedShiftV1
+    bound_ms: dict[BoundedPercentile, float] = Field(description="the §15.4 bound: max(20 ms, 5 % of direct)")
+    verdict: Literal["within", "over"] = Field(description="§15.4, decided on the intervals")
+    over: list[str] = Field(default_factory=list, description="what is over the bound, in words (empty: within)")
+
+
+class GatewayAddedLatencyV1(Record):
+    """The headline overhead figure of an entry (schema 3): decided, never a bare difference of percentiles."""
+
+    verdict: Literal["within", "over"] = Field(description="over when either kind is over")
+    unary: GatewayOverheadV1
+    stream: GatewayOverheadV1
+
+
+class LatencyDifferenceV1(Record):
+    """The black-box difference of E2E percentiles (gateway - direct, samples pooled over rounds). Its interval
+    holds the engine's own variance: one that holds 0 is noise, and a negative figure is never a speed-up."""
+
+    unary: dict[Percentile, IntervalV1]
+    stream: dict[Percentile, IntervalV1]
+
+
+class LegacyAddedLatencyV1(Record):
+    """Schema 2's ``gateway_added_latency_ms``: the black-box difference (gateway - direct, median over rounds),
+    no interval. Read, never written."""
+
+    p50: float
+    p95: float
+    p99: float
+
+
+class CertificationMetricsV1(BaseModel):
+    """The entry's figures. The overhead headline is typed; every other metric is a name -> value pair that
+    the check recording it defines (``certify_record.metric``)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    gateway_added_latency_ms: GatewayAddedLatencyV1 | LegacyAddedLatencyV1 | None = Field(
+        default=None, description="schema 3: the decided figure; schema 2: the black-box difference"
+    )
+    gateway_latency_difference_ms: LatencyDifferenceV1 | None = Field(
+        default=None, description="the black-box percentile difference with its intervals (schema 3)"
+    )
 
 
 class CertificationModelV1(Record):
@@ -54,9 +151,12 @@ class CertificationModelV1(Record):
 
 
 class CertificationResultV1(Record):
-    schema_version: Literal["2"] = "2"
+    schema_version: Literal["2", "3"] = PREDICATE_SCHEMA_VERSION
     level: CertificationLevel
     reasons: list[str]
+    to_certify: list[str] = Field(
+        default_factory=list, description="what would make a real-engine entry certified on this machine, as actions"
+    )
     suite_version: str
     project_commit: str
     device: Literal["cpu", "cuda"]
@@ -73,9 +173,22 @@ class CertificationResultV1(Record):
     profile: str
     hardware: dict[str, Any]
     checks: list[CertificationCheckV1]
-    metrics: dict[str, Any]
+    metrics: CertificationMetricsV1
     evidence: dict[EvidenceName, Sha256] = Field(description="<check id>/<file name> -> sha256 of the kept bytes")
     finished_at: str = Field(pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
+
+    @model_validator(mode="after")
+    def _headline_matches_the_version(self) -> CertificationResultV1:
+        headline = self.metrics.gateway_added_latency_ms
+        legacy = isinstance(headline, LegacyAddedLatencyV1)
+        if self.schema_version == "2" and (self.metrics.gateway_latency_difference_ms is not None or (headline and not legacy)):
+            raise ValueError("schema 2 predicates hold the black-box difference as gateway_added_latency_ms only")
+        if self.schema_version != "2" and legacy:
+            raise ValueError(
+                "gateway_added_latency_ms is the decided figure since schema 3; the black-box difference is "
+                "gateway_latency_difference_ms"
+            )
+        return self
 
 
 class EvidenceFileV1(Record):

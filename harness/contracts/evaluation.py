@@ -4,19 +4,34 @@ One record per evaluation, one :class:`TrialOutcomeV1` per trial. Each trial was
 binding, token, evidence and budget, ``runs/<run-id>/``): its terminal status and error code are that run's
 (RunRecordV1's statuses), its request count and token totals come from the gateway's attempt rows in the run's
 execution evidence — never from the agent's own count — and ``service`` names the service entry the trial
-was served by. The reward is the verifier's, ``null`` when no verifier ran (a cancelled or failed trial).
+was served by. The reward is the verifier's, ``null`` when no verifier ran (a cancelled or failed trial) and
+``null`` whenever the engine failed under the trial (an infrastructure failure is never a reward of 0).
+
+A trial whose engine failed (``inference_process_exited``, ``inference_oom``, ``inference_engine_unhealthy``:
+:mod:`harness.daemon.run_infra`) is run again, up to ``infrastructure_retries`` times, with the same lock in a
+new run (new run id, binding and token; a new service epoch when the old one failed): the outcome is the last
+attempt's, and ``attempts`` keeps each failed one (its run's evidence stays under ``runs/<run-id>/``, its
+Harbor trial folder under ``trials/``). ``resources`` are the CPU and RAM limits of the trial's container,
+held in the daemon's resource ledger while it ran.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Self
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from harness.contracts.base import Record, Sha256
 from harness.contracts.run import RunErrorV1
 
-__all__ = ["EvaluationRecordV1", "TrialOutcomeV1", "TrialServiceV1", "TrialTimingV1", "TrialUsageV1"]
+__all__ = [
+    "EvaluationRecordV1",
+    "TrialOutcomeV1",
+    "TrialResourcesV1",
+    "TrialServiceV1",
+    "TrialTimingV1",
+    "TrialUsageV1",
+]
 
 
 class TrialTimingV1(Record):
@@ -46,6 +61,13 @@ class TrialServiceV1(Record):
     reused_service: bool = Field(description="the service was already up when this trial's run acquired it")
 
 
+class TrialResourcesV1(Record):
+    """The trial container's limits (Docker ``cpus`` and memory), as reserved in the resource ledger."""
+
+    cpus: float = Field(gt=0, description="CPU quota in cores (may be fractional): never pinned cores")
+    memory_mb: int = Field(ge=1)
+
+
 class TrialOutcomeV1(Record):
     trial: str
     task: str
@@ -59,6 +81,19 @@ class TrialOutcomeV1(Record):
     usage: TrialUsageV1 | None = Field(description="null when the run never reached a service")
     service: TrialServiceV1 | None
     timing: TrialTimingV1 | None
+    resources: TrialResourcesV1 | None = None
+    attempts: list[TrialOutcomeV1] = Field(
+        default_factory=list,
+        description="the earlier attempts of this trial, oldest first: each failed for infrastructure (the engine "
+        "failed under it) and was run again with the same lock in a new run",
+    )
+
+    @model_validator(mode="after")
+    def _attempts_failed_for_infrastructure(self) -> Self:
+        for earlier in self.attempts:
+            if earlier.status != "failed" or earlier.error is None or earlier.reward is not None or earlier.attempts:
+                raise ValueError("an earlier attempt is a failed one, with its code, no reward and no attempts of its own")
+        return self
 
 
 class EvaluationRecordV1(Record):
@@ -75,6 +110,12 @@ class EvaluationRecordV1(Record):
     environment: Literal["docker"]
     inference_id: Sha256 | None
     engine: str
+    agent_profile_id: Sha256 | None = Field(
+        default=None, description="the agent's passing compatibility profile it was admitted with (null: calls no model)"
+    )
+    infrastructure_retries: int = Field(
+        default=1, ge=0, description="how many times a trial whose engine failed was allowed to run again"
+    )
     started_at: float
     finished_at: float
     trials: list[TrialOutcomeV1]

@@ -20,7 +20,7 @@ __all__ = ["FIXTURE_PROVENANCE_FILE", "ModelFixtureEntry", "ModelFixtureProvenan
 FIXTURE_PROVENANCE_FILE = "fixture_provenance.json"
 
 # Behaviours a certification check may depend on; a fixture that lacks one names it in not_applicable.
-FixtureBehaviour = Literal["natural_stop", "question_answering", "closed_tool_call"]
+FixtureBehaviour = Literal["natural_stop", "question_answering", "closed_tool_call", "tool_loop"]
 
 
 class ModelFixtureSource(Record):

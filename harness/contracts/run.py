@@ -5,6 +5,11 @@ A run moves ``admitted → preparing → running`` and ends in exactly one termi
 start). A terminal status is final. Every terminal status but ``completed`` carries an error code from the
 one error table, and ``completed`` carries none: a transport close or a partial answer never becomes
 ``completed`` by default.
+
+``identity`` (:class:`RunIdentityV1`) is what makes a run id idempotent: the digest of the
+submission's identity-relevant fields, one digest per field beside it (values are never stored, only their
+hashes). The same run id with the same digest answers the same record; with another digest it is
+``run_conflict`` (:mod:`harness.app.run_identity`).
 """
 
 from __future__ import annotations
@@ -16,7 +21,15 @@ from pydantic import Field, model_validator
 from harness.contracts.base import Record, Sha256
 from harness.errors import ERROR_TABLE
 
-__all__ = ["LIVE_STATUSES", "TERMINAL_STATUSES", "RunErrorV1", "RunRecordV1", "RunStatus", "RunTransitionV1"]
+__all__ = [
+    "LIVE_STATUSES",
+    "TERMINAL_STATUSES",
+    "RunErrorV1",
+    "RunIdentityV1",
+    "RunRecordV1",
+    "RunStatus",
+    "RunTransitionV1",
+]
 
 RunStatus = Literal["admitted", "preparing", "running", "completed", "failed", "cancelled", "interrupted"]
 LIVE_STATUSES: frozenset[str] = frozenset({"admitted", "preparing", "running"})
@@ -39,12 +52,25 @@ class RunTransitionV1(Record):
     at: float
 
 
+class RunIdentityV1(Record):
+    """The canonical digest of a submission: what makes the same run id the same request."""
+
+    digest: Sha256 = Field(description="sha256 of the canonical JSON of ``fields``")
+    fields: dict[str, Sha256] = Field(
+        description="each identity-relevant field (harness, model_id, lock or its inputs, capture, the "
+        "harness's own submission: prompt digest, budget, agent args, ...) -> sha256 of its canonical JSON value"
+    )
+
+
 class RunRecordV1(Record):
     schema_version: Literal["1"] = "1"
     run_id: str
     status: RunStatus
     harness: str | None = Field(description="model-call | codex; null for `hitch local serve`")
     request: dict[str, Any] = Field(description="what was asked (model, device, profile, runtime, engine, ...); no secret")
+    identity: RunIdentityV1 | None = Field(
+        default=None, description="the submission's digest; null only in records written before it existed"
+    )
     capture: Literal["off", "metadata", "full"]
     inference_id: Sha256 | None = None
     service_id: str | None = None

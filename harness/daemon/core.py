@@ -22,7 +22,7 @@ from harness.errors import HitchError
 from harness.paths import HitchRoot
 from harness.service.gpu_leases import GpuDeviceProvider, GpuLeases
 from harness.service.isolation import service_key
-from harness.service.ledger import Capacity, ResourceLedger
+from harness.service.ledger import TRIAL_PREFIX, Capacity, ResourceLedger
 from harness.service.manager import EventSink, LeaseHandle, ServiceManager
 from harness.service.recovery import RecoveryOutcome, clear_quarantine, is_quarantined, quarantine_record, recover
 from harness.service.starter_supervisor import EngineChoice, SupervisedService, SupervisorStarter
@@ -201,7 +201,27 @@ class DaemonCore:
             "services": self.services(),
             "quarantined": self.quarantined(),
             "gpus": self.gpus(),
+            "resources": self.resources(),
             "recovery": [o.to_json() for o in self.recovery],
+        }
+
+    def resources(self) -> dict[str, Any]:
+        """The resource ledger: capacity, what is held and free, and each holder (a service epoch or a trial)."""
+        ledger = self.manager.ledger
+        holders = []
+        for holder, amount in sorted(ledger.holders().items()):
+            who: dict[str, Any]
+            if holder.startswith(TRIAL_PREFIX):
+                who = {"kind": "trial", "run_id": holder.removeprefix(TRIAL_PREFIX)}
+            else:
+                service_id, _, epoch = holder.rpartition("#")
+                who = {"kind": "service", "service_id": service_id, "epoch": int(epoch) if epoch.isdigit() else None}
+            holders.append({"holder": holder, **who, "held": amount.as_dict()})
+        return {
+            "capacity": ledger.capacity.as_dict(),
+            "used": ledger.used.as_dict(),
+            "free": ledger.free.as_dict(),
+            "holders": holders,
         }
 
     def gpus(self) -> list[dict[str, Any]]:

@@ -72,7 +72,7 @@ def config_from(args: argparse.Namespace, root: HitchRoot) -> DaemonConfig:
     capacity = None
     if args.capacity_cpu is not None or args.capacity_memory is not None:
         machine = Capacity.from_machine(root.path, len(provider.gpu_uuids()))
-        capacity = Capacity(
+        capacity = Capacity.of_cores(
             args.capacity_cpu if args.capacity_cpu is not None else machine.cpu_cores,
             args.capacity_memory if args.capacity_memory is not None else machine.memory_bytes,
             machine.gpu_count,

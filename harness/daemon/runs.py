@@ -2,16 +2,19 @@
 
 :class:`RunService` owns the daemon's one :class:`~gateway.server.Gateway` (loopback, a free port chosen by
 the kernel, its state in the root's private ``inference/gateway/`` directory, 0700) and the live runs.
-``POST /v1/runs`` admits a run (``runs/<id>/run.json``: ``admitted``), prepares its lock and acquires the
-service with the run as lease owner (``preparing``), reads the engine's ``/server_info`` (keys removed) and
-``/metrics``, and registers the run on the gateway with its own capture (``running``); the upstream comes
-only from the manager's service record, the engine key from the service's 0600 key file, and the answer
-names the run's 0600 token *file*, never the token. A run id that already ended answers its record
-(``existing``) instead of running again. ``POST /v1/runs/{id}/finish`` (the CLI, with the harness's status
-and code), ``/cancel`` (``hitch run cancel``) and ``DELETE`` (``hitch local serve``) end a run: terminal
-record first, then the engine's ``/metrics``, the binding revoked (requests in flight cancelled unless it
-completed), the lease released and the execution evidence written (:mod:`harness.daemon.run_evidence`).
-At start, runs a dead daemon left live end ``interrupted``; at stop, live runs end ``interrupted`` too.
+``POST /v1/runs`` admits a run (``runs/<id>/run.json``: ``admitted``), prepares its lock and acquires the service
+with the run as lease owner (``preparing``), reads the engine's ``/server_info`` (keys removed) and
+``/metrics``, and registers the run on the gateway with its own capture (``running``); the upstream comes only
+from the manager's service record, the engine key from the service's 0600 key file, and the answer names the
+run's 0600 token *file*, never the token. A run id is an idempotency key (:mod:`harness.app.run_identity`):
+the same request under a run id that already ended answers its record (``existing``) instead of running again;
+another request under a known run id is ``run_conflict``. ``POST /v1/runs/{id}/finish`` (the CLI, with the
+harness's status and code), ``/cancel`` (``hitch run cancel``) and ``DELETE`` (``hitch local serve``) end a
+run: terminal record first (``failed`` with the engine's code when the engine failed under the run,
+:mod:`harness.daemon.run_infra`), then the engine's ``/metrics``, the binding revoked (requests in flight cancelled
+unless it completed), the lease released and the execution evidence written
+(:mod:`harness.daemon.run_evidence`). At start, runs a dead daemon left live end ``interrupted``; at stop,
+live runs end ``interrupted`` too.
 
 A run asked ``for_containers`` (with its ``eval_image``) is served to eval containers: its binding answers
 only on the gateway's listener on hitch's eval network (:mod:`harness.daemon.eval_access`), whose
@@ -39,6 +42,7 @@ from gateway.bindings import UpstreamTarget
 from gateway.capture import RunCapture
 from gateway.server import Gateway, GatewayConfig
 from harness.app.requests import EmptyRequest, FinishRunRequest, PrepareRequest, RunRequest
+from harness.app.run_identity import require_same_request, run_identity
 from harness.app.run_store import RunStore
 from harness.contracts.binding import ModelEndpointBindingV1
 from harness.contracts.events import LifecycleEventV1
@@ -56,6 +60,8 @@ from harness.daemon.run_evidence import (
     write_execution_evidence,
     write_start_facts,
 )
+from harness.daemon.run_infra import engine_failure
+from harness.daemon.trial_reservation import TrialReservation, hold, require_room_for_one, trial_of
 from harness.devices import probe_cpu
 from harness.devices.fingerprint import hardware_fingerprint
 from harness.errors import HitchError
@@ -63,6 +69,7 @@ from harness.launch.process import isolation_facts
 from harness.lock import build_lock, load_sealed_lock, sealed_for_draft
 from harness.paths import ensure_private_dir
 from harness.runtimes import get_runtime
+from harness.service.ledger import trial_holder
 from harness.service.starter_supervisor import SupervisedService
 from harness.service.state_store import ServiceStateStore
 from harness.store import model_files_dir, resolve_model
@@ -80,18 +87,20 @@ class _Run:
     lease_id: str | None = None
     binding_id: str | None = None
     service_id: str | None = None
+    epoch: int | None = None
     lock: InferenceLockV1 | None = None
     engine_url: str | None = None
     engine_key: str | None = field(default=None, repr=False)
     reused_service: bool = False
     engine: EngineFacts = field(default_factory=EngineFacts)
     eval_image: str | None = None  # a container-facing run: the eval image its probes ran in
+    trial: TrialReservation | None = None  # the trial container it serves, held in the resource ledger
 
 
 # what run.json keeps of the request (as it was given; no secret), and what a prepare of its service takes
 _REQUEST_FIELDS = {
     "model", "inference_id", "device", "profile", "runtime", "engine", "launcher", "fake_flags", "image", "capture_max_bytes",
-    "device_choice", "for_containers", "eval_image",
+    "device_choice", "for_containers", "eval_image", "trial",
 }  # fmt: skip
 _SERVICE_FIELDS = {"device", "profile", "engine", "launcher", "image", "fake_flags", "device_choice"}
 
@@ -107,6 +116,7 @@ class RunService:
         self.store = RunStore(core.root)
         self._hardware: dict[str, dict[str, Any]] = {}
         self.eval_access = EvalAccess(core.root.path, self.gateway)
+        self._trial_waits: dict[str, asyncio.Task[None]] = {}  # runs whose trial waits its turn in the ledger
 
     async def start(self) -> None:
         # before anything is served: no run of a dead daemon stays live, and each gets its evidence
@@ -142,24 +152,30 @@ class RunService:
 
     # -- runs ---------------------------------------------------------------------------------------
 
-    async def _lock_for(self, ask: RunRequest) -> InferenceLockV1:
+    def _requested_lock(self, ask: RunRequest) -> tuple[InferenceLockV1, bool]:
+        """The lock a run asks for, starting nothing: its pinned sealed lock (True), or the draft of its inputs."""
         if ask.inference_id:
-            return load_sealed_lock(self.core.root, ask.inference_id)
-        root = self.core.root
-        model, runtime = str(ask.model), str(ask.runtime)  # the request names both when it names no inference_id
+            return load_sealed_lock(self.core.root, ask.inference_id), True
         draft = build_lock(
-            resolve_model(root, model),
-            get_runtime(runtime),
+            resolve_model(self.core.root, str(ask.model)),  # the request names a model and a runtime without an id
+            get_runtime(str(ask.runtime)),
             device=ask.device,
             profile=ask.profile,
             cpu_cores_per_node=probe_cpu().cores_per_node,
         )
-        sealed = sealed_for_draft(self.core.root, draft.inference_id)
+        return draft, False
+
+    async def _lock_for(self, ask: RunRequest) -> InferenceLockV1:
+        lock, pinned = self._requested_lock(ask)
+        if pinned:
+            return lock
+        sealed = sealed_for_draft(self.core.root, lock.inference_id)
         if sealed is None:  # not prepared yet: prepare (start, verify, seal) first
             service = ask.model_dump(include=_SERVICE_FIELDS, exclude_none=True)
-            result = await prepare(self.core, PrepareRequest.model_validate({**service, "model": model, "runtime": runtime}))
+            prepare_ask = PrepareRequest.model_validate({**service, "model": ask.model, "runtime": ask.runtime})
+            result = await prepare(self.core, prepare_ask)
             sealed = str(result["inference_id"])
-        return load_sealed_lock(root, sealed)
+        return load_sealed_lock(self.core.root, sealed)
 
     def _check_cancelled(self, run_id: str) -> None:
         record = self.store.read(run_id)
@@ -169,16 +185,22 @@ class RunService:
     async def create(self, ask: RunRequest) -> dict[str, Any]:
         """Admit a run; a run id already finished answers its record (``existing``) instead of running again."""
         run_id = ask.run_id or "run-" + secrets.token_hex(8)
+        trial = trial_of(ask.body())
+        identity = run_identity(self.core.root, ask)
         existing = self.store.read(run_id)
+        if existing is not None:  # an idempotency key: another request under it is a conflict, live or not
+            require_same_request(run_id, existing, identity)
         if run_id in self.runs or (existing is not None and not existing.terminal):
             raise HitchError("run_in_progress", f"run {run_id!r} is live", {"run_id": run_id})
         if existing is not None:
             return {"run_id": run_id, "existing": True, "record": existing.to_json_dict()}
+        if trial is not None:  # before anything starts: the service plus this one trial must fit this machine
+            require_room_for_one(self.core.manager.ledger, self._requested_lock(ask)[0], trial)
         if ask.for_containers:  # before anything else starts: containers must reach the gateway where we listen
             await self.eval_access.prepare(ask.eval_image)
         request = ask.model_dump(mode="json", include=_REQUEST_FIELDS, exclude_unset=True)
-        self.store.admit(run_id, ask.harness, request, ask.capture)
-        run = self.runs[run_id] = _Run(run_id, eval_image=ask.eval_image if ask.for_containers else None)
+        self.store.admit(run_id, ask.harness, request, ask.capture, identity)
+        run = self.runs[run_id] = _Run(run_id, eval_image=ask.eval_image if ask.for_containers else None, trial=trial)
         try:
             return await self._bind(run, ask)
         except BaseException as exc:
@@ -196,6 +218,9 @@ class RunService:
         run.lease_id, run.service_id = lease.lease_id, lease.service_id
         run.reused_service = lease.service_id in before
         self._check_cancelled(run_id)
+        if run.trial is not None:  # the service is ready: the trial's container waits its turn for CPU and RAM
+            await hold(self.core.manager.ledger, run_id, run.trial, self._trial_waits)
+            self._check_cancelled(run_id)
         service = lease.service
         if not isinstance(service, SupervisedService):
             raise HitchError("internal_error", "a run needs a supervised service", {})
@@ -216,7 +241,7 @@ class RunService:
             tokenizer_dir=model_files_dir(self.core.root, lock.model_id),
             process=process,
         )
-        run.engine_url, run.engine_key = endpoint.base_url, engine_key
+        run.engine_url, run.engine_key, run.epoch = endpoint.base_url, engine_key, endpoint.epoch
         if run.eval_image is not None:
             await self.eval_access.check_engine(run.eval_image, endpoint.service_id, endpoint.epoch, endpoint.base_url)
         try:
@@ -271,6 +296,10 @@ class RunService:
             if found is None:
                 raise HitchError("run_not_found", f"no run {run_id!r} in this root", {"run_id": run_id})
             return {"run_id": run_id, "released": False, "record": found.to_json_dict()}
+        if status in ("completed", "failed") and run.binding_id is not None:
+            failure = await self._engine_failure(run, run.binding_id)
+            if failure is not None:  # the engine failed under the run: that is its end, whatever its harness says
+                status, error = "failed", failure
         record = self.store.finish(run_id, status, error)  # type: ignore[arg-type]
         if run.engine_url is not None and run.engine_key is not None:
             _, metrics, errors = await scrape_engine(run.engine_url, run.engine_key, server_info=False)
@@ -287,12 +316,22 @@ class RunService:
             found_binding = self.gateway.registry.get(run.binding_id)
             binding = found_binding.record if found_binding is not None else None
         released = await self.core.release(run.lease_id) if run.lease_id is not None else False
+        if run.trial is not None:  # its container is gone once its owner ends the run
+            await self.core.manager.ledger.release(trial_holder(run_id))
         if binding is not None and run.lock is not None:
             record = await self._write_evidence(run, record, binding)
         if run.binding_id is not None:  # its counts are in the evidence now; a long-lived daemon keeps none
             self.gateway.begun.pop(run.binding_id, None)
             self.gateway.in_flight.pop(run.binding_id, None)
         return {"run_id": run_id, "released": released, "record": record.to_json_dict()}
+
+    async def _engine_failure(self, run: _Run, binding_id: str) -> HitchError | None:
+        await self.gateway.settle_evidence(timeout_s=0.0, binding_id=binding_id)  # the rows so far, on disk
+        events: list[LifecycleEventV1] = []
+        if run.service_id is not None:
+            with contextlib.suppress(HitchError):  # an unreadable events file leaves the verdict to the rows
+                events = await asyncio.to_thread(ServiceStateStore(self.core.root, run.service_id).events)
+        return engine_failure(self.gateway.evidence.path_for(binding_id), events, run.service_id, run.epoch)
 
     async def _write_evidence(self, run: _Run, record: RunRecordV1, binding: ModelEndpointBindingV1) -> RunRecordV1:
         assert run.lock is not None
@@ -336,7 +375,11 @@ class RunService:
         run = self.runs.get(run_id)
         if run is not None and run.binding_id is None:
             # still being prepared: mark it now; _bind sees the terminal record and undoes what it took
-            return {"run_id": run_id, "record": self.store.finish(run_id, "cancelled", err).to_json_dict()}
+            record = self.store.finish(run_id, "cancelled", err)
+            waiting = self._trial_waits.get(run_id)
+            if waiting is not None:  # its trial waits for resources: end the wait now, not when room is made
+                waiting.cancel()
+            return {"run_id": run_id, "record": record.to_json_dict()}
         return await self.finish(run_id, "cancelled", err)
 
     async def delete(self, run_id: str) -> dict[str, Any]:

@@ -3,25 +3,32 @@
 Harbor needs a newer Python than the project's, so it never runs in the hitch process: this module is
 executed as ``<harbor venv>/bin/python harbor_driver.py`` and speaks JSON lines.
 
-- stdin, first line: ``{"trials": [{"name", "task_path", "trials_dir", "agent", "model_name", "base_url",
-  "api_key_env", "env", "agent_kwargs", "overlays"}], "sys_path": [...]}`` (an in-container agent gets
+- stdin, first line: ``{"sys_path": [...], "trials": [SPEC, ...]}`` (``trials`` may be empty); then any
+  number of ``{"trial": SPEC}`` lines (one more trial starts at once: the parent starts each trial when its
+  run is bound and its resources are held) and ``{"cancel": NAME}`` lines. The parent closes stdin once no
+  trial is left to start or to cancel; the driver then waits for the trials it has and exits.
+- SPEC: ``{"name", "task_path", "trials_dir", "agent", "model_name", "base_url", "token_env", "token_file",
+  "env", "agent_kwargs", "agent_timeout_s", "overlays", "cpus", "memory_mb"}`` (an in-container agent gets
   ``env`` — Harbor's agent env, ``${VAR}`` resolved from this process's environment — instead of
-  ``base_url``/``api_key_env``); then
-  any number of ``{"cancel": NAME}`` lines.
+  ``base_url``). ``cpus`` and ``memory_mb`` become the trial container's own limits (Harbor's resource
+  overrides, enforced as limits): what hitch reserved for it in the resource ledger.
 - stdout: ``{"event": "started", "trial": NAME}`` when a trial's task begins, ``{"event": "finished",
   "trial": NAME, "reward": ..., "exception": ..., "cancelled": bool, "timing": {...}}`` when it ends, and
   ``{"event": "done"}`` last.
 
 Each trial is one asyncio task around ``Trial.create(TrialConfig(...)).run()``, so cancelling one (a
 ``cancel`` line) cancels that task alone: Harbor records ``CancelledError`` and removes its containers,
-the other trials go on. The model key of each trial is read by Harbor from the environment variable named
-``api_key_env`` (set by the parent; never on argv or stdin).
+the other trials go on. The model key of each trial is read from its run's 0600 token *file*
+(``token_file``) into this process's environment variable ``token_env`` just before the trial starts, where
+Harbor reads it (host-side agents: ``model_api_key_name``; in-container agents: ``${VAR}`` in their env);
+it is never on an argv or on stdin, and is removed from the environment when the trial ends.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -67,6 +74,15 @@ def _summary(result: Any) -> dict[str, Any]:
 
 
 async def _one(spec: dict[str, Any]) -> dict[str, Any]:
+    token_env = spec["token_env"]
+    os.environ[token_env] = Path(spec["token_file"]).read_text(encoding="utf-8").strip()
+    try:
+        return await _trial(spec)
+    finally:
+        os.environ.pop(token_env, None)
+
+
+async def _trial(spec: dict[str, Any]) -> dict[str, Any]:
     from harbor.models.trial.config import AgentConfig, EnvironmentConfig, TaskConfig, TrialConfig
     from harbor.trial.trial import Trial
 
@@ -78,12 +94,19 @@ async def _one(spec: dict[str, Any]) -> dict[str, Any]:
             name=spec["agent"],
             model_name=spec.get("model_name"),
             base_url=spec.get("base_url"),
-            model_api_key_name=spec.get("api_key_env"),
+            model_api_key_name=spec["token_env"] if spec.get("base_url") else None,
             kwargs=spec.get("agent_kwargs") or {},
             env=spec.get("env") or {},
             override_timeout_sec=spec.get("agent_timeout_s"),
         ),
-        environment=EnvironmentConfig(type="docker", extra_docker_compose=[Path(p) for p in spec["overlays"]]),
+        environment=EnvironmentConfig(
+            type="docker",
+            extra_docker_compose=[Path(p) for p in spec["overlays"]],
+            override_cpus=spec["cpus"],
+            override_memory_mb=spec["memory_mb"],
+            cpu_enforcement_policy="limit",
+            memory_enforcement_policy="limit",
+        ),
     )
     trial = await Trial.create(config)
     _emit({"event": "started", "trial": spec["name"]})
@@ -98,17 +121,10 @@ async def _main() -> int:
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    first = await reader.readline()
-    message = json.loads(first)
-    sys.path[:0] = message.get("sys_path") or []  # a custom agent's module (--agent module:Class)
-    specs = message["trials"]
-    tasks = {s["name"]: asyncio.create_task(_one(s), name=s["name"]) for s in specs}
-
-    async def listen() -> None:
-        while line := await reader.readline():
-            name = json.loads(line).get("cancel")
-            if name in tasks:
-                tasks[name].cancel()
+    first = json.loads(await reader.readline())
+    sys.path[:0] = first.get("sys_path") or []  # a custom agent's module (--agent module:Class)
+    tasks: dict[str, asyncio.Task[dict[str, Any]]] = {}
+    reports: list[asyncio.Task[None]] = []
 
     async def report(name: str, task: asyncio.Task[dict[str, Any]]) -> None:
         try:
@@ -119,9 +135,20 @@ async def _main() -> int:
             out = {"cancelled": False, "reward": None, "exception": {"type": type(exc).__name__, "message": str(exc)[:2000]}}
         _emit({"event": "finished", "trial": name, **out})
 
-    listener = asyncio.create_task(listen())
-    await asyncio.gather(*(report(name, task) for name, task in tasks.items()))
-    listener.cancel()
+    def start(spec: dict[str, Any]) -> None:
+        name = spec["name"]
+        tasks[name] = asyncio.create_task(_one(spec), name=name)
+        reports.append(asyncio.create_task(report(name, tasks[name])))
+
+    for spec in first.get("trials") or []:
+        start(spec)
+    while line := await reader.readline():
+        message = json.loads(line)
+        if "trial" in message:
+            start(message["trial"])
+        elif message.get("cancel") in tasks:
+            tasks[message["cancel"]].cancel()
+    await asyncio.gather(*reports)
     _emit({"event": "done"})
     return 0
 

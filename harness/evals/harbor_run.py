@@ -12,15 +12,23 @@ What it does, in order:
    with the same code), the trial container joins that internal network only, and the agent gets
    ``OPENAI_BASE_URL`` (its binding's container-facing URL) and ``OPENAI_API_KEY`` (``${HITCH_TRIAL_TOKEN_n}``,
    resolved by Harbor from its environment) through Harbor's agent env — never the engine's address or key.
-2. One run per trial through the daemon (``POST /v1/runs``): the first prepares the lock and the service,
-   every later one pins that ``inference_id`` and leases the same service — one engine, one binding (own
-   token, evidence, budget) per trial. Runs are created wave by wave, ``n_concurrent`` at a time.
-3. Harbor runs the wave in its own venv (:mod:`harness.evals.harbor_driver`, one asyncio task per trial):
-   each trial reads its token from its own environment variable. A trial whose run is cancelled
-   (``hitch run cancel RUN_ID``, or :meth:`HarborEvaluation.cancel`) is cancelled alone in Harbor.
-4. When a trial ends its run is finished (binding revoked, lease released, execution evidence written) and
-   the trial's outcome is taken from Harbor's result (reward, timings) and the run's evidence (status,
-   requests and tokens as the gateway counted them, the service).
+   Which agents may run at all is :mod:`harness.evals.harbor_agents`' (a passing compatibility profile).
+2. One run per trial through the daemon (``POST /v1/runs``), each carrying its trial container's CPU and RAM
+   (:mod:`harness.evals.trial_resources`): the first prepares the lock and the service — the daemon first
+   checks that the service plus this one trial fit the machine, else nothing starts — and every later one
+   pins that ``inference_id`` and leases the same service — one engine, one binding (own token, evidence,
+   budget) per trial. At most ``n_concurrent`` trials are being bound or running at once; a trial's run is
+   answered once its container's resources are held in the daemon's ledger (it waits its turn there), and
+   the trial starts in Harbor at once; each trial that ends makes room for the next.
+3. Harbor runs the trials in its own venv (:mod:`harness.evals.harbor_process`, one asyncio task per trial):
+   each trial reads its token from its own run's token file. A trial whose run is cancelled (``hitch run
+   cancel RUN_ID``, or :meth:`HarborEvaluation.cancel`) is cancelled alone in Harbor.
+4. When a trial ends its run is finished (binding revoked, lease and resources released, execution evidence
+   written) and the trial's outcome is taken from Harbor's result (reward, timings) and the run's record
+   (status — ``failed`` with the engine's code when the engine failed under it, whatever Harbor says:
+   :mod:`harness.daemon.run_infra` — requests and tokens as the gateway counted them, the service). A trial
+   whose engine failed has no reward and runs again (``infra_retries``, default 1) with the same lock in a
+   new run; the failed attempt is kept beside the outcome.
 5. ``evals/<id>/evaluation.json`` (:class:`EvaluationRecordV1`).
 """
 
@@ -31,35 +39,37 @@ import json
 import queue
 import re
 import secrets
-import subprocess
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import Any, Literal
 
 from harness.app.daemon_client import DaemonClient
-from harness.app.requests import FinishRunRequest, RunErrorIn, RunRequest, parse_request
+from harness.app.requests import TRIAL_WAIT_S, FinishRunRequest, RunErrorIn, RunRequest, parse_request
 from harness.app.run_store import RunStore
 from harness.contracts.evaluation import (
     EvaluationRecordV1,
     TrialOutcomeV1,
+    TrialResourcesV1,
     TrialServiceV1,
     TrialTimingV1,
     TrialUsageV1,
 )
 from harness.contracts.run import RunErrorV1
 from harness.docker_engine import docker_client
-from harness.errors import HitchError
+from harness.errors import ENGINE_FAILURE_CODES, HitchError
+from harness.evals.harbor_agents import NO_MODEL_AGENTS, TERMINUS
 from harness.evals.harbor_install import HarborInstall
+from harness.evals.harbor_process import DriverProcess
+from harness.evals.trial_resources import resources_of
 from harness.paths import HitchRoot, atomic_write_json, ensure_private_dir
 
-__all__ = ["EvalOptions", "HarborEvaluation", "model_connection", "task_dirs"]
+__all__ = ["EvalOptions", "HarborEvaluation", "Trial", "model_connection", "task_dirs", "trial_outcome"]
 
-DRIVER = Path(__file__).resolve().parent / "harbor_driver.py"
-HOST_SIDE_AGENTS = frozenset({"terminus-2"})  # call the model from Harbor's process (LiteLLM)
-NO_MODEL_AGENTS = frozenset({"oracle", "nop"})
+HOST_SIDE_AGENTS = frozenset({TERMINUS})  # call the model from Harbor's process (LiteLLM)
 LOCAL_ENVIRONMENTS = frozenset({"docker"})
 # Harbor's Docker environment: a quick stop (PID 1 `sleep infinity` ignores SIGTERM: ~10 s lost per trial)
 # and no network for the trial container: a host-side agent needs none, and nothing in it can reach the
@@ -98,7 +108,6 @@ def model_connection(agent: str, environment: str) -> str:
 
 def base_image_id(tag: str = BASE_IMAGE) -> str:
     """The ID of the task images' base: what the daemon's reachability probe runs for in-container trials."""
-
     client = docker_client()
     try:
         return str(client.images.get(tag).id)
@@ -134,27 +143,39 @@ class EvalOptions:
     eval_image: str | None = None  # in-container agents: the pinned image the daemon probes with (default: base)
     agent_paths: list[Path] = field(default_factory=list)  # put on Harbor's sys.path (a custom agent's module)
     agent_timeout_s: float | None = None  # instead of each task's [agent] timeout_sec (Harbor's override_timeout_sec)
+    infra_retries: int = 1  # runs again of a trial whose engine failed (same lock, new run)
+    agent_profile_id: str | None = None  # the compatibility profile the agent was admitted with (harbor_agents)
 
 
 @dataclass
-class _Trial:
+class Trial:
+    """One attempt of one trial of the evaluation."""
+
     name: str  # = run_id: unique on this host, so Harbor's compose projects of two evaluations never meet
     task: Path
     run_id: str
     token_env: str
+    resources: TrialResourcesV1
+    slot: int  # which trial of the evaluation this is an attempt of
+    attempt: int = 0
+    earlier: list[TrialOutcomeV1] = field(default_factory=list)  # the failed attempts before this one
     run: dict[str, Any] = field(default_factory=dict)
     result: dict[str, Any] | None = None
     outcome: TrialOutcomeV1 | None = None
 
 
 class HarborEvaluation:
-    """One evaluation: its trials, the driver process of the current wave, the record."""
+    """One evaluation: its trials, the Harbor driver process, the record."""
 
     def __init__(
         self, root: HitchRoot, install: HarborInstall, client: DaemonClient, request: RunRequest, options: EvalOptions
     ) -> None:
-        if options.k < 1 or options.n_concurrent < 1:
-            raise HitchError("usage_error", "-k and -n are at least 1", {"k": options.k, "n": options.n_concurrent})
+        if options.k < 1 or options.n_concurrent < 1 or options.infra_retries < 0:
+            raise HitchError(
+                "usage_error",
+                "-k and -n are at least 1, the infrastructure retries at least 0",
+                {"k": options.k, "n": options.n_concurrent, "infra_retries": options.infra_retries},
+            )
         self.connection = model_connection(options.agent, options.environment)
         self.root, self.install, self.client, self.options = root, install, client, options
         self.request = request
@@ -162,40 +183,76 @@ class HarborEvaluation:
         if not _EVAL_ID.match(self.evaluation_id):  # it names runs and Harbor's compose projects
             raise HitchError("usage_error", "an evaluation id is 1..40 of [a-z0-9-], starting alphanumeric", {})
         self.dir = root.evals / self.evaluation_id
+        resources = {task: resources_of(task) for task in options.tasks}  # a bad task.toml stops us before anything
         self.trials = [
-            _Trial(
+            Trial(
                 f"{self.evaluation_id}-{task.name}-{i}",
                 task.resolve(),
                 f"{self.evaluation_id}-{task.name}-{i}",
                 f"HITCH_TRIAL_TOKEN_{n}",
+                resources[task],
+                slot=n,
             )
             for n, (task, i) in enumerate((t, i) for t in options.tasks for i in range(options.k))
         ]
+        used = [t.run_id for t in self.trials if RunStore(root).path(t.run_id).exists()]
+        if (self.dir / "evaluation.json").exists() or used:
+            raise HitchError(
+                "run_conflict",
+                f"evaluation id {self.evaluation_id} was used before (its trials' runs exist); give another --eval-id",
+                {"evaluation_id": self.evaluation_id, "runs": used[:5]},
+            )
+        self._final = {t.slot: t for t in self.trials}  # the latest attempt of each trial
+        self._tokens = len(self.trials)  # token variable names used so far (one per attempt)
         self.inference_id: str | None = request.inference_id
         self.eval_image = (options.eval_image or base_image_id()) if self.connection == "container" else None
-        self._stdin: IO[str] | None = None
-        self._stdin_mutex = threading.Lock()
+        self._events: queue.Queue[dict[str, Any]] = queue.Queue()
+        self._driver: DriverProcess | None = None
+        self._aborted = threading.Event()
 
     # -- public ----------------------------------------------------------------------------------------
 
     def cancel(self, trial: str) -> bool:
         """Cancel one live trial in Harbor (its run then ends ``cancelled``); False when it is not live."""
-        with self._stdin_mutex:
-            if self._stdin is None or self._stdin.closed:
-                return False
-            with contextlib.suppress(OSError, ValueError):
-                self._stdin.write(json.dumps({"cancel": trial}) + "\n")
-                self._stdin.flush()
-                return True
-        return False
+        driver = self._driver
+        return driver is not None and driver.cancel(trial)
 
     def run(self, on_event: Callable[[dict[str, Any]], None] | None = None) -> EvaluationRecordV1:
-        ensure_private_dir(self.dir)
-        overlay = self.dir / "overlay.compose.yaml"
         started = time.time()
-        n = self.options.n_concurrent
-        for first in range(0, len(self.trials), n):
-            self._wave(self.trials[first : first + n], overlay, on_event)
+        paths = [str(p) for p in self.options.agent_paths]
+        self._driver = DriverProcess(self.install, self.dir, paths, self._events)
+        pending: deque[Trial] = deque(self.trials)
+        binding: dict[str, Trial] = {}
+        live: dict[str, Trial] = {}
+        try:
+            while pending or binding or live:
+                self._bind_more(pending, binding, live)
+                try:
+                    event = self._events.get(timeout=1.0)
+                except queue.Empty:
+                    self._follow_outside_cancels(live)
+                    continue
+                kind, name = event.get("event"), str(event.get("trial"))
+                if kind == "bound":
+                    self._bound(binding.pop(name), event, live)
+                elif kind == "driver_exit":
+                    raise HitchError("harness_run_failed", "Harbor's driver ended before its trials (see driver.log)", {})
+                else:
+                    if on_event is not None:
+                        on_event(event)
+                    trial = live.get(name)
+                    if kind == "finished" and trial is not None:
+                        del live[name]
+                        trial.result = event
+                        self._finish(trial, _trial_error(event))
+                        retry = self._retry_of(trial)
+                        if retry is not None:
+                            pending.appendleft(retry)
+        except BaseException:
+            self._abort(binding, live)
+            raise
+        finally:
+            self._driver.close()
         record = EvaluationRecordV1(
             evaluation_id=self.evaluation_id,
             tool_version=str(self.install.versions.get("harbor", "unknown")),
@@ -204,28 +261,86 @@ class HarborEvaluation:
             environment="docker",
             inference_id=self.inference_id,
             engine=self.request.engine,
+            agent_profile_id=self.options.agent_profile_id,
+            infrastructure_retries=self.options.infra_retries,
             started_at=started,
             finished_at=time.time(),
-            trials=[t.outcome for t in self.trials if t.outcome is not None],
+            trials=[self._outcome_of(self._final[t.slot]) for t in self.trials if self._final[t.slot].outcome is not None],
         )
+        ensure_private_dir(self.dir)
         atomic_write_json(self.dir / "evaluation.json", record.to_json_dict())
         return record
 
-    # -- one wave ----------------------------------------------------------------------------------------
+    # -- binding runs --------------------------------------------------------------------------------------
 
-    def _create_run(self, trial: _Trial) -> None:
+    def _bind_more(self, pending: deque[Trial], binding: dict[str, Trial], live: dict[str, Trial]) -> None:
+        """Bind runs for the next trials while fewer than ``n_concurrent`` are being bound or running; the
+        first run prepares the lock, so until its inference id is known it is the only one."""
+        while pending and len(binding) + len(live) < self.options.n_concurrent:
+            if self.inference_id is None and binding:
+                return
+            trial = pending.popleft()
+            binding[trial.name] = trial
+            threading.Thread(target=self._bind_in_background, args=(trial,), daemon=True).start()
+
+    def _bind_in_background(self, trial: Trial) -> None:
+        try:
+            if self._aborted.is_set():
+                raise HitchError("run_cancelled", "the evaluation ended before this trial's run was created", {})
+            run = self._create_run(trial)
+        except BaseException as exc:
+            self._events.put({"event": "bound", "trial": trial.name, "error": exc})
+            return
+        if self._aborted.is_set():  # bound after the evaluation ended: end it here, nobody else will
+            with contextlib.suppress(HitchError):
+                self.client.cancel_run(trial.run_id)
+        self._events.put({"event": "bound", "trial": trial.name, "run": run})
+
+    def _create_run(self, trial: Trial) -> dict[str, Any]:
         given = self.request.body()
         if self.inference_id is None:
             body = given
         else:  # the lock and service are prepared: every later trial pins them
             body = {k: given[k] for k in _RUN_FIELDS_PINNED if k in given} | {"inference_id": self.inference_id}
-        body.update(run_id=trial.run_id, harness=f"harbor:{self.options.agent}")
+        body.update(
+            run_id=trial.run_id,
+            harness=f"harbor:{self.options.agent}",
+            trial=trial.resources.to_json_dict(),
+            submission={"task": str(trial.task), "agent_kwargs": self.options.agent_kwargs, "attempt": trial.attempt},
+        )
         if self.eval_image is not None:
             body.update(for_containers=True, eval_image=self.eval_image)
-        trial.run = self.client.create_run(parse_request(RunRequest, body))
-        self.inference_id = str(trial.run["inference_id"])
+        # answered once the service is ready and the trial's resources are held: it may wait its turn that long
+        run = self.client.create_run(parse_request(RunRequest, body), timeout_s=TRIAL_WAIT_S + 900.0)
+        if run.get("existing"):
+            raise HitchError("run_conflict", f"run {trial.run_id} already ran; give another --eval-id", {"run_id": trial.run_id})
+        return run
 
-    def _spec(self, trial: _Trial, overlay: Path) -> dict[str, Any]:
+    def _bound(self, trial: Trial, event: dict[str, Any], live: dict[str, Trial]) -> None:
+        error = event.get("error")
+        if isinstance(error, HitchError) and error.code == "run_cancelled" and not self._aborted.is_set():
+            # its run was cancelled from outside while it was bound (waiting for its resources): that trial ends
+            record = self.client.run_record(trial.run_id)["record"]
+            trial.outcome = trial_outcome(self.root, trial, record)
+            return
+        if error is not None:
+            raise error
+        trial.run = event["run"]
+        self.inference_id = str(trial.run["inference_id"])
+        live[trial.name] = trial
+        ensure_private_dir(self.dir)  # from the first bound trial on: nothing is written for a refused evaluation
+        assert self._driver is not None
+        if not self._driver.start_trial(self._spec(trial)):
+            raise HitchError("harness_run_failed", "Harbor's driver takes no more trials (see driver.log)", {})
+
+    def _overlay(self, trial: Trial) -> Path:
+        overlay = self.dir / "overlay.compose.yaml"
+        if not overlay.exists():
+            text = container_overlay(str(trial.run["eval_network"])) if self.connection == "container" else OVERLAY
+            overlay.write_text(text)
+        return overlay
+
+    def _spec(self, trial: Trial) -> dict[str, Any]:
         spec: dict[str, Any] = {
             "name": trial.name,
             "task_path": str(trial.task),
@@ -234,97 +349,29 @@ class HarborEvaluation:
             "model_name": f"openai/{trial.run['wire_model']}",
             "agent_kwargs": self.options.agent_kwargs,
             "agent_timeout_s": self.options.agent_timeout_s,
-            "overlays": [str(overlay)],
+            "overlays": [str(self._overlay(trial))],
+            "token_env": trial.token_env,
+            "token_file": trial.run["token_file"],
+            "cpus": trial.resources.cpus,
+            "memory_mb": trial.resources.memory_mb,
         }
         if self.connection == "container":  # Harbor resolves ${VAR} from its own environment: no key on stdin
             spec["env"] = {"OPENAI_BASE_URL": trial.run["base_url"], "OPENAI_API_KEY": f"${{{trial.token_env}}}"}
         else:
-            spec.update(base_url=trial.run["base_url"], api_key_env=trial.token_env)
+            spec["base_url"] = trial.run["base_url"]
         return spec
 
-    def _wave(self, wave: list[_Trial], overlay: Path, on_event: Callable[[dict[str, Any]], None] | None) -> None:
-        live: list[_Trial] = []
-        try:
-            for trial in wave:
-                self._create_run(trial)
-                live.append(trial)
-            env = self.install.environ()
-            for trial in live:
-                env[trial.token_env] = Path(trial.run["token_file"]).read_text(encoding="utf-8").strip()
-            if self.connection == "container":
-                overlay.write_text(container_overlay(str(live[0].run["eval_network"])))
-            else:
-                overlay.write_text(OVERLAY)
-            self._drive(live, overlay, env, on_event)
-        finally:
-            for trial in live:
-                if trial.outcome is None:
-                    self._finish(trial, HitchError("run_cancelled", "the evaluation ended before this trial did", {}))
+    # -- trials ending ---------------------------------------------------------------------------------------
 
-    def _drive(
-        self, live: list[_Trial], overlay: Path, env: dict[str, str], on_event: Callable[[dict[str, Any]], None] | None
-    ) -> None:
-        log = (self.dir / "driver.log").open("a", encoding="utf-8")
-        proc = subprocess.Popen(
-            [str(self.install.python), str(DRIVER)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, env=env, cwd=self.dir,
-        )  # fmt: skip
-        assert proc.stdin is not None and proc.stdout is not None
-        events: queue.Queue[dict[str, Any] | None] = queue.Queue()
-
-        def read(out: IO[str]) -> None:
-            for line in out:
-                with contextlib.suppress(ValueError):
-                    events.put(json.loads(line))
-            events.put(None)
-
-        reader = threading.Thread(target=read, args=(proc.stdout,), daemon=True)
-        reader.start()
-        by_name = {t.name: t for t in live}
-        with self._stdin_mutex:
-            self._stdin = proc.stdin
-            first = {"trials": [self._spec(t, overlay) for t in live], "sys_path": [str(p) for p in self.options.agent_paths]}
-            proc.stdin.write(json.dumps(first) + "\n")
-            proc.stdin.flush()
+    def _follow_outside_cancels(self, live: dict[str, Trial]) -> None:
+        """A run cancelled from outside (``hitch run cancel``): cancel its trial in Harbor."""
         store = RunStore(self.root)
-        try:
-            while True:
-                try:
-                    event = events.get(timeout=1.0)
-                except queue.Empty:  # a run cancelled from outside (hitch run cancel): cancel its trial in Harbor
-                    for t in live:
-                        kept = store.read(t.run_id)
-                        if t.result is None and kept is not None and kept.terminal:
-                            self.cancel(t.name)
-                    continue
-                if event is None or event.get("event") == "done":
-                    break
-                if on_event is not None:
-                    on_event(event)
-                trial = by_name.get(str(event.get("trial")))
-                if event.get("event") == "finished" and trial is not None:
-                    trial.result = event
-                    self._finish(trial, _trial_error(event))
-        except BaseException:
-            for t in live:
-                if t.result is None:
-                    self.cancel(t.name)
-            raise
-        finally:
-            with self._stdin_mutex:
-                with contextlib.suppress(OSError):
-                    proc.stdin.close()
-                self._stdin = None
-            try:
-                proc.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            reader.join(timeout=10)
-            proc.stdout.close()
-            log.close()
+        for trial in live.values():
+            kept = store.read(trial.run_id)
+            if trial.result is None and kept is not None and kept.terminal:
+                self.cancel(trial.name)
 
-    def _finish(self, trial: _Trial, error: HitchError | None) -> None:
+    def _finish(self, trial: Trial, error: HitchError | None) -> None:
         status: Literal["completed", "failed", "cancelled"] = (
             "completed" if error is None else ("cancelled" if error.code == "run_cancelled" else "failed")
         )
@@ -332,7 +379,51 @@ class HarborEvaluation:
             status=status, error=RunErrorIn(code=error.code, message=error.message) if error is not None else None
         )
         record = self.client.finish_run(trial.run_id, finish)["record"]
-        trial.outcome = _outcome(self.root, trial, record)
+        trial.outcome = trial_outcome(self.root, trial, record)
+
+    def _retry_of(self, trial: Trial) -> Trial | None:
+        """The next attempt of a trial whose engine failed, while retries are left; else None."""
+        out = trial.outcome
+        if out is None or out.error is None or out.error.code not in ENGINE_FAILURE_CODES:
+            return None
+        if trial.attempt >= self.options.infra_retries:
+            return None
+        first = self.trials[trial.slot]
+        attempt = trial.attempt + 1
+        retry = Trial(
+            f"{first.name}-r{attempt}",
+            trial.task,
+            f"{first.run_id}-r{attempt}",
+            f"HITCH_TRIAL_TOKEN_{self._tokens}",
+            trial.resources,
+            slot=trial.slot,
+            attempt=attempt,
+            earlier=[*trial.earlier, out],
+        )
+        self._tokens += 1
+        self._final[trial.slot] = retry
+        return retry
+
+    def _outcome_of(self, trial: Trial) -> TrialOutcomeV1:
+        assert trial.outcome is not None
+        return TrialOutcomeV1.model_validate({**trial.outcome.model_dump(), "attempts": [a.model_dump() for a in trial.earlier]})
+
+    def _abort(self, binding: dict[str, Trial], live: dict[str, Trial]) -> None:
+        """The evaluation is ending early: every live trial is cancelled in Harbor and its run ended
+        ``cancelled``; a run still being bound is cancelled in the daemon (its wait for resources ends)."""
+        self._aborted.set()
+        for trial in live.values():
+            if trial.result is None:
+                self.cancel(trial.name)
+        for trial in binding.values():
+            with contextlib.suppress(HitchError):
+                self.client.cancel_run(trial.run_id)
+        if self._driver is not None:
+            self._driver.close()
+        for trial in live.values():
+            if trial.outcome is None:
+                with contextlib.suppress(HitchError):
+                    self._finish(trial, HitchError("run_cancelled", "the evaluation ended before this trial did", {}))
 
 
 def _trial_error(event: dict[str, Any]) -> HitchError | None:
@@ -346,7 +437,7 @@ def _trial_error(event: dict[str, Any]) -> HitchError | None:
     return None
 
 
-def _outcome(root: HitchRoot, trial: _Trial, record: dict[str, Any]) -> TrialOutcomeV1:
+def trial_outcome(root: HitchRoot, trial: Trial, record: dict[str, Any]) -> TrialOutcomeV1:
     result = trial.result or {}
     usage = service = None
     execution = root.run_inference_dir(trial.run_id) / "execution.json"
@@ -364,6 +455,8 @@ def _outcome(root: HitchRoot, trial: _Trial, record: dict[str, Any]) -> TrialOut
     err = record.get("error")
     rewards = result.get("rewards")
     reward = result.get("reward")
+    if err and err.get("code") in ENGINE_FAILURE_CODES:  # the engine failed under it: no reward, never a 0
+        rewards = reward = None
     exc = result.get("exception") or {}
     timing = result.get("timing")
     return TrialOutcomeV1(
@@ -379,4 +472,5 @@ def _outcome(root: HitchRoot, trial: _Trial, record: dict[str, Any]) -> TrialOut
         usage=usage,
         service=service,
         timing=TrialTimingV1(**timing) if isinstance(timing, dict) else None,
+        resources=trial.resources,
     )

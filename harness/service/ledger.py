@@ -1,9 +1,18 @@
-"""The ResourceLedger: admission of engine services against this machine's capacity (spec §8.2).
+"""The ResourceLedger: admission of engine services and evaluation trials against this machine's capacity (§8.2).
 
 One entry per service *epoch* (a holder), never per lease: a service shared by twenty leases is
 counted once. Counted are CPU cores, RAM (``memory_bytes + shm_bytes`` of the lock, since shared
 memory is RAM-backed), GPU count and disk bytes. Resources come back through :meth:`release`, which
 the manager calls only once the service's stop is confirmed.
+
+A trial container of an evaluation is a holder of its own (``trial:<run-id>``, :func:`trial_holder`;
+the daemon admits it for the trial's run, :mod:`harness.daemon.runs`): its RAM limit counts in the same
+RAM as the services' (RAM is not shareable), and its CPU limit — a CFS quota (Docker ``cpus``), which
+may be fractional — counts in ``cpu_quota_millis``, thousandths of a core against all of this machine's
+cores. That is a pool of its own on purpose: an engine's ``cpu_cores`` are the cores its threads are
+*pinned* to, while a quota-limited container is time-shared over every core, pinned ones included, so a
+CPU engine holding all the cores of a small machine (min(8, cores of one NUMA node)) still leaves the
+trials their quota; the quotas of the trials together never exceed the machine's cores.
 
 Admission rules (``admit``):
 
@@ -21,13 +30,13 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, astuple, dataclass
 from pathlib import Path
 
 from harness.contracts.lock import ResourceVectorV1
 from harness.errors import HitchError
 
-__all__ = ["Capacity", "ResourceLedger", "demand_of"]
+__all__ = ["TRIAL_PREFIX", "Capacity", "ResourceLedger", "demand_of", "trial_demand", "trial_holder"]
 
 
 @dataclass(frozen=True)
@@ -38,37 +47,28 @@ class Capacity:
     memory_bytes: int
     gpu_count: int
     disk_bytes: int
+    cpu_quota_millis: int = 0  # trial containers' CPU quota, in thousandths of a core (see the module docstring)
 
     def fits_in(self, other: Capacity) -> bool:
-        return (
-            self.cpu_cores <= other.cpu_cores
-            and self.memory_bytes <= other.memory_bytes
-            and self.gpu_count <= other.gpu_count
-            and self.disk_bytes <= other.disk_bytes
-        )
+        return all(mine <= theirs for mine, theirs in zip(astuple(self), astuple(other), strict=True))
 
     def plus(self, other: Capacity) -> Capacity:
-        return Capacity(
-            self.cpu_cores + other.cpu_cores,
-            self.memory_bytes + other.memory_bytes,
-            self.gpu_count + other.gpu_count,
-            self.disk_bytes + other.disk_bytes,
-        )
+        return Capacity(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
 
     def minus(self, other: Capacity) -> Capacity:
-        return Capacity(
-            self.cpu_cores - other.cpu_cores,
-            self.memory_bytes - other.memory_bytes,
-            self.gpu_count - other.gpu_count,
-            self.disk_bytes - other.disk_bytes,
-        )
+        return Capacity(*(a - b for a, b in zip(astuple(self), astuple(other), strict=True)))
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
 
     @classmethod
     def zero(cls) -> Capacity:
-        return cls(0, 0, 0, 0)
+        return cls(0, 0, 0, 0, 0)
+
+    @classmethod
+    def of_cores(cls, cores: int, memory_bytes: int, gpu_count: int, disk_bytes: int) -> Capacity:
+        """A machine of ``cores`` cores: as many pinnable cores, and their whole time as the trials' quota."""
+        return cls(cores, memory_bytes, gpu_count, disk_bytes, cores * 1000)
 
     @classmethod
     def from_machine(cls, root: Path, gpu_count: int = 0) -> Capacity:
@@ -76,7 +76,7 @@ class Capacity:
 
         GPUs are not discovered here: the caller passes the count its device provider reports.
         """
-        return cls(os.cpu_count() or 1, _mem_total_bytes(), gpu_count, _disk_free_bytes(root))
+        return cls.of_cores(os.cpu_count() or 1, _mem_total_bytes(), gpu_count, _disk_free_bytes(root))
 
 
 def demand_of(resources: ResourceVectorV1) -> Capacity:
@@ -87,6 +87,19 @@ def demand_of(resources: ResourceVectorV1) -> Capacity:
         resources.gpu_count,
         resources.disk_bytes,
     )
+
+
+TRIAL_PREFIX = "trial:"
+
+
+def trial_holder(run_id: str) -> str:
+    """The ledger holder of the trial container a run serves."""
+    return TRIAL_PREFIX + run_id
+
+
+def trial_demand(cpus: float, memory_mb: int) -> Capacity:
+    """What one trial container holds: its RAM limit, and its CPU limit as quota (never pinned cores)."""
+    return Capacity(0, memory_mb * 1024 * 1024, 0, 0, round(cpus * 1000))
 
 
 def _mem_total_bytes() -> int:
@@ -151,7 +164,7 @@ class ResourceLedger:
         if not demand.fits_in(self.capacity):
             raise HitchError(
                 "inference_capacity_exceeded",
-                "the service needs more than this machine has in total; it can never be admitted",
+                f"{holder} needs more than this machine has in total; it can never be admitted",
                 {"holder": holder, "demand": demand.as_dict(), "capacity": self.capacity.as_dict()},
             )
         cond = self._condition()

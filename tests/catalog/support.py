@@ -1,4 +1,4 @@
-"""A predicate as the evaluator writes it (DESIGN §6), for the catalog tests."""
+"""A predicate as the evaluator writes it (DESIGN §6, schema 3), and one signed under schema 2, for the catalog tests."""
 
 from __future__ import annotations
 
@@ -10,10 +10,13 @@ LOCK = "sha256:" + "3" * 64
 
 
 def make_predicate(level: str = "contract") -> dict[str, Any]:
+    from tests.reports.sample_data import overhead_metrics
+
     return {
-        "schema_version": "2",
+        "schema_version": "3",
         "level": level,
         "reasons": ["fake engine: proves the harness only"],
+        "to_certify": [],
         "suite_version": "1",
         "project_commit": "0" * 40,
         "device": "cpu",
@@ -28,10 +31,34 @@ def make_predicate(level: str = "contract") -> dict[str, Any]:
         "profile": "baseline",
         "hardware": {"cpu": "test", "amx": False},
         "checks": [
-            {"id": "protocol.chat.stream", "status": "passed", "required": True, "duration_s": 0.25, "details": {}},
-            {"id": "faults.engine.oom", "status": "skipped", "required": False, "duration_s": 0.0, "details": {}},
+            {
+                "id": "protocol.chat.stream",
+                "status": "passed",
+                "required": True,
+                "duration_s": 0.25,
+                "summary": "4 chunks",
+                "details": {},
+            },
+            {
+                "id": "faults.engine.oom",
+                "status": "skipped",
+                "required": False,
+                "duration_s": 0.0,
+                "summary": None,
+                "details": {},
+            },
         ],
-        "metrics": {"gateway_added_latency_ms": {"p50": 1.5, "p95": 3.25, "p99": 4.0}},
+        "metrics": {**overhead_metrics(), "throughput_ratio_c32": 0.93},
         "evidence": {"protocol.chat.stream/requests.jsonl": "sha256:" + "4" * 64},
         "finished_at": "2026-11-30T00:40:00Z",
     }
+
+
+def make_v2_predicate() -> dict[str, Any]:
+    """A predicate as entries were signed before schema 3: the headline is the black-box difference."""
+    v2 = make_predicate()
+    v2["schema_version"] = "2"
+    del v2["to_certify"]
+    v2["checks"] = [{k: v for k, v in c.items() if k != "summary"} for c in v2["checks"]]
+    v2["metrics"] = {"gateway_added_latency_ms": {"p50": 1.5, "p95": 3.25, "p99": 4.0}}
+    return v2

@@ -27,9 +27,9 @@ def test_the_catalog_holds_both_fixtures_with_their_facts() -> None:
     )
     assert smol.parameter_count == 134_515_008
     assert smol.pinned_source == SMOLLM2_SOURCE
-    assert smol.not_applicable == {}
+    assert set(smol.not_applicable) == {"tool_loop"}  # measured: it answers Codex in prose, calls no tool
     assert tiny.ref == "fixture:tiny" and tiny.pinned_source is None
-    assert set(tiny.not_applicable) == {"natural_stop", "question_answering", "closed_tool_call"}
+    assert set(tiny.not_applicable) == {"natural_stop", "question_answering", "closed_tool_call", "tool_loop"}
     assert fixture_by_key("fixture:tiny") == tiny
     assert fixture_for_model_id(smol.model_id) == smol
     assert fixture_for_model_id("sha256:" + "0" * 64) is None

@@ -14,6 +14,7 @@ import pytest
 from catalog.signing import (
     PAYLOAD_TYPE,
     PREDICATE_TYPE,
+    PREDICATE_TYPES,
     STATEMENT_TYPE,
     KeyPair,
     build_statement,
@@ -30,7 +31,7 @@ from catalog.signing import (
 from harness.errors import HitchError
 from harness.ids import canonical_json
 from harness.paths import HitchRoot
-from tests.catalog.support import LOCK, MODEL, RUNTIME
+from tests.catalog.support import LOCK, MODEL, RUNTIME, make_v2_predicate
 
 
 def _signed(predicate: dict[str, Any], key: KeyPair) -> dict[str, Any]:
@@ -66,6 +67,51 @@ def test_round_trip_gives_back_statement_predicate_and_keyid(predicate: dict[str
     # the payload is the RFC 8785 canonical JSON of the statement: signing twice gives the same bytes
     assert _payload(envelope) == canonical_json(verified.statement)
     assert _payload(_signed(predicate, key)) == _payload(envelope)
+
+
+def _signed_as_is(statement: dict[str, Any], key: KeyPair) -> dict[str, Any]:
+    """A correct signature over ``statement`` exactly as given (as older code, or a forger with the key, wrote it)."""
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+    private_key = load_pem_private_key(key.private_key.read_bytes(), None)
+    payload = canonical_json(statement)
+    sig = private_key.sign(pae(PAYLOAD_TYPE, payload))  # type: ignore[union-attr,call-arg]
+    return {
+        "payload": base64.b64encode(payload).decode(),
+        "payloadType": PAYLOAD_TYPE,
+        "signatures": [{"keyid": key.keyid, "sig": base64.b64encode(sig).decode()}],
+    }
+
+
+def _statement(predicate: dict[str, Any], predicate_type: str) -> dict[str, Any]:
+    subjects = [
+        {"name": n, "digest": {"sha256": d.removeprefix("sha256:")}}
+        for n, d in sorted(subjects_from_predicate(predicate).items())
+    ]
+    return {"_type": STATEMENT_TYPE, "subject": subjects, "predicateType": predicate_type, "predicate": predicate}
+
+
+def test_an_entry_signed_under_schema_2_still_verifies_and_reads_as_it_was_signed(key: KeyPair) -> None:
+    old = make_v2_predicate()
+    verified = verify_envelope(_signed_as_is(_statement(old, PREDICATE_TYPES["2"]), key), key.public_key.parent)
+    assert verified.predicate == old
+    assert verified.predicate["metrics"] == {"gateway_added_latency_ms": {"p50": 1.5, "p95": 3.25, "p99": 4.0}}
+
+
+def test_the_headline_s_meaning_is_bound_to_the_schema_version(predicate: dict[str, Any], key: KeyPair) -> None:
+    """Schema 3's headline is the decided figure: a bare difference there, or a decided figure under schema 2,
+    is refused; a predicateType that does not match the schema version does not verify."""
+    assert predicate["schema_version"] == "3" and _signed(predicate, key)  # the decided figure signs
+    legacy = {"p50": 33.9, "p95": -18.1, "p99": -63.6}
+    for bad in (
+        {**predicate, "metrics": {"gateway_added_latency_ms": legacy}},
+        {**make_v2_predicate(), "metrics": predicate["metrics"]},
+    ):
+        with pytest.raises(HitchError) as info:
+            _signed(bad, key)
+        assert info.value.code == "catalog_entry_invalid" and "gateway_added_latency_ms" in info.value.message
+    forged = _signed_as_is(_statement(predicate, PREDICATE_TYPES["2"]), key)
+    _refused(forged, key.public_key.parent, "does not match schema_version 3")
 
 
 def test_keyid_is_sha256_of_raw_public_key(key: KeyPair) -> None:

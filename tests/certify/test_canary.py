@@ -16,6 +16,7 @@ import yaml  # type: ignore[import-untyped,unused-ignore]
 
 from catalog.signing import KeyPair, build_statement, generate_key, sign_envelope, subjects_from_predicate, write_entry
 from certify.canary import main
+from tests.reports.sample_data import overhead_metrics
 
 REPO = Path(__file__).resolve().parents[2]
 WORKFLOW = REPO / ".github" / "workflows" / "gpu-canary.yml"
@@ -23,8 +24,14 @@ SCRIPT = REPO / "scripts" / "ci" / "canary.sh"
 
 
 def predicate(
-    *, p95: float = 3.0, failing: tuple[str, ...] = (), profile: str = "baseline", finished_at: str = "2026-11-01T00:00:00Z"
+    *,
+    p95: float = 3.0,
+    failing: tuple[str, ...] = (),
+    profile: str = "baseline",
+    finished_at: str = "2026-11-01T00:00:00Z",
+    **overhead: Any,
 ) -> dict[str, Any]:
+    """A schema-3 predicate whose time in the gateway at p95 is ``p95`` ms (interval ± 5 %)."""
     ids = ("protocol.chat.stream", "faults.engine.kill", "perf.overhead.e2e_bound")
     return {
         "level": "failed" if failing else "provisional",
@@ -42,7 +49,7 @@ def predicate(
             {"id": cid, "status": "failed" if cid in failing else "passed", "required": True, "duration_s": 0.0, "details": {}}
             for cid in ids
         ],
-        "metrics": {"gateway_added_latency_ms": {"p50": 1.0, "p95": p95, "p99": p95 * 2}},
+        "metrics": overhead_metrics(p95, **overhead),
         "evidence": {},
         "finished_at": finished_at,
     }
@@ -85,11 +92,55 @@ def test_p95_worse_by_more_than_20_percent_is_a_regression(
     sign(predicate(p95=3.0), key, tmp_path / "history")
     new = sign(predicate(p95=3.7, finished_at="2026-11-02T00:00:00Z"), key, tmp_path / "new")
     assert canary(new, tmp_path / "history", key) == 1
-    assert "gateway_added_latency_ms.p95: 3.700 ms > 3.600 ms" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "gateway_added_latency_ms.unary.residence_ms.p95 (time in the gateway): 3.700 ms > 3.600 ms" in out
+    assert "gateway_added_latency_ms.stream.residence_ms.p95" in out
     # within 20 %: no regression; and a noise floor larger than the increase forgives it
     within = sign(predicate(p95=3.5, finished_at="2026-11-03T00:00:00Z"), key, tmp_path / "new2")
     assert canary(within, tmp_path / "history", key) == 0
     assert canary(new, tmp_path / "history", key, "--min-p95-delta-ms", "1.0") == 0
+
+
+def test_an_increase_inside_the_baseline_s_interval_is_noise_not_a_regression(tmp_path: Path, key: KeyPair) -> None:
+    sign(predicate(p95=3.0), key, tmp_path / "history")  # [2.85, 3.15]
+    new = predicate(p95=3.7, finished_at="2026-11-02T00:00:00Z")
+    for kind in ("unary", "stream"):  # 23 % up, but its interval reaches into the baseline's
+        new["metrics"]["gateway_added_latency_ms"][kind]["residence_ms"]["p95"]["low"] = 3.1
+    status, verdict = canary_verdict(sign(new, key, tmp_path / "new"), tmp_path / "history", key, tmp_path / "v.json")
+    assert (status, verdict["regressions"]) == (0, [])
+
+
+def test_the_decided_verdicts_turning_are_regressions_and_the_black_box_difference_is_not_compared(
+    tmp_path: Path, key: KeyPair
+) -> None:
+    sign(predicate(), key, tmp_path / "history")
+    # the black-box difference jumps from +34 ms to +300 ms: the engine's variance, never compared
+    noisy = sign(predicate(difference_p50=300.0, finished_at="2026-11-02T00:00:00Z"), key, tmp_path / "noisy")
+    status, verdict = canary_verdict(noisy, tmp_path / "history", key, tmp_path / "v1.json")
+    assert (status, verdict["regressions"]) == (0, [])
+    turned = sign(predicate(verdict="over", paired="missed", finished_at="2026-11-03T00:00:00Z"), key, tmp_path / "over")
+    status, verdict = canary_verdict(turned, tmp_path / "history", key, tmp_path / "v2.json")
+    assert status == 1
+    assert verdict["regressions"] == [
+        f"gateway_added_latency_ms.{kind} {label}"
+        for kind in ("unary", "stream")
+        for label in (
+            "§15.4: within before, over now: p95: time in the gateway 30 ms, 95 % interval [28, 32] ms over 20.00 ms",
+            "paired shift target: met before, missed now",
+        )
+    ]
+
+
+def test_a_schema_2_baseline_is_read_and_its_difference_never_compared(
+    tmp_path: Path, key: KeyPair, capsys: pytest.CaptureFixture[str]
+) -> None:
+    old = {**predicate(), "schema_version": "2", "metrics": {"gateway_added_latency_ms": {"p50": 0.1, "p95": 0.2, "p99": 0.3}}}
+    baseline = sign(old, key, tmp_path / "history")
+    assert json.loads(base64.b64decode(json.loads(baseline.read_text())["payload"]))["predicateType"].endswith("/v2")
+    new = sign(predicate(p95=50.0, finished_at="2026-11-02T00:00:00Z"), key, tmp_path / "new")
+    status, verdict = canary_verdict(new, tmp_path / "history", key, tmp_path / "v.json")
+    assert (status, verdict["baseline"], verdict["regressions"]) == (0, str(baseline), [])
+    assert any("the baseline has no decided overhead figure" in n for n in verdict["notes"])
 
 
 def test_improvement_passes(tmp_path: Path, key: KeyPair, capsys: pytest.CaptureFixture[str]) -> None:
@@ -156,7 +207,7 @@ def _tamper(path: Path) -> None:
     statement = json.loads(base64.b64decode(envelope["payload"]))
     for row in statement["predicate"]["checks"]:
         row["status"] = "passed"
-    statement["predicate"]["metrics"]["gateway_added_latency_ms"]["p95"] = 0.1
+    statement["predicate"]["metrics"]["gateway_added_latency_ms"]["unary"]["residence_ms"]["p95"]["estimate"] = 0.1
     envelope["payload"] = base64.b64encode(json.dumps(statement).encode()).decode()
     path.write_text(json.dumps(envelope))
 
@@ -202,7 +253,7 @@ def test_module_runs_as_a_command(tmp_path: Path, key: KeyPair) -> None:
     argv = ["--entry", str(new), "--history", str(tmp_path / "history"), "--keys", str(key.public_key.parent), "--json"]
     proc = subprocess.run([sys.executable, "-m", "certify.canary", *argv], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1, proc.stderr
-    assert json.loads(proc.stdout)["regressions"][0].startswith("gateway_added_latency_ms.p95")
+    assert json.loads(proc.stdout)["regressions"][0].startswith("gateway_added_latency_ms.unary.residence_ms.p95")
 
 
 # -- the script and the workflow --------------------------------------------------------------------

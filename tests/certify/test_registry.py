@@ -55,3 +55,13 @@ def test_fault_checks_apply_to_real_sglang_or_say_why_not() -> None:
     on_sglang = [cid for cid, c in faults.items() if c.applies("sglang", "cpu")]
     assert len(on_sglang) >= 20
     assert [cid for cid, c in faults.items() if not c.applies("sglang", "cpu") and not c.reason] == []
+
+
+def test_every_declared_summary_falls_back_to_its_description_on_details_it_cannot_read() -> None:
+    """A summary is written from the details a pass records; for any other shape (none, a partial record) the
+    check's description is its sentence, and a summary never raises into the evaluator."""
+    for cid, spec in all_checks().items():
+        for details in ({}, {"unexpected": [1, 2]}):
+            text = spec.summarize(details)
+            assert text and isinstance(text, str), cid
+            assert "{" not in text or "{" in spec.description, (cid, text)  # no unfilled template

@@ -48,7 +48,7 @@ def predicate(**overrides: Any) -> dict[str, Any]:
             {"id": "perf.overhead", "status": "skipped", "required": False, "duration_s": 0.0, "details": {}},
         ],
         "metrics": {
-            "gateway_added_latency_ms": {"p50": 0.4, "p95": 0.9, "p99": 1.8},
+            **overhead_metrics(),
             "ttft_added_ms": {"p50": 0.5, "p95": 1.0},
             "throughput_ratio_c32": 0.93,
             "cancel_slot_free_ms": 120.0,
@@ -62,6 +62,35 @@ def predicate(**overrides: Any) -> dict[str, Any]:
     from harness.contracts.certification import CertificationResultV1
 
     return CertificationResultV1.model_validate({**base, **overrides}).to_json_dict()  # as the plugin writes it
+
+
+def interval(estimate: float, spread: float = 0.05, n: int = 300) -> dict[str, Any]:
+    """An IntervalV1 around ``estimate`` (± ``spread`` of it, at least ± 0.001)."""
+    half = max(abs(estimate) * spread, 0.001)
+    return {"estimate": estimate, "low": round(estimate - half, 3), "high": round(estimate + half, 3), "n": n, "reliable": True}
+
+
+def overhead_metrics(
+    residence_p95: float = 1.2, *, verdict: str = "within", paired: str = "met", difference_p50: float = 33.9
+) -> dict[str, Any]:
+    """A schema-3 entry's overhead metrics: the decided figure (time in the gateway, paired shift, verdict) and
+    the black-box difference, whose interval spans the engine's variance (± 190 ms around ``difference_p50``)."""
+
+    def kind() -> dict[str, Any]:
+        return {
+            "residence_ms": {p: interval(residence_p95 * f) for p, f in (("p50", 0.5), ("p95", 1.0), ("p99", 1.5))},
+            "paired_shift_ms": {**interval(0.8, 0.5, 90), "target_ms": 2.0, "verdict": paired},
+            "bound_ms": {"p50": 20.0, "p95": 20.0},
+            "verdict": verdict,
+            "over": [] if verdict == "within" else ["p95: time in the gateway 30 ms, 95 % interval [28, 32] ms over 20.00 ms"],
+        }
+
+    wide = {p: {**interval(difference_p50 * f), "low": difference_p50 * f - 190, "high": difference_p50 * f + 190}
+            for p, f in (("p50", 1.0), ("p95", -0.5), ("p99", -2.0))}  # fmt: skip
+    return {
+        "gateway_added_latency_ms": {"verdict": verdict, "unary": kind(), "stream": kind()},
+        "gateway_latency_difference_ms": {"unary": wide, "stream": wide},
+    }
 
 
 def overhead() -> dict[str, Any]:

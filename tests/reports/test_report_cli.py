@@ -30,7 +30,7 @@ def test_build_writes_every_page_and_prints_the_paths(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["schema_version"] == "1"
-    assert data["pages"] == {k: str(out / f"{k}.html") for k in ("matrix", "run", "load")}
+    assert data["pages"] == {k: str(out / f"{k}.html") for k in ("matrix", "compare", "run", "load")}
     assert all(Path(p).is_file() for p in data["pages"].values())
     assert 'class="matrix-row"' in (out / "matrix.html").read_text()
     human = _hitch(*args)

@@ -22,7 +22,8 @@ def test_checks_evidence_hardware_and_lifecycle_are_shown(tmp_path: Path) -> Non
     page = build_run_page(sd.results(), tmp_path)
     html = page.read_text()
     assert page == tmp_path / "run.html"
-    rows = re.findall(r'<tr class="check-row" data-status="(\w+)" data-required="(\w+)">\s*<td class="mono">([\w.]+)</td>', html)
+    plain = html.replace("<wbr>", "")  # ids wrap at their dots
+    rows = re.findall(r'<tr class="check-row" data-status="(\w+)" data-required="(\w+)">\s*<td class="mono">([\w.]+)</td>', plain)
     # suites in DESIGN order: hardware, protocol, faults, ..., perf
     assert rows == [
         ("passed", "yes", "hardware.cpu.no_gpu"),
@@ -31,7 +32,7 @@ def test_checks_evidence_hardware_and_lifecycle_are_shown(tmp_path: Path) -> Non
         ("skipped", "no", "perf.overhead"),
     ]
     assert '<span class="badge bad">failed</span>' in html
-    assert re.search(r'id="blocking">.*<code>faults\.engine\.oom</code>', html, re.S)
+    assert re.search(r'id="blocking"[^>]*>.*<code>faults\.engine\.oom</code>', html, re.S)
     assert sd.digest("engine.log") in html and sd.digest("requests") in html
     assert "cpu.model" in html and "Test CPU" in html
     assert "lifecycle-timings" in html and "stop.drain_s" in html
@@ -41,22 +42,111 @@ def test_checks_evidence_hardware_and_lifecycle_are_shown(tmp_path: Path) -> Non
     assert bounds.count('<span class="badge ok">within</span>') == 2
 
 
-def test_overhead_plots_come_from_the_bench_json(tmp_path: Path) -> None:
+def _charts(html: str) -> list[str]:
+    return re.findall(r'<svg class="chart" data-chart="([\w-]+)"', html)
+
+
+def test_overhead_charts_are_the_signed_decided_figures_and_the_bench_json_s_throughput(tmp_path: Path) -> None:
     html = build_run_page(sd.results(), tmp_path).read_text()
-    charts = re.findall(r'<svg class="chart" data-chart="([\w-]+)"', html)
-    assert charts[:6] == [
-        "overhead-unary-added",
-        "overhead-unary-percentiles",
-        "overhead-stream-added",
-        "overhead-stream-percentiles",
-        "overhead-stream-ttft",
-        "overhead-throughput-c32",
-    ]
-    # bound = max(20 ms, 5 % of direct p50 4 ms) = 20 ms; all three arms have throughput bars for both kinds
-    assert "§15.4 bound 20.0 ms" in html
+    assert _charts(html)[:4] == ["overhead-residence", "overhead-paired", "overhead-difference", "overhead-throughput-c32"]
+    # bound = max(20 ms, 5 % of direct p50): in the decided table, per kind
+    decided = html[html.index('id="decided"') : html.index("</table>", html.index('id="decided"'))]
+    assert decided.count("bound p50 20.00 ms, p95 20.00 ms") == 2
     for arm in ("direct", "gateway", "reference"):
-        assert html.count(f'data-series="{arm}" data-group="stream"') == 1
+        assert html.count(f'data-series="{arm}" data-group="stream"') == 1  # the throughput chart
     assert "gateway KiB per open stream" in html
+
+
+def _chart(html: str, name: str) -> str:
+    start = html.index(f'<svg class="chart" data-chart="{name}"')
+    return html[start : html.index("</svg>", start)]
+
+
+def test_charts_draw_intervals_and_never_a_bare_point_whose_interval_holds_zero(tmp_path: Path) -> None:
+    html = build_run_page(sd.predicate(), tmp_path, name="signed-only.html").read_text()
+    residence = _chart(html, "overhead-residence")
+    assert residence.count('class="bar"') == 6 and residence.count('class="err"') == 6  # unary/stream x p50/p95/p99
+    # the black-box difference's intervals span the engine's variance (± 190 ms): interval and hollow marker only
+    difference = _chart(html, "overhead-difference")
+    assert difference.count('class="bar"') == 0
+    assert difference.count('class="noise"') == 6 and difference.count('class="err"') == 6
+    assert "holds 0: noise" in difference  # said in the chart's text alternative
+    table = html[html.index('id="difference"') : html.index("</table>", html.index('id="difference"'))]
+    assert "p50, p95, p99: the interval holds 0 — noise, not a figure" in table
+    assert "lifecycle-timings" not in html
+
+
+def test_a_schema_2_entry_s_difference_is_labelled_as_such_and_not_charted(tmp_path: Path) -> None:
+    old = {
+        **sd.predicate(),
+        "schema_version": "2",
+        "metrics": {"gateway_added_latency_ms": {"p50": 33.9, "p95": -18.1, "p99": -63.6}},
+    }
+    html = build_run_page(old, tmp_path).read_text()
+    assert [c for c in _charts(html) if c.startswith("overhead")] == []
+    legacy = html[html.index('id="legacy-difference"') : html.index("</p>", html.index('id="legacy-difference"'))]
+    assert "black-box difference of percentiles (gateway \u2212 direct), without an interval" in legacy
+    assert "p50 33.90 ms" in legacy
+    summary = html[html.index('id="summary"') : html.index("</section>")]
+    assert "This entry predates schema 3" in summary and 'id="way-unknown"' not in summary  # contract: the way is known
+
+
+def test_every_chart_has_one_unit_and_lifecycle_timings_are_charted_per_unit(tmp_path: Path) -> None:
+    lifecycle = {"warm_acquire_ms": 312.0, "idle_stop_s": 3.11, "idle_stop_after_ttl_s": 6.11, "recovery_restart_s": 8.74,
+                 "cancel_slot_free_ms": 135.0, "note": "text"}  # fmt: skip
+    html = build_run_page({**sd.results(), "lifecycle": lifecycle}, tmp_path).read_text()
+    for chart in re.findall(r'<svg class="chart".*?</svg>', html, re.S):
+        unit = re.search(r'data-unit="([^"]+)"', chart)
+        assert unit, chart[:120]
+        plotted = re.findall(r'class="(?:bar|noise|err)" [^>]*data-unit="([^"]+)"', chart)
+        assert plotted and set(plotted) == {unit.group(1)}, chart[:120]
+        assert re.search(r'aria-label="[^"]+"', chart) and re.search(r"<desc>[^<]+</desc>", chart)
+    ms_chart, s_chart = _chart(html, "lifecycle-timings-ms"), _chart(html, "lifecycle-timings-s")
+    assert re.findall(r'class="bar" [^>]*data-group="([\w.]+)"', ms_chart) == ["cancel_slot_free_ms", "warm_acquire_ms"]
+    assert re.findall(r'class="bar" [^>]*data-group="([\w.]+)"', s_chart) == [
+        "idle_stop_after_ttl_s", "idle_stop_s", "recovery_restart_s"
+    ]  # fmt: skip
+    timings = html[html.index('id="lifecycle"') : html.index("</table>", html.index('id="lifecycle"'))]
+    assert "312 ms" in timings and "8.7 s" in timings
+
+
+def test_the_summary_comes_first_and_says_the_level_the_way_what_was_and_was_not_shown(tmp_path: Path) -> None:
+    checks = [
+        {"id": "protocol.chat.stream", "status": "passed", "required": True, "duration_s": 0.5, "summary": "4 chunks"},
+        {"id": "correctness.natural_stop", "status": "passed", "required": True, "duration_s": 1.0,
+         "summary": "not shown for this model: random weights", "details": {"not_applicable": "random weights"}},
+        {"id": "agents.harbor.real_model", "status": "skipped", "required": False, "duration_s": 0.0,
+         "details": {"reason": "agents.harbor.real_model does not apply to engine=fake device=cpu: scripted answers"}},
+        {"id": "agents.harbor.terminus_solves", "status": "skipped", "required": False, "duration_s": 0.0,
+         "details": {"reason": "agents.harbor.terminus_solves does not apply to engine=fake device=cpu: scripted"}},
+    ]  # fmt: skip
+    pred = sd.predicate(
+        level="provisional", engine="sglang", checks=checks,
+        reasons=["agents.harbor.real_model: optional check skipped", "CPU lacks AMX (amx_tile): the CPU engine needs Intel AMX"],
+        to_certify=["run on an x86_64 CPU with Intel AMX (4th-generation Xeon or later): the SGLang CPU engine needs it"],
+    )  # fmt: skip
+    html = build_run_page(pred, tmp_path).read_text()
+    summary = html[html.index('<section id="summary"') : html.index("</section>")]
+    assert html.index('<section id="summary"') < html.index("<h2>Checks</h2>")
+    assert "Provisional: a real engine passed every required check" in summary
+    reasons = summary[summary.index('id="reasons"') : summary.index("</ul>", summary.index('id="reasons"'))]
+    assert "CPU lacks AMX" in reasons and "optional check skipped" not in reasons  # a check's reason is under "not shown"
+    assert "<li>run on an x86_64 CPU with Intel AMX" in summary[summary.index('id="way"') :]
+    shown = re.findall(r'<tr data-suite="(\w+)"><th>\w+</th><td class="num"><span class="badge \w+">(\d+/\d+)</span>', summary)
+    assert shown == [("protocol", "1/1"), ("correctness", "1/1"), ("agents", "0/2")]
+    groups = re.findall(r'data-head="([^"]+)"><details><summary>[^<]* — (\d+) checks?</summary>', summary)
+    assert groups == [("not applicable to this model", "1"), ("does not apply to engine=fake device=cpu", "2")]
+    assert "Gateway overhead" in summary and "§15.4 within" in summary
+
+
+def test_no_raw_json_is_visible_until_expanded(tmp_path: Path) -> None:
+    html = build_run_page(sd.results(), tmp_path).read_text()
+    visible = re.sub(r"<details.*?</details>", "", html, flags=re.S)
+    visible = re.sub(r"<(style|svg)\b.*?</\1>", "", visible, flags=re.S)
+    assert "{&#34;" not in visible and "&#34;:" not in visible
+    assert "chunks" in html  # the details are still on the page, inside <details>
+    rows = re.findall(r'<tr class="check-row".*?</tr>', html, re.S)
+    assert rows and all('<details class="raw"><summary>details</summary><pre class="details">' in r for r in rows)
 
 
 def test_intervals_decide_the_bound_and_a_negative_difference_is_called_noise(tmp_path: Path) -> None:
@@ -116,14 +206,6 @@ def test_the_paired_shift_is_shown_with_its_interval_and_verdict(tmp_path: Path)
     assert "pairs" not in unary_row  # a JSON without the paired figure shows none, never an invented one
 
 
-def test_without_overhead_json_the_signed_metrics_are_plotted(tmp_path: Path) -> None:
-    results = sd.predicate()
-    html = build_run_page(results, tmp_path, name="other.html").read_text()
-    assert 'data-chart="overhead-metrics-added"' in html
-    assert html.count('class="bar" data-series="gateway"') == 3
-    assert "lifecycle-timings" not in html
-
-
 @pytest.mark.parametrize(
     ("field", "value"),
     [("checks", "not a list"), ("checks", [{"status": "passed"}]), ("evidence", ["x"]), ("overhead", {"x": 1}), ("lifecycle", 3)],
@@ -175,10 +257,38 @@ def test_fault_checks_are_grouped_by_kind_with_what_the_client_saw_and_the_recov
          "details": {"reason": "SGLang honours an abort"}},
         {"id": "protocol.chat.stream", "status": "passed", "required": True, "duration_s": 0.5, "details": {}},
     ]  # fmt: skip
+    checks[0]["details"]["fault"]["spec"] = ['{"mode":"reset","after_events":2}']  # as the proxy records it
+    checks[1]["details"]["evidence"] = {"status": "failed", "error_code": "inference_upstream_failed", "http_status": 502}
     html = build_run_page({**sd.results(), "checks": checks}, tmp_path).read_text()
-    kinds = re.findall(r'<table class="faults" data-kind="([\w-]+)">', html)
+    kinds = re.findall(r'<table class="faults full" data-kind="([\w-]+)">', html)
     assert kinds == ["network", "not-run-here", "process"]
-    network = html[html.index('data-kind="network"') : html.index('data-kind="process"')]
-    assert "faults.connection_reset.broken_stream" in network and "412.5" in network
-    assert "&#34;broken&#34;: true" in network and "protocol.chat.stream" not in network
+    network = html[html.index('data-kind="network"') : html.index('data-kind="not-run-here"')]
+    row = re.findall(r"<td>(.*?)</td>", network[network.index("broken_stream") :], re.S)
+    assert row[:2] == [
+        "via proxy, spec reset, after events 2",
+        '<span class="badge ok">HTTP 200</span> <span class="badge info">broken</span> ',
+    ]
+    assert '<span class="badge bad">failed</span>' in row[2] and "412 ms" in network
+    assert "&#34;" not in network and "protocol.chat.stream" not in network  # words and badges, no JSON
+    process = html[html.index('data-kind="process"') :]
+    process = process[: process.index("</table>")]
+    for chip in ('<span class="badge bad">HTTP 502</span>', '<span class="badge warn">inference_upstream_failed</span>'):
+        assert chip in process
+    assert "9.1 s" in process  # 9100 ms, in a unit a person reads
     assert "SGLang honours an abort" in html[html.index('data-kind="not-run-here"') : html.index('data-kind="process"')]
+
+
+def test_a_failed_run_says_why_in_counts_and_actions(tmp_path: Path) -> None:
+    checks = [
+        {"id": "faults.engine.oom", "status": "failed", "required": True, "duration_s": 1.0, "details": {"reason": "E  boom"}},
+        *({"id": f"protocol.p{i}", "status": "not_run", "required": True, "duration_s": 0.0} for i in range(6)),
+    ]
+    html = build_run_page(sd.predicate(level="failed", checks=checks, reasons=[]), tmp_path).read_text()
+    summary = html[html.index('<section id="summary"') : html.index("</section>")]
+    assert "<li>1 required check(s) failed: faults.engine.oom</li>" in summary
+    assert "<li>6 required check(s) did not run: protocol.p0, protocol.p1, protocol.p2, protocol.p3 and 2 more</li>" in summary
+    way = re.findall(r"<li>(.*?)</li>", summary[summary.index('id="way"') :].split("</ol>", 1)[0])
+    assert way == [
+        "make the failed required checks pass (faults.engine.oom)",
+        "run every suite (pytest certify without -k); 6 required check(s) did not run",
+    ]

@@ -1,6 +1,6 @@
 """``hitch run --harness ...`` and ``hitch local serve`` end to end: real daemon, real gateway, fake engine
 process — or the fake engine in its container (``--launcher oci --image``: runs carry the pinned image; the
-image is built by ``scripts/ci/build_fake_image.py``; skipped without Docker unless ``HITCH_REQUIRE_DOCKER=1``).
+image is built by ``python -m fixtures.images.fake_engine``; skipped without Docker unless ``HITCH_REQUIRE_DOCKER=1``).
 The image choices a run is refused for are answered with their codes before any daemon starts."""
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ from harness.app.daemon_client import DaemonClient
 from harness.contracts.events import RequestEvidenceV1
 from harness.contracts.evidence import InferenceExecutionEvidenceV1
 from harness.contracts.run import RunRecordV1
+from harness.errors import ERROR_TABLE
 from harness.paths import DaemonPaths, HitchRoot
 from tests.harness.daemon.conftest import FAST, HITCH, as_json, hitch, inputs, leak_guard
 from tests.harness.engine.inputs import ServiceInputs
@@ -142,7 +143,7 @@ def _assert_ended(root: HitchRoot, run_id: str, status: str, code: str) -> RunRe
     return record
 
 
-def test_completed_run_evidence_is_derived_from_the_attempt_rows_and_resubmission_answers_the_record(
+def test_completed_run_evidence_is_derived_from_the_attempt_rows_and_only_the_same_request_answers_the_record(
     inputs: ServiceInputs,
 ) -> None:
     root = inputs.root
@@ -180,10 +181,16 @@ def test_completed_run_evidence_is_derived_from_the_attempt_rows_and_resubmissio
     assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in captured)
     assert json.loads(next(p for p in captured if p.name.endswith(".request.json")).read_text())["input"]
     assert _leases(root) == []
-    # the same run id again: the same record, nothing runs again
+    # the same request under the same run id: the same record, nothing runs again
     before = (root.runs / "ok-1" / "run.json").read_bytes()
-    again = as_json(hitch(root, *_run_args("ok-1")))
+    again = as_json(hitch(root, *_run_args("ok-1", "--capture", "full")))
     assert again["kind"] == "run-record" and again["record"] == json.loads(before)
+    # another request under it (another --capture; another prompt): a structured conflict, nothing runs
+    for extra, prompt, differs in (((), "hello", "capture"), (("--capture", "full"), "bye", "submission")):
+        refused = hitch(root, *_run_args("ok-1", *extra, prompt=prompt))
+        assert refused.returncode == ERROR_TABLE["run_conflict"].exit_code, refused.stderr
+        error = json.loads(refused.stdout)["error"]
+        assert error["code"] == "run_conflict" and error["details"]["differs"] == [differs], error
     assert (root.runs / "ok-1" / "run.json").read_bytes() == before and len(_rows(root, "ok-1")) == 1
 
 

@@ -1,5 +1,5 @@
 """Eval containers reach the gateway and nothing else: a real daemon, the fake engine as a
-process, two "trial" containers (``scripts/ci/build_trial_image.py``) on hitch's eval network, each with its
+process, two "trial" containers (``python -m fixtures.images.trial``) on hitch's eval network, each with its
 own container-facing run binding of one shared engine service.
 
 Timing-free: a trial holds its stream open after the first text delta until the test creates its hold

@@ -98,6 +98,13 @@ def test_serve_routes_through_the_gateway_and_sigterm_revokes_and_releases(input
     assert all(s["leases"] == [] for s in status["services"])
     again = DaemonClient(inputs.root).request("DELETE", "/v1/runs/serve-test")
     assert again["deleted"] is False  # idempotent
+    # the run id again: the same request answers the ended run's record, another is a conflict; nothing is served
+    serve = ["local", "serve", "local/tiny", "--device", "cpu", "--profile", "baseline", "--engine", "fake"]
+    kept = as_json(hitch(inputs.root, *serve, "--run-id", "serve-test", "--json"))
+    assert kept["kind"] == "run-record" and kept["record"]["status"] == "completed" and kept["record"]["binding_id"]
+    other = hitch(inputs.root, *serve, "--run-id", "serve-test", "--capture", "full", "--json")
+    assert other.returncode == 2 and json.loads(other.stdout)["error"]["code"] == "run_conflict", other.stdout
+    assert [s["leases"] for s in DaemonClient(inputs.root).services()["services"]] == [[]]
 
 
 def test_engine_death_revokes_the_binding(inputs: ServiceInputs, tmp_path: Path) -> None:

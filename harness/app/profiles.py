@@ -1,13 +1,18 @@
-"""Harness compatibility profiles: the measured field table and the per-root store of certified results.
+"""Harness compatibility profiles: the measured field tables and the per-root store of certified results.
+
+The application layer's admission rule for every harness against a lock (``hitch run``'s model-call and Codex,
+``hitch eval``'s Harbor agents): both entry points ask it, so it lives below them.
 
 Owns :data:`CODEX_FIELDS` (what Codex 0.171.0 sends and what the gateway + SGLang 0.5.23 do with each field,
 measured through the gateway; see the module docstring of :mod:`gateway.policy`; the table is data,
-``field_rules.json`` beside this module, as is :data:`MODEL_CALL_FIELDS`), :func:`codex_key` /
-:func:`model_call_key`, and :class:`ProfileStore`, which keeps one JSON record per profile under
-``<root>/inference/harness-profiles/`` (atomic writes). :meth:`ProfileStore.require_passing` is the
-admission rule: a harness runs against a lock only when its profile exists and every recorded result
-passed; otherwise ``inference_harness_unsupported``. ``model-call`` is the lock's own Responses text path
-(every lock of this version enables it), so it needs no recorded profile; its key is still written into evidence.
+``field_rules.json`` beside this module, as are :data:`MODEL_CALL_FIELDS` and the Harbor agents' tables,
+:data:`HARBOR_TERMINUS_FIELDS` and :data:`HARBOR_SHELL_AGENT_FIELDS`, used by
+:mod:`harness.evals.harbor_agents`), :func:`codex_key` / :func:`model_call_key`, and :class:`ProfileStore`,
+which keeps one JSON record per profile under ``<root>/inference/harness-profiles/`` (atomic writes).
+:meth:`ProfileStore.require_passing` is the admission rule: a harness runs against a lock only when its
+profile exists and every recorded result passed; otherwise ``inference_harness_unsupported``. ``model-call``
+is the lock's own Responses text path (every lock of this version enables it), so it needs no recorded
+profile; its key is still written into evidence.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from harness.paths import HitchRoot, atomic_write_json
 __all__ = [
     "CODEX_FIELDS",
     "FIELD_RULES_PATH",
+    "HARBOR_SHELL_AGENT_FIELDS",
+    "HARBOR_TERMINUS_FIELDS",
     "MODEL_CALL_FIELDS",
     "MODEL_CALL_VERSION",
     "ProfileStore",
@@ -50,10 +57,13 @@ class _FieldTables(Record):
 
     codex: tuple[FieldRuleV1, ...] = Field(min_length=1)
     model_call: tuple[FieldRuleV1, ...] = Field(min_length=1)
+    harbor_terminus_2: tuple[FieldRuleV1, ...] = Field(min_length=1)
+    harbor_shell_agent: tuple[FieldRuleV1, ...] = Field(min_length=1)
 
     @model_validator(mode="after")
     def _one_rule_per_field(self) -> Self:
-        for name, rules in (("codex", self.codex), ("model_call", self.model_call)):
+        for name in type(self).model_fields:
+            rules: tuple[FieldRuleV1, ...] = getattr(self, name)
             if len({r.field for r in rules}) != len(rules):
                 raise ValueError(f"the {name} table has two rules for one field")
         return self
@@ -62,6 +72,8 @@ class _FieldTables(Record):
 _TABLES = _FieldTables.model_validate_json(FIELD_RULES_PATH.read_bytes())
 CODEX_FIELDS: tuple[FieldRuleV1, ...] = _TABLES.codex
 MODEL_CALL_FIELDS: tuple[FieldRuleV1, ...] = _TABLES.model_call
+HARBOR_TERMINUS_FIELDS: tuple[FieldRuleV1, ...] = _TABLES.harbor_terminus_2  # Harbor 0.25.0's terminus-2 (LiteLLM)
+HARBOR_SHELL_AGENT_FIELDS: tuple[FieldRuleV1, ...] = _TABLES.harbor_shell_agent  # fixtures.harbor_agents.shell_agent
 
 
 def profile_id(key: HarnessKeyV1) -> str:

@@ -12,12 +12,12 @@ from typing import Any
 
 from certify.kit import answers
 from certify.kit.answers import PROMPT, SMALL
+from certify.kit.prompt_cases import CASES, prompt_counts
 from certify.kit.requests import evidence_row, gw_post, gw_stream
 from certify.registry import check
 from certify.session import CertifyEnv
-from certify.suites._prompt_cases import CASES, prompt_counts
 from gateway.sse import parse_events
-from harness.daemon.core import load_sealed_lock
+from harness.lock import load_sealed_lock
 from harness.store import model_files_dir
 
 # -- usage and budgets ---------------------------------------------------------------------------------------

@@ -15,7 +15,6 @@ Owns :func:`build_request` (checks the input and budget before anything is sent)
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,10 +22,11 @@ from typing import Any
 import httpx
 
 from harness.errors import ERROR_TABLE, HitchError
+from harness.settings import env_name, settings
 
 __all__ = ["TOKEN_ENV", "ModelCallResult", "build_request", "call_model", "parse_input"]
 
-TOKEN_ENV = "HITCH_LOCAL_MODEL_TOKEN"
+TOKEN_ENV = env_name("local_model_token")
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
 _ROLES = frozenset({"user", "system", "developer", "assistant"})
 
@@ -160,7 +160,8 @@ def call_model(
     transport: httpx.BaseTransport | None = None,
 ) -> ModelCallResult:
     """One request, no retries; the token is read from ``HITCH_LOCAL_MODEL_TOKEN`` of ``env``."""
-    token = (env if env is not None else os.environ).get(TOKEN_ENV, "")
+    secret = settings(env).local_model_token
+    token = secret.reveal() if secret is not None else ""
     if not token:
         raise HitchError("inference_token_invalid", f"{TOKEN_ENV} is not set", {"env": TOKEN_ENV})
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}

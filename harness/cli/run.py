@@ -1,27 +1,29 @@
 """``hitch run --harness model-call|codex --model local/ALIAS ...``, ``hitch run cancel ID``, ``hitch run show ID``.
 
-The run, step by step (spec §10.4, seed 002): check the choices (``--inference sha256:...`` pins a prepared
-identity, then ``--device`` and ``--profile`` are refused; ``--offline`` never installs and fails with the
-commands to run first); a ``--run-id`` that already finished answers its record and nothing runs again when
-the request is the same (the same digest of harness, lock or its inputs, prompt, budget, capture, ...:
-:mod:`harness.daemon.run_identity`), and is ``run_conflict`` when it is not; start the root's daemon if needed
-and create the run through it (``runs/<id>/run.json`` goes ``admitted → preparing → running``; the service is
-acquired with the run as lease owner and the run is registered on the daemon's gateway with its ``--capture``
-mode); check the harness's compatibility profile for the lock (Codex: a certified profile must exist;
-``inference_harness_unsupported`` otherwise); run the harness with the run token in its private environment;
-then, however it ended (an error, Ctrl-C), write the harness's evidence and tell the daemon the terminal
-status and code — it revokes the binding, releases the lease and writes the execution evidence. When the
-daemon died meanwhile, its next start ends the run ``interrupted``.
+The run, step by step (spec §10.4): check the choices (:func:`harness.app.runs.run_service_request`:
+``--inference sha256:...`` pins a prepared identity, then ``--device`` and ``--profile`` are refused;
+``--offline`` never installs and fails with the commands to run first); a ``--run-id`` that already finished
+answers its record and nothing runs again when the request is the same (the same digest of harness, lock or
+its inputs, prompt, budget, capture, ...: :mod:`harness.app.run_identity`), and is ``run_conflict`` when it is
+not; start the root's daemon if needed and create the run through it (``runs/<id>/run.json`` goes ``admitted →
+preparing → running``; the service is acquired with the run as lease owner and the run is registered on the
+daemon's gateway with its ``--capture`` mode); check the harness's compatibility profile for the lock (Codex:
+a certified profile must exist; ``inference_harness_unsupported`` otherwise); run the harness with the run
+token in its private environment; then, however it ended (an error, Ctrl-C), write the harness's evidence and
+tell the daemon the terminal status and code (:func:`harness.app.runs.end_run`) — it revokes the binding,
+releases the lease and writes the execution evidence. When the daemon died meanwhile, its next start ends the
+run ``interrupted``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 import shutil
 import signal
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -30,7 +32,8 @@ from harness.agents.codex_install import find_codex
 from harness.agents.codex_runner import CodexRun
 from harness.agents.evidence import run_inference_dir, write_harness_evidence
 from harness.agents.model_call import TOKEN_ENV, build_request, call_model, parse_input
-from harness.agents.profiles import (
+from harness.app.daemon_client import DaemonClient, ensure_daemon
+from harness.app.profiles import (
     CODEX_FIELDS,
     MODEL_CALL_FIELDS,
     ProfileStore,
@@ -38,83 +41,22 @@ from harness.agents.profiles import (
     codex_key_of,
     model_call_key,
 )
+from harness.app.requests import RunRequest
+from harness.app.run_identity import require_same_request, run_identity
+from harness.app.run_store import RunStore
+from harness.app.runs import RunService, end_run, run_service_request, served_model_id
 from harness.cli import options as opt
 from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.contracts.agent_profile import FieldRuleV1, HarnessKeyV1
 from harness.contracts.lock import InferenceLockV1
-from harness.daemon import DaemonClient, ensure_daemon
-from harness.daemon.core import load_sealed_lock
-from harness.daemon.run_identity import require_same_request, run_identity
-from harness.daemon.run_store import RunStore
 from harness.errors import ERROR_TABLE, HitchError
 from harness.ids import digest_bytes
+from harness.lock import load_sealed_lock
 from harness.paths import HitchRoot
-from harness.runtimes import get_runtime
 
 __all__ = ["register"]
 
 _HARNESSES = ("model-call", "codex")
-
-
-def _run_body(
-    hroot: HitchRoot,
-    root: Path | None,
-    model: str | None,
-    inference: str | None,
-    svc: opt.RunServiceOptions,
-    image: str | None = None,
-) -> dict[str, Any]:
-    from harness.cli.local_services import _ensure_runtime, device_argv, run_image, service_body, service_choice
-
-    device, profile, engine, launcher = svc.device, svc.profile, svc.engine, svc.launcher
-
-    if inference is not None:
-        if device is not None or profile is not None:
-            raise HitchError("usage_error", "--inference pins the device and profile; drop --device/--profile", {})
-        lock = load_sealed_lock(hroot, inference)
-        _same_model(hroot, model, lock)
-        rt = get_runtime(lock.runtime_id)
-        backend: str = lock.execution.platform.backend
-        argv = [model or f"local/{lock.model_id}", "--device", backend, "--runtime", rt.name]
-        if lock.execution.backend_certification == "uncertified":
-            argv.append("--allow-uncertified")
-        if engine == "sglang":  # first: --offline names the pin/prepare commands before an unpinned image is refused
-            _ensure_runtime(hroot, rt, svc.offline, root, argv)
-        pinned = run_image(rt, engine, launcher, image)
-        body: dict[str, Any] = {
-            "inference_id": inference,
-            "engine": engine,
-            "launcher": launcher,
-            "runtime": rt.runtime_id,
-            "device": backend,
-        }
-        return body | ({"image": pinned} if pinned else {})
-    if model is None:
-        raise HitchError("usage_error", "give --model local/ALIAS or --inference sha256:<id>", {})
-    from harness.store import resolve_model
-
-    resolve_model(hroot, model)  # the alias first: an unknown model fails before anything else is looked at
-    prof = profile or "baseline"
-    chosen, rt = service_choice(device or "auto", prof, engine, launcher, svc.runtime, svc.allow_uncertified)
-    argv = [model, *device_argv(chosen), "--profile", prof, "--runtime", rt.name]
-    if engine == "sglang":
-        _ensure_runtime(hroot, rt, svc.offline, root, argv)
-    return service_body(model, chosen, prof, rt, engine, launcher, run_image(rt, engine, launcher, image))
-
-
-def _same_model(hroot: HitchRoot, model: str | None, lock: InferenceLockV1) -> None:
-    """``--inference`` with ``--model``: the model must be the lock's, or the run would serve another one."""
-    if model is None:
-        return
-    from harness.store import resolve_model
-
-    given = resolve_model(hroot, model).model_id
-    if given != lock.model_id:
-        raise HitchError(
-            "inference_lock_mismatch",
-            f"--model {model} is not the model of {lock.inference_id}; drop --model or prepare a lock for it",
-            {"model": model, "model_id": given, "lock_model_id": lock.model_id, "inference_id": lock.inference_id},
-        )
 
 
 def _submission(prompt: str, max_output_tokens: int | None, agent_args: list[str], workdir: Path | None) -> dict[str, Any]:
@@ -127,19 +69,10 @@ def _submission(prompt: str, max_output_tokens: int | None, agent_args: list[str
     }
 
 
-def model_id_of(hroot: HitchRoot, body: dict[str, Any], model: str | None) -> str:
-    """The model a run body serves, before any service starts: its pinned lock's, else ``model``'s."""
-    from harness.store import resolve_model
-
-    if "inference_id" in body:
-        return load_sealed_lock(hroot, body["inference_id"]).model_id
-    return resolve_model(hroot, str(model)).model_id
-
-
-def _codex_preflight(hroot: HitchRoot, body: dict[str, Any], model: str | None, engine: str) -> None:
+def _codex_preflight(hroot: HitchRoot, request: RunRequest, engine: str) -> None:
     """Codex needs a passing compatibility profile for this runtime and model: checked before the run is created."""
     install = find_codex()
-    key = codex_key_of(body["runtime"], model_id_of(hroot, body, model), install.artifact, install.version)
+    key = codex_key_of(str(request.runtime), served_model_id(hroot, request), install.artifact, install.version)
     ProfileStore(hroot).require_passing(key, engine)
 
 
@@ -207,22 +140,6 @@ def _run_harness(
     return key, CODEX_FIELDS, outcome, result.completed
 
 
-def _finish(client: DaemonClient, run_id: str, status: str, error: HitchError | None) -> dict[str, Any] | None:
-    """Tell the daemon how the run ended; the record it keeps. When the daemon is gone, the record on disk if
-    it ended the run before going (a stop), else None (it died: its next start ends the run ``interrupted``)."""
-    body: dict[str, Any] = {"status": status}
-    if error is not None:
-        body["error"] = {"code": error.code, "message": error.message}
-    try:
-        record = client.request("POST", f"/v1/runs/{run_id}/finish", body, timeout_s=120.0)["record"]
-    except HitchError as exc:
-        if exc.code != "daemon_unavailable":
-            raise
-        kept = RunStore(client.root).read(run_id)
-        return kept.to_json_dict() if kept is not None and kept.terminal else None
-    return record if isinstance(record, dict) else None
-
-
 def _record_payload(record: dict[str, Any], hroot: HitchRoot) -> dict[str, Any]:
     return {
         "kind": "run-record",
@@ -239,7 +156,7 @@ def _emit_record(as_json: bool, hroot: HitchRoot, record: dict[str, Any]) -> Non
 
 
 def _cancelled_record(hroot: HitchRoot, run_id: str) -> dict[str, Any]:
-    out: dict[str, Any] = DaemonClient(hroot).request("POST", f"/v1/runs/{run_id}/cancel", {})["record"]
+    out: dict[str, Any] = DaemonClient(hroot).cancel_run(run_id)["record"]
     return out
 
 
@@ -326,27 +243,28 @@ def register(app: typer.Typer) -> None:
             raise HitchError("usage_error", "--fake-fault is for --engine fake", {})
         hroot = common.hroot
         agent_args = list(agent_arg or [])
-        body = _run_body(hroot, common.root, model, inference, svc, image)
-        body.update(run_id=run_id or "run-" + secrets.token_hex(8), harness=harness, capture=capture)
-        body["submission"] = _submission(prompt, max_output_tokens, agent_args, workdir)
+        ask = RunService.of(**dataclasses.asdict(svc), model=model, inference=inference, image=image)
+        run_fields: dict[str, Any] = {"run_id": run_id or "run-" + secrets.token_hex(8), "harness": harness, "capture": capture}
+        run_fields["submission"] = _submission(prompt, max_output_tokens, agent_args, workdir)
         if capture_max_bytes is not None:
-            body["capture_max_bytes"] = capture_max_bytes
+            run_fields["capture_max_bytes"] = capture_max_bytes
         if fake_fault:
-            body["fake_flags"] = [arg for fault in fake_fault for arg in ("--fault", fault)]
+            run_fields["fake_flags"] = [arg for fault in fake_fault for arg in ("--fault", fault)]
+        request = run_service_request(hroot, ask, common.root, **run_fields)
         if run_id is not None:
             known = RunStore(hroot).read(run_id)
             if known is not None and known.terminal:  # idempotent: the same request answers its record, nothing runs
-                require_same_request(run_id, known, run_identity(hroot, body))
+                require_same_request(run_id, known, run_identity(hroot, request))
                 _emit_record(common.as_json, hroot, known.to_json_dict())
                 return
         if harness == "codex":  # before any service starts: a missing harness or an uncertified profile fails fast
-            _codex_preflight(hroot, body, model, svc.engine)
+            _codex_preflight(hroot, request, svc.engine)
         client: DaemonClient = ensure_daemon(hroot)  # before blocking: a daemon spawned here must not inherit the mask
         # Ctrl-C while the run is being created is taken right after, inside _execute, so the run it
         # created is ended (cancelled), never left running
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
-            run = client.request("POST", "/v1/runs", body, timeout_s=900.0)
+            run = client.create_run(request)
         except BaseException:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
             raise
@@ -374,7 +292,7 @@ def _execute(
     key: HarnessKeyV1 | None = None
     fields: tuple[FieldRuleV1, ...] = ()
     outcome: dict[str, Any] = {"harness": harness}
-    status = "failed"
+    status: Literal["completed", "failed", "cancelled"] = "failed"
     error: HitchError | None = HitchError("internal_error", "the run ended before its harness did")
     try:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
@@ -395,7 +313,7 @@ def _execute(
         if error is not None:
             outcome = {**outcome, "error": error.to_dict()}
         write_harness_evidence(hroot, run_id, key, fields, outcome)
-        record = _finish(client, run_id, status, error)
+        record = end_run(client, run_id, status, error)
     out = run_inference_dir(hroot, run_id)
     if record is None:
         raise HitchError(

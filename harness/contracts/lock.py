@@ -64,7 +64,7 @@ class CudaPlatformV1(Record):
 
 
 class MetalPlatformV1(Record):
-    """Parsed so a lock naming it gets a clear refusal, never a parse error (P1)."""
+    """Parsed so a lock naming it gets a clear refusal, never a parse error (metal is not served by this version)."""
 
     backend: Literal["metal"]
     mlx_quantization: Literal["none", "prequantized"]

@@ -45,8 +45,11 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from harness.app.daemon_client import DaemonClient
+from harness.app.requests import TRIAL_WAIT_S, FinishRunRequest, RunErrorIn, RunRequest, parse_request
+from harness.app.run_store import RunStore
 from harness.contracts.evaluation import (
     EvaluationRecordV1,
     TrialOutcomeV1,
@@ -56,18 +59,15 @@ from harness.contracts.evaluation import (
     TrialUsageV1,
 )
 from harness.contracts.run import RunErrorV1
-from harness.daemon import DaemonClient
-from harness.daemon.run_infra import ENGINE_FAILURE_CODES
-from harness.daemon.run_store import RunStore
-from harness.daemon.trial_reservation import TRIAL_WAIT_S
-from harness.errors import HitchError
+from harness.docker_engine import docker_client
+from harness.errors import ENGINE_FAILURE_CODES, HitchError
 from harness.evals.harbor_agents import NO_MODEL_AGENTS, TERMINUS
 from harness.evals.harbor_install import HarborInstall
 from harness.evals.harbor_process import DriverProcess
 from harness.evals.trial_resources import resources_of
 from harness.paths import HitchRoot, atomic_write_json, ensure_private_dir
 
-__all__ = ["EvalOptions", "HarborEvaluation", "model_connection", "task_dirs"]
+__all__ = ["EvalOptions", "HarborEvaluation", "Trial", "model_connection", "task_dirs", "trial_outcome"]
 
 HOST_SIDE_AGENTS = frozenset({TERMINUS})  # call the model from Harbor's process (LiteLLM)
 LOCAL_ENVIRONMENTS = frozenset({"docker"})
@@ -108,8 +108,6 @@ def model_connection(agent: str, environment: str) -> str:
 
 def base_image_id(tag: str = BASE_IMAGE) -> str:
     """The ID of the task images' base: what the daemon's reachability probe runs for in-container trials."""
-    from harness.launch.docker_errors import docker_client
-
     client = docker_client()
     try:
         return str(client.images.get(tag).id)
@@ -150,7 +148,7 @@ class EvalOptions:
 
 
 @dataclass
-class _Trial:
+class Trial:
     """One attempt of one trial of the evaluation."""
 
     name: str  # = run_id: unique on this host, so Harbor's compose projects of two evaluations never meet
@@ -170,7 +168,7 @@ class HarborEvaluation:
     """One evaluation: its trials, the Harbor driver process, the record."""
 
     def __init__(
-        self, root: HitchRoot, install: HarborInstall, client: DaemonClient, run_body: dict[str, Any], options: EvalOptions
+        self, root: HitchRoot, install: HarborInstall, client: DaemonClient, request: RunRequest, options: EvalOptions
     ) -> None:
         if options.k < 1 or options.n_concurrent < 1 or options.infra_retries < 0:
             raise HitchError(
@@ -180,14 +178,14 @@ class HarborEvaluation:
             )
         self.connection = model_connection(options.agent, options.environment)
         self.root, self.install, self.client, self.options = root, install, client, options
-        self.run_body = dict(run_body)
+        self.request = request
         self.evaluation_id = options.evaluation_id or "eval-" + secrets.token_hex(6)
         if not _EVAL_ID.match(self.evaluation_id):  # it names runs and Harbor's compose projects
             raise HitchError("usage_error", "an evaluation id is 1..40 of [a-z0-9-], starting alphanumeric", {})
-        self.dir = root.path / "evals" / self.evaluation_id
+        self.dir = root.evals / self.evaluation_id
         resources = {task: resources_of(task) for task in options.tasks}  # a bad task.toml stops us before anything
         self.trials = [
-            _Trial(
+            Trial(
                 f"{self.evaluation_id}-{task.name}-{i}",
                 task.resolve(),
                 f"{self.evaluation_id}-{task.name}-{i}",
@@ -206,7 +204,7 @@ class HarborEvaluation:
             )
         self._final = {t.slot: t for t in self.trials}  # the latest attempt of each trial
         self._tokens = len(self.trials)  # token variable names used so far (one per attempt)
-        self.inference_id: str | None = run_body.get("inference_id")
+        self.inference_id: str | None = request.inference_id
         self.eval_image = (options.eval_image or base_image_id()) if self.connection == "container" else None
         self._events: queue.Queue[dict[str, Any]] = queue.Queue()
         self._driver: DriverProcess | None = None
@@ -223,9 +221,9 @@ class HarborEvaluation:
         started = time.time()
         paths = [str(p) for p in self.options.agent_paths]
         self._driver = DriverProcess(self.install, self.dir, paths, self._events)
-        pending: deque[_Trial] = deque(self.trials)
-        binding: dict[str, _Trial] = {}
-        live: dict[str, _Trial] = {}
+        pending: deque[Trial] = deque(self.trials)
+        binding: dict[str, Trial] = {}
+        live: dict[str, Trial] = {}
         try:
             while pending or binding or live:
                 self._bind_more(pending, binding, live)
@@ -262,7 +260,7 @@ class HarborEvaluation:
             model_connection=self.connection,
             environment="docker",
             inference_id=self.inference_id,
-            engine=str(self.run_body.get("engine", "sglang")),
+            engine=self.request.engine,
             agent_profile_id=self.options.agent_profile_id,
             infrastructure_retries=self.options.infra_retries,
             started_at=started,
@@ -275,7 +273,7 @@ class HarborEvaluation:
 
     # -- binding runs --------------------------------------------------------------------------------------
 
-    def _bind_more(self, pending: deque[_Trial], binding: dict[str, _Trial], live: dict[str, _Trial]) -> None:
+    def _bind_more(self, pending: deque[Trial], binding: dict[str, Trial], live: dict[str, Trial]) -> None:
         """Bind runs for the next trials while fewer than ``n_concurrent`` are being bound or running; the
         first run prepares the lock, so until its inference id is known it is the only one."""
         while pending and len(binding) + len(live) < self.options.n_concurrent:
@@ -285,7 +283,7 @@ class HarborEvaluation:
             binding[trial.name] = trial
             threading.Thread(target=self._bind_in_background, args=(trial,), daemon=True).start()
 
-    def _bind_in_background(self, trial: _Trial) -> None:
+    def _bind_in_background(self, trial: Trial) -> None:
         try:
             if self._aborted.is_set():
                 raise HitchError("run_cancelled", "the evaluation ended before this trial's run was created", {})
@@ -295,14 +293,15 @@ class HarborEvaluation:
             return
         if self._aborted.is_set():  # bound after the evaluation ended: end it here, nobody else will
             with contextlib.suppress(HitchError):
-                self.client.request("POST", f"/v1/runs/{trial.run_id}/cancel", {})
+                self.client.cancel_run(trial.run_id)
         self._events.put({"event": "bound", "trial": trial.name, "run": run})
 
-    def _create_run(self, trial: _Trial) -> dict[str, Any]:
+    def _create_run(self, trial: Trial) -> dict[str, Any]:
+        given = self.request.body()
         if self.inference_id is None:
-            body = {**self.run_body}
+            body = given
         else:  # the lock and service are prepared: every later trial pins them
-            body = {k: self.run_body[k] for k in _RUN_FIELDS_PINNED if k in self.run_body} | {"inference_id": self.inference_id}
+            body = {k: given[k] for k in _RUN_FIELDS_PINNED if k in given} | {"inference_id": self.inference_id}
         body.update(
             run_id=trial.run_id,
             harness=f"harbor:{self.options.agent}",
@@ -312,17 +311,17 @@ class HarborEvaluation:
         if self.eval_image is not None:
             body.update(for_containers=True, eval_image=self.eval_image)
         # answered once the service is ready and the trial's resources are held: it may wait its turn that long
-        run: dict[str, Any] = self.client.request("POST", "/v1/runs", body, timeout_s=TRIAL_WAIT_S + 900.0)
+        run = self.client.create_run(parse_request(RunRequest, body), timeout_s=TRIAL_WAIT_S + 900.0)
         if run.get("existing"):
             raise HitchError("run_conflict", f"run {trial.run_id} already ran; give another --eval-id", {"run_id": trial.run_id})
         return run
 
-    def _bound(self, trial: _Trial, event: dict[str, Any], live: dict[str, _Trial]) -> None:
+    def _bound(self, trial: Trial, event: dict[str, Any], live: dict[str, Trial]) -> None:
         error = event.get("error")
         if isinstance(error, HitchError) and error.code == "run_cancelled" and not self._aborted.is_set():
             # its run was cancelled from outside while it was bound (waiting for its resources): that trial ends
-            record = self.client.request("GET", f"/v1/runs/{trial.run_id}")["record"]
-            trial.outcome = _outcome(self.root, trial, record)
+            record = self.client.run_record(trial.run_id)["record"]
+            trial.outcome = trial_outcome(self.root, trial, record)
             return
         if error is not None:
             raise error
@@ -334,14 +333,14 @@ class HarborEvaluation:
         if not self._driver.start_trial(self._spec(trial)):
             raise HitchError("harness_run_failed", "Harbor's driver takes no more trials (see driver.log)", {})
 
-    def _overlay(self, trial: _Trial) -> Path:
+    def _overlay(self, trial: Trial) -> Path:
         overlay = self.dir / "overlay.compose.yaml"
         if not overlay.exists():
             text = container_overlay(str(trial.run["eval_network"])) if self.connection == "container" else OVERLAY
             overlay.write_text(text)
         return overlay
 
-    def _spec(self, trial: _Trial) -> dict[str, Any]:
+    def _spec(self, trial: Trial) -> dict[str, Any]:
         spec: dict[str, Any] = {
             "name": trial.name,
             "task_path": str(trial.task),
@@ -364,7 +363,7 @@ class HarborEvaluation:
 
     # -- trials ending ---------------------------------------------------------------------------------------
 
-    def _follow_outside_cancels(self, live: dict[str, _Trial]) -> None:
+    def _follow_outside_cancels(self, live: dict[str, Trial]) -> None:
         """A run cancelled from outside (``hitch run cancel``): cancel its trial in Harbor."""
         store = RunStore(self.root)
         for trial in live.values():
@@ -372,15 +371,17 @@ class HarborEvaluation:
             if trial.result is None and kept is not None and kept.terminal:
                 self.cancel(trial.name)
 
-    def _finish(self, trial: _Trial, error: HitchError | None) -> None:
-        status = "completed" if error is None else ("cancelled" if error.code == "run_cancelled" else "failed")
-        body: dict[str, Any] = {"status": status}
-        if error is not None:
-            body["error"] = {"code": error.code, "message": error.message}
-        record = self.client.request("POST", f"/v1/runs/{trial.run_id}/finish", body, timeout_s=120.0)["record"]
-        trial.outcome = _outcome(self.root, trial, record)
+    def _finish(self, trial: Trial, error: HitchError | None) -> None:
+        status: Literal["completed", "failed", "cancelled"] = (
+            "completed" if error is None else ("cancelled" if error.code == "run_cancelled" else "failed")
+        )
+        finish = FinishRunRequest(
+            status=status, error=RunErrorIn(code=error.code, message=error.message) if error is not None else None
+        )
+        record = self.client.finish_run(trial.run_id, finish)["record"]
+        trial.outcome = trial_outcome(self.root, trial, record)
 
-    def _retry_of(self, trial: _Trial) -> _Trial | None:
+    def _retry_of(self, trial: Trial) -> Trial | None:
         """The next attempt of a trial whose engine failed, while retries are left; else None."""
         out = trial.outcome
         if out is None or out.error is None or out.error.code not in ENGINE_FAILURE_CODES:
@@ -389,7 +390,7 @@ class HarborEvaluation:
             return None
         first = self.trials[trial.slot]
         attempt = trial.attempt + 1
-        retry = _Trial(
+        retry = Trial(
             f"{first.name}-r{attempt}",
             trial.task,
             f"{first.run_id}-r{attempt}",
@@ -403,11 +404,11 @@ class HarborEvaluation:
         self._final[trial.slot] = retry
         return retry
 
-    def _outcome_of(self, trial: _Trial) -> TrialOutcomeV1:
+    def _outcome_of(self, trial: Trial) -> TrialOutcomeV1:
         assert trial.outcome is not None
         return TrialOutcomeV1.model_validate({**trial.outcome.model_dump(), "attempts": [a.model_dump() for a in trial.earlier]})
 
-    def _abort(self, binding: dict[str, _Trial], live: dict[str, _Trial]) -> None:
+    def _abort(self, binding: dict[str, Trial], live: dict[str, Trial]) -> None:
         """The evaluation is ending early: every live trial is cancelled in Harbor and its run ended
         ``cancelled``; a run still being bound is cancelled in the daemon (its wait for resources ends)."""
         self._aborted.set()
@@ -416,7 +417,7 @@ class HarborEvaluation:
                 self.cancel(trial.name)
         for trial in binding.values():
             with contextlib.suppress(HitchError):
-                self.client.request("POST", f"/v1/runs/{trial.run_id}/cancel", {})
+                self.client.cancel_run(trial.run_id)
         if self._driver is not None:
             self._driver.close()
         for trial in live.values():
@@ -436,10 +437,10 @@ def _trial_error(event: dict[str, Any]) -> HitchError | None:
     return None
 
 
-def _outcome(root: HitchRoot, trial: _Trial, record: dict[str, Any]) -> TrialOutcomeV1:
+def trial_outcome(root: HitchRoot, trial: Trial, record: dict[str, Any]) -> TrialOutcomeV1:
     result = trial.result or {}
     usage = service = None
-    execution = root.runs / trial.run_id / "inference" / "execution.json"
+    execution = root.run_inference_dir(trial.run_id) / "execution.json"
     with contextlib.suppress(OSError, ValueError):
         ev = json.loads(execution.read_text(encoding="utf-8"))
         usage = TrialUsageV1(

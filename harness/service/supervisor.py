@@ -124,7 +124,7 @@ class ServiceSupervisor:
         self.health_timeout_s = health_timeout_s
         self.health_failures = health_failures
         self.store = ServiceStateStore(root, service_id)
-        self._lock = asyncio.Lock()
+        self._mutex = asyncio.Lock()
         self._failure_cbs: list[FailureCallback] = []
         self._release_cbs: list[ReleaseCallback] = []
         self._state: ServiceState = "absent"
@@ -220,7 +220,7 @@ class ServiceSupervisor:
 
     async def start(self) -> ServiceEndpoint:
         """Start a new epoch and return once it is ready; on failure the engine is gone and this raises."""
-        async with self._lock:
+        async with self._mutex:
             if self._state in _LIVE:
                 raise HitchError("inference_in_use", f"service {self.service_id} is already {self._state}", {})
             stored = self.store.read()
@@ -341,7 +341,7 @@ class ServiceSupervisor:
 
     async def drain(self) -> None:
         """ready → draining: the service takes no new routes; in-flight requests finish."""
-        async with self._lock:
+        async with self._mutex:
             if self._state == "ready":
                 self._write("draining")
                 self._stop_event("inference.draining")
@@ -351,7 +351,7 @@ class ServiceSupervisor:
         if self._state in _TERMINAL:
             return self.last_exit
         released = False
-        async with self._lock:
+        async with self._mutex:
             if self._state in _TERMINAL:
                 return self.last_exit
             if self._state == "ready":
@@ -379,7 +379,7 @@ class ServiceSupervisor:
     # -- failure ------------------------------------------------------------------------------------
 
     async def _fail_locked(self, err: HitchError, exit_info: ExitInfo | None = None, stop_engine: bool = True) -> None:
-        """Caller holds ``self._lock``. Mark failed, tell on_failure at once, stop, then tell on_released."""
+        """Caller holds ``self._mutex``. Mark failed, tell on_failure at once, stop, then tell on_released."""
         self.failure = err
         self._endpoint = None
         exit_code = exit_info.exit_code if exit_info is not None else err.details.get("exit_code")
@@ -436,7 +436,7 @@ class ServiceSupervisor:
                     return
 
     async def _monitor_failed(self, epoch: int, err: HitchError, exit_info: ExitInfo | None) -> None:
-        async with self._lock:
+        async with self._mutex:
             if self._epoch != epoch or self._state not in ("ready", "draining"):
                 return  # a stop or a new epoch got here first
             self._monitor = None

@@ -1,4 +1,4 @@
-"""The gateway under hostile input (issue 19) and its OpenAI-shaped refusals (issue 13 items 2-3).
+"""The gateway under hostile input and its OpenAI-shaped refusals.
 
 A real gateway on loopback in front of the fake engine: oversized bodies are refused before they are read,
 nesting bombs and malformed fields get 400 naming the field and never reach the engine, an internal error

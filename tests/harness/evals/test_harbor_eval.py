@@ -25,9 +25,9 @@ import psutil
 import pytest
 
 from gateway.bindings import run_path_prefix
+from harness.app.daemon_client import DaemonClient
 from harness.contracts.evaluation import EvaluationRecordV1
-from harness.daemon import DaemonClient
-from harness.daemon.run_infra import ENGINE_FAILURE_CODES
+from harness.errors import ENGINE_FAILURE_CODES
 from harness.evals.harbor_agents import SHELL_AGENT, TERMINUS, agent_key, record_agent_result
 from harness.evals.harbor_install import HarborInstall, harbor_install
 from harness.evals.harbor_run import EvalOptions, HarborEvaluation

@@ -1,4 +1,4 @@
-"""Profiles → draft ``InferenceLockV1`` and strict lock validation (spec §6.2, DESIGN §3).
+"""Profiles → draft ``InferenceLockV1`` and strict lock validation (spec §6.2).
 
 The defaults are the table of spec §6.2, not SGLang's own defaults. A draft lock is a
 pure function of (model manifest, runtime manifest, device, profile, cores of one NUMA
@@ -36,15 +36,20 @@ __all__ = [
     "CPU_MEM_FRACTION_STATIC",
     "DEFAULT_CONTEXT_TOKENS",
     "PROFILES",
+    "SERVED_DEVICES",
     "Device",
     "ProfileShort",
+    "ServedDevice",
     "build_lock",
     "profile_name",
     "resolve_dtype",
+    "served_device",
     "validate_lock",
 ]
 
-Device = Literal["cpu", "cuda", "metal"]
+Device = Literal["cpu", "cuda", "metal"]  # what a lock can name: metal parses, and is refused (served_device)
+ServedDevice = Literal["cpu", "cuda"]
+SERVED_DEVICES: tuple[ServedDevice, ...] = ("cpu", "cuda")
 ProfileShort = Literal["baseline", "throughput"]
 
 PROFILES: dict[str, ProfileName] = {
@@ -67,7 +72,7 @@ _MAX_OUTPUT_CAP = 2048
 _GIB = 1 << 30
 _MIB = 1 << 20
 
-# The protocol surface every P0 lock enables; its digest names the compatibility profile.
+# The protocol surface every lock of this version enables; its digest names the compatibility profile.
 _PROTOCOL_PROFILE = {"engine": "sglang", "profile": "openai-responses-text-v1", "input_modalities": ["text"]}
 
 _DTYPE_ALIASES = {
@@ -80,6 +85,16 @@ _DTYPE_ALIASES = {
     "fp32": "float32",
     "float": "float32",
 }
+
+
+def served_device(device: str) -> ServedDevice:
+    """``device`` when this version serves it. Metal (a lock may name it, spec §5) and any other name are
+    ``inference_device_unsupported``: the one place that refuses them."""
+    for served in SERVED_DEVICES:
+        if device == served:
+            return served
+    why = "metal parses but is not served by this version" if device == "metal" else f"unknown device {device!r}"
+    raise HitchError("inference_device_unsupported", why, {"device": device, "choices": [*SERVED_DEVICES, "metal"]})
 
 
 def profile_name(short: str) -> ProfileName:
@@ -169,8 +184,7 @@ def build_lock(
     """The draft lock for this model + runtime + device + profile (spec §6.2 defaults). ``benchmark`` permits
     the benchmark sampling controls (``ignore_eos``, ``min_tokens``: fixed output lengths for the field's
     benchmark tools); an agent run's lock never sets it, and it changes the inference id."""
-    if device == "metal":
-        raise HitchError("inference_device_unsupported", "metal is a P1 backend and is refused in P0", {"device": device})
+    device = served_device(device)
     if runtime.backend != device:
         raise HitchError(
             "inference_device_unsupported",
@@ -282,8 +296,7 @@ def validate_lock(data: Any) -> InferenceLockV1:
     ``inference_id`` and impossible combinations are refused; metal parses but is refused."""
     lock = parse_record(InferenceLockV1, data, "inference_lock_invalid")
     ex = lock.execution
-    if ex.platform.backend == "metal":
-        raise HitchError("inference_device_unsupported", "metal is a P1 backend and is refused in P0", {"device": "metal"})
+    served_device(ex.platform.backend)
     expected = compute_inference_id(lock.to_json_dict())
     if expected != lock.inference_id:
         raise HitchError(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.agents.profiles import (
+from harness.app.profiles import (
     CODEX_FIELDS,
     MODEL_CALL_FIELDS,
     ProfileStore,

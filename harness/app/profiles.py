@@ -1,4 +1,7 @@
-"""Harness compatibility profiles: the measured field table and the per-root store of certified results.
+"""Harness compatibility profiles: the measured field tables and the per-root store of certified results.
+
+The application layer's admission rule for every harness against a lock (``hitch run``'s model-call and Codex,
+``hitch eval``'s Harbor agents): both entry points ask it, so it lives below them.
 
 Owns :data:`CODEX_FIELDS` (what Codex 0.171.0 sends and what the gateway + SGLang 0.5.23 do with each field,
 measured through the gateway; see the module docstring of :mod:`gateway.policy`; the table is data,
@@ -8,8 +11,8 @@ measured through the gateway; see the module docstring of :mod:`gateway.policy`;
 which keeps one JSON record per profile under ``<root>/inference/harness-profiles/`` (atomic writes).
 :meth:`ProfileStore.require_passing` is the admission rule: a harness runs against a lock only when its
 profile exists and every recorded result passed; otherwise ``inference_harness_unsupported``. ``model-call``
-is the lock's own Responses text path (every P0 lock enables it), so it needs no recorded profile; its key is
-still written into evidence.
+is the lock's own Responses text path (every lock of this version enables it), so it needs no recorded
+profile; its key is still written into evidence.
 """
 
 from __future__ import annotations

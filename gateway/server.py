@@ -2,10 +2,20 @@
 
 Owns :class:`GatewayConfig` and :class:`Gateway`. One request goes through, in order: allow-list (404,
 nothing reaches the engine) → run token and binding state (401/403) → ``GET /v1/models`` answered here with
-the binding's wire model only → body policy (lock sampling, budget, parameters, modality) → exact context
-check → fair admission (one permit per engine running slot, per-run round-robin, queue timeout) → one
-POST to the engine, relayed byte for byte → one evidence row, metrics and capture. The upstream client
-never reads the environment (``trust_env=False``), keeps no cookies and never retries.
+the binding's wire model only → the run's deadline (when it has one) → body policy (lock sampling, budget,
+parameters, modality) → exact context check → fair admission (the gateway's own bounded FIFO: one permit per
+engine running slot, per-run round-robin, the lock's queue timeout or the deadline's time left) → one POST to
+the engine under min(the deadline's time left, the lock's request timeout) and, for a stream, the lock's idle
+timeout, relayed byte for byte → one evidence row, metrics and capture. The upstream client never reads the
+environment, keeps no cookies and never retries.
+
+No faked cancel (spec §9.2): a request the gateway abandoned after forwarding it (the client left, a timeout)
+keeps its permit until the engine shows the slot free (:func:`gateway.slot_probe.confirm_slot_free`, bounded
+by the lock's ``abort_confirm_timeout_ms``); only then does the next waiter get it, and the evidence row is
+written with how long that took. When the engine never shows it free the service's queue is faulted (no new
+admission on that epoch; waiters get ``inference_abort_unconfirmed``), the requests still in flight finish
+(drain), and :attr:`Gateway.on_service_fault` is told, so the daemon fails the epoch and the next acquire
+starts a new one (the gateway imports nothing of the service layer).
 
 The gateway binds loopback by default; metrics are served on a second loopback port. A container-facing
 listener (:meth:`Gateway.listen_on`, the Docker bridge address of hitch's eval network) serves only the
@@ -15,9 +25,11 @@ bindings registered for it.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import os
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +40,7 @@ from aiohttp.http_parser import RawRequestMessage
 from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler
 
-from gateway.admission import FairQueue
+from gateway.admission import FairQueue, Permit
 from gateway.auth import bearer_token, engine_headers
 from gateway.bindings import Binding, BindingRegistry, UpstreamTarget
 from gateway.capture import CaptureLedger, CaptureMode, RequestCapture, RunCapture
@@ -39,19 +51,27 @@ from gateway.metrics import GatewayMetrics, build_metrics_app
 from gateway.policy import apply_policy
 from gateway.replies import REQUEST_ID_HEADER, SERVER_NAME, error_reply, hitch_error_reply, json_reply
 from gateway.routes import match_route
+from gateway.slot_probe import SlotVerdict, confirm_slot_free
 from gateway.transport import Exchange, open_upstream, relay_stream, relay_unary
 from gateway.writer import BackgroundWriter
 from harness.contracts.binding import ModelEndpointBindingV1
+from harness.contracts.lock import InferenceLockV1
 from harness.errors import HitchError
+from harness.lock import ABORT_CONFIRM_TIMEOUT_MS, STREAM_IDLE_TIMEOUT_MS
 from harness.paths import SubPath, ensure_private_dir
 
-__all__ = ["Gateway", "GatewayConfig"]
+__all__ = ["DEFAULT_MAX_WAITING", "Gateway", "GatewayConfig", "ServiceFault"]
 
 log = logging.getLogger("gateway.server")
 
 _OFFLOAD_BODY_BYTES = 256 * 1024  # above this the context check runs in a worker thread
 _CLIENT_CLOSED = 499
 _READ_CAP = 1 << 30  # aiohttp's own cap; unused, since bodies are read by gateway.intake.read_body
+# The gateway's queue bound per service (requests waiting for a permit). Waiting is already bounded in time by
+# the lock's queue timeout; this bounds memory (each waiter holds its body, up to gateway.intake.body_limit:
+# ~1.3 MB at an 8k context, so 64 waiters stay under ~85 MB) while holding every agent a realistic evaluation
+# runs against one service at once (Harbor -n 32 with a retry in flight each). Only past it is a request 429.
+DEFAULT_MAX_WAITING = 64
 
 
 class _Protocol(RequestHandler):
@@ -78,14 +98,29 @@ class GatewayConfig:
     metrics_port: int | None = 0
     capture: CaptureMode = "off"
     capture_limit_bytes: int = 16 << 20
-    max_waiting: int = 4096  # the lock's max_queued_requests bounds each engine's queue below this
+    max_waiting: int = DEFAULT_MAX_WAITING  # per service; the engine's own --max-queued-requests is the second boundary
     max_body_bytes: int | None = None  # None: derived per lock from its context (gateway.intake.body_limit)
     max_response_bytes: int = 256 << 20
     queue_timeout_ms: int | None = None
 
+    abort_confirm_timeout_ms: int | None = None  # None: the lock's (else harness.lock.ABORT_CONFIRM_TIMEOUT_MS)
+
     private_dir = SubPath("state_dir", "private")
     evidence_dir = SubPath("state_dir", "evidence")
     capture_dir = SubPath("state_dir", "capture")
+
+
+@dataclass(frozen=True)
+class ServiceFault:
+    """A service epoch the gateway stopped admitting to: an abandoned request's slot was never shown free."""
+
+    service_id: str
+    epoch: int
+    error: HitchError
+    drained: bool  # every other request of the epoch ended before the fault was reported
+
+
+FaultHook = Callable[[ServiceFault], Awaitable[None] | None]
 
 
 class Gateway:
@@ -106,6 +141,11 @@ class Gateway:
         # per binding: exchanges begun (each one must end as exactly one evidence row) and handlers in flight
         self.begun: dict[str, int] = {}
         self.in_flight: dict[str, set[asyncio.Task[Any]]] = {}
+        # per binding: abandoned exchanges whose engine slot is being confirmed free (they hold their permit)
+        self.confirming: dict[str, set[asyncio.Task[None]]] = {}
+        self.on_service_fault: FaultHook | None = None  # the daemon fails the epoch (harness.daemon.runs)
+        self.faults: list[ServiceFault] = []
+        self._background: set[asyncio.Future[None]] = set()
         self.metrics.queue_gauges = self._queue_rows
         self._pool = EnginePool()
         self._runner: web.ServerRunner | None = None
@@ -125,9 +165,11 @@ class Gateway:
         queue_timeout_ms: int | None = None,
         capture: RunCapture | None = None,
         listen_host: str | None = None,
+        deadline_s: float | None = None,
     ) -> ModelEndpointBindingV1:
         """Bind a run; ``capture`` replaces the gateway's capture for this run only; ``listen_host`` makes it a
-        container-facing binding, served only on that listener (:meth:`listen_on` first)."""
+        container-facing binding, served only on that listener (:meth:`listen_on` first); ``deadline_s`` is
+        the run's candidate deadline (:meth:`gateway.bindings.Binding.time_left`)."""
         timeout = queue_timeout_ms if queue_timeout_ms is not None else self.config.queue_timeout_ms
         listener = None
         if listen_host is not None:
@@ -135,7 +177,7 @@ class Gateway:
             if known is None:
                 raise HitchError("internal_error", f"the gateway does not listen on {listen_host}", {})
             listener = (listen_host, known[1])
-        return self.registry.register(run_id, target, timeout, capture, listener)
+        return self.registry.register(run_id, target, timeout, capture, listener, deadline_s)
 
     async def listen_on(self, host: str) -> str:
         """Also accept connections on ``host`` (the Docker bridge address eval containers reach); returns that
@@ -217,6 +259,11 @@ class Gateway:
             self.metrics_port = _bound_port(self._metrics_runner)
 
     async def stop(self) -> None:
+        pending = [t for tasks in self.confirming.values() for t in tasks]
+        for task in pending:  # shutting down: no verdict to wait for; each records its row and lets go
+            task.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
         self._extra_sites.clear()  # the runner's cleanup stops every site
         if self._runner is not None:
             await self._runner.cleanup()
@@ -232,10 +279,16 @@ class Gateway:
         deadline = time.monotonic() + timeout_s
 
         def busy() -> bool:
-            return bool(self.in_flight.get(binding_id)) if binding_id is not None else bool(self.unrecorded)
+            if binding_id is not None:
+                return bool(self.in_flight.get(binding_id)) or bool(self.confirming.get(binding_id))
+            return bool(self.unrecorded)
 
         while busy() and time.monotonic() < deadline:
             await asyncio.sleep(0.005)
+        # an abandoned exchange's row waits for its engine slot's verdict, which its own bound ends
+        confirming = [t for bid, tasks in self.confirming.items() if binding_id in (None, bid) for t in tasks]
+        if confirming:
+            await asyncio.wait(confirming)
         self.evidence.flush()
         await asyncio.to_thread(self.writer.flush)
 
@@ -245,9 +298,8 @@ class Gateway:
         key = (target.service_id, target.epoch)
         queue = self.queues.get(key)
         if queue is None:
-            ex = target.lock.execution
-            waiting = min(ex.max_queued_requests, self.config.max_waiting)
-            queue = self.queues[key] = FairQueue(ex.max_running_requests, waiting)
+            # the gateway's bound, not the lock's max_queued_requests (the engine's queue, behind this one)
+            queue = self.queues[key] = FairQueue(target.lock.execution.max_running_requests, self.config.max_waiting)
         return queue
 
     def _queue_rows(self) -> list[tuple[str, int, int, int, int, int]]:
@@ -297,10 +349,17 @@ class Gateway:
         if task is not None:
             self.in_flight.setdefault(bid, set()).add(task)
         forwarded = False
+        queue: FairQueue | None = None
+        permit: Permit | None = None
         try:
             if route.name == "/v1/models":
                 ex.status, ex.http_status = "completed", 200
                 return self._models(ex)
+            left = binding.time_left(time.monotonic())
+            if left is not None:
+                ex.deadline_left_ms = left * 1000
+                if left <= 0:
+                    raise _deadline_spent(binding, "before this request")
             target = binding.target
             context = target.lock.execution.context_tokens_per_request
             raw = await read_body(request, body_limit(context, self.config.max_body_bytes))
@@ -317,30 +376,31 @@ class Gateway:
             else:
                 checker.check(*args)
             queue = self._queue_for(target)
-            permit = await queue.acquire(binding.run_id, binding.queue_timeout_ms / 1000)
-            try:
-                t_admit = time.perf_counter()
-                ex.queue_ms = (t_admit - t0) * 1000
-                self.metrics.queue.observe(t_admit - t0)
-                own = binding.capture
-                mode = own.mode if own is not None else self.config.capture
-                if mode != "off":
-                    limit = (own.limit_bytes if own is not None else None) or self.config.capture_limit_bytes
-                    ex.capture = RequestCapture(mode, limit)
-                    ex.capture.request(prepared.body)
-                headers = engine_headers(request.headers, target.engine_key, json_body=True)
-                forwarded = True
-                ex.upstream_at = time.perf_counter()
-                upstream = await open_upstream(self._pool, binding, route.name, prepared.body, headers)
-                if prepared.stream and upstream.status == 200 and upstream.content_type == "text/event-stream":
-                    self.metrics.open_streams += 1
-                    try:
-                        return await relay_stream(request, upstream, ex)
-                    finally:
-                        self.metrics.open_streams -= 1
-                return await relay_unary(upstream, ex, self.config.max_response_bytes)
-            finally:
-                permit.release()
+            permit = await _admit(queue, binding)
+            t_admit = time.perf_counter()
+            ex.queue_ms = (t_admit - t0) * 1000
+            ex.admitted_seq = permit.seq
+            self.metrics.queue.observe(t_admit - t0)
+            _set_timeout(ex, binding)
+            own = binding.capture
+            mode = own.mode if own is not None else self.config.capture
+            if mode != "off":
+                limit = (own.limit_bytes if own is not None else None) or self.config.capture_limit_bytes
+                ex.capture = RequestCapture(mode, limit)
+                ex.capture.request(prepared.body)
+            headers = engine_headers(request.headers, target.engine_key, json_body=True)
+            forwarded = True
+            queue.at_engine += 1
+            ex.upstream_at = time.perf_counter()
+            idle_s = _stream_idle_s(target.lock) if prepared.stream else None
+            upstream = await open_upstream(self._pool, ex, prepared.body, headers, idle_s)
+            if prepared.stream and upstream.status == 200 and upstream.content_type == "text/event-stream":
+                self.metrics.open_streams += 1
+                try:
+                    return await relay_stream(request, upstream, ex)
+                finally:
+                    self.metrics.open_streams -= 1
+            return await relay_unary(upstream, ex, self.config.max_response_bytes)
         except HitchError as exc:
             ex.status = "failed" if forwarded else "rejected"
             ex.error_code, ex.http_status = exc.code, exc.spec.http_status
@@ -359,12 +419,94 @@ class Gateway:
         finally:
             if ex.ended_at is None:
                 ex.ended_at = time.perf_counter()
+            deferred = False
+            try:
+                if permit is not None and queue is not None:
+                    if forwarded and ex.abandoned:  # the permit and the row wait for the engine's slot
+                        self._confirm_later(ex, permit, queue)
+                        deferred = True
+                    else:
+                        if forwarded:
+                            queue.at_engine -= 1
+                        permit.release()
+            finally:
+                try:
+                    if not deferred:
+                        self._record(ex)
+                finally:
+                    if not deferred:
+                        self.unrecorded -= 1
+                    if task is not None:
+                        self.in_flight.get(bid, set()).discard(task)
+
+    # -- abandoned requests: no permit moves on before the engine shows the slot free --
+
+    def _confirm_later(self, ex: Exchange, permit: Permit, queue: FairQueue) -> None:
+        tasks = self.confirming.setdefault(ex.binding.binding_id, set())
+        task = asyncio.get_running_loop().create_task(self._confirm_abandoned(ex, permit, queue))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    async def _confirm_abandoned(self, ex: Exchange, permit: Permit, queue: FairQueue) -> None:
+        target = ex.binding.target
+        bound_ms = self._abort_bound_ms(target.lock)
+        verdict: SlotVerdict | None = None
+        fault: HitchError | None = None
+        try:
+            verdict = await confirm_slot_free(
+                self._pool, target.origin, target.engine_key, lambda: queue.at_engine - 1, bound_ms / 1000
+            )
+        finally:
+            if verdict is not None and verdict.outcome == "unconfirmed":
+                fault = HitchError(
+                    "inference_abort_unconfirmed",
+                    f"the engine did not show an abandoned request's slot free within {bound_ms} ms "
+                    f"(it reports {verdict.engine_load} requests, the gateway sent {queue.at_engine})",
+                    {"service_id": target.service_id, "epoch": target.epoch, "abort_confirm_timeout_ms": bound_ms},
+                )
+                permit.keep()  # the slot is not free: nobody else gets it
+                queue.fault(fault)  # no new admission on this epoch
+                if ex.error_code is None:
+                    ex.error_code = fault.code
+            else:
+                queue.at_engine -= 1
+                permit.release()
+            if verdict is not None:
+                ex.abort_outcome = verdict.outcome
+                if verdict.outcome == "free":
+                    ex.abort_confirm_ms = round(verdict.waited_ms, 3)
             try:
                 self._record(ex)
             finally:
                 self.unrecorded -= 1
-                if task is not None:
-                    self.in_flight.get(bid, set()).discard(task)
+        if fault is not None:
+            self._spawn(self._report_fault(target, queue, fault))
+
+    async def _report_fault(self, target: UpstreamTarget, queue: FairQueue, error: HitchError) -> None:
+        """Drain the faulted epoch (requests in flight end on their own), then tell the daemon."""
+        log.warning("service %s epoch %d: %s", target.service_id, target.epoch, error.message)
+        drained = await queue.drained(target.lock.execution.request_timeout_ms / 1000)
+        fault = ServiceFault(target.service_id, target.epoch, error, drained)
+        self.faults.append(fault)
+        hook = self.on_service_fault
+        if hook is None:
+            return
+        try:
+            result = hook(fault)
+            if inspect.isawaitable(result):
+                await result
+        except Exception:
+            log.exception("the service fault hook failed for %s epoch %d", target.service_id, target.epoch)
+
+    def _abort_bound_ms(self, lock: InferenceLockV1) -> int:
+        if self.config.abort_confirm_timeout_ms is not None:
+            return self.config.abort_confirm_timeout_ms
+        return lock.execution.abort_confirm_timeout_ms or ABORT_CONFIRM_TIMEOUT_MS
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def _require_own_listener(self, request: web.BaseRequest, binding: Binding) -> None:
         """A container-facing binding answers only on its listener, and that listener serves nothing else:
@@ -407,6 +549,44 @@ class Gateway:
             own = ex.binding.capture
             folder = own.directory if own is not None else self.config.capture_dir
             ex.capture.publish(self.writer, self.ledger, folder, bid, meta)
+
+
+def _deadline_spent(binding: Binding, when: str) -> HitchError:
+    return HitchError(
+        "inference_deadline_exceeded",
+        f"the run's deadline of {binding.record.deadline_s} s was spent {when}",
+        {"run_id": binding.run_id, "deadline_s": binding.record.deadline_s},
+    )
+
+
+async def _admit(queue: FairQueue, binding: Binding) -> Permit:
+    """A permit within the lock's queue timeout, or within what is left of the run's deadline when less."""
+    wait = binding.queue_timeout_ms / 1000
+    left = binding.time_left(time.monotonic())
+    if left is None or left >= wait:
+        return await queue.acquire(binding.run_id, wait)
+    try:
+        return await queue.acquire(binding.run_id, left)
+    except HitchError as exc:
+        if exc.code == "inference_queue_timeout":
+            raise _deadline_spent(binding, "while the request waited for the engine") from None
+        raise
+
+
+def _set_timeout(ex: Exchange, binding: Binding) -> None:
+    """The request's timeout: min(the deadline's time left, the lock's request timeout) (spec §9.2)."""
+    lock_s = binding.target.lock.execution.request_timeout_ms / 1000
+    left = binding.time_left(time.monotonic())
+    if left is None or left >= lock_s:
+        ex.timeout_s = lock_s
+    elif left <= 0:
+        raise _deadline_spent(binding, "while the request waited for the engine")
+    else:
+        ex.timeout_s, ex.deadline_bound = left, True
+
+
+def _stream_idle_s(lock: InferenceLockV1) -> float:
+    return (lock.execution.stream_idle_timeout_ms or STREAM_IDLE_TIMEOUT_MS) / 1000
 
 
 def _bound_port(runner: web.BaseRunner) -> int:

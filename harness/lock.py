@@ -30,15 +30,19 @@ from harness.contracts.model import LocalModelManifestV1
 from harness.contracts.runtime import InferenceRuntimeManifestV1
 from harness.errors import HitchError
 from harness.ids import digest_json
+from harness.sglang_parsers import PARALLEL_TOOL_CALL_PARSERS
 
 __all__ = [
+    "ABORT_CONFIRM_TIMEOUT_MS",
     "CERTIFIED_QUANTIZATIONS",
     "CPU_MEM_FRACTION_STATIC",
     "DEFAULT_CONTEXT_TOKENS",
     "PROFILES",
     "Device",
     "ProfileShort",
+    "STREAM_IDLE_TIMEOUT_MS",
     "build_lock",
+    "claims_parallel_tool_calls",
     "profile_name",
     "resolve_dtype",
     "validate_lock",
@@ -59,6 +63,13 @@ CERTIFIED_QUANTIZATIONS: frozenset[str] = frozenset()
 # On a CPU, SGLang sizes the token pool from this fraction of one NUMA node's free RAM (minus what the weights
 # took); a small value keeps it from reserving most of the node. Prepare seals the pool it yields.
 CPU_MEM_FRACTION_STATIC = 0.05
+# Both profiles (spec §9.2). A stream may be silent this long before the gateway ends it: the wait for the first
+# event holds the whole prefill, and a full-context CPU prefill of a large model takes minutes, so the default is
+# half the request timeout (a short "no token yet" is never a fault), well before the request timeout itself.
+STREAM_IDLE_TIMEOUT_MS = 300_000
+# How long an engine has to show an abandoned request's slot free (SGLang processes an abort at its next scheduler
+# step, after the batch in flight: a long CPU prefill chunk can take many seconds) before the service is faulted.
+ABORT_CONFIRM_TIMEOUT_MS = 30_000
 _MAX_OUTPUT_CAP = 2048
 _GIB = 1 << 30
 _MIB = 1 << 20
@@ -152,6 +163,11 @@ def _resources(
     )
 
 
+def claims_parallel_tool_calls(parser: str | None) -> bool:
+    """A lock claims parallel tool calls exactly when its tool-call parser hands back every call of an answer."""
+    return parser is not None and parser in PARALLEL_TOOL_CALL_PARSERS
+
+
 def build_lock(
     model: LocalModelManifestV1,
     runtime: InferenceRuntimeManifestV1,
@@ -236,6 +252,8 @@ def build_lock(
         queue_timeout_ms=60_000,
         request_timeout_ms=600_000,
         idle_ttl_ms=60_000,
+        stream_idle_timeout_ms=STREAM_IDLE_TIMEOUT_MS,
+        abort_confirm_timeout_ms=ABORT_CONFIRM_TIMEOUT_MS,
     )
     generation = GenerationV1(
         temperature=0.0,
@@ -254,7 +272,7 @@ def build_lock(
         streaming=True,
         tool_calls=parser is not None,
         tool_call_parser=parser,
-        parallel_tool_calls=False,
+        parallel_tool_calls=claims_parallel_tool_calls(parser),
         input_modalities=["text"],
         compatibility_profile_id=digest_json(_PROTOCOL_PROFILE),
     )
@@ -298,6 +316,8 @@ def validate_lock(data: Any) -> InferenceLockV1:
         problems.append("max_output_tokens must be below the context")
     if lock.protocol.tool_calls != (lock.protocol.tool_call_parser is not None):
         problems.append("tool_calls is true exactly when a tool_call_parser is named")
+    if lock.protocol.parallel_tool_calls and not claims_parallel_tool_calls(lock.protocol.tool_call_parser):
+        problems.append("parallel_tool_calls needs a tool_call_parser that hands back several calls")
     if ex.deterministic_inference and ex.platform.backend == "cpu":
         problems.append("deterministic_inference is refused on cpu (SGLang rejects it at startup)")
     if lock.profile == "evaluation-baseline-v1" and (ex.prefix_cache.mode != "disabled" or ex.max_running_requests != 1):

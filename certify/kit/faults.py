@@ -173,7 +173,7 @@ class FaultFront:
         """Inference requests the engine was sent (a POST is never retried)."""
         if self.proxy is not None:
             return sum(1 for e in self.proxy.exchanges() if e.method == "POST" and e.path.startswith("/v1/"))
-        return sum(1 for r in self.fake.received() if r["path"].startswith("/v1/"))
+        return sum(1 for r in self.fake.posts() if r["path"].startswith("/v1/"))
 
     def engine_idle(self) -> None:
         """No request left running in the engine (SGLang's load snapshot lags: polled)."""

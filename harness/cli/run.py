@@ -6,7 +6,8 @@ commands to run first); a ``--run-id`` that already finished answers its record 
 start the root's daemon if needed and create the run through it (``runs/<id>/run.json`` goes
 ``admitted → preparing → running``; the service is acquired with the run as lease owner and the run is
 registered on the daemon's gateway with its ``--capture`` mode); check the harness's compatibility profile
-for the lock (Codex: a certified profile must exist; ``inference_harness_unsupported`` otherwise); run the
+for the lock (Codex: a certified profile must exist, and the lock must claim what Codex always sends for the
+fields it fixes, ``parallel_tool_calls``; ``inference_harness_unsupported`` otherwise, before anything starts); run the
 harness with the run token in its private environment; then, however it ended (an error, Ctrl-C), write
 the harness's evidence and tell the daemon the terminal status and code — it revokes the binding, releases
 the lease and writes the execution evidence. When the daemon died meanwhile, its next start ends the run
@@ -36,6 +37,7 @@ from harness.agents.profiles import (
     codex_key,
     codex_key_of,
     model_call_key,
+    require_lock_values,
 )
 from harness.cli import options as opt
 from harness.cli.output import COMMON, Common, cli_command, emit
@@ -115,15 +117,20 @@ def _same_model(hroot: HitchRoot, model: str | None, lock: InferenceLockV1) -> N
 
 
 def _codex_preflight(hroot: HitchRoot, body: dict[str, Any], model: str | None, engine: str) -> None:
-    """Codex needs a passing compatibility profile for this runtime and model: checked before the run is created."""
+    """Codex needs a passing compatibility profile for this runtime and model, and a lock whose fixed request
+    fields match what it always sends (``parallel_tool_calls``): checked before the run is created."""
+    from harness.lock import claims_parallel_tool_calls
     from harness.store import resolve_model
 
     install = find_codex()
     if "inference_id" in body:
-        model_id = load_sealed_lock(hroot, body["inference_id"]).model_id
-    else:
-        model_id = resolve_model(hroot, str(model)).model_id
+        lock = load_sealed_lock(hroot, body["inference_id"])
+        model_id, parallel = lock.model_id, lock.protocol.parallel_tool_calls
+    else:  # the lock is not sealed yet: it will claim what the model's tool-call parser hands back
+        manifest = resolve_model(hroot, str(model))
+        model_id, parallel = manifest.model_id, claims_parallel_tool_calls(manifest.chat_template.tool_call_parser)
     key = codex_key_of(body["runtime"], model_id, install.artifact, install.version)
+    require_lock_values(key, CODEX_FIELDS, parallel)
     ProfileStore(hroot).require_passing(key, engine)
 
 
@@ -284,6 +291,14 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option("--run-id", help="the run's id (default: random); a finished id answers its record")
         ] = None,
         capture: opt.Capture = "metadata",
+        deadline_s: Annotated[
+            float | None,
+            typer.Option(
+                "--deadline-s",
+                help="the run's deadline (seconds from its first model request): each request's timeout is "
+                "min(time left, the lock's request timeout); once spent, inference_deadline_exceeded",
+            ),
+        ] = None,
         capture_max_bytes: Annotated[
             int | None, typer.Option("--capture-max-bytes", help="capture: bytes kept per request body/response (16 MiB)")
         ] = None,
@@ -315,6 +330,8 @@ def register(app: typer.Typer) -> None:
         body.update(run_id=run_id or "run-" + secrets.token_hex(8), harness=harness, capture=capture)
         if capture_max_bytes is not None:
             body["capture_max_bytes"] = capture_max_bytes
+        if deadline_s is not None:
+            body["deadline_s"] = deadline_s
         if fake_fault:
             body["fake_flags"] = [arg for fault in fake_fault for arg in ("--fault", fault)]
         if harness == "codex":  # before any service starts: a missing harness or an uncertified profile fails fast

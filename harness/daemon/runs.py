@@ -21,7 +21,13 @@ binding is registered; the answer names the network (``eval_network``) and a bas
 When the manager takes a service out of use (``inference.failed`` after the supervisor's ``on_failure``,
 ``inference.draining`` on a stop or the idle TTL, ``inference.stopped``), :meth:`RunService.on_event`
 revokes every binding of that service at once, so the next request is refused instead of reaching a dead
-or draining engine.
+or draining engine. When the gateway reports a service fault (an abandoned request's engine slot never shown
+free: it already stopped admitting to that epoch and let the rest drain), the epoch is failed through its
+supervisor like a crash (``inference.failed`` with ``inference_abort_unconfirmed``, engine stopped, bindings
+revoked); the next acquire starts a new epoch.
+
+A run may carry a candidate deadline (``deadline_s``: ``hitch run --deadline-s``, a Harbor trial's budget):
+the gateway bounds each of its requests by what is left of it (:meth:`gateway.bindings.Binding.time_left`).
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ from aiohttp import web
 
 from gateway.bindings import UpstreamTarget
 from gateway.capture import RunCapture
-from gateway.server import Gateway, GatewayConfig
+from gateway.server import Gateway, GatewayConfig, ServiceFault
 from harness.contracts.binding import ModelEndpointBindingV1
 from harness.contracts.events import LifecycleEventV1
 from harness.contracts.lock import InferenceLockV1
@@ -93,9 +99,10 @@ class _Run:
 _CAPTURE_MODES = ("off", "metadata", "full")
 _REQUEST_FIELDS = (
     "model", "inference_id", "device", "profile", "runtime", "engine", "launcher", "fake_flags", "image", "capture_max_bytes",
-    "device_choice", "for_containers", "eval_image",
+    "device_choice", "for_containers", "eval_image", "deadline_s",
 )  # fmt: skip
 _CAPTURE_MAX = 1 << 30  # per request and direction: what one run may put on disk is bounded
+_DEADLINE_MAX_S = 7 * 24 * 3600
 
 
 class RunService:
@@ -109,6 +116,7 @@ class RunService:
         self.store = RunStore(core.root)
         self._hardware: dict[str, dict[str, Any]] = {}
         self.eval_access = EvalAccess(core.root.path, self.gateway)
+        self.gateway.on_service_fault = self._service_fault
 
     async def start(self) -> None:
         # before anything is served: no run of a dead daemon stays live, and each gets its evidence
@@ -136,6 +144,10 @@ class RunService:
             await self.finish(run_id, "interrupted", err)
         await self.eval_access.close()
         await self.gateway.stop()
+
+    async def _service_fault(self, fault: ServiceFault) -> None:
+        """The gateway stopped admitting to an epoch whose engine kept an aborted request's slot: fail it."""
+        await self.core.fault_service(fault.service_id, fault.epoch, fault.error)
 
     def on_event(self, event: LifecycleEventV1) -> None:
         """The manager's event sink hook: a service leaving use revokes all of its bindings."""
@@ -190,6 +202,13 @@ class RunService:
         for_containers = body.get("for_containers", False)
         if not isinstance(for_containers, bool):
             raise HitchError("usage_error", "for_containers is a boolean", {})
+        deadline = body.get("deadline_s")
+        if deadline is not None and (
+            isinstance(deadline, bool) or not isinstance(deadline, int | float) or not 0 < deadline <= _DEADLINE_MAX_S
+        ):
+            raise HitchError(
+                "usage_error", f"deadline_s is a number of seconds in (0, {_DEADLINE_MAX_S}]", {"deadline_s": deadline}
+            )
         existing = self.store.read(run_id)
         if run_id in self.runs or (existing is not None and not existing.terminal):
             raise HitchError("run_in_progress", f"run {run_id!r} is live", {"run_id": run_id})
@@ -258,7 +277,14 @@ class RunService:
                 ensure_private_dir(capture_dir)
         own = RunCapture(capture, capture_dir, capture_limit)  # type: ignore[arg-type]  # checked against _CAPTURE_MODES
         net = self.eval_access.network if run.eval_image is not None else None
-        record = self.gateway.register(run_id, target, capture=own, listen_host=net.gateway_ip if net is not None else None)
+        deadline = body.get("deadline_s")
+        record = self.gateway.register(
+            run_id,
+            target,
+            capture=own,
+            listen_host=net.gateway_ip if net is not None else None,
+            deadline_s=float(deadline) if deadline is not None else None,
+        )
         run.binding_id = record.binding_id
         await asyncio.to_thread(write_start_facts, self.core.root, run_id, record, run.engine)
         self.store.advance(

@@ -14,7 +14,9 @@ What it does, in order:
    resolved by Harbor from its environment) through Harbor's agent env — never the engine's address or key.
 2. One run per trial through the daemon (``POST /v1/runs``): the first prepares the lock and the service,
    every later one pins that ``inference_id`` and leases the same service — one engine, one binding (own
-   token, evidence, budget) per trial. Runs are created wave by wave, ``n_concurrent`` at a time.
+   token, evidence, budget) per trial. Runs are created wave by wave, ``n_concurrent`` at a time. The trial's
+   agent budget (``EvalOptions.agent_timeout_s``, else the task's ``[agent] timeout_sec``) is its run's
+   deadline, so no model request outlives the trial (:func:`trial_budget_s`).
 3. Harbor runs the wave in its own venv (:mod:`harness.evals.harbor_driver`, one asyncio task per trial):
    each trial reads its token from its own environment variable. A trial whose run is cancelled
    (``hitch run cancel RUN_ID``, or :meth:`HarborEvaluation.cancel`) is cancelled alone in Harbor.
@@ -34,6 +36,7 @@ import secrets
 import subprocess
 import threading
 import time
+import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,7 +56,7 @@ from harness.errors import HitchError
 from harness.evals.harbor_install import HarborInstall
 from harness.paths import HitchRoot, atomic_write_json, ensure_private_dir
 
-__all__ = ["EvalOptions", "HarborEvaluation", "model_connection", "task_dirs"]
+__all__ = ["EvalOptions", "HarborEvaluation", "model_connection", "task_dirs", "trial_budget_s"]
 
 DRIVER = Path(__file__).resolve().parent / "harbor_driver.py"
 HOST_SIDE_AGENTS = frozenset({"terminus-2"})  # call the model from Harbor's process (LiteLLM)
@@ -76,6 +79,18 @@ def container_overlay(network: str) -> str:
 
 _EVAL_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
 _RUN_FIELDS_PINNED = ("engine", "launcher", "runtime", "fake_flags", "image", "capture", "capture_max_bytes")
+
+
+def trial_budget_s(task: Path, override_s: float | None) -> float | None:
+    """A trial's agent budget: the override Harbor is given, else the task's ``[agent] timeout_sec``."""
+    if override_s is not None:
+        return override_s
+    try:
+        agent = tomllib.loads((task / "task.toml").read_text(encoding="utf-8")).get("agent", {})
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+    value = agent.get("timeout_sec") if isinstance(agent, dict) else None
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else None
 
 
 def model_connection(agent: str, environment: str) -> str:
@@ -218,6 +233,9 @@ class HarborEvaluation:
         else:  # the lock and service are prepared: every later trial pins them
             body = {k: self.run_body[k] for k in _RUN_FIELDS_PINNED if k in self.run_body} | {"inference_id": self.inference_id}
         body.update(run_id=trial.run_id, harness=f"harbor:{self.options.agent}")
+        budget = trial_budget_s(trial.task, self.options.agent_timeout_s)
+        if budget is not None:
+            body["deadline_s"] = budget
         if self.eval_image is not None:
             body.update(for_containers=True, eval_image=self.eval_image)
         trial.run = self.client.request("POST", "/v1/runs", body, timeout_s=900.0)

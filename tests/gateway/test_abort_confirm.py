@@ -9,14 +9,13 @@ that ignores an abort would.
 from __future__ import annotations
 
 import concurrent.futures
-import json
-import socket
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from certify.kit.streams import RawStream
 from fixtures.process_faults import wait_for
 from gateway.server import GatewayConfig, ServiceFault
 from tests.gateway.support import Engine, GatewayThread, evidence_rows, make_lock, start_engine, target_for, token_of
@@ -28,23 +27,14 @@ def _chat(stream: bool = True) -> dict[str, Any]:
     return {"model": "tiny-wire", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 32, "stream": stream}
 
 
-def _leave_mid_stream(gt: GatewayThread, rec: Any) -> None:
+def _leave_mid_stream(rec: Any) -> None:
     """Open a stream, read two events, close the socket (the client is gone)."""
-    port = gt.gw.port
-    assert port is not None
-    path = rec.base_url.split(str(port), 1)[1] + "/chat/completions"
-    body = json.dumps(_chat()).encode()
-    with socket.create_connection(("127.0.0.1", port)) as sock:
-        sock.sendall(
-            f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token_of(rec)}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
-            + body
-        )
-        got = b""
-        while got.count(b"data: ") < 2:
-            data = sock.recv(65536)
-            assert data, got
-            got += data
+    stream = RawStream(rec.base_url, token_of(rec), "/chat/completions", _chat())
+    try:
+        stream.read_events(2)
+        assert stream.status == 200 and not stream.done_seen, stream.raw
+    finally:
+        stream.close()
 
 
 def _queue(gt: GatewayThread) -> Any:
@@ -55,7 +45,7 @@ def _queue(gt: GatewayThread) -> Any:
 def test_a_cancel_releases_the_permit_only_once_the_engine_shows_the_slot_free(engine: Engine, gateway: GatewayThread) -> None:
     rec = gateway.register("run-cancel", target_for(engine, make_lock(max_running=1)))
     engine.faults("stall_mid_stream:t=30,after=2")
-    _leave_mid_stream(gateway, rec)
+    _leave_mid_stream(rec)
     [row] = evidence_rows(gateway, rec.binding_id)  # written once the engine's verdict is in
     assert (row["status"], row["error_code"], row["abort_outcome"]) == ("cancelled", None, "free")
     assert row["abort_confirm_ms"] is not None
@@ -92,7 +82,7 @@ def test_an_engine_that_keeps_an_aborted_slot_faults_the_service_and_nothing_els
         leaky.faults("ignore_aborts", "stall_mid_stream:t=30,after=2")
         headers = {"Authorization": f"Bearer {token_of(other)}"}
         with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-            _leave_mid_stream(gt, rec)
+            _leave_mid_stream(rec)
             wait_for(lambda: leaky.state()["leaked_slots"] == 1, 30, "the engine to keep the aborted slot")
             # another run's request waits: the permit is not handed on while the slot is not shown free
             waiting = pool.submit(

@@ -11,12 +11,12 @@ from __future__ import annotations
 import concurrent.futures
 import hashlib
 import json
-import socket
 from typing import Any
 
 import httpx
 import pytest
 
+from certify.kit.streams import RawStream
 from fixtures.process_faults import wait_for
 from gateway.policy import apply_policy
 from harness.contracts.lock import InferenceLockV1
@@ -90,18 +90,9 @@ def test_a_queued_request_whose_client_leaves_is_removed_at_once(engine: Engine,
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         held = pool.submit(post, "held")
         wait_for(lambda: _counts(gateway) == (0, 1), 30, "the first request to hold the permit")
-        port = gateway.gw.port
-        assert port is not None
-        path = rec.base_url.split(str(port), 1)[1] + "/chat/completions"
-        body = _chat("leaves")
-        sock = socket.create_connection(("127.0.0.1", port))
-        sock.sendall(
-            f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: {headers['Authorization']}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
-            + body
-        )
+        leaving = RawStream(rec.base_url, token_of(rec), "/chat/completions", json.loads(_chat("leaves")))
         wait_for(lambda: _counts(gateway) == (1, 1), 30, "the second request to wait")
-        sock.close()
+        leaving.close()
         wait_for(lambda: _counts(gateway) == (0, 1), 30, "the departed request to leave the queue")
         third = pool.submit(post, "third")
         assert (held.result(120), third.result(120)) == (200, 200)

@@ -63,10 +63,12 @@ CERTIFIED_QUANTIZATIONS: frozenset[str] = frozenset()
 # On a CPU, SGLang sizes the token pool from this fraction of one NUMA node's free RAM (minus what the weights
 # took); a small value keeps it from reserving most of the node. Prepare seals the pool it yields.
 CPU_MEM_FRACTION_STATIC = 0.05
-# Both profiles (spec §9.2). A stream may be silent this long before the gateway ends it: the wait for the first
-# event holds the whole prefill, and a full-context CPU prefill of a large model takes minutes, so the default is
-# half the request timeout (a short "no token yet" is never a fault), well before the request timeout itself.
-STREAM_IDLE_TIMEOUT_MS = 300_000
+# Both profiles (spec §9.2). A stream may be silent this long before the gateway ends it. A short "no token yet" is
+# never a fault: the wait for the first event holds the whole prefill (minutes for a full-context CPU prefill of a
+# large model), and SGLang 0.5.23 holds back a Responses message's events while tools are declared, so an agent's
+# whole generation can be silent. No default below the request timeout is safe for every model and machine; a
+# lock may seal a shorter one (the certification's fault check does).
+STREAM_IDLE_TIMEOUT_MS = 600_000
 # How long an engine has to show an abandoned request's slot free (SGLang processes an abort at its next scheduler
 # step, after the batch in flight: a long CPU prefill chunk can take many seconds) before the service is faulted.
 ABORT_CONFIRM_TIMEOUT_MS = 30_000

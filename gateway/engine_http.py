@@ -53,7 +53,14 @@ _NO_BODY = frozenset({204, 304})
 
 
 class EngineBodyEnded(Exception):
-    """The engine's answer ended before its framing said it was complete, or broke its framing."""
+    """The engine's answer ended before its framing said it was complete, or broke its framing.
+
+    ``by_engine``: the engine closed the connection itself (it ended the request: nothing is left running there
+    for the gateway to abort), as opposed to an answer the gateway gave up on (malformed framing)."""
+
+    def __init__(self, message: str, *, by_engine: bool = False) -> None:
+        super().__init__(message)
+        self.by_engine = by_engine
 
 
 class EngineStreamIdle(Exception):
@@ -324,7 +331,7 @@ class EngineResponse:
             self._phase, self.ended_at = "done", time.perf_counter()
             self._wake("end")
         elif self._phase in ("head", "body"):
-            self._fail(EngineBodyEnded("the engine closed the connection before its answer ended"))
+            self._fail(EngineBodyEnded("the engine closed the connection before its answer ended", by_engine=True))
 
     def _fail(self, exc: BaseException) -> None:
         if self._phase in ("broken", "done"):
@@ -501,7 +508,7 @@ class EnginePool:
         try:
             transport = conn.transport
             if transport is None or not conn.reusable():  # the engine closed it at once (before our request)
-                raise EngineBodyEnded("the engine closed the connection before the request was sent")
+                raise EngineBodyEnded("the engine closed the connection before the request was sent", by_engine=True)
             if len(body) < 65536:
                 transport.write(head + body)  # one segment for the common request
             else:

@@ -80,6 +80,7 @@ class Exchange:
     settled: bool = False  # the engine's answer reached its end (or its terminal event reached the client)
     engine_done: bool = False  # the engine finished this request (its body ended, or its terminal event was read)
     engine_gone: bool = False  # the engine no longer accepts connections (its process exited)
+    engine_closed: bool = False  # the engine closed the connection itself, or never took the request
     timeout_s: float | None = None  # this request's timeout: the lock's request timeout or the deadline's time left
     deadline_left_ms: float | None = None  # the run's deadline left when the request arrived (None: no deadline)
     deadline_bound: bool = False  # the run's deadline, not the lock, set timeout_s
@@ -136,7 +137,14 @@ class Exchange:
     def abandoned(self) -> bool:
         """Forwarded, and the gateway closed the engine connection before the engine finished the request
         (the engine is asked to abort it; its slot must be shown free before the permit moves on)."""
-        return self.upstream_at is not None and not self.engine_done and not self.engine_gone
+        return self.upstream_at is not None and not (self.engine_done or self.engine_gone or self.engine_closed)
+
+    def upstream_broke(self, exc: BaseException) -> None:
+        """Note who ended the engine connection: the engine itself (it ended the request), or never reached."""
+        if (isinstance(exc, EngineBodyEnded) and exc.by_engine) or (
+            isinstance(exc, OSError) and not isinstance(exc, TimeoutError)
+        ):
+            self.engine_closed = True
 
     def timeout_code(self, fallback: str) -> str:
         """The code of a request timeout: the run's deadline, when it set the timeout."""
@@ -181,6 +189,7 @@ async def open_upstream(
             "inference_stream_idle_timeout", str(exc), {"service_id": target.service_id, "stream_idle_timeout_ms": _ms(idle_s)}
         ) from exc
     except (EngineBodyEnded, OSError, TimeoutError) as exc:
+        ex.upstream_broke(exc)
         code = await _failure_code(target.origin)
         ex.engine_gone = code == "inference_process_exited"
         if isinstance(exc, TimeoutError) and not ex.engine_gone:
@@ -213,6 +222,7 @@ async def relay_unary(upstream: EngineResponse, ex: Exchange, max_bytes: int) ->
             try:
                 chunk = await upstream.read()
             except (EngineBodyEnded, TimeoutError) as exc:
+                ex.upstream_broke(exc)
                 code = await _failure_code(ex.binding.target.origin)
                 ex.engine_gone = code == "inference_process_exited"
                 if isinstance(exc, TimeoutError) and not ex.engine_gone:
@@ -275,6 +285,7 @@ async def relay_stream(request: web.BaseRequest, upstream: EngineResponse, ex: E
                 try:
                     chunk = await upstream.read()
                 except (EngineBodyEnded, TimeoutError, EngineStreamIdle) as exc:
+                    ex.upstream_broke(exc)
                     ended_by = _gateway_end(exc, ex)
                     broken = ended_by is None  # the engine's body ended early
                     break
@@ -303,6 +314,7 @@ async def relay_stream(request: web.BaseRequest, upstream: EngineResponse, ex: E
                     try:
                         paused = await upstream.pushed()
                     except (EngineBodyEnded, TimeoutError, EngineStreamIdle) as exc:
+                        ex.upstream_broke(exc)
                         ended_by = _gateway_end(exc, ex)
                         break  # the engine's body ended early, or the gateway ends it
                     if not paused:

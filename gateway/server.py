@@ -10,12 +10,9 @@ timeout, relayed byte for byte → one evidence row, metrics and capture. The up
 environment, keeps no cookies and never retries.
 
 No faked cancel (spec §9.2): a request the gateway abandoned after forwarding it (the client left, a timeout)
-keeps its permit until the engine shows the slot free (:func:`gateway.slot_probe.confirm_slot_free`, bounded
-by the lock's ``abort_confirm_timeout_ms``); only then does the next waiter get it, and the evidence row is
-written with how long that took. When the engine never shows it free the service's queue is faulted (no new
-admission on that epoch; waiters get ``inference_abort_unconfirmed``), the requests still in flight finish
-(drain), and :attr:`Gateway.on_service_fault` is told, so the daemon fails the epoch and the next acquire
-starts a new one (the gateway imports nothing of the service layer).
+keeps its permit until the engine shows the slot free; an engine that never does faults the service epoch
+(:mod:`gateway.aborts`; the daemon's hook is ``Gateway.aborts.on_service_fault``). Deadlines and timeouts per
+request: :mod:`gateway.deadlines`.
 
 The gateway binds loopback by default; metrics are served on a second loopback port. A container-facing
 listener (:meth:`Gateway.listen_on`, the Docker bridge address of hitch's eval network) serves only the
@@ -25,11 +22,9 @@ bindings registered for it.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,10 +35,12 @@ from aiohttp.http_parser import RawRequestMessage
 from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler
 
+from gateway.aborts import AbandonedRequests
 from gateway.admission import FairQueue, Permit
 from gateway.auth import bearer_token, engine_headers
 from gateway.bindings import Binding, BindingRegistry, UpstreamTarget
 from gateway.capture import CaptureLedger, CaptureMode, RequestCapture, RunCapture
+from gateway.deadlines import admit, deadline_spent, set_timeout, stream_idle_s
 from gateway.engine_http import EnginePool
 from gateway.evidence import EvidenceLog
 from gateway.intake import body_limit, read_body
@@ -51,16 +48,13 @@ from gateway.metrics import GatewayMetrics, build_metrics_app
 from gateway.policy import apply_policy
 from gateway.replies import REQUEST_ID_HEADER, SERVER_NAME, error_reply, hitch_error_reply, json_reply
 from gateway.routes import match_route
-from gateway.slot_probe import SlotVerdict, confirm_slot_free
 from gateway.transport import Exchange, open_upstream, relay_stream, relay_unary
 from gateway.writer import BackgroundWriter
 from harness.contracts.binding import ModelEndpointBindingV1
-from harness.contracts.lock import InferenceLockV1
 from harness.errors import HitchError
-from harness.lock import ABORT_CONFIRM_TIMEOUT_MS, STREAM_IDLE_TIMEOUT_MS
 from harness.paths import SubPath, ensure_private_dir
 
-__all__ = ["DEFAULT_MAX_WAITING", "Gateway", "GatewayConfig", "ServiceFault"]
+__all__ = ["DEFAULT_MAX_WAITING", "Gateway", "GatewayConfig"]
 
 log = logging.getLogger("gateway.server")
 
@@ -110,19 +104,6 @@ class GatewayConfig:
     capture_dir = SubPath("state_dir", "capture")
 
 
-@dataclass(frozen=True)
-class ServiceFault:
-    """A service epoch the gateway stopped admitting to: an abandoned request's slot was never shown free."""
-
-    service_id: str
-    epoch: int
-    error: HitchError
-    drained: bool  # every other request of the epoch ended before the fault was reported
-
-
-FaultHook = Callable[[ServiceFault], Awaitable[None] | None]
-
-
 class Gateway:
     """One gateway: bindings, admission queues, the upstream pool, evidence and metrics."""
 
@@ -141,13 +122,10 @@ class Gateway:
         # per binding: exchanges begun (each one must end as exactly one evidence row) and handlers in flight
         self.begun: dict[str, int] = {}
         self.in_flight: dict[str, set[asyncio.Task[Any]]] = {}
-        # per binding: abandoned exchanges whose engine slot is being confirmed free (they hold their permit)
-        self.confirming: dict[str, set[asyncio.Task[None]]] = {}
-        self.on_service_fault: FaultHook | None = None  # the daemon fails the epoch (harness.daemon.runs)
-        self.faults: list[ServiceFault] = []
-        self._background: set[asyncio.Future[None]] = set()
         self.metrics.queue_gauges = self._queue_rows
         self._pool = EnginePool()
+        # abandoned exchanges whose engine slot is being confirmed free (they hold their permit and their row)
+        self.aborts = AbandonedRequests(self._pool, self._record_deferred, config.abort_confirm_timeout_ms)
         self._runner: web.ServerRunner | None = None
         self._metrics_runner: web.AppRunner | None = None
         self.port: int | None = None
@@ -259,11 +237,7 @@ class Gateway:
             self.metrics_port = _bound_port(self._metrics_runner)
 
     async def stop(self) -> None:
-        pending = [t for tasks in self.confirming.values() for t in tasks]
-        for task in pending:  # shutting down: no verdict to wait for; each records its row and lets go
-            task.cancel()
-        if pending:
-            await asyncio.gather(*pending, return_exceptions=True)
+        await self.aborts.cancel()
         self._extra_sites.clear()  # the runner's cleanup stops every site
         if self._runner is not None:
             await self._runner.cleanup()
@@ -280,13 +254,13 @@ class Gateway:
 
         def busy() -> bool:
             if binding_id is not None:
-                return bool(self.in_flight.get(binding_id)) or bool(self.confirming.get(binding_id))
+                return bool(self.in_flight.get(binding_id)) or bool(self.aborts.pending(binding_id))
             return bool(self.unrecorded)
 
         while busy() and time.monotonic() < deadline:
             await asyncio.sleep(0.005)
         # an abandoned exchange's row waits for its engine slot's verdict, which its own bound ends
-        confirming = [t for bid, tasks in self.confirming.items() if binding_id in (None, bid) for t in tasks]
+        confirming = self.aborts.pending(binding_id)
         if confirming:
             await asyncio.wait(confirming)
         self.evidence.flush()
@@ -359,7 +333,7 @@ class Gateway:
             if left is not None:
                 ex.deadline_left_ms = left * 1000
                 if left <= 0:
-                    raise _deadline_spent(binding, "before this request")
+                    raise deadline_spent(binding, "before this request")
             target = binding.target
             context = target.lock.execution.context_tokens_per_request
             raw = await read_body(request, body_limit(context, self.config.max_body_bytes))
@@ -376,12 +350,12 @@ class Gateway:
             else:
                 checker.check(*args)
             queue = self._queue_for(target)
-            permit = await _admit(queue, binding)
+            permit = await admit(queue, binding)
             t_admit = time.perf_counter()
             ex.queue_ms = (t_admit - t0) * 1000
             ex.admitted_seq = permit.seq
             self.metrics.queue.observe(t_admit - t0)
-            _set_timeout(ex, binding)
+            set_timeout(ex, binding)
             own = binding.capture
             mode = own.mode if own is not None else self.config.capture
             if mode != "off":
@@ -392,7 +366,7 @@ class Gateway:
             forwarded = True
             queue.at_engine += 1
             ex.upstream_at = time.perf_counter()
-            idle_s = _stream_idle_s(target.lock) if prepared.stream else None
+            idle_s = stream_idle_s(target.lock) if prepared.stream else None
             upstream = await open_upstream(self._pool, ex, prepared.body, headers, idle_s)
             if prepared.stream and upstream.status == 200 and upstream.content_type == "text/event-stream":
                 self.metrics.open_streams += 1
@@ -423,7 +397,7 @@ class Gateway:
             try:
                 if permit is not None and queue is not None:
                     if forwarded and ex.abandoned:  # the permit and the row wait for the engine's slot
-                        self._confirm_later(ex, permit, queue)
+                        self.aborts.confirm_later(ex, permit, queue)
                         deferred = True
                     else:
                         if forwarded:
@@ -438,75 +412,6 @@ class Gateway:
                         self.unrecorded -= 1
                     if task is not None:
                         self.in_flight.get(bid, set()).discard(task)
-
-    # -- abandoned requests: no permit moves on before the engine shows the slot free --
-
-    def _confirm_later(self, ex: Exchange, permit: Permit, queue: FairQueue) -> None:
-        tasks = self.confirming.setdefault(ex.binding.binding_id, set())
-        task = asyncio.get_running_loop().create_task(self._confirm_abandoned(ex, permit, queue))
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
-
-    async def _confirm_abandoned(self, ex: Exchange, permit: Permit, queue: FairQueue) -> None:
-        target = ex.binding.target
-        bound_ms = self._abort_bound_ms(target.lock)
-        verdict: SlotVerdict | None = None
-        fault: HitchError | None = None
-        try:
-            verdict = await confirm_slot_free(
-                self._pool, target.origin, target.engine_key, lambda: queue.at_engine - 1, bound_ms / 1000
-            )
-        finally:
-            if verdict is not None and verdict.outcome == "unconfirmed":
-                fault = HitchError(
-                    "inference_abort_unconfirmed",
-                    f"the engine did not show an abandoned request's slot free within {bound_ms} ms "
-                    f"(it reports {verdict.engine_load} requests, the gateway sent {queue.at_engine})",
-                    {"service_id": target.service_id, "epoch": target.epoch, "abort_confirm_timeout_ms": bound_ms},
-                )
-                permit.keep()  # the slot is not free: nobody else gets it
-                queue.fault(fault)  # no new admission on this epoch
-                if ex.error_code is None:
-                    ex.error_code = fault.code
-            else:
-                queue.at_engine -= 1
-                permit.release()
-            if verdict is not None:
-                ex.abort_outcome = verdict.outcome
-                if verdict.outcome == "free":
-                    ex.abort_confirm_ms = round(verdict.waited_ms, 3)
-            try:
-                self._record(ex)
-            finally:
-                self.unrecorded -= 1
-        if fault is not None:
-            self._spawn(self._report_fault(target, queue, fault))
-
-    async def _report_fault(self, target: UpstreamTarget, queue: FairQueue, error: HitchError) -> None:
-        """Drain the faulted epoch (requests in flight end on their own), then tell the daemon."""
-        log.warning("service %s epoch %d: %s", target.service_id, target.epoch, error.message)
-        drained = await queue.drained(target.lock.execution.request_timeout_ms / 1000)
-        fault = ServiceFault(target.service_id, target.epoch, error, drained)
-        self.faults.append(fault)
-        hook = self.on_service_fault
-        if hook is None:
-            return
-        try:
-            result = hook(fault)
-            if inspect.isawaitable(result):
-                await result
-        except Exception:
-            log.exception("the service fault hook failed for %s epoch %d", target.service_id, target.epoch)
-
-    def _abort_bound_ms(self, lock: InferenceLockV1) -> int:
-        if self.config.abort_confirm_timeout_ms is not None:
-            return self.config.abort_confirm_timeout_ms
-        return lock.execution.abort_confirm_timeout_ms or ABORT_CONFIRM_TIMEOUT_MS
-
-    def _spawn(self, coro: Awaitable[None]) -> None:
-        task = asyncio.ensure_future(coro)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
 
     def _require_own_listener(self, request: web.BaseRequest, binding: Binding) -> None:
         """A container-facing binding answers only on its listener, and that listener serves nothing else:
@@ -532,6 +437,13 @@ class Gateway:
         }
         return json_reply({"object": "list", "data": [card]}, headers={REQUEST_ID_HEADER: ex.request_id})
 
+    def _record_deferred(self, ex: Exchange) -> None:
+        """The row of an exchange whose handler ended before its engine slot's verdict."""
+        try:
+            self._record(ex)
+        finally:
+            self.unrecorded -= 1
+
     def _record(self, ex: Exchange) -> None:
         bid = ex.binding.binding_id
         self.evidence.write(bid, ex)
@@ -549,44 +461,6 @@ class Gateway:
             own = ex.binding.capture
             folder = own.directory if own is not None else self.config.capture_dir
             ex.capture.publish(self.writer, self.ledger, folder, bid, meta)
-
-
-def _deadline_spent(binding: Binding, when: str) -> HitchError:
-    return HitchError(
-        "inference_deadline_exceeded",
-        f"the run's deadline of {binding.record.deadline_s} s was spent {when}",
-        {"run_id": binding.run_id, "deadline_s": binding.record.deadline_s},
-    )
-
-
-async def _admit(queue: FairQueue, binding: Binding) -> Permit:
-    """A permit within the lock's queue timeout, or within what is left of the run's deadline when less."""
-    wait = binding.queue_timeout_ms / 1000
-    left = binding.time_left(time.monotonic())
-    if left is None or left >= wait:
-        return await queue.acquire(binding.run_id, wait)
-    try:
-        return await queue.acquire(binding.run_id, left)
-    except HitchError as exc:
-        if exc.code == "inference_queue_timeout":
-            raise _deadline_spent(binding, "while the request waited for the engine") from None
-        raise
-
-
-def _set_timeout(ex: Exchange, binding: Binding) -> None:
-    """The request's timeout: min(the deadline's time left, the lock's request timeout) (spec §9.2)."""
-    lock_s = binding.target.lock.execution.request_timeout_ms / 1000
-    left = binding.time_left(time.monotonic())
-    if left is None or left >= lock_s:
-        ex.timeout_s = lock_s
-    elif left <= 0:
-        raise _deadline_spent(binding, "while the request waited for the engine")
-    else:
-        ex.timeout_s, ex.deadline_bound = left, True
-
-
-def _stream_idle_s(lock: InferenceLockV1) -> float:
-    return (lock.execution.stream_idle_timeout_ms or STREAM_IDLE_TIMEOUT_MS) / 1000
 
 
 def _bound_port(runner: web.BaseRunner) -> int:

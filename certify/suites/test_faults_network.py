@@ -35,7 +35,7 @@ from certify.kit.streams import RawStream, client_gone
 from certify.registry import check
 from certify.session import CertifyEnv, RunHandle
 from fixtures.fault_proxy import ProxyFault
-from gateway.server import ServiceFault
+from gateway.aborts import ServiceFault
 
 pytestmark = pytest.mark.exclusive_engine  # on SGLang every check here sends through the session's engine
 
@@ -108,7 +108,7 @@ def test_ignore_aborts(fault_site: FaultSite, certify_record: Any) -> None:
         gw = front.gateway
         assert gw is not None
         reported: list[ServiceFault] = []
-        gw.call(lambda: setattr(gw.gw, "on_service_fault", reported.append))
+        gw.call(lambda: setattr(gw.gw.aborts, "on_service_fault", reported.append))
         front.arm(
             ("ignore_aborts", "stall_mid_stream:t=30,after=2"), (ProxyFault(mode="stall", after_events=2, keep_upstream=True),)
         )

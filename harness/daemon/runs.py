@@ -44,9 +44,10 @@ from typing import Any
 
 from aiohttp import web
 
+from gateway.aborts import ServiceFault
 from gateway.bindings import UpstreamTarget
 from gateway.capture import RunCapture
-from gateway.server import Gateway, GatewayConfig, ServiceFault
+from gateway.server import Gateway, GatewayConfig
 from harness.contracts.binding import ModelEndpointBindingV1
 from harness.contracts.events import LifecycleEventV1
 from harness.contracts.lock import InferenceLockV1
@@ -116,7 +117,7 @@ class RunService:
         self.store = RunStore(core.root)
         self._hardware: dict[str, dict[str, Any]] = {}
         self.eval_access = EvalAccess(core.root.path, self.gateway)
-        self.gateway.on_service_fault = self._service_fault
+        self.gateway.aborts.on_service_fault = self._service_fault
 
     async def start(self) -> None:
         # before anything is served: no run of a dead daemon stays live, and each gets its evidence

@@ -17,7 +17,8 @@ import pytest
 
 from certify.kit.streams import RawStream
 from fixtures.process_faults import wait_for
-from gateway.server import GatewayConfig, ServiceFault
+from gateway.aborts import ServiceFault
+from gateway.server import GatewayConfig
 from tests.gateway.support import Engine, GatewayThread, evidence_rows, make_lock, start_engine, target_for, token_of
 
 pytestmark = pytest.mark.integration
@@ -54,7 +55,7 @@ def test_a_cancel_releases_the_permit_only_once_the_engine_shows_the_slot_free(e
     assert engine.state()["num_running_reqs"] == 0
     queue = _queue(gateway)
     assert (queue.acquired, queue.released, queue.kept, queue.in_use, queue.at_engine) == (1, 1, 0, 0, 0)
-    assert gateway.gw.faults == []
+    assert gateway.gw.aborts.faults == []
     engine.faults()
     r = httpx.post(rec.base_url + "/chat/completions", json=_chat(False), headers={"Authorization": f"Bearer {token_of(rec)}"})
     assert r.status_code == 200
@@ -75,7 +76,7 @@ def test_an_engine_that_keeps_an_aborted_slot_faults_the_service_and_nothing_els
     reported: list[ServiceFault] = []
     config = GatewayConfig(state_dir=tmp_path / "gw", metrics_port=None)
     with GatewayThread(config) as gt:
-        gt.gw.on_service_fault = reported.append
+        gt.gw.aborts.on_service_fault = reported.append
         lock = make_lock(max_running=1, abort_confirm_ms=1500)
         rec = gt.register("run-leak", target_for(leaky, lock, service_id="svc-leak", epoch=3))
         other = gt.register("run-other", target_for(leaky, lock, service_id="svc-leak", epoch=3))

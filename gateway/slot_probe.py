@@ -31,7 +31,10 @@ from gateway.engine_http import EngineBodyEnded, EnginePool
 __all__ = ["SlotVerdict", "confirm_slot_free", "engine_load", "load_from_json", "load_from_metrics"]
 
 _PROBE_TIMEOUT_S = 5.0
-_INTERVAL_S = 0.05
+# polls start fast (an engine that honours the abort shows it within a scheduler step or two) and back off, so a
+# slow engine is not also kept busy answering load probes
+_FIRST_INTERVAL_S = 0.02
+_MAX_INTERVAL_S = 0.5
 _GAUGES = ("sglang:num_running_reqs", "sglang:num_queue_reqs")
 
 
@@ -105,6 +108,7 @@ async def confirm_slot_free(
     t0 = time.monotonic()
     end = t0 + bound_s
     last: int | None = None
+    interval = _FIRST_INTERVAL_S
     while True:
         try:
             last = await engine_load(pool, origin, engine_key)
@@ -115,6 +119,8 @@ async def confirm_slot_free(
         else:
             if last <= others_at_engine():
                 return SlotVerdict("free", (time.monotonic() - t0) * 1000, last)
-        if time.monotonic() >= end:
-            return SlotVerdict("unconfirmed", (time.monotonic() - t0) * 1000, last)
-        await asyncio.sleep(_INTERVAL_S)
+        now = time.monotonic()
+        if now >= end:
+            return SlotVerdict("unconfirmed", (now - t0) * 1000, last)
+        await asyncio.sleep(min(interval, end - now))
+        interval = min(interval * 1.5, _MAX_INTERVAL_S)

@@ -91,10 +91,12 @@ def serves(base_url: str, headers: dict[str, str], model: str) -> int:
     return r.status_code
 
 
-def stream(base_url: str, route: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, bytes, bool]:
+def stream(
+    base_url: str, route: str, body: dict[str, Any], headers: dict[str, str], timeout_s: float = 120.0
+) -> tuple[int, bytes, bool]:
     """(status, bytes, broken): broken when the chunked body ended without its terminator."""
     raw = b""
-    with httpx.stream("POST", base_url + route, json=body, headers=headers, timeout=120) as r:
+    with httpx.stream("POST", base_url + route, json=body, headers=headers, timeout=timeout_s) as r:
         try:
             for chunk in r.iter_raw():
                 raw += chunk

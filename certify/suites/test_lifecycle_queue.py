@@ -50,11 +50,13 @@ def test_agents_share_one_service(fault_site: FaultSite, certify_record: Any) ->
         # hold the first stream mid-way (fake: a stall that only the first stream meets, the fault is cleared
         # before the others reach the engine; SGLang: a one-shot proxy stall, released when cleared)
         front.arm(("stall_mid_stream:t=10,after=1",), (ProxyFault(mode="stall", after_events=2),))
+        # a waiting client hears nothing until its turn: its patience covers the queue and the request
+        patience_s = (lock.execution.queue_timeout_ms + lock.execution.request_timeout_ms) / 1000
         with concurrent.futures.ThreadPoolExecutor(max_workers=AGENTS) as pool:
             futures = []
             for i, run in enumerate(runs):
-                body = chat_body(run.wire_model, stream=True, max_tokens=8)
-                futures.append(pool.submit(stream, run.base_url, "/chat/completions", body, run.headers()))
+                body = chat_body(run.wire_model, stream=True, max_tokens=4)
+                futures.append(pool.submit(stream, run.base_url, "/chat/completions", body, run.headers(), patience_s))
                 want = (i, 1)  # the first holds the permit; each later one waits behind it
                 wait_until(lambda want=want: _waiting_in_use(gw) == want, 120.0, what=f"agent {i} to hold or wait")  # type: ignore[misc]
             first = runs[0]
@@ -63,7 +65,7 @@ def test_agents_share_one_service(fault_site: FaultSite, certify_record: Any) ->
                 timeout=60,
             )  # fmt: skip
             front.clear()  # the held stream goes on
-            answers = [f.result(600) for f in futures]
+            answers = [f.result(patience_s * AGENTS) for f in futures]
         gw.settle_evidence()  # every exchange begun is on disk; the first run also holds the refused fifth's row
         rows = [evidence_rows(front.state_dir, run.binding_id, at_least=2 if i == 0 else 1) for i, run in enumerate(runs)]
     served = [next(r for r in rs if r["status"] != "rejected") for rs in rows]

@@ -78,12 +78,21 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     "inference_queue_timeout": _e("scheduling", True, 503, "retry later or raise the queue timeout"),
     "inference_start_timeout": _e("scheduling", True, 504, "check the engine log; raise startup_timeout_ms"),
     "inference_port_conflict": _e("scheduling", True, 503, "another server holds the engine port; a new port is tried"),
-    "inference_queue_full": _e("scheduling", True, 429, "retry after the Retry-After delay; the lock bounds the queue"),
+    "inference_queue_full": _e("scheduling", True, 429, "retry after the Retry-After delay; the gateway bounds its queue"),
+    "inference_deadline_exceeded": _e(
+        "scheduling", False, 504, "the run's deadline (--deadline-s, the trial budget) is spent; start a run with a larger one"
+    ),
     # spec §12.2 — infrastructure
     "inference_oom": _e("infrastructure", True, 502, "give the engine more memory or shrink the token pool"),
     "inference_process_exited": _e("infrastructure", True, 502, "check the engine log"),
     "inference_upstream_failed": _e("infrastructure", False, 502, "the engine failed after accepting the request; see evidence"),
     "inference_engine_unhealthy": _e("infrastructure", True, 502, "it failed /health or a readiness probe; see engine.log"),
+    "inference_stream_idle_timeout": _e(
+        "infrastructure", False, 504, "the engine sent nothing for the lock's stream_idle_timeout_ms; see the evidence row"
+    ),
+    "inference_abort_unconfirmed": _e(
+        "infrastructure", True, 503, "the engine kept an abandoned request's slot; the service restarts as a new epoch"
+    ),
     # spec §12.2 — context
     "inference_context_exceeded": _e("context", False, 400, "shorten the input; history is never truncated"),
     # spec §12.2 — routing

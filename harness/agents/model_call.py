@@ -8,8 +8,10 @@ Owns :func:`build_request` (checks the input and budget before anything is sent)
   ``inference_protocol_unsupported`` / ``inference_modality_unsupported``, before any request.
 - Output budget: the lock's ``max_output_tokens`` when the input has none; a larger one is
   ``inference_parameter_conflict``.
-- A gateway error answer becomes the same ``HitchError`` code; an answer that is not a Responses object is
-  ``inference_upstream_failed`` (an infrastructure error). A legal empty answer is a result with text "".
+- A gateway error answer becomes the same ``HitchError`` code (the table's, also where the wire carries
+  OpenAI's own code, e.g. ``context_length_exceeded``, with the table's in ``details.code``); an answer that
+  is not a Responses object is ``inference_upstream_failed`` (an infrastructure error). A legal empty answer
+  is a result with text "".
 """
 
 from __future__ import annotations
@@ -112,6 +114,9 @@ def _error_from(resp: httpx.Response) -> HitchError:
         err = {}
     code = err.get("code") if isinstance(err, dict) else None
     message = err.get("message") if isinstance(err, dict) else None
+    details = err.get("details") if isinstance(err, dict) else None
+    if isinstance(details, dict) and details.get("code") in ERROR_TABLE:
+        code = details["code"]  # OpenAI's own code on the wire (context_length_exceeded); the table's code beside it
     if isinstance(code, str) and code in ERROR_TABLE:
         return HitchError(code, str(message or code), {"http_status": resp.status_code})
     return HitchError(

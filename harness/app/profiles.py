@@ -7,8 +7,9 @@ Owns :data:`CODEX_FIELDS` (what Codex 0.171.0 sends and what the gateway + SGLan
 measured through the gateway; see the module docstring of :mod:`gateway.policy`; the table is data,
 ``field_rules.json`` beside this module, as are :data:`MODEL_CALL_FIELDS` and the Harbor agents' tables,
 :data:`HARBOR_TERMINUS_FIELDS` and :data:`HARBOR_SHELL_AGENT_FIELDS`, used by
-:mod:`harness.evals.harbor_agents`), :func:`codex_key` / :func:`model_call_key`, and :class:`ProfileStore`,
-which keeps one JSON record per profile under ``<root>/inference/harness-profiles/`` (atomic writes).
+:mod:`harness.evals.harbor_agents`), :func:`codex_key` / :func:`model_call_key`, :func:`require_lock_values`
+(a rule's ``sends`` value against the lock's, e.g. Codex's ``parallel_tool_calls: true``), and
+:class:`ProfileStore`, which keeps one JSON record per profile under ``<root>/inference/harness-profiles/`` (atomic writes).
 :meth:`ProfileStore.require_passing` is the admission rule: a harness runs against a lock only when its
 profile exists and every recorded result passed; otherwise ``inference_harness_unsupported``. ``model-call``
 is the lock's own Responses text path (every lock of this version enables it), so it needs no recorded
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Self
 
@@ -43,6 +45,7 @@ __all__ = [
     "codex_key_of",
     "model_call_key",
     "profile_id",
+    "require_lock_values",
     "result",
 ]
 
@@ -166,6 +169,22 @@ class ProfileStore:
                 {**details, "failed": failed},
             )
         return profile
+
+
+def require_lock_values(key: HarnessKeyV1, fields: Sequence[FieldRuleV1], parallel_tool_calls: bool) -> None:
+    """The lock fixes some request fields the harness always sends (the gateway refuses any other value): a lock
+    whose value differs refuses the harness now, before a run starts, never mid-run."""
+    lock_values = {"parallel_tool_calls": parallel_tool_calls}
+    for rule in fields:
+        if rule.sends is None or rule.field not in lock_values or lock_values[rule.field] == rule.sends:
+            continue
+        want, have = json.dumps(rule.sends), json.dumps(lock_values[rule.field])
+        raise HitchError(
+            "inference_harness_unsupported",
+            f"{key.artifact} always sends {rule.field}={want} and this lock claims {have} "
+            "(the gateway would refuse every request with tools); use a model whose tool-call parser fits",
+            {"harness": key.harness, "artifact": key.artifact, "field": rule.field, "sends": rule.sends, "lock": have},
+        )
 
 
 def result(check_id: str, engine: str, device: str, passed: bool, **details: str | int | float | bool | None) -> ProfileResultV1:

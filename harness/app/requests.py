@@ -36,6 +36,7 @@ from harness.service.starter_supervisor import EngineChoice
 
 __all__ = [
     "CAPTURE_MAX_BYTES",
+    "DEADLINE_MAX_S",
     "TRIAL_WAIT_S",
     "RUN_ID_PATTERN",
     "AcquireRequest",
@@ -60,6 +61,7 @@ CaptureMode = Literal["off", "metadata", "full"]
 CAPTURE_MAX_BYTES = 1 << 30  # per request and direction: what one run may put on disk is bounded
 TRIAL_WAIT_S = 6 * 3600.0  # the longest a run's trial waits its turn for CPU and RAM (a client waits that long too)
 RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+DEADLINE_MAX_S = 7 * 24 * 3600.0  # the longest candidate deadline a run may carry
 
 
 class Request(Record):
@@ -148,6 +150,12 @@ class RunRequest(EngineSpec):
     capture_max_bytes: int | None = Field(default=None, ge=1, le=CAPTURE_MAX_BYTES)
     for_containers: bool = Field(default=False, description="serve eval containers on hitch's eval network")
     eval_image: str | None = Field(default=None, description="for_containers: the image the eval containers run")
+    deadline_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=DEADLINE_MAX_S,
+        description="the run's candidate deadline: each request's timeout is min(time left, the lock's request timeout)",
+    )
     inference_id: str | None = None
     model: str | None = None
     device: ServedDevice = "cpu"

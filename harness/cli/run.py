@@ -8,7 +8,8 @@ its inputs, prompt, budget, capture, ...: :mod:`harness.app.run_identity`), and 
 not; start the root's daemon if needed and create the run through it (``runs/<id>/run.json`` goes ``admitted →
 preparing → running``; the service is acquired with the run as lease owner and the run is registered on the
 daemon's gateway with its ``--capture`` mode); check the harness's compatibility profile for the lock (Codex:
-a certified profile must exist; ``inference_harness_unsupported`` otherwise); run the harness with the run
+a certified profile must exist, and the lock must claim what Codex always sends for the fields it fixes,
+``parallel_tool_calls``; ``inference_harness_unsupported`` otherwise, before anything starts); run the harness with the run
 token in its private environment; then, however it ended (an error, Ctrl-C), write the harness's evidence and
 tell the daemon the terminal status and code (:func:`harness.app.runs.end_run`) — it revokes the binding,
 releases the lease and writes the execution evidence. When the daemon died meanwhile, its next start ends the
@@ -40,19 +41,21 @@ from harness.app.profiles import (
     codex_key,
     codex_key_of,
     model_call_key,
+    require_lock_values,
 )
 from harness.app.requests import RunRequest
 from harness.app.run_identity import require_same_request, run_identity
 from harness.app.run_store import RunStore
-from harness.app.runs import RunService, end_run, run_service_request, served_model_id
+from harness.app.runs import RunService, end_run, run_service_request
 from harness.cli import options as opt
 from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.contracts.agent_profile import FieldRuleV1, HarnessKeyV1
 from harness.contracts.lock import InferenceLockV1
 from harness.errors import ERROR_TABLE, HitchError
 from harness.ids import digest_bytes
-from harness.lock import load_sealed_lock
+from harness.lock import claims_parallel_tool_calls, load_sealed_lock
 from harness.paths import HitchRoot
+from harness.store import resolve_model
 
 __all__ = ["register"]
 
@@ -70,9 +73,17 @@ def _submission(prompt: str, max_output_tokens: int | None, agent_args: list[str
 
 
 def _codex_preflight(hroot: HitchRoot, request: RunRequest, engine: str) -> None:
-    """Codex needs a passing compatibility profile for this runtime and model: checked before the run is created."""
+    """Codex needs a passing compatibility profile for this runtime and model, and a lock whose fixed request
+    fields match what it always sends (``parallel_tool_calls``): checked before the run is created."""
     install = find_codex()
-    key = codex_key_of(str(request.runtime), served_model_id(hroot, request), install.artifact, install.version)
+    if request.inference_id:
+        lock = load_sealed_lock(hroot, request.inference_id)
+        model_id, parallel = lock.model_id, lock.protocol.parallel_tool_calls
+    else:  # the lock is not sealed yet: it will claim what the model's tool-call parser hands back
+        manifest = resolve_model(hroot, str(request.model))
+        model_id, parallel = manifest.model_id, claims_parallel_tool_calls(manifest.chat_template.tool_call_parser)
+    key = codex_key_of(str(request.runtime), model_id, install.artifact, install.version)
+    require_lock_values(key, CODEX_FIELDS, parallel)
     ProfileStore(hroot).require_passing(key, engine)
 
 
@@ -220,6 +231,14 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         capture: opt.Capture = "metadata",
+        deadline_s: Annotated[
+            float | None,
+            typer.Option(
+                "--deadline-s",
+                help="the run's deadline (seconds from its first model request): each request's timeout is "
+                "min(time left, the lock's request timeout); once spent, inference_deadline_exceeded",
+            ),
+        ] = None,
         capture_max_bytes: Annotated[
             int | None, typer.Option("--capture-max-bytes", help="capture: bytes kept per request body/response (16 MiB)")
         ] = None,
@@ -248,6 +267,8 @@ def register(app: typer.Typer) -> None:
         run_fields["submission"] = _submission(prompt, max_output_tokens, agent_args, workdir)
         if capture_max_bytes is not None:
             run_fields["capture_max_bytes"] = capture_max_bytes
+        if deadline_s is not None:
+            run_fields["deadline_s"] = deadline_s
         if fake_fault:
             run_fields["fake_flags"] = [arg for fault in fake_fault for arg in ("--fault", fault)]
         request = run_service_request(hroot, ask, common.root, **run_fields)

@@ -155,6 +155,13 @@ class DaemonCore:
             self.leases.pop(lease_id, None)
         return stopped
 
+    async def fault_service(self, service_id: str, epoch: int, error: HitchError) -> bool:
+        """Fault handling for an epoch the gateway stopped admitting to: its supervisor fails it like a crash
+        (``inference.failed``, the engine stopped, resources released once that is confirmed); the next acquire
+        starts a new epoch. False when that epoch already ended."""
+        supervisor = self.starter.supervisors.get(service_id)
+        return supervisor is not None and await supervisor.fault(error, epoch)
+
     def unquarantine(self, service_id: str) -> bool:
         return clear_quarantine(self.root, service_id)
 

@@ -24,7 +24,13 @@ binding is registered; the answer names the network (``eval_network``) and a bas
 When the manager takes a service out of use (``inference.failed`` after the supervisor's ``on_failure``,
 ``inference.draining`` on a stop or the idle TTL, ``inference.stopped``), :meth:`RunService.on_event`
 revokes every binding of that service at once, so the next request is refused instead of reaching a dead
-or draining engine.
+or draining engine. When the gateway reports a service fault (an abandoned request's engine slot never shown
+free: it already stopped admitting to that epoch and let the rest drain), the epoch is failed through its
+supervisor like a crash (``inference.failed`` with ``inference_abort_unconfirmed``, engine stopped, bindings
+revoked); the next acquire starts a new epoch.
+
+A run may carry a candidate deadline (``deadline_s``: ``hitch run --deadline-s``, a Harbor trial's budget):
+the gateway bounds each of its requests by what is left of it (:meth:`gateway.bindings.Binding.time_left`).
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from typing import Any
 
 from aiohttp import web
 
+from gateway.aborts import ServiceFault
 from gateway.bindings import UpstreamTarget
 from gateway.capture import RunCapture
 from gateway.server import Gateway, GatewayConfig
@@ -100,7 +107,7 @@ class _Run:
 # what run.json keeps of the request (as it was given; no secret), and what a prepare of its service takes
 _REQUEST_FIELDS = {
     "model", "inference_id", "device", "profile", "runtime", "engine", "launcher", "fake_flags", "image", "capture_max_bytes",
-    "device_choice", "for_containers", "eval_image", "trial",
+    "device_choice", "for_containers", "eval_image", "trial", "deadline_s",
 }  # fmt: skip
 _SERVICE_FIELDS = {"device", "profile", "engine", "launcher", "image", "fake_flags", "device_choice"}
 
@@ -117,6 +124,7 @@ class RunService:
         self._hardware: dict[str, dict[str, Any]] = {}
         self.eval_access = EvalAccess(core.root.path, self.gateway)
         self._trial_waits: dict[str, asyncio.Task[None]] = {}  # runs whose trial waits its turn in the ledger
+        self.gateway.aborts.on_service_fault = self._service_fault
 
     async def start(self) -> None:
         # before anything is served: no run of a dead daemon stays live, and each gets its evidence
@@ -144,6 +152,10 @@ class RunService:
             await self.finish(run_id, "interrupted", err)
         await self.eval_access.close()
         await self.gateway.stop()
+
+    async def _service_fault(self, fault: ServiceFault) -> None:
+        """The gateway stopped admitting to an epoch whose engine kept an aborted request's slot: fail it."""
+        await self.core.fault_service(fault.service_id, fault.epoch, fault.error)
 
     def on_event(self, event: LifecycleEventV1) -> None:
         """The manager's event sink hook: a service leaving use revokes all of its bindings."""
@@ -260,7 +272,14 @@ class RunService:
                 ensure_private_dir(capture_dir)
         own = RunCapture(capture, capture_dir, ask.capture_max_bytes)
         net = self.eval_access.network if run.eval_image is not None else None
-        record = self.gateway.register(run_id, target, capture=own, listen_host=net.gateway_ip if net is not None else None)
+        deadline = ask.deadline_s
+        record = self.gateway.register(
+            run_id,
+            target,
+            capture=own,
+            listen_host=net.gateway_ip if net is not None else None,
+            deadline_s=deadline,
+        )
         run.binding_id = record.binding_id
         await asyncio.to_thread(write_start_facts, self.core.root, run_id, record, run.engine)
         self.store.advance(

@@ -19,7 +19,9 @@ What it does, in order:
    pins that ``inference_id`` and leases the same service — one engine, one binding (own token, evidence,
    budget) per trial. At most ``n_concurrent`` trials are being bound or running at once; a trial's run is
    answered once its container's resources are held in the daemon's ledger (it waits its turn there), and
-   the trial starts in Harbor at once; each trial that ends makes room for the next.
+   the trial starts in Harbor at once; each trial that ends makes room for the next. The trial's agent budget
+   (``EvalOptions.agent_timeout_s``, else the task's ``[agent] timeout_sec``) is its run's deadline, so no
+   model request outlives the trial (:func:`trial_budget_s`).
 3. Harbor runs the trials in its own venv (:mod:`harness.evals.harbor_process`, one asyncio task per trial):
    each trial reads its token from its own run's token file. A trial whose run is cancelled (``hitch run
    cancel RUN_ID``, or :meth:`HarborEvaluation.cancel`) is cancelled alone in Harbor.
@@ -41,6 +43,7 @@ import re
 import secrets
 import threading
 import time
+import tomllib
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -67,7 +70,7 @@ from harness.evals.harbor_process import DriverProcess
 from harness.evals.trial_resources import resources_of
 from harness.paths import HitchRoot, atomic_write_json, ensure_private_dir
 
-__all__ = ["EvalOptions", "HarborEvaluation", "Trial", "model_connection", "task_dirs", "trial_outcome"]
+__all__ = ["EvalOptions", "HarborEvaluation", "Trial", "model_connection", "task_dirs", "trial_budget_s", "trial_outcome"]
 
 HOST_SIDE_AGENTS = frozenset({TERMINUS})  # call the model from Harbor's process (LiteLLM)
 LOCAL_ENVIRONMENTS = frozenset({"docker"})
@@ -88,6 +91,18 @@ def container_overlay(network: str) -> str:
 
 _EVAL_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
 _RUN_FIELDS_PINNED = ("engine", "launcher", "runtime", "fake_flags", "image", "capture", "capture_max_bytes")
+
+
+def trial_budget_s(task: Path, override_s: float | None) -> float | None:
+    """A trial's agent budget: the override Harbor is given, else the task's ``[agent] timeout_sec``."""
+    if override_s is not None:
+        return override_s
+    try:
+        agent = tomllib.loads((task / "task.toml").read_text(encoding="utf-8")).get("agent", {})
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+    value = agent.get("timeout_sec") if isinstance(agent, dict) else None
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else None
 
 
 def model_connection(agent: str, environment: str) -> str:
@@ -308,6 +323,9 @@ class HarborEvaluation:
             trial=trial.resources.to_json_dict(),
             submission={"task": str(trial.task), "agent_kwargs": self.options.agent_kwargs, "attempt": trial.attempt},
         )
+        budget = trial_budget_s(trial.task, self.options.agent_timeout_s)
+        if budget is not None:
+            body["deadline_s"] = budget
         if self.eval_image is not None:
             body.update(for_containers=True, eval_image=self.eval_image)
         # answered once the service is ready and the trial's resources are held: it may wait its turn that long

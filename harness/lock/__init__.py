@@ -5,15 +5,18 @@ strictly; ``sealed.py`` keeps the locks ``local prepare`` sealed in a root.
 """
 
 from harness.lock.build import (
+    ABORT_CONFIRM_TIMEOUT_MS,
     CERTIFIED_QUANTIZATIONS,
     CPU_MEM_FRACTION_STATIC,
     DEFAULT_CONTEXT_TOKENS,
     PROFILES,
     SERVED_DEVICES,
+    STREAM_IDLE_TIMEOUT_MS,
     Device,
     ProfileShort,
     ServedDevice,
     build_lock,
+    claims_parallel_tool_calls,
     profile_name,
     resolve_dtype,
     served_device,
@@ -22,15 +25,18 @@ from harness.lock.build import (
 from harness.lock.sealed import load_sealed_lock, save_sealed_lock, sealed_for_draft
 
 __all__ = [
+    "ABORT_CONFIRM_TIMEOUT_MS",
     "CERTIFIED_QUANTIZATIONS",
     "CPU_MEM_FRACTION_STATIC",
     "DEFAULT_CONTEXT_TOKENS",
     "PROFILES",
     "SERVED_DEVICES",
+    "STREAM_IDLE_TIMEOUT_MS",
     "Device",
     "ProfileShort",
     "ServedDevice",
     "build_lock",
+    "claims_parallel_tool_calls",
     "load_sealed_lock",
     "profile_name",
     "resolve_dtype",

@@ -30,8 +30,10 @@ from harness.contracts.model import LocalModelManifestV1
 from harness.contracts.runtime import InferenceRuntimeManifestV1
 from harness.errors import HitchError
 from harness.ids import digest_json
+from harness.sglang_parsers import PARALLEL_TOOL_CALL_PARSERS
 
 __all__ = [
+    "ABORT_CONFIRM_TIMEOUT_MS",
     "CERTIFIED_QUANTIZATIONS",
     "CPU_MEM_FRACTION_STATIC",
     "DEFAULT_CONTEXT_TOKENS",
@@ -40,7 +42,9 @@ __all__ = [
     "Device",
     "ProfileShort",
     "ServedDevice",
+    "STREAM_IDLE_TIMEOUT_MS",
     "build_lock",
+    "claims_parallel_tool_calls",
     "profile_name",
     "resolve_dtype",
     "served_device",
@@ -68,6 +72,15 @@ CPU_MEM_FRACTION_STATIC = 0.05
 # pytorch sampling backend whatever is asked (``attention_hook.handle_deterministic_inference``): a lock that
 # says otherwise would be echoed back changed by ``/server_info`` and never become ready.
 _RADIX_DETERMINISTIC_ATTENTION = frozenset({"ascend", "fa3", "fa4", "triton"})
+# Both profiles (spec §9.2). A stream may be silent this long before the gateway ends it. A short "no token yet" is
+# never a fault: the wait for the first event holds the whole prefill (minutes for a full-context CPU prefill of a
+# large model), and SGLang 0.5.23 holds back a Responses message's events while tools are declared, so an agent's
+# whole generation can be silent. No default below the request timeout is safe for every model and machine; a
+# lock may seal a shorter one (the certification's fault check does).
+STREAM_IDLE_TIMEOUT_MS = 600_000
+# How long an engine has to show an abandoned request's slot free (SGLang processes an abort at its next scheduler
+# step, after the batch in flight: a long CPU prefill chunk can take many seconds) before the service is faulted.
+ABORT_CONFIRM_TIMEOUT_MS = 30_000
 _MAX_OUTPUT_CAP = 2048
 _GIB = 1 << 30
 _MIB = 1 << 20
@@ -171,6 +184,11 @@ def _resources(
     )
 
 
+def claims_parallel_tool_calls(parser: str | None) -> bool:
+    """A lock claims parallel tool calls exactly when its tool-call parser hands back every call of an answer."""
+    return parser is not None and parser in PARALLEL_TOOL_CALL_PARSERS
+
+
 def build_lock(
     model: LocalModelManifestV1,
     runtime: InferenceRuntimeManifestV1,
@@ -254,6 +272,8 @@ def build_lock(
         queue_timeout_ms=60_000,
         request_timeout_ms=600_000,
         idle_ttl_ms=60_000,
+        stream_idle_timeout_ms=STREAM_IDLE_TIMEOUT_MS,
+        abort_confirm_timeout_ms=ABORT_CONFIRM_TIMEOUT_MS,
     )
     generation = GenerationV1(
         temperature=0.0,
@@ -272,7 +292,7 @@ def build_lock(
         streaming=True,
         tool_calls=parser is not None,
         tool_call_parser=parser,
-        parallel_tool_calls=False,
+        parallel_tool_calls=claims_parallel_tool_calls(parser),
         input_modalities=["text"],
         compatibility_profile_id=digest_json(_PROTOCOL_PROFILE),
     )
@@ -315,6 +335,8 @@ def validate_lock(data: Any) -> InferenceLockV1:
         problems.append("max_output_tokens must be below the context")
     if lock.protocol.tool_calls != (lock.protocol.tool_call_parser is not None):
         problems.append("tool_calls is true exactly when a tool_call_parser is named")
+    if lock.protocol.parallel_tool_calls and not claims_parallel_tool_calls(lock.protocol.tool_call_parser):
+        problems.append("parallel_tool_calls needs a tool_call_parser that hands back several calls")
     if ex.deterministic_inference and ex.platform.backend == "cpu":
         problems.append("deterministic_inference is refused on cpu (SGLang rejects it at startup)")
     if ex.deterministic_inference and ex.sampling_backend != "pytorch":

@@ -18,6 +18,8 @@ API for the manager/daemon (keep it small):
   ``inference_process_exited``, ``inference_oom``, ``inference_engine_unhealthy``); the engine is gone and
   the state is ``failed`` by then;
 - ``await drain()`` (ready → draining: route nothing new), ``await stop()`` (→ stopped, engine confirmed gone);
+- ``await fault(err, epoch)``: a failure found outside (the gateway's abort check) fails the epoch like the
+  monitor would;
 - ``on_failure(cb)``: ``cb(error)`` runs at once when the service fails (the gateway revokes its bindings
   there); ``on_released(cb)``: ``cb()`` runs after every confirmed stop, normal or not (the manager frees
   resources there). Callbacks may be sync or async; they must not await ``start``/``stop`` of this supervisor.
@@ -375,6 +377,17 @@ class ServiceSupervisor:
         if released:
             await self._run_callbacks(self._release_cbs)
         return self.last_exit
+
+    async def fault(self, err: HitchError, epoch: int) -> bool:
+        """Fault handling reported from outside (the gateway saw the engine keep a slot it was told to free):
+        ``epoch`` fails as a monitor failure would (``on_failure`` at once, the engine stopped, then
+        ``on_released``). False when that epoch is not the live one any more."""
+        async with self._mutex:
+            if self._epoch != epoch or self._state not in ("ready", "draining"):
+                return False
+            await self._cancel_monitor()
+            await self._fail_locked(err)
+            return True
 
     # -- failure ------------------------------------------------------------------------------------
 

@@ -30,8 +30,8 @@ aiperf: venv
 # packages. Needs root; elsewhere the OCI tests skip unless HITCH_REQUIRE_DOCKER=1 (CI sets it).
 docker: venv
 	-scripts/ci/docker_engine.sh
-	-$(PY) scripts/ci/build_fake_image.py
-	-$(PY) scripts/ci/build_trial_image.py
+	-$(PY) -m fixtures.images.fake_engine
+	-$(PY) -m fixtures.images.trial
 
 # Real SGLang in a container: Debian's python3 + the generic-CPU runtime's hash-locked venv and shim as a
 # ~7 GB local image, pinned in HITCH_ROOT's operator overlay (`hitch runtime pin`). Part of setup (about 4

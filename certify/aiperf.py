@@ -33,6 +33,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from certify.perf.stack import MODEL
 from harness.paths import HitchRoot
 
 __all__ = ["AIPERF_VERSION", "aiperf_command", "aiperf_figures", "install_aiperf", "installed_aiperf", "keep_aiperf_outputs"]
@@ -77,7 +78,6 @@ def aiperf_command(args: argparse.Namespace, base_url: str, tokenizer: str, arti
     exe = installed_aiperf()
     if exe is None:
         raise SystemExit(f"AIPerf {AIPERF_VERSION} is not installed under HITCH_ROOT/tools (make aiperf)")
-    from certify.perf.stack import MODEL
 
     argv = [str(exe), "profile", "--model", MODEL, "--url", base_url, "--endpoint-type", "chat", "--streaming",
             "--tokenizer", tokenizer, "--synthetic-input-tokens-mean", str(args.input_len),

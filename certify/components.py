@@ -7,17 +7,17 @@ the caller is meant to run. The certify suites and the repository's tests both u
 
 from __future__ import annotations
 
-import os
 from typing import NoReturn
 
 import pytest
 
+from harness.settings import Component, env_name, settings
+
 __all__ = ["missing"]
 
 
-def missing(component: str, reason: str) -> NoReturn:
+def missing(component: Component, reason: str) -> NoReturn:
     """Skip for ``reason``; fail instead when ``HITCH_REQUIRE_<COMPONENT>`` is set to anything but 0."""
-    var = f"HITCH_REQUIRE_{component.upper()}"
-    if os.environ.get(var, "") not in ("", "0"):
-        pytest.fail(f"{var} is set but {reason}", pytrace=False)
+    if settings().requires(component):
+        pytest.fail(f"{env_name(f'require_{component}')} is set but {reason}", pytrace=False)
     pytest.skip(reason)

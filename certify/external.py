@@ -1,4 +1,4 @@
-"""The field's own benchmark tools, gateway vs direct (issue 13 item 4): ``python -m certify.external``.
+"""The field's own benchmark tools, gateway vs direct: ``python -m certify.external``.
 
 Run by ``hitch bench external --tool bench_serving``. The stack is :mod:`certify.perf.stack`'s (the fake
 engine or the generic-CPU SGLang runtime, our gateway as a separate process with one registered run) with a
@@ -37,6 +37,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from certify.aiperf import aiperf_command, aiperf_figures, install_aiperf, keep_aiperf_outputs
+from certify.kit.engines import sglang_command
+from certify.perf.stack import MODEL, StackOptions, started_stack
+
 __all__ = ["main", "summarize"]
 
 TOOLS = ("bench_serving", "aiperf")
@@ -46,8 +50,6 @@ STRIPPED = "stripped by hitch (SGLang's /server_info echoes engine keys)"
 
 
 def _runtime_python() -> tuple[str, dict[str, str]]:
-    from fixtures.fake_sglang.parity_engines import sglang_command
-
     command = sglang_command()
     if command is None:
         raise SystemExit("bench_serving runs from the generic-CPU SGLang runtime's venv, which is not installed (make runtime)")
@@ -158,8 +160,6 @@ def _masked(text: str, secrets_: list[str]) -> str:
 def _bench_serving_round(
     args: argparse.Namespace, name: str, base: str, token: str, tokenizer: str, work: Path, stem: str, secrets_: list[str]
 ) -> dict[str, Any]:
-    from certify.perf.stack import MODEL
-
     python, tool_env = _runtime_python()
     raw = work / f"{stem}.raw.jsonl"
     env = {**tool_env, "OPENAI_API_KEY": token, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -176,8 +176,6 @@ def _bench_serving_round(
 def _aiperf_round(
     args: argparse.Namespace, name: str, base: str, token: str, tokenizer: str, work: Path, stem: str, secrets_: list[str]
 ) -> dict[str, Any]:
-    from certify.aiperf import aiperf_command, aiperf_figures, keep_aiperf_outputs
-
     artifacts = work / stem
     argv, env = aiperf_command(args, base, tokenizer, artifacts)
     # AIPerf 0.13 takes the key only as --api-key on its command line (no file, no variable): it is the
@@ -192,8 +190,6 @@ def _aiperf_round(
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from certify.perf.stack import StackOptions, started_stack
-
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     one_round = _aiperf_round if args.tool == "aiperf" else _bench_serving_round
@@ -259,8 +255,6 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.install_aiperf:
-        from certify.aiperf import install_aiperf
-
         print(f"AIPerf installed: {install_aiperf()}")
         return 0
     if args.out is None:

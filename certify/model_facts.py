@@ -3,7 +3,7 @@
 A model fixture's facts come from the committed catalog (``catalog/model_fixtures.toml``) when the model's
 ``model_id`` is a pinned fixture's; any other checkpoint is described from its store manifest and its
 safetensors headers (the parameter count is the sum of the tensors' element counts, read without loading
-any tensor). The support matrix and the run page show these facts beside the digest (issue 10, item 6).
+any tensor). The support matrix and the run page show these facts beside the digest.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from catalog.model_fixtures import fixture_for_model_id
 from harness.contracts.certification import CertificationModelV1
 from harness.contracts.model_fixture import FixtureBehaviour
 from harness.paths import HitchRoot
+from harness.store import model_files_dir, read_manifest
+from harness.store.safetensors_check import read_safetensors_header
 
 __all__ = ["model_facts", "not_applicable"]
 
@@ -36,8 +38,6 @@ def model_facts(root: HitchRoot, model_id: str, model_ref: str) -> Certification
             license=entry.license,
             source=entry.source,
         )
-    from harness.store import model_files_dir, read_manifest
-    from harness.store.safetensors_check import read_safetensors_header
 
     manifest = read_manifest(root, model_id)
     files = model_files_dir(root, model_id)

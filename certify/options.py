@@ -1,8 +1,9 @@
-"""The certify plugin's options, parsed once into :class:`CertifyOptions`, and the default engine choice.
+"""The certify plugin's options, parsed once into :class:`CertifyOptions`, and the engine choice.
 
-Defaults pick the best engine the machine can run (issue 6, item 1): an AMX CPU with Docker and a pinned
-image → the official image (oci); otherwise the generic-CPU SGLang runtime, installed on demand; otherwise
-the fake engine. ``--engine`` / ``--launcher`` / ``--runtime`` override the choice.
+The choice is the application layer's one rule (:mod:`harness.app.choice`): by default the best engine the
+machine can run — an AMX CPU with Docker and a pinned image → the official image (oci); otherwise the
+generic-CPU SGLang runtime, installed on demand; otherwise the fake engine. ``--engine`` / ``--launcher`` /
+``--runtime`` override it.
 
 ``--inference sha256:...`` certifies a lock already sealed in this root, exactly (model, runtime, device,
 profile, every execution value: nothing is drafted or probed again); ``--reproduces ENTRY`` names the signed
@@ -17,31 +18,38 @@ contract run; it never falls back to the fake engine or to a CPU.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 import pytest
 
 from harness.paths import HitchRoot
+from harness.settings import env_name, settings
+
+if TYPE_CHECKING:  # types only: the plugin is loaded by every pytest process, the contracts only by certify runs
+    from harness.contracts.service import EngineName, LauncherName
+    from harness.lock import ProfileShort
 
 __all__ = ["REPORT_ENV", "SESSION_ENV", "CertifyOptions", "add_options", "choose_engine", "options_from"]
 
 REPO = Path(__file__).resolve().parent.parent
-REPORT_ENV = "HITCH_CERTIFY_REPORT_DIR"  # set by the controlling process so xdist workers agree on it
-SESSION_ENV = "HITCH_CERTIFY_SESSION"  # the session key shared by the controller and its workers
+REPORT_ENV = env_name("certify_report_dir")  # set by the controlling process so xdist workers agree on it
+SESSION_ENV = env_name("certify_session")  # the session key shared by the controller and its workers
+
+
+CertifyDevice = Literal["auto", "cpu", "cuda"]
 
 
 @dataclass(frozen=True)
 class CertifyOptions:
-    device: str  # cpu | cuda | auto (resolved in choose_engine)
-    engine: str | None
-    runtime: str | None
-    launcher: str | None
+    device: CertifyDevice  # auto until choose_engine resolves it
+    engine: EngineName | None  # None: the best this machine runs (choose_engine)
+    runtime: str | None  # catalog name or runtime_id; choose_engine names the runtime_id
+    launcher: LauncherName | None
     model: str
-    profile: str
+    profile: ProfileShort
     sign_key: Path | None
     report_dir: Path
     canary: bool
@@ -80,8 +88,24 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--fake-fault", action="append", default=[], help="--engine fake only: start the fake engine with this fault")
 
 
+T = TypeVar("T", bound=str)
+
+
+def _reports_base() -> Path:
+    """Where ``reports/out/`` goes by default: the checkout, or, run from an installed package, the current folder."""
+    return REPO if (REPO / "pyproject.toml").is_file() else Path.cwd()
+
+
+def _one_of(config: pytest.Config, option: str, choices: tuple[T, ...]) -> T:
+    value = config.getoption(option)
+    for choice in choices:
+        if value == choice:
+            return choice
+    raise pytest.UsageError(f"{option} is one of {', '.join(choices)}")
+
+
 def options_from(config: pytest.Config) -> CertifyOptions:
-    report = config.getoption("--report-dir") or os.environ.get(REPORT_ENV)
+    report = config.getoption("--report-dir") or settings().certify_report_dir
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     sign_key = config.getoption("--sign-key")
     reproduces = config.getoption("--reproduces")
@@ -89,17 +113,17 @@ def options_from(config: pytest.Config) -> CertifyOptions:
     if faults and config.getoption("--engine") != "fake":
         raise pytest.UsageError("--fake-fault is for --engine fake")
     opts = CertifyOptions(
-        device=str(config.getoption("--device")),
-        engine=config.getoption("--engine"),
+        device=_one_of(config, "--device", ("auto", "cpu", "cuda")),
+        engine=config.getoption("--engine"),  # pytest checked the choices
         runtime=config.getoption("--runtime"),
         launcher=config.getoption("--launcher"),
         model=str(config.getoption("--model")),
-        profile=str(config.getoption("--profile")),
+        profile=_one_of(config, "--profile", ("baseline", "throughput")),
         sign_key=Path(sign_key).expanduser() if sign_key else None,
-        report_dir=Path(report).expanduser().resolve() if report else REPO / "reports" / "out" / stamp,
+        report_dir=Path(report).expanduser().resolve() if report else _reports_base() / "reports" / "out" / stamp,
         canary=bool(config.getoption("--canary")),
         allow_uncertified=bool(config.getoption("--allow-uncertified")),
-        root=HitchRoot.at(os.environ.get("HITCH_ROOT")),
+        root=HitchRoot.at(),
         reproduces=Path(reproduces).expanduser().resolve() if reproduces else None,
         fake_faults=faults,
     )
@@ -110,15 +134,18 @@ def options_from(config: pytest.Config) -> CertifyOptions:
 def _pinned(opts: CertifyOptions, inference: str) -> CertifyOptions:
     """``--inference``: the sealed lock decides the model, runtime, device and profile (a conflicting --device or
     --profile is refused rather than silently overridden)."""
-    from harness.daemon.core import load_sealed_lock
     from harness.errors import HitchError
+    from harness.lock import load_sealed_lock
 
     try:
         lock = load_sealed_lock(opts.root, inference)
     except HitchError as exc:
         raise pytest.UsageError(f"--inference {inference}: {exc.message}") from None
-    device = lock.execution.platform.backend
-    profile = "throughput" if lock.profile == "evaluation-throughput-v1" else "baseline"
+    backend = lock.execution.platform.backend
+    if backend not in ("cpu", "cuda"):
+        raise pytest.UsageError(f"--inference {inference} is a {backend} lock; certify runs cpu and cuda locks")
+    device: Literal["cpu", "cuda"] = "cuda" if backend == "cuda" else "cpu"
+    profile: Literal["baseline", "throughput"] = "throughput" if lock.profile == "evaluation-throughput-v1" else "baseline"
     if opts.device not in ("auto", device):
         raise pytest.UsageError(f"--inference {inference} is a {device} lock; drop --device {opts.device}")
     return replace(
@@ -127,85 +154,19 @@ def _pinned(opts: CertifyOptions, inference: str) -> CertifyOptions:
 
 
 def choose_engine(opts: CertifyOptions) -> CertifyOptions:
-    """Resolve ``auto`` device and the default engine/launcher/runtime (reads the machine; starts nothing)."""
-    from harness.devices import gpu_reasons, run_doctor
+    """Resolve the device, engine, launcher and runtime by the one rule (:func:`harness.app.choice.resolve_choice`;
+    reads the machine, starts nothing). A choice the rule refuses is recorded as ``blocked``, with the runtime it
+    would have run: the session then stops before its suites and writes a failed entry saying why."""
+    # imported here: this module is loaded by every pytest process (the plugin), the resolver only by certify runs
+    from harness.app.choice import ChoiceRequest, resolve_choice
 
-    doctor = run_doctor(opts.device if opts.device in ("cpu", "cuda") else "auto")  # type: ignore[arg-type]
-    device = opts.device if opts.device != "auto" else (doctor.selected or "cpu")
-    chosen = _choose(opts, device, doctor)
-    problems = gpu_reasons(doctor.cuda) if device == "cuda" else []
-    if opts.device == "cuda" and opts.engine != "fake" and (problems or chosen.engine == "fake"):
-        why = problems[0] if problems else "no CUDA SGLang runtime in the catalog"
-        return replace(
-            chosen,
-            engine="sglang",
-            launcher=chosen.launcher if chosen.engine != "fake" else "process",
-            runtime=chosen.runtime or _any_runtime(device),
-            blocked=f"--device cuda cannot run on this machine: {why}",
-            choice_reason="fail closed: no usable GPU (no fake engine, no CPU fallback)",
-        )
-    return _require_certified(chosen, doctor)
-
-
-def _require_certified(chosen: CertifyOptions, doctor: Any) -> CertifyOptions:
-    """An SGLang session on a backend the doctor does not certify runs only with ``--allow-uncertified``."""
-    from harness.devices.choice import ALLOW_FLAG
-    from harness.runtimes import default_runtime, get_runtime
-
-    if chosen.engine != "sglang":
-        return chosen
-    verdict = doctor.devices.get(chosen.device)
-    runtime = get_runtime(chosen.runtime) if chosen.runtime else default_runtime(chosen.device, launcher=chosen.launcher)
-    why = list(verdict.reasons if verdict is not None and not verdict.certifiable else [])
-    if not runtime.certifiable:
-        why.append(f"runtime {runtime.name} is not certifiable")
-    if not why:
-        return chosen
-    if chosen.allow_uncertified:
-        return replace(chosen, choice_reason=f"{chosen.choice_reason}; uncertified backend allowed ({ALLOW_FLAG})")
+    choice = resolve_choice(ChoiceRequest.model_validate(opts, from_attributes=True))
     return replace(
-        chosen,
-        blocked=f"no certified backend for --device {chosen.device} here ({'; '.join(why)}); "
-        f"pass {ALLOW_FLAG} to run the {runtime.name} runtime (recorded, never certified)",
-        choice_reason="fail closed: an uncertified backend needs explicit permission",
-    )
-
-
-def _any_runtime(device: str) -> str | None:
-    """The catalog runtime a blocked session names (its entry needs an identity): certifiable ones first."""
-    from harness.runtimes import load_catalog
-
-    runtimes = sorted((r for r in load_catalog() if r.backend == device), key=lambda r: not r.certifiable)
-    return runtimes[0].runtime_id if runtimes else None
-
-
-def _choose(opts: CertifyOptions, device: str, doctor: Any) -> CertifyOptions:
-    from harness.runtimes import load_catalog
-
-    if opts.engine is not None:
-        engine, launcher = opts.engine, opts.launcher or "process"
-        return replace(opts, device=device, engine=engine, launcher=launcher, choice_reason="given on the command line")
-    catalog = [r for r in load_catalog() if r.backend == device]
-    verdict = doctor.devices.get(device)
-    docker_ok = bool(doctor.docker.reachable)
-    pinned_oci = [r for r in catalog if r.package.kind == "oci" and r.pinned and r.certifiable]
-    if verdict is not None and verdict.certifiable and docker_ok and pinned_oci and opts.launcher in (None, "oci"):
-        rt = opts.runtime or pinned_oci[0].runtime_id
-        return replace(
-            opts,
-            device=device,
-            engine="sglang",
-            launcher="oci",
-            runtime=rt,
-            choice_reason="certifiable platform, Docker, pinned image",
-        )
-    envs = [r for r in catalog if r.package.kind == "python-env"]
-    if envs:
-        rt = opts.runtime or envs[0].runtime_id
-        return replace(
-            opts, device=device, engine="sglang", launcher="process", runtime=rt,
-            choice_reason=f"no certifiable platform+image here; the {envs[0].name} runtime (installed on demand)",
-        )  # fmt: skip
-    return replace(
-        opts, device=device, engine="fake", launcher="process", choice_reason="no runnable SGLang runtime: fake engine"
+        opts,
+        device=choice.device,
+        engine=choice.engine,
+        launcher=choice.launcher,
+        runtime=choice.runtime_id,
+        choice_reason=choice.basis,
+        blocked=choice.refusal.message if choice.refusal is not None else None,
     )

@@ -14,9 +14,20 @@ import time
 from pathlib import Path
 from typing import Any
 
+from catalog.evidence import EVIDENCE_DIR, write_index
+from catalog.signing import (
+    build_statement,
+    dev_keys_dir,
+    ensure_dev_key,
+    sign_envelope,
+    subjects_from_predicate,
+    trusted_keys_dir,
+    write_entry,
+)
 from certify.evaluate import CheckResult, Evaluation, Platform, evaluate
 from certify.options import REPO, CertifyOptions
 from certify.registry import all_checks
+from harness.app.daemon_client import DaemonClient, daemon_running, stop_daemon
 from harness.contracts.certification import (
     CertificationCheckV1,
     CertificationModelV1,
@@ -26,6 +37,8 @@ from harness.contracts.certification import (
 )
 from harness.devices import DoctorReportV1, fingerprint_of, run_doctor
 from harness.paths import atomic_write_json
+from harness.runtimes import get_runtime
+from reports.builder import build_matrix, build_run_page
 
 __all__ = ["SUITE_VERSION", "finish_session", "machine_facts", "project_commit"]
 
@@ -43,16 +56,14 @@ def project_commit() -> str:
 
 def machine_facts(device: str) -> tuple[dict[str, Any], DoctorReportV1]:
     """This machine's hardware fingerprint for ``device`` and the doctor record it was built from."""
-    doctor = run_doctor(device if device in ("cpu", "cuda") else "auto")  # type: ignore[arg-type]
+    doctor = run_doctor("cuda" if device == "cuda" else "cpu" if device == "cpu" else "auto")
     return fingerprint_of(doctor, device), doctor
 
 
 def _platform(
     session: dict[str, Any] | None, opts: CertifyOptions, doctor: DoctorReportV1, session_error: str | None
 ) -> Platform:
-    from harness.runtimes import get_runtime
-
-    verdict = doctor.devices.get(opts.device)  # type: ignore[call-overload]
+    verdict = doctor.devices.get("cuda" if opts.device == "cuda" else "cpu")
     platform_ok = bool(verdict is not None and verdict.certifiable)
     platform_reasons = tuple(verdict.reasons) if verdict is not None else (f"doctor has no verdict for {opts.device}",)
     runtime_ok = False
@@ -78,7 +89,6 @@ def _platform(
 
 def _runtime_facts(runtime_id: str) -> tuple[str, str | None]:
     """(name, pinned_by) of the runtime: ``operator`` when its digest is an operator pin, else ``catalog``."""
-    from harness.runtimes import get_runtime
 
     try:
         runtime = get_runtime(runtime_id) if runtime_id else None
@@ -138,7 +148,6 @@ def build_predicate(
 
 def _keep_evidence(opts: CertifyOptions, files: dict[str, dict[str, Any]], lines: list[str]) -> dict[str, str]:
     """The predicate's evidence map; writes the index beside the blobs the checks stored."""
-    from catalog.evidence import EVIDENCE_DIR, write_index
 
     entries = [EvidenceFileV1.model_validate(f) for f in files.values()]
     if entries:
@@ -148,8 +157,6 @@ def _keep_evidence(opts: CertifyOptions, files: dict[str, dict[str, Any]], lines
 
 
 def _sign(opts: CertifyOptions, predicate: dict[str, Any], lines: list[str]) -> Path | None:
-    from catalog.signing import build_statement, ensure_dev_key, sign_envelope, subjects_from_predicate, write_entry
-
     subjects = subjects_from_predicate(predicate)
     if not subjects:  # in-toto needs a subject: a session that never had an identity cannot be signed
         lines.append("no signed entry: the session never reached a runtime/model/lock identity")
@@ -162,9 +169,6 @@ def _sign(opts: CertifyOptions, predicate: dict[str, Any], lines: list[str]) -> 
 
 
 def _pages(opts: CertifyOptions, results: dict[str, Any], lines: list[str]) -> None:
-    from catalog.signing import dev_keys_dir, trusted_keys_dir
-    from reports.builder import build_matrix, build_run_page
-
     run_page = build_run_page(results, opts.report_dir)
     lines.append(f"run report: {run_page}")
     keys = [trusted_keys_dir(), dev_keys_dir(opts.root)]
@@ -173,8 +177,6 @@ def _pages(opts: CertifyOptions, results: dict[str, Any], lines: list[str]) -> N
 
 
 def _teardown(opts: CertifyOptions, session: dict[str, Any] | None, daemon_was_running: bool, lines: list[str]) -> None:
-    from harness.daemon.client import DaemonClient, daemon_running, stop_daemon
-
     if daemon_running(opts.root) is None:
         return
     if not daemon_was_running:

@@ -30,6 +30,7 @@ from certify.evaluate import CheckResult
 from certify.options import REPORT_ENV, SESSION_ENV, CertifyOptions, add_options, choose_engine, options_from
 from certify.registry import SUITES, Check, all_checks, session_end_checks
 from certify.secrets_scan import forget
+from harness.settings import settings
 
 SUITES_DIR = Path(__file__).resolve().parent / "suites"
 _STATE = pytest.StashKey["CertifyState"]()
@@ -61,7 +62,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "exclusive_engine: changes or measures the shared engine (faults, request log, perf); runs alone"
     )
     is_worker = hasattr(config, "workerinput")
-    key = os.environ.get(SESSION_ENV, "")
+    key = settings().certify_session or ""
     if not is_worker and _targets_certify(config):  # the controller fixes what its xdist workers must share
         key = secrets.token_hex(8)
         os.environ[SESSION_ENV] = key
@@ -74,11 +75,15 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _targets_certify(config: pytest.Config) -> bool:
-    """Whether this invocation names the certify suites (``pytest certify ...``)."""
+    """Whether this invocation names the certify suites: ``pytest certify ...`` in the checkout, or
+    ``pytest --pyargs certify ...`` wherever the package is installed."""
     here = SUITES_DIR.parent
     for arg in config.args:
-        path = Path(str(arg).split("::", 1)[0]).resolve()
+        name = str(arg).split("::", 1)[0]
+        path = Path(name).resolve()
         if path == here or here in path.parents:
+            return True
+        if config.getoption("pyargs") and (name == here.name or name.startswith(f"{here.name}.")):
             return True
     return False
 
@@ -125,7 +130,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 def pytest_sessionstart(session: pytest.Session) -> None:
     state = session.config.stash[_STATE]
     if not state.is_worker:
-        from harness.daemon.client import daemon_running
+        from harness.app.daemon_client import daemon_running
 
         try:
             state.daemon_was_running = daemon_running(options_from(session.config).root) is not None

@@ -5,7 +5,7 @@ deterministic per ``model_id`` and prompt set and is cached under ``$HITCH_ROOT/
 both. It must be computed while no engine runs: SGLang's CPU scheduler spins one of two cores even when
 idle, so a reference computed beside it takes about twice as long. :func:`prepare_references` is therefore
 called by the certify session (:func:`certify.session.open_session`) after the model is imported and before
-the engine is started, under a file lock so xdist workers compute it once; the suite then only reads the
+the engine is started, under a file mutex so xdist workers compute it once; the suite then only reads the
 cache (:func:`reference_run`).
 
 Owns the prompt sets (:data:`PARITY_PROMPTS`, :data:`EVAL_SET`, the natural-stop question; their texts are
@@ -34,6 +34,9 @@ from fixtures.reference import (
 )
 from harness.contracts.base import Record
 from harness.paths import HitchRoot, ensure_private_dir
+from harness.runtimes import get_runtime
+from harness.runtimes.install import installed_runtime
+from harness.store import model_files_dir
 
 __all__ = [
     "EVAL_SET",
@@ -160,10 +163,6 @@ def reference_continuation(root: HitchRoot, model_id: str, prompt_ids: list[int]
 
 
 def _runs(root: HitchRoot, model_id: str, jobs: list[tuple[list[Prompt], ReferenceParams]]) -> list[tuple[ReferenceRunV1, bool]]:
-    from harness.runtimes import get_runtime
-    from harness.runtimes.install import installed_runtime
-    from harness.store import model_files_dir
-
     runtime = installed_runtime(root, get_runtime(REFERENCE_RUNTIME))
     if runtime is None:
         raise RuntimeError(f"the reference runtime {REFERENCE_RUNTIME} is not installed under {root.path}")
@@ -174,7 +173,7 @@ def prepare_references(root: HitchRoot, model_id: str) -> dict[str, dict[str, An
     """Compute (or find cached) every reference set ``model_id`` needs, in one runner process; per set: its
     prompts and budget, whether it was cached, and the seconds spent on it here and when it was computed.
 
-    Serialised by a file lock beside the cache: concurrent sessions' processes compute each set once.
+    Serialised by a file mutex beside the cache: concurrent sessions' processes compute each set once.
     """
     from filelock import FileLock
 

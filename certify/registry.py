@@ -28,6 +28,8 @@ from typing import Any, TypeVar
 
 import pytest
 
+import certify.suites as suites
+
 __all__ = ["SUITES", "Check", "Summary", "all_checks", "applicable", "at_session_end", "session_end_checks"]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -125,8 +127,6 @@ def at_session_end(fn: F) -> F:
 
 
 def _suite_modules() -> list[ModuleType]:
-    import certify.suites as suites
-
     modules = []
     for info in pkgutil.iter_modules(suites.__path__):
         if info.name.startswith("test_"):

@@ -82,9 +82,7 @@ class Reproduction:
 
 
 def _require_lock(root: HitchRoot, entry: Path, predicate: dict[str, Any]) -> InferenceLockV1:
-    from harness.daemon.core import load_sealed_lock
-    from harness.daemon.prepare import save_sealed
-    from harness.lock import validate_lock
+    from harness.lock import load_sealed_lock, save_sealed_lock, validate_lock
 
     inference_id = str(predicate.get("inference_id"))
     try:
@@ -103,7 +101,9 @@ def _require_lock(root: HitchRoot, entry: Path, predicate: dict[str, Any]) -> In
     lock = validate_lock(json.loads(blob.read_bytes()))  # inference_lock_invalid when its content is not its id
     if lock.inference_id != inference_id:
         raise HitchError("inference_lock_mismatch", "the lock kept in the entry's evidence is another lock", {})
-    save_sealed(root, lock, {"inference_id": inference_id, "imported_from_entry": digest_bytes(payload_bytes(load_entry(entry)))})
+    save_sealed_lock(
+        root, lock, {"inference_id": inference_id, "imported_from_entry": digest_bytes(payload_bytes(load_entry(entry)))}
+    )
     return lock
 
 

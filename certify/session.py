@@ -17,17 +17,29 @@ written to
 from __future__ import annotations
 
 import contextlib
-import json
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock
+
+from catalog.model_fixtures import fixture_by_key
+from certify.model_facts import model_facts
 from certify.options import CertifyOptions
+from certify.reference_set import prepare_references
 from certify.secrets_scan import remember
+from fixtures.checkpoint import tiny_checkpoint_cached
 from fixtures.fake_sglang.client import FakeControl
-from harness.daemon.client import DaemonClient, ensure_daemon
+from fixtures.images import built_image
+from harness.app.daemon_client import DaemonClient, ensure_daemon
+from harness.app.models import import_once, model_id_of
+from harness.app.requests import RunRequest, parse_request
+from harness.app.service import engine_endpoint, engine_start, ensure_runtime, run_image
+from harness.contracts.runtime import InferenceRuntimeManifestV1
+from harness.errors import HitchError
 from harness.paths import HitchRoot, atomic_write_json, ensure_private_dir, write_secret
+from harness.runtimes import get_runtime
 
 __all__ = [
     "CertifyEnv",
@@ -35,7 +47,6 @@ __all__ = [
     "RunHandle",
     "SessionEnd",
     "create_run",
-    "engine_endpoint",
     "fixture_checkpoint",
     "open_session",
     "secrets_ledger",
@@ -95,7 +106,7 @@ class CertifyEnv:
         return handle
 
     def delete_run(self, run: RunHandle) -> dict[str, Any]:
-        return self.daemon.request("DELETE", f"/v1/runs/{run.run_id}")
+        return self.daemon.delete_run(run.run_id)
 
     def service(self) -> dict[str, Any] | None:
         for svc in self.daemon.services().get("services", []):
@@ -111,7 +122,7 @@ class CertifyEnv:
 
 def session_key_dir(opts: CertifyOptions, session_key: str) -> Path:
     """Private files shared by this session's processes (fake control token, ports)."""
-    return ensure_private_dir(opts.root.path / "certify" / session_key)
+    return ensure_private_dir(opts.root.certify / session_key)
 
 
 def secrets_ledger(opts: CertifyOptions, session_key: str) -> Path:
@@ -136,101 +147,54 @@ class SessionEnd:
 
 def fixture_checkpoint(ref: str, cache_dir: Path) -> Path:
     """Build the model fixture ``ref`` (``fixture:tiny``, ``fixture:smollm2``) once under ``cache_dir``."""
-    from catalog.model_fixtures import fixture_by_key
-
     key = fixture_by_key(ref).key  # an unknown fixture is a usage_error naming the known ones
     if key == "smollm2":
+        # imported here: its GGUF reader (numpy, gguf) costs ~0.6 s, which a session on fixture:tiny never needs
         from fixtures.smollm2 import smollm2_cached
 
         return smollm2_cached(cache_dir)
     if key == "tiny":
-        from fixtures.checkpoint import tiny_checkpoint_cached
-
         return tiny_checkpoint_cached(cache_dir)
-    from harness.errors import HitchError
-
     raise HitchError("usage_error", f"the model fixture {ref!r} has no builder in certify", {"fixture": ref})
 
 
 def _ensure_model(opts: CertifyOptions) -> str:
-    from harness.store import import_model
-
     if opts.model.startswith("local/"):  # already in the store (--inference names it by its model_id)
         return opts.model
     if opts.model.startswith("fixture:"):
-        from catalog.model_fixtures import fixture_by_key
-
-        src = fixture_checkpoint(opts.model, opts.root.path / "cache" / "fixtures")
+        src = fixture_checkpoint(opts.model, opts.root.fixture_cache)
         alias = FIXTURE_ALIAS_PREFIX + fixture_by_key(opts.model).key
     else:
         src, alias = Path(opts.model).expanduser(), "certify-" + Path(opts.model).name.lower()[:40].strip("-_.") or "model"
-    from filelock import FileLock
-
-    with FileLock(str(ensure_private_dir(opts.root.path / "certify") / "import.lock")):
-        import_model(opts.root, src, alias)
-    return f"local/{alias}"
-
-
-def _ensure_runtime(opts: CertifyOptions) -> str:
-    from harness.runtimes import get_runtime
-    from harness.runtimes.install import install_runtime, installed_runtime
-
-    rt = get_runtime(opts.runtime) if opts.runtime else None
-    if rt is None:
-        from harness.runtimes import default_runtime
-
-        rt = default_runtime(opts.device, launcher=opts.launcher if opts.engine == "sglang" else None)
-    if opts.engine == "sglang" and opts.launcher == "process" and rt.package.kind == "python-env":
-        from filelock import FileLock
-
-        with FileLock(str(ensure_private_dir(opts.root.path / "certify") / "install.lock")):
-            if installed_runtime(opts.root, rt) is None:
-                install_runtime(opts.root, rt)
-    return rt.runtime_id
+    return import_once(opts.root, src, alias)
 
 
 def fake_engine_image(lock_dir: Path) -> str:
-    """The fake engine image's ID (``scripts/ci/build_fake_image.py``: idempotent, serialised by a file lock
-    in ``lock_dir``); ``inference_runtime_unavailable`` when it cannot be built (no Docker, no packages)."""
-    return _built_image("build_fake_image.py", "the fake engine image", lock_dir)
+    """The fake engine image's ID (:mod:`fixtures.images.fake_engine`: idempotent, serialised by a file mutex in
+    ``lock_dir``); ``inference_runtime_unavailable`` when it cannot be built (no Docker, no packages)."""
+    return built_image("fake_engine", ensure_private_dir(lock_dir) / "fake-image.lock")
 
 
 def eval_trial_image(lock_dir: Path) -> str:
-    """The eval trial image's ID (``scripts/ci/build_trial_image.py``: the fake engine image plus the trial
-    client; idempotent, under the same lock)."""
-    return _built_image("build_trial_image.py", "the eval trial image", lock_dir)
+    """The eval trial image's ID (:mod:`fixtures.images.trial`: the fake engine image plus the trial client;
+    idempotent, under the same mutex)."""
+    return built_image("trial", ensure_private_dir(lock_dir) / "fake-image.lock")
 
 
-def _built_image(script_name: str, what: str, lock_dir: Path) -> str:
-    import subprocess
-    import sys
-
-    from filelock import FileLock
-
-    from harness.errors import HitchError
-
-    script = Path(__file__).resolve().parents[1] / "scripts" / "ci" / script_name
-    with FileLock(str(ensure_private_dir(lock_dir) / "fake-image.lock")):
-        out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=False)
-    image = next((ln.split("=", 1)[1] for ln in out.stdout.splitlines() if ln.startswith("IMAGE_ID=")), None)
-    if out.returncode != 0 or image is None:
-        raise HitchError("inference_runtime_unavailable", f"{what} could not be built: {out.stderr[-300:]}", {})
-    return image
-
-
-def _oci_image(opts: CertifyOptions, runtime_id: str) -> str:
-    """The pinned image an ``oci`` session runs: the runtime's (catalog digest or operator pin) for SGLang,
-    the fake engine image for a contract run."""
+def _oci_image(opts: CertifyOptions, runtime: InferenceRuntimeManifestV1) -> str | None:
+    """The pinned image an ``oci`` session runs: the runtime's (catalog digest or operator pin) for SGLang, the
+    fake engine image for a contract run; None for a process session."""
+    if opts.launcher != "oci":
+        return None
     if opts.engine == "fake":
-        return fake_engine_image(opts.root.path / "certify")
-    from harness.runtimes import get_runtime, pinned_image
-
-    return pinned_image(get_runtime(runtime_id))
+        return fake_engine_image(opts.root.certify)
+    return run_image(runtime, "sglang", "oci", None)
 
 
 def create_run(daemon: DaemonClient, body: dict[str, Any]) -> RunHandle:
-    """``POST /v1/runs`` on ``daemon`` (the session's, or a private one) and the run's handle, token read."""
-    run = daemon.request("POST", "/v1/runs", body, timeout_s=900.0)
+    """``POST /v1/runs`` on ``daemon`` (the session's, or a private one) and the run's handle, token read; ``body``
+    is checked as a :class:`~harness.app.requests.RunRequest` before it is sent."""
+    run = daemon.create_run(parse_request(RunRequest, body))
     token = Path(run["token_file"]).read_text(encoding="utf-8").strip()
     return RunHandle(
         run_id=run["run_id"],
@@ -244,45 +208,19 @@ def create_run(daemon: DaemonClient, body: dict[str, Any]) -> RunHandle:
     )
 
 
-def engine_endpoint(root: HitchRoot, service_id: str) -> tuple[str, str]:
-    """(direct engine base URL, engine key) of a running service, from its endpoint record."""
-    from harness.service.state_store import ServiceStateStore
-
-    record = ServiceStateStore(root, service_id).read()
-    if record is None or record.endpoint_ref is None:
-        raise RuntimeError(f"service {service_id} has no endpoint record")
-    ref = json.loads(Path(record.endpoint_ref).read_text())
-    key = Path(ref["api_key_file"]).read_text(encoding="utf-8").strip()
-    return str(ref["base_url"]), key
-
-
-_START_FIELDS = ("ready_s", "engine_health_s", "engine_idle_wait_s", "engine_busy_polls", "flush_attempts")
-
-
-def _engine_start(root: HitchRoot, run: RunHandle) -> dict[str, Any] | None:
-    """How the session's engine became ready (its ``inference.ready`` event): seconds to ready, to the engine's
-    own health, waiting for the engine to go idle before the cache flush, and the flushes it took."""
-    from harness.service.state_store import ServiceStateStore
-
-    ready = [e for e in ServiceStateStore(root, run.service_id).events() if e.event == "inference.ready" and e.epoch == run.epoch]
-    return {k: ready[-1].details.get(k) for k in _START_FIELDS} if ready else None
-
-
 def open_session(opts: CertifyOptions, session_key: str, worker: str, *, references: bool = False) -> CertifyEnv:
     """Create this process's run on the session's shared engine (started by the first caller).
 
     ``references``: the session runs correctness checks on a real engine; their reference runs are computed (or
     found cached) first, while no engine spins a core (:func:`certify.reference_set.prepare_references`).
     """
-    from harness.store import resolve_model
-
     model_ref = _ensure_model(opts)
-    runtime_id = _ensure_runtime(opts)
-    model_id = resolve_model(opts.root, model_ref).model_id
+    runtime = get_runtime(str(opts.runtime))  # choose_engine named it
+    ensure_runtime(opts.root, runtime, engine=opts.engine or "sglang")
+    runtime_id = runtime.runtime_id
+    model_id = model_id_of(opts.root, model_ref)
     prepared: dict[str, Any] | None = None
     if references and opts.engine == "sglang":
-        from certify.reference_set import prepare_references
-
         prepared = prepare_references(opts.root, model_id)
     body: dict[str, Any] = {
         "model": model_ref,
@@ -294,8 +232,9 @@ def open_session(opts: CertifyOptions, session_key: str, worker: str, *, referen
     }
     if opts.inference is not None:  # the sealed lock as it is: nothing drafted, probed or sealed again
         body = {k: v for k, v in body.items() if k not in ("model", "profile")} | {"inference_id": opts.inference}
-    if opts.launcher == "oci":
-        body["image"] = _oci_image(opts, runtime_id)
+    image = _oci_image(opts, runtime)
+    if image is not None:
+        body["image"] = image
     fake: FakeControl | None = None
     # the fake engine's control channel is a host file + loopback port: a container on its internal network
     # reaches neither, so an oci contract session runs without it (the checks that need it say so)
@@ -303,8 +242,6 @@ def open_session(opts: CertifyOptions, session_key: str, worker: str, *, referen
         shared = session_key_dir(opts, session_key)
         token_file = shared / "fake-control.token"
         if not token_file.exists():
-            from filelock import FileLock
-
             with FileLock(str(shared / "token.lock")):
                 if not token_file.exists():
                     write_secret(token_file, secrets.token_urlsafe(24))
@@ -315,8 +252,6 @@ def open_session(opts: CertifyOptions, session_key: str, worker: str, *, referen
     daemon = ensure_daemon(opts.root)
     run = create_run(daemon, {**body, "run_id": f"certify-{session_key[:8]}-{worker}"})
     engine_url, engine_key = engine_endpoint(opts.root, run.service_id)
-    from certify.model_facts import model_facts
-
     ledger = secrets_ledger(opts, session_key)
     remember(ledger, "engine_key", engine_key)
     remember(ledger, f"run_token:{run.run_id}", run.token)
@@ -338,7 +273,7 @@ def open_session(opts: CertifyOptions, session_key: str, worker: str, *, referen
         "allow_uncertified": opts.allow_uncertified,
         "fake_faults": list(opts.fake_faults),
         "reference": prepared,
-        "engine_start": _engine_start(opts.root, run),
+        "engine_start": engine_start(opts.root, run.service_id, run.epoch),
     }
     opts.report_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(opts.report_dir / "session.json", facts)

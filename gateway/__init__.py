@@ -3,7 +3,9 @@
 Modules: ``bindings`` (runs, tokens, upstream targets), ``routes`` (allow-list), ``auth`` (token and engine
 headers), ``policy`` (lock parameters and budgets), ``sglang_view`` (the messages and tools SGLang hands the
 chat template), ``context_check`` (tokenizer + chat template), ``template_bound`` (proven prompt sizes),
-``admission`` (fair queue), ``transport`` (the engine hop), ``sse`` (incremental parser), ``capture``,
+``admission`` (the gateway's own fair queue), ``deadlines`` (run deadline, per-request timeouts),
+``transport`` (the engine hop), ``engine_http`` (its HTTP client), ``slot_probe`` and ``aborts`` (an abandoned
+request's engine slot shown free, or the epoch faulted), ``sse`` (incremental parser), ``capture``,
 ``evidence``, ``metrics``, ``writer``, ``server`` (the app), ``standalone`` (run one from a spec file).
 """
 

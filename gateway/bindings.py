@@ -136,6 +136,18 @@ class Binding:
     checker: ContextChecker
     capture: RunCapture | None = None  # this run's own capture (None: the gateway's); never changed
     listen_host: str | None = None  # a container-facing binding: the only listener address that serves it
+    deadline_at: float | None = None  # monotonic: the run's deadline, set by its first request (see time_left)
+
+    def time_left(self, now: float) -> float | None:
+        """Seconds left of the run's deadline (None: the run has none). The candidate's clock starts at its
+        first model request, so environment setup before it (a Harbor trial's container) is not its time;
+        from then on queue waits, inference and tool time all spend it (spec §9.2)."""
+        budget = self.record.deadline_s
+        if budget is None:
+            return None
+        if self.deadline_at is None:
+            self.deadline_at = now + budget
+        return self.deadline_at - now
 
     @property
     def binding_id(self) -> str:
@@ -175,11 +187,15 @@ class BindingRegistry:
         queue_timeout_ms: int | None,
         capture: RunCapture | None,
         listener: Listener | None,
+        deadline_s: float | None = None,
     ) -> ModelEndpointBindingV1:
         """Bind ``run_id`` to ``target``; returns the record (the token is in the file it names). With a
-        ``listener`` (host, origin) the binding is served only there and its base URL is on that origin."""
+        ``listener`` (host, origin) the binding is served only there and its base URL is on that origin;
+        with ``deadline_s`` every request of the run is bounded by what is left of it (:meth:`Binding.time_left`)."""
         if not run_id or len(run_id) > 200:
             raise HitchError("usage_error", "a run id is 1..200 characters", {})
+        if deadline_s is not None and not deadline_s > 0:
+            raise HitchError("usage_error", "a run's deadline is a positive number of seconds", {"deadline_s": deadline_s})
         if run_id in self._active_run:
             raise HitchError("usage_error", f"run {run_id!r} already has an active binding; revoke it first", {"run_id": run_id})
         current = self._service_epoch.get(target.service_id)
@@ -205,6 +221,7 @@ class BindingRegistry:
             token_ref=str(token_path),
             state="active",
             created_at=time.time(),
+            deadline_s=deadline_s,
         )
         timeout = queue_timeout_ms if queue_timeout_ms is not None else target.lock.execution.queue_timeout_ms
         checker = ContextChecker.for_dir(target.tokenizer_dir)

@@ -1,4 +1,5 @@
-"""The gateway's HTTP/1.1 client for its one hop to the engine (spec §9.2): POST, never retried.
+"""The gateway's HTTP/1.1 client for its one hop to the engine (spec §9.2): POST, never retried (and the GET
+of the engine's load the abort check makes, :mod:`gateway.slot_probe`).
 
 Owns :class:`EnginePool` (keep-alive connections per engine origin) and :class:`EngineResponse` (one answer:
 status, headers, then its body, de-chunked). The body is read one of two ways:
@@ -15,6 +16,11 @@ Why not aiohttp's client: on a 2-core CPU engine every microsecond the gateway s
 taken from the engine, and aiohttp's read path (HTTP parser callback, ``StreamReader``, ``readany`` future,
 the relay task's wake-up) was most of the gateway's ~150 µs of user CPU per event (measured on the fake
 engine, 128-token streams, c=1; ``python -m certify.perf``).
+
+A stream's answer may carry an idle timeout (the lock's ``stream_idle_timeout_ms``): when the engine sends
+nothing that long (the head included) the answer fails with :class:`EngineStreamIdle` and its connection is
+closed. One timer per answer, re-armed lazily; time the relay paused reading (client backpressure) is never
+counted as the engine's silence.
 
 The engine is a known local HTTP/1.1 server (SGLang's uvicorn, or the fake): answers are framed by
 ``Content-Length``, ``Transfer-Encoding: chunked`` or the connection's close. Anything else malformed ends
@@ -35,7 +41,7 @@ from urllib.parse import urlsplit
 
 from multidict import CIMultiDict
 
-__all__ = ["EngineBodyEnded", "EnginePool", "EngineResponse", "Sink"]
+__all__ = ["EngineBodyEnded", "EnginePool", "EngineResponse", "EngineStreamIdle", "Sink"]
 
 Sink = Callable[[bytes, float], bool]  # (payload, read time) -> pause reading?  May raise: the relay ends.
 Wake = Literal["end", "paused"]
@@ -47,7 +53,18 @@ _NO_BODY = frozenset({204, 304})
 
 
 class EngineBodyEnded(Exception):
-    """The engine's answer ended before its framing said it was complete, or broke its framing."""
+    """The engine's answer ended before its framing said it was complete, or broke its framing.
+
+    ``by_engine``: the engine closed the connection itself (it ended the request: nothing is left running there
+    for the gateway to abort), as opposed to an answer the gateway gave up on (malformed framing)."""
+
+    def __init__(self, message: str, *, by_engine: bool = False) -> None:
+        super().__init__(message)
+        self.by_engine = by_engine
+
+
+class EngineStreamIdle(Exception):
+    """The engine sent nothing for the stream's idle timeout (time the gateway paused reading is not counted)."""
 
 
 @functools.lru_cache(maxsize=64)
@@ -58,8 +75,8 @@ def _address(origin: str) -> tuple[str, int, str]:
     return parts.hostname, parts.port, parts.netloc
 
 
-def _request_head(netloc: str, path: str, headers: Mapping[str, str], body_len: int) -> bytes:
-    lines = [f"POST {path} HTTP/1.1", f"Host: {netloc}"]
+def _request_head(method: str, netloc: str, path: str, headers: Mapping[str, str], body_len: int) -> bytes:
+    lines = [f"{method} {path} HTTP/1.1", f"Host: {netloc}"]
     for name, value in headers.items():
         if "\r" in name or "\n" in name or "\r" in value or "\n" in value or ":" in name:
             raise ValueError("a header for the engine holds a line break")
@@ -114,7 +131,9 @@ class _Connection(asyncio.Protocol):
 class EngineResponse:
     """One engine answer. Awaited by :meth:`EnginePool.post` until its head is read."""
 
-    def __init__(self, conn: _Connection, pool: EnginePool, loop: asyncio.AbstractEventLoop, timeout_s: float) -> None:
+    def __init__(
+        self, conn: _Connection, pool: EnginePool, loop: asyncio.AbstractEventLoop, timeout_s: float, idle_s: float | None
+    ) -> None:
         self._conn = conn
         self._pool = pool
         self._loop = loop
@@ -140,12 +159,15 @@ class EngineResponse:
         self._paused = False
         self._released = False
         self._deadline = loop.call_later(timeout_s, self._timed_out)
+        self._idle_s = idle_s
+        self._last_data = time.perf_counter()  # the idle clock: the request's send, then every read
+        self._idle = loop.call_later(idle_s, self._idle_check) if idle_s is not None else None
         conn.begin(self)
 
     # ---- the engine's bytes (called from the connection's callbacks) ----
 
     def feed(self, data: bytes) -> None:
-        now = time.perf_counter()
+        now = self._last_data = time.perf_counter()
         try:
             if self._phase == "head":
                 self._buf += data
@@ -309,7 +331,7 @@ class EngineResponse:
             self._phase, self.ended_at = "done", time.perf_counter()
             self._wake("end")
         elif self._phase in ("head", "body"):
-            self._fail(EngineBodyEnded("the engine closed the connection before its answer ended"))
+            self._fail(EngineBodyEnded("the engine closed the connection before its answer ended", by_engine=True))
 
     def _fail(self, exc: BaseException) -> None:
         if self._phase in ("broken", "done"):
@@ -338,6 +360,22 @@ class EngineResponse:
         if self._phase == "done":
             return
         self._fail(TimeoutError("the engine's answer did not end within the request timeout"))
+        self._conn.close()
+
+    def _idle_check(self) -> None:
+        """One timer per answer, re-armed for the rest of the window (no timer per read); a paused read is
+        the client's backpressure, not the engine's silence."""
+        self._idle = None
+        idle_s = self._idle_s
+        if self._phase in ("done", "broken") or idle_s is None:
+            return
+        if self._paused:
+            self._last_data = time.perf_counter()
+        silent = time.perf_counter() - self._last_data
+        if silent < idle_s:
+            self._idle = self._loop.call_later(idle_s - silent, self._idle_check)
+            return
+        self._fail(EngineStreamIdle(f"the engine sent nothing for {idle_s * 1000:.0f} ms"))
         self._conn.close()
 
     # ---- the relay's side ----
@@ -393,6 +431,7 @@ class EngineResponse:
         transport = self._conn.transport
         if self._paused and self._phase == "body" and transport is not None and not transport.is_closing():
             self._paused = False
+            self._last_data = time.perf_counter()
             transport.resume_reading()
 
     def release(self) -> None:
@@ -408,6 +447,8 @@ class EngineResponse:
             return
         self._released = True
         self._deadline.cancel()
+        if self._idle is not None:
+            self._idle.cancel()
         self._conn.end()
         if keep and self._conn.reusable():
             self._pool.idle(self._conn)
@@ -424,25 +465,50 @@ class EnginePool:
         self._connect_timeout = connect_timeout_s
         self._closed = False
 
-    async def post(self, origin: str, path: str, body: bytes, headers: Mapping[str, str], timeout_s: float) -> EngineResponse:
+    async def post(
+        self,
+        origin: str,
+        path: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        timeout_s: float,
+        idle_s: float | None = None,
+    ) -> EngineResponse:
         """Send the request and wait for the answer's head (status and headers).
 
         Raises ``OSError`` / ``TimeoutError`` when the engine cannot be reached, :class:`EngineBodyEnded`
-        when it closed or broke the connection before its head, ``TimeoutError`` after ``timeout_s``."""
+        when it closed or broke the connection before its head, ``TimeoutError`` after ``timeout_s``,
+        :class:`EngineStreamIdle` when ``idle_s`` passes without a byte from the engine (head or body)."""
+        return await self._send("POST", origin, path, body, headers, timeout_s, idle_s)
+
+    async def get(self, origin: str, path: str, headers: Mapping[str, str], timeout_s: float) -> EngineResponse:
+        """A GET (the engine's load, for the abort check); raises as :meth:`post`."""
+        return await self._send("GET", origin, path, b"", headers, timeout_s, None)
+
+    async def _send(
+        self,
+        method: str,
+        origin: str,
+        path: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        timeout_s: float,
+        idle_s: float | None,
+    ) -> EngineResponse:
         loop = asyncio.get_running_loop()
         host, port, netloc = _address(origin)
-        head = _request_head(netloc, path, headers, len(body))
+        head = _request_head(method, netloc, path, headers, len(body))
         key = (host, port)
         idle = self._take(key)
         if idle is not None:
             conn = idle
         else:
             _, conn = await asyncio.wait_for(loop.create_connection(lambda: _Connection(key), host, port), self._connect_timeout)
-        response = EngineResponse(conn, self, loop, timeout_s)
+        response = EngineResponse(conn, self, loop, timeout_s, idle_s)
         try:
             transport = conn.transport
             if transport is None or not conn.reusable():  # the engine closed it at once (before our request)
-                raise EngineBodyEnded("the engine closed the connection before the request was sent")
+                raise EngineBodyEnded("the engine closed the connection before the request was sent", by_engine=True)
             if len(body) < 65536:
                 transport.write(head + body)  # one segment for the common request
             else:

@@ -11,9 +11,11 @@ Owns :func:`apply_policy`, which turns one caller body into the body sent to the
 - The output budget may only shrink: 1 <= N <= the lock's ``max_output_tokens``, default the lock's.
   Responses subtracts 2 from ``max_output_tokens`` (reference §6.2), so N + 2 is sent and the caller gets
   exactly N.
-- Parallel tool calls follow the lock. A caller's ``parallel_tool_calls: true`` on a lock without them is
-  narrowed to ``false`` (a permission may only shrink, like the budget; Codex 0.171 always sends ``true``);
-  the engine then emits at most one call per turn.
+- Parallel tool calls follow the lock, like a sampling value: absent, the lock's value is sent; a caller's
+  value equal to the lock's passes; any other is ``inference_parameter_conflict`` (nothing tool-related is
+  silently altered). A lock claims parallel calls when its tool-call parser hands back every call of an
+  answer (:func:`harness.lock.claims_parallel_tool_calls`). Codex 0.171 always sends ``true``: its
+  compatibility profile records that, so a lock without parallel calls refuses Codex before a run starts.
 - Benchmark sampling controls (chat: ``ignore_eos``, ``min_tokens``; what ``sglang.bench_serving`` and
   AIPerf send to fix the output length): a value equal to SGLang's default (``false``, ``0``) always passes,
   as it changes nothing; any other value needs a lock that names the control in
@@ -215,12 +217,16 @@ def _tools_policy(body: dict[str, Any], lock: InferenceLockV1, responses: bool) 
         if kind != "function":
             raise _conflict(f"tool type {kind!r} is not supported; only function tools", parameter=f"tools[{i}].type")
     parallel = body.get("parallel_tool_calls")
+    claimed = lock.protocol.parallel_tool_calls
     if parallel is None:
-        body["parallel_tool_calls"] = lock.protocol.parallel_tool_calls
+        body["parallel_tool_calls"] = claimed
         changed = True
-    elif parallel is True and not lock.protocol.parallel_tool_calls:
-        body["parallel_tool_calls"] = False  # narrowed, never widened (see the module docstring)
-        changed = True
+    elif parallel != claimed:  # a boolean (request_shape checked it)
+        raise _conflict(
+            f"parallel_tool_calls={json.dumps(parallel)} conflicts with the lock's {json.dumps(claimed)}",
+            parameter="parallel_tool_calls",
+            lock_value=claimed,
+        )
     return changed, template_tools(tools, body.get("tool_choice", "auto"), responses=responses)
 
 

@@ -2,14 +2,23 @@
 
 Owns the one error envelope, OpenAI's shape ``{"error": {"message", "type", "param", "code"}}``:
 
-- ``code`` is our stable code from ``harness.errors.ERROR_TABLE`` (the table also decides the HTTP status);
+- ``code`` is our stable code from ``harness.errors.ERROR_TABLE`` (the table also decides the HTTP status),
+  except where OpenAI has its own code for the same refusal, which its clients act on: a context overflow is
+  ``context_length_exceeded`` (the openai SDK and Codex recognise it; Codex then stops instead of retrying).
+  There the table's code travels in ``details.code`` beside the refusal's details (token counts), and the
+  evidence row keeps the table's code;
 - ``type`` is from OpenAI's set, chosen by status, so OpenAI clients classify the refusal as they would
   OpenAI's own: ``invalid_request_error`` for 4xx (OpenAI answers a bad key with it too), ``requests`` for a
   429 (OpenAI's request-rate limit type), ``server_error`` for 5xx;
 - ``param`` names the one request field to blame, else null.
 
-A 429 carries ``Retry-After``. Every reply names the server without a version (``Server: hitch-gateway``).
-Messages never carry secrets; request ids travel in the ``x-hitch-request-id`` header.
+A 429 (the gateway's queue is full) and an ``inference_queue_timeout`` carry ``Retry-After``. Every reply
+names the server without a version (``Server: hitch-gateway``). Messages never carry secrets; request ids
+travel in the ``x-hitch-request-id`` header.
+
+Also owns :func:`stream_error_event`: the terminal error event the gateway writes when it ends a stream that
+already answered 200 (chat: an in-band ``data: {"error": ...}`` then ``data: [DONE]``, as SGLang ends a
+failed stream; Responses: ``response.failed`` with the error).
 """
 
 from __future__ import annotations
@@ -21,11 +30,23 @@ from aiohttp import web
 
 from harness.errors import HitchError, spec_for
 
-__all__ = ["REQUEST_ID_HEADER", "SERVER_NAME", "error_reply", "hitch_error_reply", "json_reply", "openai_error_type"]
+__all__ = [
+    "OPENAI_CODES",
+    "REQUEST_ID_HEADER",
+    "SERVER_NAME",
+    "error_reply",
+    "hitch_error_reply",
+    "json_reply",
+    "openai_error_type",
+    "stream_error_event",
+]
 
 REQUEST_ID_HEADER = "x-hitch-request-id"
 SERVER_NAME = "hitch-gateway"
 RETRY_AFTER_S = "1"  # a full queue drains at the engine's pace; a second is a polite first back-off
+_RETRY_AFTER_CODES = frozenset({"inference_queue_full", "inference_queue_timeout"})
+# table code -> OpenAI's own code for the same refusal (what OpenAI clients act on)
+OPENAI_CODES = {"inference_context_exceeded": "context_length_exceeded"}
 _JSON = "application/json"
 
 
@@ -42,15 +63,36 @@ def json_reply(obj: Any, status: int = 200, headers: dict[str, str] | None = Non
     return resp
 
 
-def error_reply(code: str, message: str, request_id: str | None = None, param: str | None = None) -> web.Response:
+def error_reply(
+    code: str,
+    message: str,
+    request_id: str | None = None,
+    param: str | None = None,
+    details: dict[str, Any] | None = None,
+) -> web.Response:
     status = spec_for(code).http_status
     headers = {REQUEST_ID_HEADER: request_id} if request_id else {}
-    if status == 429:
+    if status == 429 or code in _RETRY_AFTER_CODES:
         headers["Retry-After"] = RETRY_AFTER_S
-    error = {"message": message, "type": openai_error_type(status), "param": param, "code": code}
+    error: dict[str, Any] = {"message": message, "type": openai_error_type(status), "param": param, "code": code}
+    wire = OPENAI_CODES.get(code)
+    if wire is not None:
+        error["code"] = wire
+        error["details"] = {**(details or {}), "code": code}
     return json_reply({"error": error}, status, headers or None)
 
 
 def hitch_error_reply(exc: HitchError, request_id: str | None = None) -> web.Response:
     param = exc.details.get("parameter")
-    return error_reply(exc.code, exc.message, request_id, param if isinstance(param, str) else None)
+    return error_reply(exc.code, exc.message, request_id, param if isinstance(param, str) else None, exc.details)
+
+
+def stream_error_event(api: str, code: str, message: str, response_id: str | None) -> bytes:
+    """The last event of a stream the gateway ends itself (the chunked body then ends cleanly)."""
+    status = spec_for(code).http_status
+    error = {"message": message, "type": openai_error_type(status), "param": None, "code": OPENAI_CODES.get(code, code)}
+    if api == "chat":
+        return b"data: " + json.dumps({"error": error}, separators=(",", ":")).encode() + b"\n\ndata: [DONE]\n\n"
+    response = {"id": response_id, "object": "response", "status": "failed", "error": {"code": error["code"], "message": message}}
+    data = json.dumps({"type": "response.failed", "response": response}, separators=(",", ":"))
+    return b"event: response.failed\ndata: " + data.encode() + b"\n\n"

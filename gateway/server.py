@@ -2,10 +2,17 @@
 
 Owns :class:`GatewayConfig` and :class:`Gateway`. One request goes through, in order: allow-list (404,
 nothing reaches the engine) → run token and binding state (401/403) → ``GET /v1/models`` answered here with
-the binding's wire model only → body policy (lock sampling, budget, parameters, modality) → exact context
-check → fair admission (one permit per engine running slot, per-run round-robin, queue timeout) → one
-POST to the engine, relayed byte for byte → one evidence row, metrics and capture. The upstream client
-never reads the environment (``trust_env=False``), keeps no cookies and never retries.
+the binding's wire model only → the run's deadline (when it has one) → body policy (lock sampling, budget,
+parameters, modality) → exact context check → fair admission (the gateway's own bounded FIFO: one permit per
+engine running slot, per-run round-robin, the lock's queue timeout or the deadline's time left) → one POST to
+the engine under min(the deadline's time left, the lock's request timeout) and, for a stream, the lock's idle
+timeout, relayed byte for byte → one evidence row, metrics and capture. The upstream client never reads the
+environment, keeps no cookies and never retries.
+
+No faked cancel (spec §9.2): a request the gateway abandoned after forwarding it (the client left, a timeout)
+keeps its permit until the engine shows the slot free; an engine that never does faults the service epoch
+(:mod:`gateway.aborts`; the daemon's hook is ``Gateway.aborts.on_service_fault``). Deadlines and timeouts per
+request: :mod:`gateway.deadlines`.
 
 The gateway binds loopback by default; metrics are served on a second loopback port. A container-facing
 listener (:meth:`Gateway.listen_on`, the Docker bridge address of hitch's eval network) serves only the
@@ -28,10 +35,12 @@ from aiohttp.http_parser import RawRequestMessage
 from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler
 
-from gateway.admission import FairQueue
+from gateway.aborts import AbandonedRequests
+from gateway.admission import FairQueue, Permit
 from gateway.auth import bearer_token, engine_headers
 from gateway.bindings import Binding, BindingRegistry, UpstreamTarget
 from gateway.capture import CaptureLedger, CaptureMode, RequestCapture, RunCapture
+from gateway.deadlines import admit, deadline_spent, set_timeout, stream_idle_s
 from gateway.engine_http import EnginePool
 from gateway.evidence import EvidenceLog
 from gateway.intake import body_limit, read_body
@@ -45,13 +54,18 @@ from harness.contracts.binding import ModelEndpointBindingV1
 from harness.errors import HitchError
 from harness.paths import SubPath, ensure_private_dir
 
-__all__ = ["Gateway", "GatewayConfig"]
+__all__ = ["DEFAULT_MAX_WAITING", "Gateway", "GatewayConfig"]
 
 log = logging.getLogger("gateway.server")
 
 _OFFLOAD_BODY_BYTES = 256 * 1024  # above this the context check runs in a worker thread
 _CLIENT_CLOSED = 499
 _READ_CAP = 1 << 30  # aiohttp's own cap; unused, since bodies are read by gateway.intake.read_body
+# The gateway's queue bound per service (requests waiting for a permit). Waiting is already bounded in time by
+# the lock's queue timeout; this bounds memory (each waiter holds its body, up to gateway.intake.body_limit:
+# ~1.3 MB at an 8k context, so 64 waiters stay under ~85 MB) while holding every agent a realistic evaluation
+# runs against one service at once (Harbor -n 32 with a retry in flight each). Only past it is a request 429.
+DEFAULT_MAX_WAITING = 64
 
 
 class _Protocol(RequestHandler):
@@ -78,10 +92,12 @@ class GatewayConfig:
     metrics_port: int | None = 0
     capture: CaptureMode = "off"
     capture_limit_bytes: int = 16 << 20
-    max_waiting: int = 4096  # the lock's max_queued_requests bounds each engine's queue below this
+    max_waiting: int = DEFAULT_MAX_WAITING  # per service; the engine's own --max-queued-requests is the second boundary
     max_body_bytes: int | None = None  # None: derived per lock from its context (gateway.intake.body_limit)
     max_response_bytes: int = 256 << 20
     queue_timeout_ms: int | None = None
+
+    abort_confirm_timeout_ms: int | None = None  # None: the lock's (else harness.lock.ABORT_CONFIRM_TIMEOUT_MS)
 
     private_dir = SubPath("state_dir", "private")
     evidence_dir = SubPath("state_dir", "evidence")
@@ -108,6 +124,8 @@ class Gateway:
         self.in_flight: dict[str, set[asyncio.Task[Any]]] = {}
         self.metrics.queue_gauges = self._queue_rows
         self._pool = EnginePool()
+        # abandoned exchanges whose engine slot is being confirmed free (they hold their permit and their row)
+        self.aborts = AbandonedRequests(self._pool, self._record_deferred, config.abort_confirm_timeout_ms)
         self._runner: web.ServerRunner | None = None
         self._metrics_runner: web.AppRunner | None = None
         self.port: int | None = None
@@ -125,9 +143,11 @@ class Gateway:
         queue_timeout_ms: int | None = None,
         capture: RunCapture | None = None,
         listen_host: str | None = None,
+        deadline_s: float | None = None,
     ) -> ModelEndpointBindingV1:
         """Bind a run; ``capture`` replaces the gateway's capture for this run only; ``listen_host`` makes it a
-        container-facing binding, served only on that listener (:meth:`listen_on` first)."""
+        container-facing binding, served only on that listener (:meth:`listen_on` first); ``deadline_s`` is
+        the run's candidate deadline (:meth:`gateway.bindings.Binding.time_left`)."""
         timeout = queue_timeout_ms if queue_timeout_ms is not None else self.config.queue_timeout_ms
         listener = None
         if listen_host is not None:
@@ -135,7 +155,7 @@ class Gateway:
             if known is None:
                 raise HitchError("internal_error", f"the gateway does not listen on {listen_host}", {})
             listener = (listen_host, known[1])
-        return self.registry.register(run_id, target, timeout, capture, listener)
+        return self.registry.register(run_id, target, timeout, capture, listener, deadline_s)
 
     async def listen_on(self, host: str) -> str:
         """Also accept connections on ``host`` (the Docker bridge address eval containers reach); returns that
@@ -217,6 +237,7 @@ class Gateway:
             self.metrics_port = _bound_port(self._metrics_runner)
 
     async def stop(self) -> None:
+        await self.aborts.cancel()
         self._extra_sites.clear()  # the runner's cleanup stops every site
         if self._runner is not None:
             await self._runner.cleanup()
@@ -232,10 +253,16 @@ class Gateway:
         deadline = time.monotonic() + timeout_s
 
         def busy() -> bool:
-            return bool(self.in_flight.get(binding_id)) if binding_id is not None else bool(self.unrecorded)
+            if binding_id is not None:
+                return bool(self.in_flight.get(binding_id)) or bool(self.aborts.pending(binding_id))
+            return bool(self.unrecorded)
 
         while busy() and time.monotonic() < deadline:
             await asyncio.sleep(0.005)
+        # an abandoned exchange's row waits for its engine slot's verdict, which its own bound ends
+        confirming = self.aborts.pending(binding_id)
+        if confirming:
+            await asyncio.wait(confirming)
         self.evidence.flush()
         await asyncio.to_thread(self.writer.flush)
 
@@ -245,9 +272,8 @@ class Gateway:
         key = (target.service_id, target.epoch)
         queue = self.queues.get(key)
         if queue is None:
-            ex = target.lock.execution
-            waiting = min(ex.max_queued_requests, self.config.max_waiting)
-            queue = self.queues[key] = FairQueue(ex.max_running_requests, waiting)
+            # the gateway's bound, not the lock's max_queued_requests (the engine's queue, behind this one)
+            queue = self.queues[key] = FairQueue(target.lock.execution.max_running_requests, self.config.max_waiting)
         return queue
 
     def _queue_rows(self) -> list[tuple[str, int, int, int, int, int]]:
@@ -297,10 +323,17 @@ class Gateway:
         if task is not None:
             self.in_flight.setdefault(bid, set()).add(task)
         forwarded = False
+        queue: FairQueue | None = None
+        permit: Permit | None = None
         try:
             if route.name == "/v1/models":
                 ex.status, ex.http_status = "completed", 200
                 return self._models(ex)
+            left = binding.time_left(time.monotonic())
+            if left is not None:
+                ex.deadline_left_ms = left * 1000
+                if left <= 0:
+                    raise deadline_spent(binding, "before this request")
             target = binding.target
             context = target.lock.execution.context_tokens_per_request
             raw = await read_body(request, body_limit(context, self.config.max_body_bytes))
@@ -317,30 +350,31 @@ class Gateway:
             else:
                 checker.check(*args)
             queue = self._queue_for(target)
-            permit = await queue.acquire(binding.run_id, binding.queue_timeout_ms / 1000)
-            try:
-                t_admit = time.perf_counter()
-                ex.queue_ms = (t_admit - t0) * 1000
-                self.metrics.queue.observe(t_admit - t0)
-                own = binding.capture
-                mode = own.mode if own is not None else self.config.capture
-                if mode != "off":
-                    limit = (own.limit_bytes if own is not None else None) or self.config.capture_limit_bytes
-                    ex.capture = RequestCapture(mode, limit)
-                    ex.capture.request(prepared.body)
-                headers = engine_headers(request.headers, target.engine_key, json_body=True)
-                forwarded = True
-                ex.upstream_at = time.perf_counter()
-                upstream = await open_upstream(self._pool, binding, route.name, prepared.body, headers)
-                if prepared.stream and upstream.status == 200 and upstream.content_type == "text/event-stream":
-                    self.metrics.open_streams += 1
-                    try:
-                        return await relay_stream(request, upstream, ex)
-                    finally:
-                        self.metrics.open_streams -= 1
-                return await relay_unary(upstream, ex, self.config.max_response_bytes)
-            finally:
-                permit.release()
+            permit = await admit(queue, binding)
+            t_admit = time.perf_counter()
+            ex.queue_ms = (t_admit - t0) * 1000
+            ex.admitted_seq = permit.seq
+            self.metrics.queue.observe(t_admit - t0)
+            set_timeout(ex, binding)
+            own = binding.capture
+            mode = own.mode if own is not None else self.config.capture
+            if mode != "off":
+                limit = (own.limit_bytes if own is not None else None) or self.config.capture_limit_bytes
+                ex.capture = RequestCapture(mode, limit)
+                ex.capture.request(prepared.body)
+            headers = engine_headers(request.headers, target.engine_key, json_body=True)
+            forwarded = True
+            queue.at_engine += 1
+            ex.upstream_at = time.perf_counter()
+            idle_s = stream_idle_s(target.lock) if prepared.stream else None
+            upstream = await open_upstream(self._pool, ex, prepared.body, headers, idle_s)
+            if prepared.stream and upstream.status == 200 and upstream.content_type == "text/event-stream":
+                self.metrics.open_streams += 1
+                try:
+                    return await relay_stream(request, upstream, ex)
+                finally:
+                    self.metrics.open_streams -= 1
+            return await relay_unary(upstream, ex, self.config.max_response_bytes)
         except HitchError as exc:
             ex.status = "failed" if forwarded else "rejected"
             ex.error_code, ex.http_status = exc.code, exc.spec.http_status
@@ -359,12 +393,25 @@ class Gateway:
         finally:
             if ex.ended_at is None:
                 ex.ended_at = time.perf_counter()
+            deferred = False
             try:
-                self._record(ex)
+                if permit is not None and queue is not None:
+                    if forwarded and ex.abandoned:  # the permit and the row wait for the engine's slot
+                        self.aborts.confirm_later(ex, permit, queue)
+                        deferred = True
+                    else:
+                        if forwarded:
+                            queue.at_engine -= 1
+                        permit.release()
             finally:
-                self.unrecorded -= 1
-                if task is not None:
-                    self.in_flight.get(bid, set()).discard(task)
+                try:
+                    if not deferred:
+                        self._record(ex)
+                finally:
+                    if not deferred:
+                        self.unrecorded -= 1
+                    if task is not None:
+                        self.in_flight.get(bid, set()).discard(task)
 
     def _require_own_listener(self, request: web.BaseRequest, binding: Binding) -> None:
         """A container-facing binding answers only on its listener, and that listener serves nothing else:
@@ -389,6 +436,13 @@ class Gateway:
             "max_model_len": lock.execution.context_tokens_per_request,
         }
         return json_reply({"object": "list", "data": [card]}, headers={REQUEST_ID_HEADER: ex.request_id})
+
+    def _record_deferred(self, ex: Exchange) -> None:
+        """The row of an exchange whose handler ended before its engine slot's verdict."""
+        try:
+            self._record(ex)
+        finally:
+            self.unrecorded -= 1
 
     def _record(self, ex: Exchange) -> None:
         bid = ex.binding.binding_id

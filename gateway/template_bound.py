@@ -218,7 +218,7 @@ class TemplateBound:
         self._template = self._env.from_string(template)
         self._specials = specials
         self._shapes: dict[Any, Shape | None] = {}
-        self._lock = threading.Lock()
+        self._mutex = threading.Lock()
         self.enabled = True
         self.probes = 0
         self.proofs = 0
@@ -256,7 +256,7 @@ class TemplateBound:
         if len(repr(key)) > _MAX_KEY_CHARS or self._marker in repr(key):
             return None
         shape = self._probe(messages, tools, kwargs)
-        with self._lock:
+        with self._mutex:
             if len(self._shapes) >= _MAX_SHAPES:
                 self._shapes.pop(next(iter(self._shapes)))
             self._shapes[key] = shape
@@ -269,7 +269,7 @@ class TemplateBound:
     ) -> Shape | None:
         sentinels = [f"{_HEAD}{self._marker}{i:06d}{_TAIL}" if msg["content"] else "" for i, msg in enumerate(messages)]
         probe = [{**msg, "content": s} for msg, s in zip(messages, sentinels, strict=True)]
-        with self._lock:
+        with self._mutex:
             self.probes += 1
             self._env.refused = False
             try:

@@ -3,9 +3,10 @@
 Owns :class:`Exchange` (what one physical request did, for the evidence row) and the relays:
 
 - :func:`open_upstream` sends the policy's body with the engine headers over the gateway's keep-alive pool
-  (:class:`gateway.engine_http.EnginePool`: no decompression, so the bytes are the engine's). A connect
-  failure is ``inference_process_exited`` when the engine no longer accepts connections. POSTs are never
-  retried.
+  (:class:`gateway.engine_http.EnginePool`: no decompression, so the bytes are the engine's), under the
+  exchange's timeout (the lock's request timeout, or less when the run's deadline ends first) and, for a
+  stream, the lock's stream idle timeout. A connect failure is ``inference_process_exited`` when the engine no
+  longer accepts connections. POSTs are never retried.
 - :func:`relay_unary` reads the engine's JSON answer (bounded) and returns it byte for byte.
 - :func:`relay_stream` relays each read of the engine's body to the client as it arrives, as one HTTP chunk in
   one socket write: the first with the response headers (``StreamResponse.write``), every later one from the
@@ -15,6 +16,10 @@ Owns :class:`Exchange` (what one physical request did, for the evidence row) and
   engine's body ends early (crash, reset, partial event, missing final event) the client connection is
   closed without the chunked terminator, so the client sees a broken stream, never a clean end; the evidence
   says ``failed`` with ``inference_process_exited`` when the engine is gone, else ``inference_upstream_failed``.
+  When the gateway itself ends a stream — the engine sent nothing for the lock's stream idle timeout
+  (``inference_stream_idle_timeout``), or the run's deadline came (``inference_deadline_exceeded``) — the
+  client gets a terminal error event in the API's own shape (:func:`gateway.replies.stream_error_event`) and
+  a clean end, and the evidence row says which.
 
 A client that goes away cancels the handler; the ``finally`` blocks close the upstream connection at once
 (the engine aborts the request and frees its slot) and the permit is released by the caller.
@@ -35,8 +40,8 @@ from multidict import CIMultiDict
 
 from gateway.bindings import Binding
 from gateway.capture import RequestCapture
-from gateway.engine_http import EngineBodyEnded, EnginePool, EngineResponse
-from gateway.replies import REQUEST_ID_HEADER, SERVER_NAME
+from gateway.engine_http import EngineBodyEnded, EnginePool, EngineResponse, EngineStreamIdle
+from gateway.replies import REQUEST_ID_HEADER, SERVER_NAME, stream_error_event
 from gateway.routes import RouteName
 from gateway.sse import Outcome, StreamObserver, Usage, unary_outcome
 from harness.errors import HitchError
@@ -73,6 +78,15 @@ class Exchange:
     benchmark_controls: dict[str, bool | int] | None = None
     tool_calls: int | None = None
     settled: bool = False  # the engine's answer reached its end (or its terminal event reached the client)
+    engine_done: bool = False  # the engine finished this request (its body ended, or its terminal event was read)
+    engine_gone: bool = False  # the engine no longer accepts connections (its process exited)
+    engine_closed: bool = False  # the engine closed the connection itself, or never took the request
+    timeout_s: float | None = None  # this request's timeout: the lock's request timeout or the deadline's time left
+    deadline_left_ms: float | None = None  # the run's deadline left when the request arrived (None: no deadline)
+    deadline_bound: bool = False  # the run's deadline, not the lock, set timeout_s
+    admitted_seq: int | None = None  # the n-th admission of the service's queue
+    abort_confirm_ms: float | None = None  # abandoned: from the engine connection's close to its slot shown free
+    abort_outcome: str | None = None  # abandoned: free | unconfirmed | engine_gone (gateway.slot_probe.SlotVerdict)
 
     def apply(self, outcome: Outcome) -> None:
         self.settled = True
@@ -112,7 +126,29 @@ class Exchange:
             "error_code": self.error_code,
             "benchmark_controls": self.benchmark_controls,
             "tool_calls": self.tool_calls,
+            "timeout_ms": None if self.timeout_s is None else self.timeout_s * 1000,
+            "deadline_left_ms": self.deadline_left_ms,
+            "admitted_seq": self.admitted_seq,
+            "abort_confirm_ms": self.abort_confirm_ms,
+            "abort_outcome": self.abort_outcome,
         }
+
+    @property
+    def abandoned(self) -> bool:
+        """Forwarded, and the gateway closed the engine connection before the engine finished the request
+        (the engine is asked to abort it; its slot must be shown free before the permit moves on)."""
+        return self.upstream_at is not None and not (self.engine_done or self.engine_gone or self.engine_closed)
+
+    def upstream_broke(self, exc: BaseException) -> None:
+        """Note who ended the engine connection: the engine itself (it ended the request), or never reached."""
+        if (isinstance(exc, EngineBodyEnded) and exc.by_engine) or (
+            isinstance(exc, OSError) and not isinstance(exc, TimeoutError)
+        ):
+            self.engine_closed = True
+
+    def timeout_code(self, fallback: str) -> str:
+        """The code of a request timeout: the run's deadline, when it set the timeout."""
+        return "inference_deadline_exceeded" if self.deadline_bound else fallback
 
 
 async def engine_alive(base_url: str, timeout_s: float = 0.5) -> bool:
@@ -142,15 +178,27 @@ async def _failure_code(base_url: str) -> str:
 
 
 async def open_upstream(
-    pool: EnginePool, binding: Binding, route: RouteName, body: bytes, headers: dict[str, str]
+    pool: EnginePool, ex: Exchange, body: bytes, headers: dict[str, str], idle_s: float | None
 ) -> EngineResponse:
-    target = binding.target
-    timeout_s = target.lock.execution.request_timeout_ms / 1000
+    target = ex.binding.target
+    timeout_s = ex.timeout_s if ex.timeout_s is not None else target.lock.execution.request_timeout_ms / 1000
     try:
-        return await pool.post(target.origin, route, body, headers, timeout_s)
+        return await pool.post(target.origin, ex.route, body, headers, timeout_s, idle_s)
+    except EngineStreamIdle as exc:
+        raise HitchError(
+            "inference_stream_idle_timeout", str(exc), {"service_id": target.service_id, "stream_idle_timeout_ms": _ms(idle_s)}
+        ) from exc
     except (EngineBodyEnded, OSError, TimeoutError) as exc:
+        ex.upstream_broke(exc)
         code = await _failure_code(target.origin)
+        ex.engine_gone = code == "inference_process_exited"
+        if isinstance(exc, TimeoutError) and not ex.engine_gone:
+            code = ex.timeout_code(code)
         raise HitchError(code, "the engine did not answer the request", {"service_id": target.service_id}) from exc
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000
 
 
 def _client_headers(upstream: EngineResponse, request_id: str) -> CIMultiDict[str]:
@@ -174,10 +222,14 @@ async def relay_unary(upstream: EngineResponse, ex: Exchange, max_bytes: int) ->
             try:
                 chunk = await upstream.read()
             except (EngineBodyEnded, TimeoutError) as exc:
+                ex.upstream_broke(exc)
                 code = await _failure_code(ex.binding.target.origin)
+                ex.engine_gone = code == "inference_process_exited"
+                if isinstance(exc, TimeoutError) and not ex.engine_gone:
+                    code = ex.timeout_code(code)
                 raise HitchError(code, "the engine's answer ended early", {}) from exc
             if not chunk:
-                clean = True
+                clean = ex.engine_done = True
                 ex.upstream_done_at = upstream.ended_at
                 break
             total += len(chunk)
@@ -220,6 +272,7 @@ async def relay_stream(request: web.BaseRequest, upstream: EngineResponse, ex: E
     resp = _StreamResponse(status=upstream.status, headers=_client_headers(upstream, ex.request_id))
     ex.http_status = upstream.status
     clean = broken = False
+    ended_by: HitchError | None = None  # the gateway ends the stream itself: idle timeout, the run's deadline
     clock = time.perf_counter
     try:
         await resp.prepare(request)
@@ -231,11 +284,13 @@ async def relay_stream(request: web.BaseRequest, upstream: EngineResponse, ex: E
             while True:  # pulled: the first read (the headers leave with it), or all of them for HTTP/1.0
                 try:
                     chunk = await upstream.read()
-                except (EngineBodyEnded, TimeoutError):
-                    broken = True  # the engine's body ended early
+                except (EngineBodyEnded, TimeoutError, EngineStreamIdle) as exc:
+                    ex.upstream_broke(exc)
+                    ended_by = _gateway_end(exc, ex)
+                    broken = ended_by is None  # the engine's body ended early
                     break
                 if not chunk:
-                    clean = True
+                    clean = ex.engine_done = True
                     ex.upstream_done_at = upstream.ended_at
                     break
                 await resp.write(chunk)
@@ -244,7 +299,7 @@ async def relay_stream(request: web.BaseRequest, upstream: EngineResponse, ex: E
                     capture.response(chunk)
                 if fast:
                     break
-            if fast and not clean and not broken:
+            if fast and not clean and not broken and ended_by is None:
                 transport = request.transport
 
                 def sink(chunk: bytes, now: float) -> bool:
@@ -258,10 +313,12 @@ async def relay_stream(request: web.BaseRequest, upstream: EngineResponse, ex: E
                 while True:
                     try:
                         paused = await upstream.pushed()
-                    except (EngineBodyEnded, TimeoutError):
-                        break  # the engine's body ended early
+                    except (EngineBodyEnded, TimeoutError, EngineStreamIdle) as exc:
+                        ex.upstream_broke(exc)
+                        ended_by = _gateway_end(exc, ex)
+                        break  # the engine's body ended early, or the gateway ends it
                     if not paused:
-                        clean = True
+                        clean = ex.engine_done = True
                         ex.upstream_done_at = upstream.ended_at
                         break
                     await writer.drain()
@@ -272,15 +329,31 @@ async def relay_stream(request: web.BaseRequest, upstream: EngineResponse, ex: E
             # not cancelled. Before the terminal event was relayed, it was cancelled (the caller records it).
             if observer.done:
                 ex.apply(observer.terminal_outcome())
+                ex.engine_done = True
                 ex.ended_at = clock()
             else:
                 ex.engine_rid, ex.usage = observer.engine_rid, observer.usage
             raise
-        outcome = observer.finish()
-        truncated = not clean or outcome.detail in _TRUNCATED
-        if truncated:
-            detail = outcome.detail if clean else "the engine's body ended early"
-            outcome = Outcome("failed", outcome.engine_rid, outcome.usage, await _failure_code(ex.binding.target.origin), detail)
+        if ended_by is not None:
+            if observer.done:  # the engine's terminal event was relayed before it went quiet: that stands
+                ended_by = None
+                ex.engine_done = True
+                outcome = observer.terminal_outcome()
+            else:
+                event = stream_error_event(api, ended_by.code, ended_by.message, observer.engine_rid)
+                await resp.write(event)
+                if capture is not None:
+                    capture.response(event)
+                outcome = Outcome("failed", observer.engine_rid, observer.usage, ended_by.code, ended_by.message)
+            truncated = False
+        else:
+            outcome = observer.finish()
+            truncated = not clean or outcome.detail in _TRUNCATED
+            if truncated:
+                detail = outcome.detail if clean else "the engine's body ended early"
+                code = await _failure_code(ex.binding.target.origin)
+                ex.engine_gone = code == "inference_process_exited"
+                outcome = Outcome("failed", outcome.engine_rid, outcome.usage, code, detail)
         ex.apply(outcome)
         ex.ended_at = clock()
         if truncated:
@@ -296,3 +369,13 @@ async def relay_stream(request: web.BaseRequest, upstream: EngineResponse, ex: E
         else:
             upstream.close()  # closes the engine connection: the engine aborts the request
     return resp
+
+
+def _gateway_end(exc: BaseException, ex: Exchange) -> HitchError | None:
+    """The error a stream is ended with by the gateway itself, or None when the engine's body broke (or the
+    lock's request timeout ended it: a broken stream, as before any deadline existed)."""
+    if isinstance(exc, EngineStreamIdle):
+        return HitchError("inference_stream_idle_timeout", str(exc), {})
+    if isinstance(exc, TimeoutError) and ex.deadline_bound:
+        return HitchError("inference_deadline_exceeded", "the run's deadline came while the engine was answering", {})
+    return None

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ERROR_TABLE", "ErrorSpec", "HitchError", "spec_for"]
+__all__ = ["ENGINE_FAILURE_CODES", "ERROR_TABLE", "ErrorSpec", "HitchError", "spec_for"]
 
 
 @dataclass(frozen=True)
@@ -78,12 +78,21 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     "inference_queue_timeout": _e("scheduling", True, 503, "retry later or raise the queue timeout"),
     "inference_start_timeout": _e("scheduling", True, 504, "check the engine log; raise startup_timeout_ms"),
     "inference_port_conflict": _e("scheduling", True, 503, "another server holds the engine port; a new port is tried"),
-    "inference_queue_full": _e("scheduling", True, 429, "retry after the Retry-After delay; the lock bounds the queue"),
+    "inference_queue_full": _e("scheduling", True, 429, "retry after the Retry-After delay; the gateway bounds its queue"),
+    "inference_deadline_exceeded": _e(
+        "scheduling", False, 504, "the run's deadline (--deadline-s, the trial budget) is spent; start a run with a larger one"
+    ),
     # spec §12.2 — infrastructure
     "inference_oom": _e("infrastructure", True, 502, "give the engine more memory or shrink the token pool"),
     "inference_process_exited": _e("infrastructure", True, 502, "check the engine log"),
     "inference_upstream_failed": _e("infrastructure", False, 502, "the engine failed after accepting the request; see evidence"),
     "inference_engine_unhealthy": _e("infrastructure", True, 502, "it failed /health or a readiness probe; see engine.log"),
+    "inference_stream_idle_timeout": _e(
+        "infrastructure", False, 504, "the engine sent nothing for the lock's stream_idle_timeout_ms; see the evidence row"
+    ),
+    "inference_abort_unconfirmed": _e(
+        "infrastructure", True, 503, "the engine kept an abandoned request's slot; the service restarts as a new epoch"
+    ),
     # spec §12.2 — context
     "inference_context_exceeded": _e("context", False, 400, "shorten the input; history is never truncated"),
     # spec §12.2 — routing
@@ -96,7 +105,7 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     # spec §12.2 — lifecycle
     "inference_recovery_ambiguous": _e("lifecycle", False, 409, "inspect the leftover by hand; nothing was killed"),
     "inference_in_use": _e("lifecycle", False, 409, "wait for the leases to end or pass --force"),
-    # harness — runs (seed 002: every terminal status but completed carries a code)
+    # harness — runs (every terminal status but completed carries a code)
     "run_cancelled": _e("lifecycle", False, 409, "the run was cancelled (hitch run cancel, Ctrl-C); submit a new run id"),
     "run_interrupted": _e("lifecycle", True, 409, "the daemon ended while the run was live; submit a new run id"),
     "run_not_found": _e("input", False, 404, "see runs/ under the root for the known run ids"),
@@ -138,7 +147,10 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     "inference_runtime_not_found": _e("input", False, 404, "see `hitch runtime list`"),
     "runtime_catalog_invalid": _e("input", False, 400, "fix catalog/runtimes.toml or the runtime's catalog folder"),
     "runtime_lock_unresolvable": _e(
-        "integrity", False, 409, "a pinned wheel is yanked, gone or re-hashed: re-resolve (scripts/resolve_runtime_lock.py NAME)"
+        "integrity",
+        False,
+        409,
+        "a pinned wheel is yanked, gone or re-hashed: re-resolve (scripts/resolve_runtime_requirements.py)",
     ),
     "inference_token_invalid": _e("routing", False, 401, "use the run token issued for this run"),
     "inference_run_sealed": _e("routing", False, 403, "the run is sealed; register a new run"),
@@ -161,6 +173,10 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     "daemon_unavailable": _e("capability", True, 503, "start it with `hitch daemon start` (see inference/daemon/daemon.log)"),
     "internal_error": _e("internal", False, 500, "this is a bug; report it with the JSON output"),
 }
+
+# The codes of an engine that failed under a request or a run (it exited, was killed for memory, failed its health
+# checks): an infrastructure failure, never the harness's result; what an evaluation retries.
+ENGINE_FAILURE_CODES: frozenset[str] = frozenset({"inference_process_exited", "inference_oom", "inference_engine_unhealthy"})
 
 
 def spec_for(code: str) -> ErrorSpec:

@@ -1,6 +1,7 @@
-"""The HITCH_ROOT layout (spec §6.4) and safe file writing.
+"""The HITCH_ROOT layout (spec §6.4) and safe file writing: every path below a root is named here, once.
 
 ``--root`` beats ``HITCH_ROOT`` beats ``$XDG_DATA_HOME/hitch`` (``~/.local/share/hitch``).
+:class:`HitchRoot` is the layout table; :class:`DaemonPaths` the files of the root's daemon.
 Private directories are 0700 and secret files 0600; every write that publishes a file
 goes through a temp file + fsync + ``os.replace`` so readers never see half a file.
 """
@@ -15,7 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+from harness.ids import sha256_hex
+from harness.settings import settings
+
 __all__ = [
+    "DaemonPaths",
     "HitchRoot",
     "SubPath",
     "atomic_write_bytes",
@@ -29,11 +34,7 @@ __all__ = [
 def resolve_root(explicit: str | os.PathLike[str] | None = None) -> Path:
     if explicit:
         return Path(explicit).expanduser().absolute()
-    env = os.environ.get("HITCH_ROOT")
-    if env:
-        return Path(env).expanduser().absolute()
-    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data_home) / "hitch"
+    return settings().hitch_root
 
 
 def ensure_private_dir(path: Path) -> Path:
@@ -108,20 +109,23 @@ class HitchRoot:
     # inference/
     services = _under("inference", "services")
     private = _under("inference", "private")
-    daemon_dir = _under("inference", "daemon")  # socket, token, info, lock, log (harness.daemon.paths.DaemonPaths)
+    daemon_dir = _under("inference", "daemon")  # socket, token, info, mutex, log (DaemonPaths)
     gateway_dir = _under("inference", "gateway")  # the daemon gateway's bindings, evidence rows, capture
     # agent-harness compatibility profiles; the folder keeps its first name so existing roots still read
     agent_profiles = _under("inference", "harness-profiles")
     runtime_envs = _under("inference", "runtimes")  # python-env runtimes' private venvs, one per runtime digest
-    tool_envs = _under("tools")  # benchmark tools' private venvs (e.g. ``aiperf-0.13.0``), one per tool and version
+    tool_envs = _under("tools")  # tools' private venvs (``aiperf-0.13.0``, ``harbor/<hex>``), one per tool and version
     cache = _under("cache", "inference")
     fixture_cache = _under("cache", "fixtures")  # built test checkpoints and downloaded wheels
     reference_cache = _under("cache", "reference")  # transformers reference runs (fixtures.reference)
-    file_locks = _under("locks", "inference")  # advisory lock files serialising store writers (aliases, imports)
-    runtime_install_locks = _under("locks", "runtimes")  # one advisory lock file per runtime install
+    mutexes = _under("locks", "inference")  # advisory mutex files serialising store writers (aliases, imports)
+    runtime_install_mutexes = _under("locks", "runtimes")  # one advisory mutex file per runtime install
     keys = _under("keys")  # the development signing key; its public half under keys/public
     catalog_entries = _under("catalog", "entries")  # signed catalog entries written here (beside the checkout's)
+    runtime_pins = _under("catalog", "runtime-pins.json")  # the operator's overlay of `hitch runtime pin`
     runs = _under("runs")
+    evals = _under("evals")  # one folder per evaluation (``hitch eval``): evaluation.json, trials, driver log
+    certify = _under("certify")  # what a certification session's processes share (keys, mutexes, images' mutex)
 
     def run_inference_dir(self, run_id: str) -> Path:
         """One run's inference evidence (``runs/<run id>/inference``)."""
@@ -136,3 +140,46 @@ class HitchRoot:
     def digest_dir(self, base: Path, digest: str) -> Path:
         """``base/<hex>`` for an id ``sha256:<hex>``."""
         return base / digest.split(":", 1)[1]
+
+
+_MAX_SOCKET_PATH = 100
+
+
+@dataclass(frozen=True)
+class DaemonPaths:
+    """Where one root's daemon keeps its files: ``inference/daemon/`` under the root (0700).
+
+    - ``daemon.sock``: the management API (0600). A unix socket path is limited to ~107 bytes; when the
+      root is deeper than that allows, the socket lives in a per-user 0700 directory
+      (``$XDG_RUNTIME_DIR/hitch`` when that is short enough, else ``/tmp/hitch-<uid>``) under a name derived
+      from the root's path, and every client computes the same place;
+    - ``token``: the random daemon token (0600), new at every daemon start;
+    - ``daemon.json``: pid, start time, socket (no secret); ``daemon.lock``, the daemon's mutex: held for its life
+      (flock: released by the kernel even after SIGKILL, so a restart never waits on a dead daemon);
+    - ``daemon.log``: the daemon's own log (0600).
+    """
+
+    root: HitchRoot
+
+    @property
+    def dir(self) -> Path:
+        return self.root.daemon_dir
+
+    def ensure(self) -> Path:
+        return ensure_private_dir(self.dir)
+
+    @property
+    def socket(self) -> Path:
+        preferred = self.dir / "daemon.sock"
+        if len(str(preferred)) <= _MAX_SOCKET_PATH:
+            return preferred
+        name = f"d-{sha256_hex(str(self.root.path.resolve()).encode())[:20]}.sock"
+        base = settings().xdg_runtime_dir
+        if base is not None and len(str(base / "hitch" / name)) <= _MAX_SOCKET_PATH:
+            return base / "hitch" / name
+        return Path("/tmp") / f"hitch-{os.getuid()}" / name  # a deep XDG_RUNTIME_DIR cannot hold it either
+
+    token = SubPath("dir", "token")
+    info = SubPath("dir", "daemon.json")
+    mutex = SubPath("dir", "daemon.lock")
+    log = SubPath("dir", "daemon.log")

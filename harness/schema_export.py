@@ -15,6 +15,7 @@ from typing import Any
 
 from harness.contracts import SCHEMA_RECORDS
 from harness.contracts.base import Record
+from harness.devices import DoctorReportV1
 
 __all__ = ["SCHEMA_DIR", "extra_records", "generated_schemas", "write_schemas"]
 
@@ -23,7 +24,6 @@ SCHEMA_DIR = Path(__file__).resolve().parents[1] / "docs" / "schemas"
 
 def extra_records() -> tuple[type[Record], ...]:
     """Records owned by other packages of harness that are printed or stored (e.g. the doctor report)."""
-    from harness.devices import DoctorReportV1
 
     return (DoctorReportV1,)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-__all__ = ["SGLANG_TOOL_CALL_PARSERS", "ToolCallParserName"]
+__all__ = ["PARALLEL_TOOL_CALL_PARSERS", "SGLANG_TOOL_CALL_PARSERS", "ToolCallParserName"]
 
 # The ``--tool-call-parser`` choices of SGLang 0.5.23 (``sglang.srt.function_call.parser_names``): a lock may
 # name only a parser the pinned engine has, and the fake engine refuses any other like SGLang's argparse.
@@ -20,3 +20,9 @@ ToolCallParserName = Literal[
     "hermes", "hunyuan", "gigachat3", "gigachat35", "gemma4", "inkling", "iquest_q1", "response_template",
 ]  # fmt: skip
 SGLANG_TOOL_CALL_PARSERS: tuple[str, ...] = get_args(ToolCallParserName)
+
+# Parsers whose detector (``detect_and_parse``) returns every call it finds in one answer, so a lock naming one
+# claims parallel tool calls (spec §10.2): hermes/qwen/qwen25 (each <tool_call> block, or a list inside one),
+# llama3 (JSON objects separated by ';'), mistral (the [TOOL_CALLS] array), pythonic (a list of calls). A parser
+# enters this set once its 0.5.23 detector was read to do so; a lock naming any other claims one call per turn.
+PARALLEL_TOOL_CALL_PARSERS: frozenset[str] = frozenset({"hermes", "qwen", "qwen25", "llama3", "mistral", "pythonic"})

@@ -2,7 +2,7 @@
 fake engine, the fault proxy, the standalone gateway, the perf reference proxy).
 
 It sits at the bottom of the tree (it imports nothing of ours) because those servers live in layers that may
-not import each other; the fake engine's image copies it in (``scripts/ci/build_fake_image.py``).
+not import each other; the fake engine's image copies it in (:mod:`fixtures.images.fake_engine`).
 """
 
 from __future__ import annotations

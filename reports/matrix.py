@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from markupsafe import Markup
 
+from catalog.signing import verify_envelope
 from harness.errors import HitchError
 from reports.figures import ms, number
 from reports.render import write_page
@@ -73,8 +74,6 @@ class Rejected:
 
 
 def _default_verify(envelope: dict[str, Any], keys_dir: KeysDirs) -> VerifiedLike:
-    from catalog.signing import verify_envelope  # lazy: the signing package is optional for this module
-
     result: VerifiedLike = verify_envelope(envelope, keys_dir)
     return result
 

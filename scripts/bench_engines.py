@@ -24,8 +24,9 @@ from typing import Any
 
 import httpx
 
+from certify.kit.engines import sglang_command
 from fixtures.checkpoint import tiny_checkpoint_cached
-from fixtures.fake_sglang.parity_engines import EngineCommand, fake_command, launch_engine, parity_flags, sglang_command
+from fixtures.fake_sglang.parity_engines import EngineCommand, fake_command, launch_engine, parity_flags
 
 API_KEY = "sk-bench-api"
 ADMIN_KEY = "sk-bench-admin"

@@ -22,7 +22,6 @@ Usage: ``python scripts/setup.py [--only STEP ...]`` (``make setup`` runs it aft
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import subprocess
 import sys
@@ -30,6 +29,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from harness.settings import settings
 
 REPO = Path(__file__).resolve().parents[1]
 LOGS = REPO / ".hitch-ci" / "setup"
@@ -68,11 +69,11 @@ STEPS = [
     Step("codex", "download", "pinned Codex CLI", (".tools/codex",)),
 ]
 
-_print_lock = threading.Lock()
+_print_mutex = threading.Lock()
 
 
 def say(line: str) -> None:
-    with _print_lock:
+    with _print_mutex:
         print(f"[{time.strftime('%H:%M:%S')}] {line}", flush=True)
 
 
@@ -111,7 +112,7 @@ def measure(step: Step) -> int | None:
         if spec.startswith("image:"):
             total += _image_bytes(spec.removeprefix("image:"))
             continue
-        path = Path(spec.replace("$HITCH_ROOT", os.environ.get("HITCH_ROOT", "")))
+        path = Path(spec.replace("$HITCH_ROOT", str(settings().hitch_root)))
         path = path if path.is_absolute() else REPO / path
         if path.exists():
             total += _dir_bytes(path)
@@ -144,7 +145,7 @@ def run_step(step: Step, by_name: dict[str, Step]) -> None:
         tail = log.read_text(errors="replace").splitlines()[-15:]
         note = "optional: the tests that need it skip outside CI" if step.optional else "required"
         say(f"! {step.name}: failed (exit {code}) after {step.seconds:.1f} s, {note}; {log.relative_to(REPO)}:")
-        with _print_lock:
+        with _print_mutex:
             for line in tail:
                 print(f"    {line}", flush=True)
     step.done.set()

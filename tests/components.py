@@ -8,7 +8,8 @@ silent skip of something CI is meant to run.
 from __future__ import annotations
 
 from certify.components import missing
-from fixtures.fake_sglang.parity_engines import CPU_GENERIC_RUNTIME, EngineCommand, sglang_command
+from certify.kit.engines import CPU_GENERIC_RUNTIME, sglang_command
+from fixtures.fake_sglang.parity_engines import EngineCommand
 from harness.errors import HitchError
 from harness.paths import HitchRoot
 from harness.runtimes import InstalledRuntime, get_runtime, installed_runtime

@@ -13,7 +13,7 @@ import httpx
 from certify.kit.requests import chat_usage_problems, responses_usage_problems
 from certify.session import CertifyEnv
 from gateway.sse import SseEvent, parse_events
-from harness.daemon.core import load_sealed_lock
+from harness.lock import load_sealed_lock
 
 __all__ = [
     "PROMPT",

@@ -25,19 +25,19 @@ from typing import Any
 import psutil
 import pytest
 
-from certify.session import CertifyEnv, RunHandle, create_run, engine_endpoint
+from certify.session import CertifyEnv, RunHandle, create_run
 from fixtures.engine_faults import EngineTarget
 from fixtures.fake_sglang.client import FakeControl
+from harness.app.daemon_client import DaemonClient, reap_spawned, start_daemon, stop_daemon
+from harness.app.service import engine_endpoint
 from harness.contracts.events import LifecycleEventV1
 from harness.contracts.lock import InferenceLockV1, compute_inference_id
 from harness.contracts.service import InferenceServiceRecordV1
-from harness.daemon.client import DaemonClient, reap_spawned, start_daemon, stop_daemon
-from harness.daemon.core import load_sealed_lock
 from harness.errors import HitchError
+from harness.lock import load_sealed_lock
 from harness.paths import HitchRoot, atomic_write_json, ensure_private_dir, write_secret
 from harness.runtimes import get_runtime
 from harness.runtimes.install import runtime_dir
-from harness.runtimes.pins import pins_path
 from harness.service.state_store import ServiceStateStore
 from harness.store import import_model, model_files_dir
 
@@ -45,7 +45,7 @@ __all__ = ["PRIVATE_TTL_MS", "PrivateDaemon", "private_daemon_fixture"]
 
 PRIVATE_TTL_MS = 3000
 _REGISTRY: dict[str, PrivateDaemon] = {}
-_REGISTRY_LOCK = threading.Lock()
+_REGISTRY_MUTEX = threading.Lock()
 
 
 @dataclass
@@ -90,8 +90,7 @@ class PrivateDaemon:
 
     def delete_run(self, run: RunHandle) -> dict[str, Any]:
         self.runs.pop(run.run_id, None)
-        out: dict[str, Any] = self.client().request("DELETE", f"/v1/runs/{run.run_id}")
-        return out
+        return self.client().delete_run(run.run_id)
 
     def stop_service(self, service_id: str) -> None:
         for run in [r for r in self.runs.values() if r.service_id == service_id]:
@@ -182,10 +181,10 @@ def _make_private_daemon(env: CertifyEnv, base: Path, ttl_ms: int) -> PrivateDae
         mine.parent.mkdir(parents=True, exist_ok=True)
         if not mine.exists():
             mine.symlink_to(shared_env, target_is_directory=True)
-    pins = pins_path(env.root.path)
+    pins = env.root.runtime_pins
     if pins.is_file():  # an operator-pinned image (hitch runtime pin): the private root resolves the same runtime
-        pins_path(root.path).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(pins, pins_path(root.path))
+        root.runtime_pins.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(pins, root.runtime_pins)
     body: dict[str, Any] = {
         "device": env.device,
         "profile": env.options.profile,
@@ -206,7 +205,7 @@ def _make_private_daemon(env: CertifyEnv, base: Path, ttl_ms: int) -> PrivateDae
         body["model"] = "local/certify-private"
     fake: FakeControl | None = None
     if env.engine == "fake":
-        private = ensure_private_dir(root.path / "certify-private")
+        private = ensure_private_dir(root.certify / "private-daemon")
         token_file = private / "fake-control.token"
         write_secret(token_file, secrets.token_urlsafe(24))
         port_file = private / "fake-control.port"
@@ -224,7 +223,7 @@ def private_daemon_fixture(certify_env: CertifyEnv, tmp_path_factory: pytest.Tem
     lifecycle modules (each imports this fixture; the registry hands both the same daemon). Stopped at the
     end of the session, then anything of the private root still alive is killed by PID."""
     key = f"{certify_env.engine}:{certify_env.device}"
-    with _REGISTRY_LOCK:
+    with _REGISTRY_MUTEX:
         daemon = _REGISTRY.get(key)
         if daemon is None:
             daemon = _make_private_daemon(certify_env, tmp_path_factory.mktemp("private-daemon"), PRIVATE_TTL_MS)
@@ -232,6 +231,6 @@ def private_daemon_fixture(certify_env: CertifyEnv, tmp_path_factory: pytest.Tem
     try:
         yield daemon
     finally:
-        with _REGISTRY_LOCK:
+        with _REGISTRY_MUTEX:
             _REGISTRY.pop(key, None)
         daemon.close()

@@ -31,7 +31,7 @@ import pytest
 from certify.kit.daemon import PrivateDaemon
 from certify.kit.probes import engine_load, evidence_rows, session_lock, wait_until
 from certify.kit.requests import chat_body
-from certify.kit.stack import PrivateStack, bind_upstream, queue_counts
+from certify.kit.stack import PrivateStack, bind_upstream, queue_counts, run_handle
 from certify.session import CertifyEnv, RunHandle
 from fixtures.engine_faults import EngineTarget
 from fixtures.fault_proxy import FaultProxy, ProxyFault, start_fault_proxy
@@ -103,7 +103,7 @@ MODE_CHECKS = {
     "connection_reset": "faults.connection_reset.broken_stream",
     "stall_mid_stream": "faults.stall_mid_stream.request_timeout",
     "slow_headers": "faults.slow_headers.request_timeout",
-    "ignore_aborts": "faults.ignore_aborts.permit_released",
+    "ignore_aborts": "faults.ignore_aborts.slot_unconfirmed",
     "oversized_response": "faults.oversized_response.size_cap",
     "crash_mid_stream": "faults.crash_mid_stream.service_failed",
     "exit_after_requests": "faults.exit_after_requests.service_failed",
@@ -126,10 +126,12 @@ def serves(base_url: str, headers: dict[str, str], model: str) -> int:
     return r.status_code
 
 
-def stream(base_url: str, route: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, bytes, bool]:
+def stream(
+    base_url: str, route: str, body: dict[str, Any], headers: dict[str, str], timeout_s: float = 120.0
+) -> tuple[int, bytes, bool]:
     """(status, bytes, broken): broken when the chunked body ended without its terminator."""
     raw = b""
-    with httpx.stream("POST", base_url + route, json=body, headers=headers, timeout=120) as r:
+    with httpx.stream("POST", base_url + route, json=body, headers=headers, timeout=timeout_s) as r:
         try:
             for chunk in r.iter_raw():
                 raw += chunk
@@ -208,7 +210,7 @@ class FaultFront:
         """Inference requests the engine was sent (a POST is never retried)."""
         if self.proxy is not None:
             return sum(1 for e in self.proxy.exchanges() if e.method == "POST" and e.path.startswith("/v1/"))
-        return sum(1 for r in self.fake.received() if r["path"].startswith("/v1/"))
+        return sum(1 for r in self.fake.posts() if r["path"].startswith("/v1/"))
 
     def engine_idle(self) -> None:
         """No request left running in the engine (SGLang's load snapshot lags: polled)."""
@@ -220,6 +222,14 @@ class FaultFront:
         gw = self.gateway
         if gw is not None:
             wait_until(lambda: queue_counts(gw) == (acquired, acquired, 0, 0), 10.0, what="permits released once")
+
+    def another_run(self, run_id: str) -> RunHandle:
+        """Another run on this front's private gateway, with its upstream and lock (runs sharing one service)."""
+        gw = self.gateway
+        assert gw is not None, "only a private front's gateway takes more runs"
+        binding = gw.call(lambda: gw.gw.registry.get(self.binding_id))
+        assert binding is not None
+        return run_handle(gw, gw.register(run_id, binding.target))
 
     def record(self, certify_record: Any, client: dict[str, Any], evidence: dict[str, Any]) -> None:
         """What the run page shows per fault: the fault, what the client saw, the evidence row."""
@@ -248,12 +258,23 @@ class FaultFront:
 
 @contextlib.contextmanager
 def fault_front(
-    env: CertifyEnv, workdir: Path, proxy: FaultProxy | None, *, private: bool = False, timeout_ms: int | None = None
+    env: CertifyEnv,
+    workdir: Path,
+    proxy: FaultProxy | None,
+    *,
+    private: bool = False,
+    timeout_ms: int | None = None,
+    execution: dict[str, Any] | None = None,
+    gateway_settings: dict[str, Any] | None = None,
 ) -> Iterator[FaultFront]:
     """A front for one check. ``private`` (fake engine): a private fake engine and gateway (short request
-    timeout, 1 MiB response cap, one running request); on SGLang every front is private (the proxy's)."""
+    timeout, 1 MiB response cap, one running request); on SGLang every front is private (the proxy's).
+    ``execution`` changes the front's lock (its short timeouts: idle, abort confirmation), ``gateway_settings``
+    the private gateway's (its queue bound)."""
     lock = session_lock(env)
     updates: dict[str, Any] = {} if timeout_ms is None else {"request_timeout_ms": timeout_ms}
+    updates.update(execution or {})
+    gateway_config: dict[str, Any] = {"max_response_bytes": RESPONSE_CAP, **(gateway_settings or {})}
     tokenizer_dir = model_files_dir(env.root, lock.model_id)
     with contextlib.ExitStack() as held:  # left in reverse: the fault cleared, then the run or gateway gone
         if env.engine == "fake" and not private:
@@ -267,9 +288,10 @@ def fault_front(
                 env.root.gateway_dir, fake=env.fake,
             )  # fmt: skip
         elif env.engine == "fake":
-            execution = lock.execution.model_copy(update={**updates, "max_running_requests": 1})
-            private_lock = lock.model_copy(update={"execution": execution})
-            running = PrivateStack.running(tokenizer_dir, workdir, private_lock, max_running=1, max_response_bytes=RESPONSE_CAP)
+            private_lock = lock.model_copy(
+                update={"execution": lock.execution.model_copy(update={**updates, "max_running_requests": 1})}
+            )
+            running = PrivateStack.running(tokenizer_dir, workdir, private_lock, max_running=1, **gateway_config)
             stack = held.enter_context(running)
             recovery = None
             if updates:
@@ -288,7 +310,7 @@ def fault_front(
             proxy.forget()
             variant = lock.model_copy(update={"execution": lock.execution.model_copy(update=updates)})
             state_dir = workdir / "gateway"
-            config = GatewayConfig(state_dir=state_dir, metrics_port=None, max_response_bytes=RESPONSE_CAP)
+            config = GatewayConfig(state_dir=state_dir, metrics_port=None, **gateway_config)
             gateway = held.enter_context(GatewayThread(config))
             held.callback(proxy.clear)
             record = bind_upstream(
@@ -403,8 +425,18 @@ class FaultSite:
     proxy: FaultProxy | None
     workdir: Path
 
-    def front(self, *, private: bool = False, timeout_ms: int | None = None) -> contextlib.AbstractContextManager[FaultFront]:
-        return fault_front(self.env, self.workdir, self.proxy, private=private, timeout_ms=timeout_ms)
+    def front(
+        self,
+        *,
+        private: bool = False,
+        timeout_ms: int | None = None,
+        execution: dict[str, Any] | None = None,
+        gateway_settings: dict[str, Any] | None = None,
+    ) -> contextlib.AbstractContextManager[FaultFront]:
+        return fault_front(
+            self.env, self.workdir, self.proxy, private=private, timeout_ms=timeout_ms, execution=execution,
+            gateway_settings=gateway_settings,
+        )  # fmt: skip
 
 
 @pytest.fixture(name="fault_site")

@@ -20,8 +20,8 @@ import httpx
 
 from certify.session import CertifyEnv
 from harness.contracts.lock import InferenceLockV1
-from harness.daemon.core import load_sealed_lock
 from harness.engine.load import LOADS_PATH, METRICS_PATH, load_from_loads, load_from_metrics
+from harness.lock import load_sealed_lock
 
 __all__ = [
     "WaitTimeout",

@@ -1,4 +1,4 @@
-"""Locust load benchmark: gateway vs direct under the same schedule (issue 6, item 6).
+"""Locust load benchmark: gateway vs direct under the same schedule.
 
 ``hitch bench load`` runs ``python -m certify.load`` (:mod:`certify.load.bench`), which starts the target
 stack (the fake engine or SGLang behind our gateway, or takes running endpoints), then runs one locust

@@ -34,18 +34,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from certify.load.schedule import (
-    APIS,
-    PROMPTS,
-    TARGETS,
-    LoadSchedule,
-    TargetPlan,
-    caller_body,
-    parse_run_time,
-    route_for,
-    targets_for,
-)
+from certify.load.schedule import PROMPTS, TargetPlan, caller_body, route_for, schedule_facts
 from certify.load.summary import build_summary, render_table
+from certify.perf.stack import MODEL, StackOptions, started_stack
+from gateway.policy import apply_policy
+from harness.app.load_schedule import APIS, TARGETS, LoadSchedule, parse_run_time, targets_for
 from harness.errors import HitchError
 from harness.paths import write_secret
 
@@ -66,8 +59,6 @@ def _bodies(schedule: LoadSchedule, model: str, policy: Callable[[bytes], bytes]
 @contextmanager
 def _started_targets(args: argparse.Namespace, schedule: LoadSchedule, work: Path) -> Iterator[dict[str, TargetPlan]]:
     """The overhead measurement's stack (:mod:`certify.perf.stack`); yields one plan per arm we use."""
-    from certify.perf.stack import MODEL, StackOptions, started_stack
-    from gateway.policy import apply_policy
 
     opts = StackOptions(engine=args.engine, model_dir=Path(args.model_dir) if args.model_dir else None,
                         permits=max(64, schedule.users + 8), max_tokens=schedule.max_tokens)  # fmt: skip
@@ -157,7 +148,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         results[name] = _run_target(plans[name], staging, work)
         summary = build_summary(
             engine="external" if external else args.engine,
-            schedule=schedule.to_dict(),
+            schedule=schedule_facts(schedule),
             order=order,
             targets={n: {k: v for k, v in r.items() if k != "name"} for n, r in results.items()},
             machine={"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},

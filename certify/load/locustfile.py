@@ -18,35 +18,34 @@ caller's (no lock policy applied).
 from __future__ import annotations
 
 import json
-import os
 
 from certify.load.runner import make_user
-from certify.load.schedule import PROMPTS, LoadSchedule, TargetPlan, caller_body
+from certify.load.schedule import PROMPTS, TargetPlan, caller_body
+from harness.app.load_schedule import LoadSchedule
+from harness.settings import env_name, settings
 
 __all__ = ["LoadUser"]
 
 
 def _plan() -> tuple[TargetPlan, str]:
-    missing = [v for v in ("HITCH_LOAD_BASE_URL", "HITCH_LOAD_TOKEN_FILE", "HITCH_LOAD_MODEL") if not os.environ.get(v)]
-    if missing:
+    env = settings()
+    needed = {"load_base_url": env.load_base_url, "load_token_file": env.load_token_file, "load_model": env.load_model}
+    missing = [env_name(field) for field, value in needed.items() if value is None]
+    if env.load_base_url is None or env.load_token_file is None or env.load_model is None:
         raise SystemExit(f"certify/load/locustfile.py needs {', '.join(missing)} (see its docstring)")
-    api = os.environ.get("HITCH_LOAD_API", "chat")
     # users/spawn rate/run time are locust's own options; the schedule here only shapes the bodies.
     schedule = LoadSchedule(
         users=1,
         spawn_rate=1.0,
         run_time_s=1.0,
-        seed=int(os.environ.get("HITCH_LOAD_SEED", "0")),
-        max_tokens=int(os.environ.get("HITCH_LOAD_MAX_TOKENS", "16")),
-        api="responses" if api == "responses" else "chat",
-        stream=os.environ.get("HITCH_LOAD_STREAM", "1") != "0",
+        seed=env.load_seed,
+        max_tokens=env.load_max_tokens,
+        api=env.load_api,
+        stream=env.load_stream,
     )
-    model = os.environ["HITCH_LOAD_MODEL"]
-    token_file = os.environ["HITCH_LOAD_TOKEN_FILE"]
-    bodies = [json.dumps(caller_body(schedule, model, p)) for p in PROMPTS]
-    plan = TargetPlan(
-        os.environ.get("HITCH_LOAD_NAME", "gateway"), os.environ["HITCH_LOAD_BASE_URL"], token_file, bodies, schedule
-    )
+    token_file = str(env.load_token_file)
+    bodies = [json.dumps(caller_body(schedule, env.load_model, p)) for p in PROMPTS]
+    plan = TargetPlan(env.load_name, env.load_base_url, token_file, bodies, schedule)
     with open(token_file) as f:
         return plan, f.read().strip()
 

@@ -35,7 +35,7 @@ from certify.perf.loops import Arm, Plan, as_json, measure
 from certify.perf.stack import Stack, StackOptions, started_stack
 from certify.perf.summary import render, summarize
 
-__all__ = ["main"]
+__all__ = ["Termination", "main"]
 
 _T = TypeVar("_T")
 
@@ -130,7 +130,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-class _Termination:
+class Termination:
     """SIGTERM unwinds the benchmark like Ctrl-C, so the engine (in its own process group) and the gateway stop.
 
     Outside the event loop the first SIGTERM raises ``SystemExit(143)``. Inside it, raising from the handler
@@ -179,7 +179,7 @@ class _Termination:
 
 
 def main(argv: list[str] | None = None) -> int:
-    termination = _Termination()
+    termination = Termination()
     previous = signal.signal(signal.SIGTERM, termination.handle)
     try:
         return _main(argv, termination)
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _main(argv: list[str] | None, termination: _Termination) -> int:
+def _main(argv: list[str] | None, termination: Termination) -> int:
     args = parser().parse_args(argv)
     if args.rounds < 1 or args.requests < 1:
         raise SystemExit("--rounds and --requests must be at least 1")

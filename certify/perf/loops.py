@@ -8,9 +8,10 @@ token; the caller's body) and, in ``hitch bench overhead``, **reference** (the b
 - Concurrency 1: after a warm-up, each round sends ``n_c1`` requests per arm, *alternating* arm by arm
   (the first arm rotates per round), so drift in the machine's load hits every arm alike.
 - Concurrency C: ``n_conc`` requests per arm per round taken by C workers; throughput = n / elapsed. The
-  gateway admits the lock's ``max_running_requests + max_queued_requests`` and refuses more with 429, as
-  the engine refuses beyond its own queue; each arm's workers share a client-side semaphore of the size
-  its target holds (``Arm.admitted``; 0: unbounded).
+  engine refuses beyond its own queue; the gateway queues up to its own bound (``GatewayConfig.max_waiting``)
+  and refuses more with 429. Each arm's workers share a client-side semaphore (``Arm.admitted``; 0:
+  unbounded): the gateway arm's is the lock's ``max_running_requests + max_queued_requests``, what the engine
+  behind it holds, so the gateway's own queue does not lengthen the measured latencies.
 - The engine's queue-full refusals (its 503, or a 200 stream whose only event is its in-band "queue is
   full" error) and the gateway's queue-full 429 (another client of a shared engine filled a queue; nothing
   ran) are re-sent and counted (``retries``); any other non-200, and a 200 carrying another in-band error,

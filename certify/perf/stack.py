@@ -38,11 +38,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from certify.kit.engines import sglang_command
 from certify.kit.probes import read_evidence
 from certify.perf.loops import KINDS, Arm
 from certify.processes import stop_process
+from fixtures.checkpoint import tiny_checkpoint_cached
+from fixtures.fake_sglang.client import start_fake_engine
+from fixtures.fake_sglang.parity_engines import launch_engine
+from gateway.policy import apply_policy
 from harness.contracts.lock import InferenceLockV1
-from harness.paths import ensure_private_dir, write_secret
+from harness.lock import build_lock
+from harness.paths import HitchRoot, ensure_private_dir, write_secret
+from harness.runtimes import get_runtime
+from harness.store import import_model
 
 __all__ = ["MODEL", "ROUTE", "Stack", "StackOptions", "bench_lock", "caller_body", "started_stack", "tiny_model"]
 
@@ -80,17 +88,11 @@ class Stack:
 
 
 def tiny_model() -> Path:
-    from fixtures.checkpoint import tiny_checkpoint_cached
-
     return tiny_checkpoint_cached(Path(tempfile.gettempdir()) / "hitch-bench-ckpt")
 
 
 def bench_lock(permits: int, model_dir: Path, work: Path, max_tokens: int, benchmark: bool = False) -> InferenceLockV1:
     """A real draft lock: the checkpoint imported into a scratch root, the generic-CPU runtime."""
-    from harness.lock import build_lock
-    from harness.paths import HitchRoot
-    from harness.runtimes import get_runtime
-    from harness.store import import_model
 
     manifest = import_model(HitchRoot(work / "root"), model_dir, "bench").manifest
     lock = build_lock(
@@ -144,8 +146,6 @@ def split_cores(engine_cores: tuple[int, ...]) -> tuple[set[int], set[int]]:
 
 @contextmanager
 def started_stack(opts: StackOptions, work: Path) -> Iterator[Stack]:
-    from gateway.policy import apply_policy
-
     private = ensure_private_dir(work / "private")
     model_dir = opts.model_dir or tiny_model()
     split = split_cores(opts.engine_cores) if opts.engine_cores else None
@@ -155,15 +155,11 @@ def started_stack(opts: StackOptions, work: Path) -> Iterator[Stack]:
             stack.callback(os.sched_setaffinity, 0, os.sched_getaffinity(0))
             os.sched_setaffinity(0, split[0])  # the engine's processes inherit this mask
         if opts.engine == "fake":
-            from fixtures.fake_sglang.client import start_fake_engine
-
             extra = ["--fake-stop-after", "0"] + (["--fake-itl-ms", str(opts.fake_itl_ms)] if opts.fake_itl_ms else [])
             fake = start_fake_engine(model_dir, work / "engine", *extra, served=MODEL, max_running=opts.permits)
             stack.callback(fake.stop)
             engine_url, key, engine_pid, fake_control, permits = fake.base, fake.key, fake.proc.pid, fake.control, opts.permits
         else:
-            from fixtures.fake_sglang.parity_engines import launch_engine, sglang_command
-
             command = sglang_command()
             if command is None:
                 raise SystemExit("--engine sglang: the generic-CPU SGLang runtime is not installed under HITCH_ROOT")

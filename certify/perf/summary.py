@@ -20,7 +20,7 @@ Per kind (unary, stream) and per arm other than direct:
   the engine's drift between rounds and its spread within one (±15 % on a 2-core CPU engine); a pair shares
   the machine's state of the moment, so the paired median resolves a few ms where the pooled difference
   cannot. It estimates the shift of the typical request (the p50), not a tail;
-- ``paired_target``: that shift against issue 13's per-token target, max(2 ms, 1 % of direct p50):
+- ``paired_target``: that shift against the per-token overhead target, max(2 ms, 1 % of direct p50):
   ``met`` (the interval's upper end within it), ``missed`` (its lower end over it) or ``undecided``;
 - an arm whose samples carry the engine's share (our gateway, from its evidence: :mod:`certify.perf.loops`)
   also: ``residence_ci_ms`` {p50,p95,p99} — the percentiles of the per-request *residence* (client E2E minus
@@ -77,7 +77,7 @@ __all__ = [
 
 FLOOR_MS = 20.0
 FRACTION = 0.05
-TARGET_FLOOR_MS = 2.0  # issue 13's per-token target for the paired p50 shift: max(2 ms, 1 % of direct)
+TARGET_FLOOR_MS = 2.0  # the per-token overhead target for the paired p50 shift: max(2 ms, 1 % of direct)
 TARGET_FRACTION = 0.01
 QS = {"p50": 0.5, "p95": 0.95, "p99": 0.99}
 _BOUNDED = ("p50", "p95")

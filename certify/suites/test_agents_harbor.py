@@ -36,14 +36,13 @@ the others): ``hitch eval harbor run --agent X`` admits only an agent whose prof
 The checks that script or fault the shared fake hold the engine alone (``engine_turn``) while they do.
 Required where Docker and Harbor are present (and always under ``HITCH_REQUIRE_HARBOR``): a missing
 component skips them elsewhere, and fails them under ``HITCH_REQUIRE_HARBOR`` / ``HITCH_REQUIRE_DOCKER``.
-Under xdist the evaluations run once per session (a file lock; the other worker reads the result).
+Under xdist the evaluations run once per session (a file mutex; the other worker reads the result).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
 import secrets
 import shutil
 import threading
@@ -62,13 +61,15 @@ from certify.plugin import engine_turn
 from certify.registry import Summary, check
 from certify.session import CertifyEnv
 from fixtures.fake_sglang.client import FakeControl
-from harness.daemon.core import load_sealed_lock
+from harness.app.requests import RunRequest, parse_request
 from harness.devices.docker_probe import probe_docker
 from harness.errors import HitchError
 from harness.evals.harbor_agents import SHELL_AGENT, TERMINUS, agent_key, record_agent_result
 from harness.evals.harbor_install import HarborInstall, harbor_install
 from harness.evals.harbor_run import EvalOptions, HarborEvaluation, base_image_id
+from harness.lock import load_sealed_lock
 from harness.paths import HitchRoot, ensure_private_dir
+from harness.settings import settings
 
 REPO = Path(__file__).resolve().parents[2]
 TASKS = REPO / "fixtures" / "harbor_tasks"
@@ -87,7 +88,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def _expected() -> bool:
     """Required where Docker and Harbor are present, or where CI requires Harbor."""
-    if os.environ.get("HITCH_REQUIRE_HARBOR", "") not in ("", "0"):
+    if settings().requires("harbor"):
         return True
     return shutil.which("docker") is not None and harbor_install(HitchRoot.at()) is not None
 
@@ -126,7 +127,7 @@ def _profiled(env: CertifyEnv, harbor: HarborInstall, agent: str, check_id: str)
 
 def _once(env: CertifyEnv, name: str, compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """``compute()`` once per certify session (keyed by the session's service), shared by xdist workers."""
-    folder = ensure_private_dir(env.root.path / "certify" / "harbor")
+    folder = ensure_private_dir(env.root.certify / "harbor")
     key = f"{name}-{env.run.service_id}-{env.run.epoch}"
     out = folder / f"{key}.json"
     with FileLock(str(folder / f"{key}.lock")):
@@ -138,9 +139,9 @@ def _once(env: CertifyEnv, name: str, compute: Callable[[], dict[str, Any]]) -> 
     return result
 
 
-def _pinned(env: CertifyEnv) -> dict[str, Any]:
-    """A run body that leases the session's service (its inference id, its engine choice)."""
-    return {**env.body, "inference_id": env.run.inference_id, "capture": "metadata"}
+def _pinned(env: CertifyEnv) -> RunRequest:
+    """A run request that leases the session's service (its inference id, its engine choice)."""
+    return parse_request(RunRequest, {**env.body, "inference_id": env.run.inference_id, "capture": "metadata"})
 
 
 def _turns(text: str, n: int = 48) -> list[dict[str, Any]]:
@@ -148,7 +149,7 @@ def _turns(text: str, n: int = 48) -> list[dict[str, Any]]:
 
 
 def _execution(root: HitchRoot, run_id: str) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((root.runs / run_id / "inference" / "execution.json").read_text())
+    data: dict[str, Any] = json.loads((root.run_inference_dir(run_id) / "execution.json").read_text())
     return data
 
 
@@ -169,10 +170,8 @@ def _in_container(env: CertifyEnv, harbor: HarborInstall) -> dict[str, Any]:
     tag = secrets.token_hex(4)
     image = base_image_id()
     body = _pinned(env)
-    sibling = env.daemon.request(
-        "POST", "/v1/runs", {**body, "run_id": f"cert-harbor-sib-{tag}", "for_containers": True, "eval_image": image},
-        timeout_s=900.0,
-    )  # fmt: skip
+    fields = {**body.body(), "run_id": f"cert-harbor-sib-{tag}", "for_containers": True, "eval_image": image}
+    sibling = env.daemon.create_run(parse_request(RunRequest, fields))
     try:
         if env.fake is not None:
             env.fake.script(_turns(_SOLVE_CREATE))
@@ -207,7 +206,7 @@ def _in_container(env: CertifyEnv, harbor: HarborInstall) -> dict[str, Any]:
     finally:
         if env.fake is not None:
             env.fake.script([])
-        env.daemon.request("DELETE", f"/v1/runs/{sibling['run_id']}")
+        env.daemon.delete_run(sibling["run_id"])
 
 
 def _chat_active(env: CertifyEnv) -> int:

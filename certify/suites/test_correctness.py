@@ -86,6 +86,7 @@ from certify.reference_set import (
 from certify.registry import check
 from certify.session import CertifyEnv
 from fixtures.reference import ReferenceRunV1
+from harness.store import model_files_dir
 
 EVAL_MARGIN = 3
 EVAL_MIN_REFERENCE = 10
@@ -102,8 +103,6 @@ class Bench:
     """The engine's answers through the gateway, and the reference's (computed before the engine started)."""
 
     def __init__(self, env: CertifyEnv) -> None:
-        from harness.store import model_files_dir
-
         self.env = env
         self.keys = TokenKeys(model_files_dir(env.root, env.model_id))
 

@@ -3,7 +3,7 @@
 On the session's engine, when a Docker engine is reachable (the checks skip without one, and are not
 required: a machine without Docker runs no eval containers): two container-facing runs (``for_containers``)
 get URLs on the bridge address of hitch's eval network; a trial container of the eval trial image
-(``scripts/ci/build_trial_image.py``) per run talks to the model through its own binding only.
+(``python -m fixtures.images.trial``) per run talks to the model through its own binding only.
 
 - ``security.eval_network.gateway_only``: an independent probe container on that network reaches hitch's
   gateway (401 ``inference_token_invalid`` for a binding that does not exist) and connects to none of the
@@ -34,6 +34,7 @@ from certify.registry import check
 from certify.session import CertifyEnv, eval_trial_image
 from fixtures.eval_trial.driver import release, start_trial, wait_event
 from gateway.bindings import run_path_prefix
+from harness.app.requests import RunRequest, parse_request
 from harness.devices.docker_probe import probe_docker
 from harness.errors import HitchError
 from harness.launch.eval_network import LABEL_ROLE, EvalNetwork, probe_network
@@ -44,7 +45,7 @@ _SHORT = 8
 
 def _create(env: CertifyEnv, image: str, name: str) -> dict[str, Any]:
     body = {**env.body, "run_id": f"certify-eval-{name}-{int(time.time() * 1000) % 10**9}", "for_containers": True}
-    return env.daemon.request("POST", "/v1/runs", {**body, "eval_image": image}, timeout_s=900.0)
+    return env.daemon.create_run(parse_request(RunRequest, {**body, "eval_image": image}))
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +55,7 @@ def eval_trials(certify_env: CertifyEnv) -> Iterator[dict[str, Any]]:
     if not facts.reachable:
         pytest.skip(f"needs a reachable Docker engine: {facts.reason}")
     try:
-        image = eval_trial_image(env.root.path / "certify")
+        image = eval_trial_image(env.root.certify)
     except HitchError as exc:
         pytest.skip(exc.message)
     import docker
@@ -95,7 +96,7 @@ def eval_trials(certify_env: CertifyEnv) -> Iterator[dict[str, Any]]:
         token_a = Path(run_a["token_file"]).read_text(encoding="utf-8").strip()  # the cancel removes the file
         t3 = time.perf_counter()
         a.kill()
-        cancelled = env.daemon.request("POST", f"/v1/runs/{run_a['run_id']}/cancel")
+        cancelled = env.daemon.cancel_run(run_a["run_id"])
         out["cancel_ms"] = round((time.perf_counter() - t3) * 1000, 1)
         out["a_status"] = cancelled["record"]["status"]
         after = httpx.get(f"{run_a['base_url']}/models", headers={"Authorization": f"Bearer {token_a}"}, trust_env=False)
@@ -112,7 +113,7 @@ def eval_trials(certify_env: CertifyEnv) -> Iterator[dict[str, Any]]:
                 c.remove(force=True)
         for run in runs:
             with contextlib.suppress(HitchError):
-                env.daemon.request("DELETE", f"/v1/runs/{run['run_id']}")
+                env.daemon.delete_run(run["run_id"])
         client.close()
 
 

@@ -28,6 +28,7 @@ import httpx
 import pytest
 
 from certify.kit.daemon import PrivateDaemon
+from certify.kit.engines import sglang_command
 from certify.kit.faults import (
     IDLE_GROUP_KILL,
     MODE_CHECKS,
@@ -50,17 +51,24 @@ from certify.kit.streams import RawStream, hold_stream
 from certify.registry import check
 from certify.session import CertifyEnv, RunHandle
 from fixtures.engine_faults import EngineTarget
+from fixtures.fake_sglang.parity_engines import EngineCommand, launch_engine
 from fixtures.process_faults import (
     wrong_model_argv,
 )
+from fixtures.wrong_model_exec import rewrite
+from harness.engine import EngineProgram, prepare_launch, wait_ready
+from harness.engine.keys import EngineKeys
+from harness.engine.verify import verify_server_info
 from harness.errors import HitchError
+from harness.launch.oci import OciLauncher
+from harness.service.isolation import service_key
+from harness.service.state_store import ServiceStateStore
+from harness.store import model_files_dir
 
 _fault_kind = fault_kind("process")
 
 
 def _session_engine(env: CertifyEnv) -> EngineTarget:
-    from harness.service.state_store import ServiceStateStore
-
     record = ServiceStateStore(env.root, env.run.service_id).read()
     assert record is not None and record.process is not None
     return EngineTarget(record.process)
@@ -377,11 +385,6 @@ def _wrong_model_container(daemon: PrivateDaemon, certify_record: Any) -> None:
     import asyncio
     import dataclasses
 
-    from fixtures.wrong_model_exec import rewrite
-    from harness.engine import EngineProgram, prepare_launch, wait_ready
-    from harness.launch.oci import OciLauncher
-    from harness.store import model_files_dir
-
     lock = daemon.sealed_lock(sealed_inference_id(daemon))
     launch = prepare_launch(
         daemon.root, lock, model_files_dir(daemon.root, lock.model_id),
@@ -412,10 +415,6 @@ def _wrong_model_container(daemon: PrivateDaemon, certify_record: Any) -> None:
 def _wrong_model_sglang(env: CertifyEnv, certify_record: Any, workdir: Path) -> None:
     """The daemon launches SGLang from the sealed lock only (no argv hook in the product path), so the engine is
     launched here, wrapped by ``wrong_model_argv``, and its answer goes through the verification readiness runs."""
-    from fixtures.fake_sglang.parity_engines import EngineCommand, launch_engine, sglang_command
-    from harness.engine.keys import EngineKeys
-    from harness.engine.verify import verify_server_info
-    from harness.store import model_files_dir
 
     command = sglang_command(env.root)
     assert command is not None, "the session's SGLang runtime is not installed under HITCH_ROOT"
@@ -444,8 +443,6 @@ def _wrong_model_sglang(env: CertifyEnv, certify_record: Any, workdir: Path) -> 
     summary=fault_summary,
 )
 def test_startup_hang(pdaemon: PrivateDaemon, certify_record: Any) -> None:
-    from harness.service.isolation import service_key
-
     lock = pdaemon.sealed_lock(sealed_inference_id(pdaemon))
     timeout_ms = 3000 if pdaemon.fake is not None else 8000  # SGLang: stopped as soon as its pid is recorded
     variant = pdaemon.seal_variant(lock, execution={"startup_timeout_ms": timeout_ms})

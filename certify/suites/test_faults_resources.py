@@ -30,6 +30,7 @@ from certify.kit.faults import (
 from certify.kit.probes import wait_until
 from certify.registry import check
 from certify.session import fake_engine_image
+from harness.docker_engine import docker_client
 from harness.errors import HitchError
 
 _fault_kind = fault_kind("memory")
@@ -103,8 +104,6 @@ def _stop_live_services(daemon: PrivateDaemon) -> list[str]:
 def test_oom_container_limit(private_daemon: PrivateDaemon, certify_record: Any) -> None:
     pdaemon = private_daemon
 
-    from harness.launch.docker_errors import docker_client
-
     try:
         docker_client()  # answers a missing or refusing socket without the SDK (which leaks the socket)
     except HitchError as exc:
@@ -118,7 +117,7 @@ def test_oom_container_limit(private_daemon: PrivateDaemon, certify_record: Any)
         memory, wait_s = REAL_ENGINE_OOM_LIMIT, 300.0
     else:
         try:
-            image = fake_engine_image(pdaemon.root.path / "certify")
+            image = fake_engine_image(pdaemon.root.certify)
         except HitchError as exc:
             pytest.skip(exc.message)
         memory, flags, wait_s = 256 << 20, ("--fault", "memory_growth:mb_per_s=256"), 60.0

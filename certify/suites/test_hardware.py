@@ -17,6 +17,11 @@ import httpx
 
 from certify.registry import check
 from certify.session import CertifyEnv
+from harness.contracts.lock import CudaPlatformV1
+from harness.devices import run_doctor
+from harness.devices.gpu_inventory import NvmlGpuInventory, processes_by_gpu
+from harness.lock import load_sealed_lock
+from harness.service.state_store import ServiceStateStore
 
 
 def _server_info(env: CertifyEnv) -> dict[str, Any]:
@@ -28,8 +33,6 @@ def _server_info(env: CertifyEnv) -> dict[str, Any]:
 
 
 def _service_record(env: CertifyEnv) -> dict[str, Any]:
-    from harness.service.state_store import ServiceStateStore
-
     record = ServiceStateStore(env.root, env.run.service_id).read()
     assert record is not None, "the service has no record"
     return record.model_dump(mode="json")
@@ -97,8 +100,6 @@ def test_cpu_engine_sees_no_gpu(certify_env: CertifyEnv, certify_record: Any) ->
     summary="the engine runs on GPU {gpu_uuid} and /server_info reports device {server_info[device]}",
 )
 def test_cuda_gpu_recorded(certify_env: CertifyEnv, certify_record: Any) -> None:
-    from harness.devices import run_doctor
-
     record = _service_record(certify_env)
     uuid = record["allocation"]["gpu_uuid"]
     gpus = [g.get("uuid") for g in run_doctor("cuda").cuda.model_dump(mode="json").get("gpus", [])]
@@ -122,8 +123,8 @@ def test_engine_serves_the_sealed_lock(certify_env: CertifyEnv, certify_record: 
     and compares again now that the suites run."""
     from urllib.parse import urlsplit
 
-    from harness.daemon.core import load_sealed_lock
     from harness.engine.verify import expected_server_info, server_info_mismatches
+    from harness.lock import load_sealed_lock
     from harness.store import model_files_dir
 
     env = certify_env
@@ -151,8 +152,6 @@ def test_engine_serves_the_sealed_lock(certify_env: CertifyEnv, certify_record: 
     ),
 )
 def test_doctor_fingerprint(certify_env: CertifyEnv, certify_record: Any) -> None:
-    from harness.devices import run_doctor
-
     report = run_doctor(certify_env.device)  # type: ignore[arg-type]
     data = report.model_dump(mode="json")
     certify_record.evidence("doctor.json", json.dumps(data, sort_keys=True).encode())
@@ -188,8 +187,6 @@ def _engine_pids(record: dict[str, Any]) -> set[int]:
     summary=lambda d: f"NVML shows the engine's memory on GPU {d['gpu_uuid']} ({len(d['nvml_engine_processes'])} process(es))",
 )
 def test_cuda_engine_memory_only_on_the_leased_gpu(certify_env: CertifyEnv, certify_record: Any) -> None:
-    from harness.devices.gpu_inventory import NvmlGpuInventory, processes_by_gpu
-
     record = _service_record(certify_env)
     uuid = record["allocation"]["gpu_uuid"]
     facts = NvmlGpuInventory().facts()
@@ -210,9 +207,6 @@ def test_cuda_engine_memory_only_on_the_leased_gpu(certify_env: CertifyEnv, cert
     summary="the KV pool and CUDA graphs match the lock ({server_info[attention_backend]} attention)",
 )
 def test_cuda_kv_pool_and_graphs_are_the_locks(certify_env: CertifyEnv, certify_record: Any) -> None:
-    from harness.contracts.lock import CudaPlatformV1
-    from harness.daemon.core import load_sealed_lock
-
     lock = load_sealed_lock(certify_env.root, certify_env.run.inference_id)
     platform = lock.execution.platform
     assert isinstance(platform, CudaPlatformV1)

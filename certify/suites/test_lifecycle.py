@@ -28,6 +28,8 @@ from certify.registry import check
 from certify.session import CertifyEnv, RunHandle
 from fixtures.engine_faults import EngineTarget
 from fixtures.process_faults import pid_alive
+from harness.app.daemon_client import reap_spawned
+from harness.service.state_store import ServiceStateStore
 
 CANCEL_BOUND_S = 5.0
 IDLE_GRACE_S = 10.0
@@ -51,7 +53,6 @@ def _serves(run: RunHandle) -> int:
 
 def _service_engine(env: CertifyEnv) -> str | None:
     """What names the session service's engine (its process or its container), as its record says."""
-    from harness.service.state_store import ServiceStateStore
 
     record = ServiceStateStore(env.root, env.run.service_id).read()
     return None if record is None or record.process is None else EngineTarget(record.process).key
@@ -148,8 +149,6 @@ def _warm_run(daemon: PrivateDaemon) -> RunHandle:
 
 @pytest.fixture(scope="module")
 def recovery(private_daemon: PrivateDaemon) -> dict[str, Any]:
-    from harness.daemon.client import reap_spawned
-
     daemon = private_daemon
     run = _warm_run(daemon)
     engine = daemon.engine_target(run.service_id)

@@ -29,7 +29,7 @@ with its intervals), from :func:`certify.perf.summary.entry_metrics`; ``gateway_
 (the worse kind), ``ttft_added_ms`` and ``ttft_residence_ms`` {p50,p95}, ``itl_added_ms`` {p50,p95},
 ``throughput_ratio_c32`` (the worse kind), and ``_overhead`` (the summary, for the run page; not signed).
 The measurement runs once per session: the first process to need it writes
-``<report-dir>/perf-overhead.json`` under a file lock and every other xdist worker reads it.
+``<report-dir>/perf-overhead.json`` under a file mutex and every other xdist worker reads it.
 
 On a shared engine (``pytest -n``) other suites' traffic lands in both arms; run ``-k perf`` alone for
 figures to publish.
@@ -38,7 +38,6 @@ figures to publish.
 from __future__ import annotations
 
 import json
-import os
 import time
 from typing import Any, Final
 
@@ -46,11 +45,15 @@ import httpx
 import pytest
 
 from certify.kit.probes import read_evidence
-from certify.options import SESSION_ENV
 from certify.perf.loops import KINDS, Arm, Plan, measure
 from certify.perf.summary import entry_metrics, over_bound, summarize
+from certify.plugin import engine_turn
 from certify.registry import check
 from certify.session import CertifyEnv
+from gateway.policy import apply_policy
+from harness.lock import load_sealed_lock
+from harness.paths import atomic_write_json
+from harness.settings import settings
 
 ROUTE: Final = "/v1/chat/completions"
 
@@ -69,9 +72,6 @@ def _engine_model(env: CertifyEnv) -> str:
 
 
 def build_arms(env: CertifyEnv, plan: Plan) -> tuple[dict[str, Arm], int, str]:
-    from gateway.policy import apply_policy
-    from harness.daemon.core import load_sealed_lock
-
     lock = load_sealed_lock(env.root, env.run.inference_id)
     ex = lock.execution
     engine_model = _engine_model(env)
@@ -122,23 +122,21 @@ def measure_env(env: CertifyEnv) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def overhead(certify_env: CertifyEnv, request: pytest.FixtureRequest) -> dict[str, Any]:
-    """The session's measurement: made once (file lock in the report dir), shared by xdist workers."""
+    """The session's measurement: made once (file mutex in the report dir), shared by xdist workers."""
     from filelock import FileLock
 
     report_dir = certify_env.options.report_dir
     report_dir.mkdir(parents=True, exist_ok=True)
     out = report_dir / "perf-overhead.json"
-    session = os.environ.get(SESSION_ENV, "")
+    session = settings().certify_session or ""
     with FileLock(str(report_dir / ".perf-overhead.lock")):
         if out.exists():
             cached: dict[str, Any] = json.loads(out.read_text())
             if cached.get("session") == session:
                 return cached
-        from certify.plugin import engine_turn
 
         with engine_turn(request.config, exclusive=True):  # no other worker's check runs while we measure
             report = measure_env(certify_env) | {"session": session}
-        from harness.paths import atomic_write_json
 
         atomic_write_json(out, report)
         return report

@@ -29,7 +29,7 @@ from certify.model_facts import not_applicable
 from certify.registry import check
 from certify.session import CertifyEnv
 from gateway.sse import parse_events
-from harness.daemon.core import load_sealed_lock
+from harness.lock import load_sealed_lock
 
 # -- empty output and tool calls -----------------------------------------------------------------------------
 

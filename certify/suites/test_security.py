@@ -28,6 +28,7 @@ from certify.offline_engine import run_offline
 from certify.registry import at_session_end, check
 from certify.secrets_scan import ScanResult, scan_files, session_secrets
 from certify.session import CertifyEnv, RunHandle, SessionEnd
+from harness.service.state_store import ServiceStateStore
 
 ROUTE_CODE = "inference_route_unavailable"
 TOKEN_CODE = "inference_token_invalid"
@@ -463,8 +464,6 @@ def _container_networks(container_id: str) -> dict[str, bool]:
     ),
 )
 def test_engine_answers_with_the_network_cut(certify_env: CertifyEnv, certify_record: Any) -> None:
-    from harness.service.state_store import ServiceStateStore
-
     record = ServiceStateStore(certify_env.root, certify_env.run.service_id).read()
     process = record.process if record is not None else None
     if process is not None and process.launcher == "oci":

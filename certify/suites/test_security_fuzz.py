@@ -23,7 +23,7 @@ import pytest
 from certify.hostile_bodies import KINDS, hostile_case, valid_body
 from certify.registry import check
 from certify.session import CertifyEnv
-from harness.daemon.paths import DaemonPaths
+from harness.paths import DaemonPaths
 
 SEED = 19
 CASES = {"fake": 400, "sglang": 300}

@@ -24,6 +24,7 @@ from typing import Any
 
 from harness.errors import HitchError
 from harness.paths import ensure_private_dir
+from harness.settings import env_name
 
 __all__ = [
     "PROVIDER_ID",
@@ -36,7 +37,7 @@ __all__ = [
 ]
 
 PROVIDER_ID = "hitch_local"
-TOKEN_ENV = "HITCH_LOCAL_MODEL_TOKEN"
+TOKEN_ENV = env_name("local_model_token")
 BASE_INSTRUCTIONS = (
     "You are a coding agent running in a terminal on the user's machine. Use the exec_command tool to run "
     "shell commands: read files before changing them, make the requested change, then check the result. "

@@ -10,13 +10,13 @@ not the pinned version: only an exact, certified artifact is ever run (spec §10
 from __future__ import annotations
 
 import functools
-import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import HitchError
 from harness.ids import digest_bytes
+from harness.settings import settings
 
 __all__ = ["CODEX_PACKAGE", "CODEX_VERSION", "CodexInstall", "default_prefix", "find_codex"]
 
@@ -35,8 +35,7 @@ class CodexInstall:
 
 
 def default_prefix() -> Path:
-    env = os.environ.get("HITCH_CODEX_PREFIX")
-    return Path(env) if env else _REPO / ".tools" / "codex"
+    return settings().codex_prefix or _REPO / ".tools" / "codex"
 
 
 def _missing(prefix: Path, why: str) -> HitchError:

@@ -8,14 +8,15 @@ Owns :func:`build_request` (checks the input and budget before anything is sent)
   ``inference_protocol_unsupported`` / ``inference_modality_unsupported``, before any request.
 - Output budget: the lock's ``max_output_tokens`` when the input has none; a larger one is
   ``inference_parameter_conflict``.
-- A gateway error answer becomes the same ``HitchError`` code; an answer that is not a Responses object is
-  ``inference_upstream_failed`` (an infrastructure error). A legal empty answer is a result with text "".
+- A gateway error answer becomes the same ``HitchError`` code (the table's, also where the wire carries
+  OpenAI's own code, e.g. ``context_length_exceeded``, with the table's in ``details.code``); an answer that
+  is not a Responses object is ``inference_upstream_failed`` (an infrastructure error). A legal empty answer
+  is a result with text "".
 """
 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,10 +24,11 @@ from typing import Any
 import httpx
 
 from harness.errors import ERROR_TABLE, HitchError
+from harness.settings import env_name, settings
 
 __all__ = ["TOKEN_ENV", "ModelCallResult", "build_request", "call_model", "parse_input"]
 
-TOKEN_ENV = "HITCH_LOCAL_MODEL_TOKEN"
+TOKEN_ENV = env_name("local_model_token")
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
 _ROLES = frozenset({"user", "system", "developer", "assistant"})
 
@@ -112,6 +114,9 @@ def _error_from(resp: httpx.Response) -> HitchError:
         err = {}
     code = err.get("code") if isinstance(err, dict) else None
     message = err.get("message") if isinstance(err, dict) else None
+    details = err.get("details") if isinstance(err, dict) else None
+    if isinstance(details, dict) and details.get("code") in ERROR_TABLE:
+        code = details["code"]  # OpenAI's own code on the wire (context_length_exceeded); the table's code beside it
     if isinstance(code, str) and code in ERROR_TABLE:
         return HitchError(code, str(message or code), {"http_status": resp.status_code})
     return HitchError(
@@ -160,7 +165,8 @@ def call_model(
     transport: httpx.BaseTransport | None = None,
 ) -> ModelCallResult:
     """One request, no retries; the token is read from ``HITCH_LOCAL_MODEL_TOKEN`` of ``env``."""
-    token = (env if env is not None else os.environ).get(TOKEN_ENV, "")
+    secret = settings(env).local_model_token
+    token = secret.reveal() if secret is not None else ""
     if not token:
         raise HitchError("inference_token_invalid", f"{TOKEN_ENV} is not set", {"env": TOKEN_ENV})
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}

@@ -23,6 +23,7 @@ from harness.cli import (
     runtime,
     serve,
 )
+from harness.settings import env_name
 
 app = typer.Typer(no_args_is_help=True, help="Hitch local inference: certification and benchmark harness")
 app.add_typer(models.app, name="models", help="content-addressed checkpoint store")
@@ -50,6 +51,6 @@ def _root_from_argv(argv: list[str]) -> None:
     being handed it (the catalog's operator pins of ``hitch runtime pin``, a daemon started from here) agrees."""
     for i, arg in enumerate(argv):
         if arg == "--root" and i + 1 < len(argv):
-            os.environ["HITCH_ROOT"] = str(Path(argv[i + 1]).expanduser().absolute())
+            os.environ[env_name("root")] = str(Path(argv[i + 1]).expanduser().absolute())
         elif arg.startswith("--root="):
-            os.environ["HITCH_ROOT"] = str(Path(arg.split("=", 1)[1]).expanduser().absolute())
+            os.environ[env_name("root")] = str(Path(arg.split("=", 1)[1]).expanduser().absolute())

@@ -1,7 +1,8 @@
 """``hitch bench ...``: benchmark scripts that print figures (never timed tests).
 
-The benchmarks drive the fake engine and real SGLang, so they live with the certification code;
-the CLI runs them as a separate process rather than importing them into the runtime core.
+The benchmarks drive the fake engine and real SGLang, so they live with the certification code; the CLI checks
+what it was given with the application layer (:mod:`harness.app.load_schedule`) and runs them as a separate
+process (``python -m certify.perf|external|load``), importing none of them.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from typing import Annotated
 
 import typer
 
+from harness.app.load_schedule import APIS, LoadSchedule, parse_run_time, targets_for
 from harness.cli.output import COMMON, Common, cli_command
 from harness.errors import HitchError
+from harness.settings import env_name
 
 app = typer.Typer(no_args_is_help=True, help="benchmarks (figures, not pass/fail)")
 
@@ -85,15 +88,21 @@ def load(
     direct_model: Annotated[str | None, typer.Option("--direct-model", help="engine model name (default --model)")] = None,
     common: Common = COMMON,
 ) -> None:
-    from certify.load.schedule import APIS, LoadSchedule, parse_run_time, targets_for
-
     # Bad values are usage errors here, before any process starts; the benchmark re-checks them.
     targets_for(target)
     if engine not in ("fake", "sglang"):
         raise HitchError("usage_error", "engine must be fake or sglang", {"engine": engine})
     if api not in APIS:
         raise HitchError("usage_error", f"api must be one of {', '.join(APIS)}", {"api": api})
-    LoadSchedule(users, spawn_rate, parse_run_time(run_time), seed, max_tokens, "chat" if api == "chat" else "responses", stream)
+    LoadSchedule(
+        users=users,
+        spawn_rate=spawn_rate,
+        run_time_s=parse_run_time(run_time),
+        seed=seed,
+        max_tokens=max_tokens,
+        api="chat" if api == "chat" else "responses",
+        stream=stream,
+    )
     argv = [sys.executable, "-m", "certify.load", "--target", target, "--users", str(users), "--spawn-rate", str(spawn_rate),
             "--run-time", run_time, "--engine", engine, "--stream" if stream else "--no-stream", "--api", api,
             "--max-tokens", str(max_tokens), "--seed", str(seed)]  # fmt: skip
@@ -104,5 +113,5 @@ def load(
             argv += [flag, str(value)]
     if common.as_json:
         argv.append("--json")
-    env = {**os.environ, "HITCH_ROOT": str(common.hroot.path)} if common.root is not None else None
+    env = {**os.environ, env_name("root"): str(common.hroot.path)} if common.root is not None else None
     raise typer.Exit(subprocess.call(argv, env=env))

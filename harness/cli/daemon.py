@@ -11,8 +11,9 @@ from typing import Annotated, Any
 
 import typer
 
+from harness.app.daemon_client import daemon_running, start_daemon, stop_daemon
 from harness.cli.output import COMMON, Common, cli_command, emit
-from harness.daemon import DaemonPaths, daemon_running, start_daemon, stop_daemon
+from harness.paths import DaemonPaths
 
 app = typer.Typer(no_args_is_help=True, help="the per-root daemon that owns engine services")
 

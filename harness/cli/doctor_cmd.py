@@ -15,19 +15,20 @@ from rich.table import Table
 
 from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.devices.doctor import run_doctor
-from harness.devices.report import DoctorReportV1
+from harness.devices.report import DoctorReportV1, EffectiveSettingV1
+from harness.settings import effective_settings
 
-__all__ = ["DeviceChoice", "doctor", "render_human"]
+__all__ = ["DoctorDevice", "doctor", "render_human"]
 
 
-class DeviceChoice(StrEnum):
+class DoctorDevice(StrEnum):
     cpu = "cpu"
     cuda = "cuda"
     auto = "auto"
 
 
 DeviceOpt = Annotated[
-    DeviceChoice,
+    DoctorDevice,
     typer.Option("--device", help="which device's verdict to show; auto shows both and selects one"),
 ]
 
@@ -85,6 +86,8 @@ def _verdict_lines(report: DoctorReportV1) -> list[str]:
         lines.extend(f"  - {reason}" for reason in verdict.reasons)
         lines.append(f"  can do: {'; '.join(verdict.can_do)}")
     lines.append(f"selected: {report.selected or 'none'} ({report.selected_reason})")
+    given = [s for s in report.settings or [] if s.source == "environment"]
+    lines.append("settings from the environment: " + (", ".join(f"{s.name}={s.value}" for s in given) or "none"))
     return lines
 
 
@@ -96,7 +99,8 @@ def render_human(report: DoctorReportV1, console: Console | None = None) -> None
 
 
 @cli_command
-def doctor(device: DeviceOpt = DeviceChoice.auto, common: Common = COMMON) -> None:
+def doctor(device: DeviceOpt = DoctorDevice.auto, common: Common = COMMON) -> None:
     """Report CPU/CUDA/Docker facts and whether each device is certifiable (writes nothing)."""
-    report = run_doctor(device.value, root=common.root)
+    found = run_doctor(device.value, root=common.root)
+    report = found.model_copy(update={"settings": [EffectiveSettingV1(**s) for s in effective_settings()]})
     emit(common.as_json, report.to_json_dict(), lambda: render_human(report))

@@ -1,4 +1,4 @@
-"""``hitch eval harbor install`` and ``hitch eval harbor run TASKS --model local/ALIAS ...`` (issue 12).
+"""``hitch eval harbor install`` and ``hitch eval harbor run TASKS --model local/ALIAS ...``.
 
 ``install`` puts Harbor in a private, hash-locked venv under the root (:mod:`harness.evals.harbor_install`);
 ``run`` admits the agent (a passing compatibility profile for this engine, runtime and model:
@@ -9,6 +9,7 @@ evaluation record.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -16,11 +17,13 @@ from typing import Annotated, Any
 
 import typer
 
+from harness.app.daemon_client import ensure_daemon
+from harness.app.requests import RunRequest, parse_request
+from harness.app.runs import RunService, run_service_request, served_model_id
 from harness.cli import options as opt
 from harness.cli.compare import register_eval_compare
 from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.contracts.evaluation import TrialOutcomeV1
-from harness.daemon import ensure_daemon
 from harness.errors import HitchError
 from harness.evals.harbor_agents import known_agent, require_agent
 from harness.evals.harbor_install import install_harbor, require_harbor
@@ -108,8 +111,6 @@ def run_cmd(
     ] = None,
     common: Common = COMMON,
 ) -> None:
-    from harness.cli.run import _run_body, model_id_of
-
     model_connection(agent, env)  # a topology the gateway cannot serve is refused before anything starts
     known_agent(agent)  # so is an agent no compatibility profile can exist for
     if fake_script is not None and svc.engine != "fake":
@@ -117,18 +118,18 @@ def run_cmd(
     hroot = common.hroot
     install = require_harbor(hroot)
     found = task_dirs(tasks)
-    body = _run_body(hroot, common.root, model, inference, svc)
+    ask = RunService.of(**dataclasses.asdict(svc), model=model, inference=inference)
+    flags = ["--fake-script", str(fake_script.resolve())] if fake_script is not None else []
+    request = run_service_request(hroot, ask, common.root, capture="metadata", fake_flags=flags)
     paths = [p.resolve() for p in agent_path or []]
     version = str(install.versions.get("harbor", "unknown"))
-    profile = require_agent(hroot, agent, version, body["runtime"], model_id_of(hroot, body, model), svc.engine, paths)
-    body["capture"] = "metadata"
-    if fake_script is not None:
-        body["fake_flags"] = ["--fake-script", str(fake_script.resolve())]
+    model_id = served_model_id(hroot, request)
+    profile = require_agent(hroot, agent, version, str(request.runtime), model_id, svc.engine, paths)
     options = EvalOptions(
         found, agent, env, attempts, concurrent, _kwargs(agent_kwarg or []), eval_id, agent_paths=paths,
         infra_retries=infra_retries, agent_profile_id=profile.profile_id if profile is not None else None,
     )  # fmt: skip
-    evaluation = HarborEvaluation(hroot, install, ensure_daemon(hroot), body, options)
+    evaluation = HarborEvaluation(hroot, install, ensure_daemon(hroot), request, options)
 
     def progress(event: dict[str, Any]) -> None:
         if not common.as_json:
@@ -149,7 +150,6 @@ def resume_cmd(
     evaluation_id: Annotated[str, typer.Argument(help="the evaluation id (evals/<id>/plan.json)")],
     common: Common = COMMON,
 ) -> None:
-    from harness.cli.run import model_id_of
     from harness.evals.harbor_run import HarborEvaluation, read_plan
 
     hroot = common.hroot
@@ -164,7 +164,7 @@ def resume_cmd(
         plan.agent,
         version,
         body["runtime"],
-        model_id_of(hroot, body, body.get("model")),
+        served_model_id(hroot, parse_request(RunRequest, body)),
         body.get("engine", "sglang"),
         paths,
     )

@@ -1,29 +1,26 @@
-"""``hitch local ...``: doctor, draft locks, the engine command line a lock compiles to (and prepare/status/stop)."""
+"""``hitch local ...``: the doctor, draft locks and the engine command line a lock compiles to
+(:mod:`harness.app.engine_preview`); ``prepare``, ``status``, ``stop``: local_services; ``serve``: serve."""
 
 from __future__ import annotations
 
 import json
 import shlex
-import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated
 
 import typer
 
+from harness.app.engine_preview import engine_preview
 from harness.cli import options as opt
 from harness.cli.doctor_cmd import doctor
 from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.contracts.lock import InferenceLockV1
 from harness.devices import probe_cpu
 from harness.errors import HitchError
-from harness.lock import Device, ProfileShort, build_lock, validate_lock
+from harness.lock import ProfileShort, build_lock, served_device, validate_lock
 from harness.paths import HitchRoot
-from harness.runtimes import default_runtime, get_runtime, planned_runtime
-from harness.store import model_files_dir, read_manifest, resolve_model
-
-if TYPE_CHECKING:
-    from harness.contracts.runtime import InferenceRuntimeManifestV1
-    from harness.engine import EngineLaunch
+from harness.runtimes import default_runtime, get_runtime
+from harness.store import resolve_model
 
 app = typer.Typer(no_args_is_help=True, help="locks, doctor and local services")
 app.command("doctor", help="read-only: what this machine can certify, and why not")(doctor)
@@ -33,7 +30,7 @@ app.command("doctor", help="read-only: what this machine can certify, and why no
 @cli_command
 def lock_cmd(
     model: opt.ModelArg,
-    device: Annotated[str, typer.Option("--device", help="cpu | cuda (metal parses but is refused in P0)")] = "cpu",
+    device: Annotated[str, typer.Option("--device", help="cpu | cuda (metal parses but is not served)")] = "cpu",
     profile: opt.Profile = "baseline",
     runtime: opt.Runtime = None,
     context: opt.Context = None,
@@ -47,14 +44,10 @@ def lock_cmd(
     ] = False,
     common: Common = COMMON,
 ) -> None:
-    if device not in ("cpu", "cuda", "metal"):
-        raise HitchError("inference_device_unsupported", f"unknown device {device!r}", {"choices": ["cpu", "cuda", "metal"]})
+    dev = served_device(device)
     if profile not in ("baseline", "throughput"):
         raise HitchError("usage_error", f"unknown profile {profile!r}", {"choices": ["baseline", "throughput"]})
-    dev: Device = "cpu" if device == "cpu" else "cuda" if device == "cuda" else "metal"
     prof: ProfileShort = "baseline" if profile == "baseline" else "throughput"
-    if dev == "metal":
-        raise HitchError("inference_device_unsupported", "metal is a P1 backend and is refused in P0", {"device": "metal"})
     manifest = resolve_model(common.hroot, model)
     rt = get_runtime(runtime) if runtime else default_runtime(dev)
     lock = build_lock(
@@ -94,9 +87,6 @@ def _read_lock(path: Path) -> InferenceLockV1:
     return validate_lock(data)
 
 
-PREVIEW_PORT = 30000  # SGLang's default; a service's port is chosen when it starts
-
-
 @app.command("argv", help="the engine command line and environment a lock compiles to (nothing starts)")
 @cli_command
 def argv_cmd(
@@ -118,49 +108,15 @@ def argv_cmd(
     gpu: Annotated[str | None, typer.Option("--gpu", help="GPU UUID the engine sees (default: NVML's first GPU)")] = None,
     common: Common = COMMON,
 ) -> None:
-    from harness.devices import probe_cuda
-    from harness.engine import EngineProgram, prepare_launch
-
     root = common.hroot
-    lock = _read_lock(path)
-    read_manifest(root, lock.model_id)  # the model must be in this root's store
-    runtime = get_runtime(lock.runtime_id)
-    program = EngineProgram.from_runtime(planned_runtime(root, runtime))
-    uuid = None
-    if lock.execution.platform.backend == "cuda":
-        gpus = probe_cuda().gpus
-        uuid = gpu or (gpus[0].uuid if gpus else "<the leased GPU's UUID>")
-    with tempfile.TemporaryDirectory(prefix="hitch-argv-") as tmp:
-        launch = prepare_launch(
-            HitchRoot(Path(tmp)),  # the epoch's keys and home are written here, then dropped
-            lock,
-            model_files_dir(root, lock.model_id),
-            program,
-            service_id="argv",
-            epoch=1,
-            port=PREVIEW_PORT,
-            gpu_uuid=uuid,
-            probe=probe,
-        )
-        checked = _check_argv(launch, runtime, HitchRoot.at(parser_root) if parser_root else root) if check else None
-        private = str(Path(tmp) / "inference" / "private" / "argv")
-        shown = [_hide(a, private) for a in launch.spec.argv]
-        env = {k: _hide(v, private) for k, v in launch.spec.env.items()}
-    payload: dict[str, Any] = {
-        "kind": "engine-argv",
-        "inference_id": lock.inference_id,
-        "runtime": runtime.name,
-        "probe": probe,
-        "argv": shown,
-        "env": env,
-        "expected_server_info": {k: _hide(v, private) for k, v in launch.expected.items()},
-        "checked": checked,
-    }
+    reader = (HitchRoot.at(parser_root) if parser_root else root) if check else None
+    payload = engine_preview(root, _read_lock(path), probe=probe, gpu=gpu, parser_root=reader)
+    checked = payload["checked"]
     lines = [
-        f"runtime: {runtime.name}  inference_id: {lock.inference_id}"
+        f"runtime: {payload['runtime']}  inference_id: {payload['inference_id']}"
         f"  ({'probe start' if probe else 'start'}; port: chosen at start)",
-        "env -i " + " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items())) + " \\",
-        "  " + " \\\n  ".join(shlex.join(pair) for pair in _pairs(shown)),
+        "env -i " + " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(payload["env"].items())) + " \\",
+        "  " + " \\\n  ".join(shlex.join(pair) for pair in _pairs(payload["argv"])),
     ]
     if checked is not None:
         lines.append(
@@ -168,11 +124,6 @@ def argv_cmd(
             f" ({checked['fields']} /server_info fields checked, parsed and resolved)"
         )
     emit(common.as_json, payload, "\n".join(lines))
-
-
-def _hide(value: Any, private: str) -> Any:
-    """The temporary private folder of the preview shown as ``<private>`` (a service has its own)."""
-    return value.replace(private, "<private>") if isinstance(value, str) else value
 
 
 def _pairs(argv: list[str]) -> list[list[str]]:
@@ -185,20 +136,3 @@ def _pairs(argv: list[str]) -> list[list[str]]:
         else:
             out[-1].append(tok)
     return out
-
-
-def _check_argv(launch: EngineLaunch, runtime: InferenceRuntimeManifestV1, parser_root: HitchRoot) -> dict[str, Any]:
-    from harness.engine.argv_check import case_from_launch, parser_runtime, read_with_sglang, require_accepted
-
-    reader = parser_runtime(parser_root, runtime)
-    if reader is None:
-        raise HitchError(
-            "inference_runtime_unavailable",
-            f"no runtime with SGLang {runtime.engine_version} is installed under {parser_root.path} to read the command"
-            " line: install one (`hitch runtime install`) or pass --parser-root",
-            {"engine_version": runtime.engine_version, "root": str(parser_root.path)},
-        )
-    case = case_from_launch("argv", launch)
-    report = read_with_sglang(reader, [case])
-    require_accepted(report, [case])
-    return {"sglang": report.versions.get("sglang"), "runtime": reader.manifest.name, "fields": len(case.expected)}

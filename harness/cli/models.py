@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
+from catalog.model_fixtures import fixture_for_model_id
 from harness.cli import options as opt
 from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.contracts.base import parse_record
@@ -33,7 +34,6 @@ app = typer.Typer(no_args_is_help=True, help="models commands")
 
 def _fixture_facts(files_dir: Path, manifest: LocalModelManifestV1) -> dict[str, Any]:
     """The checkpoint's own fixture provenance (if it has one) and the catalog fixture whose pin it matches."""
-    from catalog.model_fixtures import fixture_for_model_id
 
     provenance = None
     if any(f.path == FIXTURE_PROVENANCE_FILE for f in manifest.files):

@@ -40,6 +40,7 @@ def build(
     as_json: JsonOpt = False,
 ) -> None:
     """Build the pages for whichever inputs are given; prints the paths written."""
+    # imported here: every `hitch` command loads this module, pandas (~0.4 s) only `hitch report` needs
     from reports.builder import build_load_page, build_matrix, build_run_page
 
     if entries is None and results is None and load is None:

@@ -1,28 +1,31 @@
 """``hitch run --harness model-call|codex --model local/ALIAS ...``, ``hitch run cancel ID``, ``hitch run show ID``.
 
-The run, step by step (spec §10.4, seed 002): check the choices (``--inference sha256:...`` pins a prepared
-identity, then ``--device`` and ``--profile`` are refused; ``--offline`` never installs and fails with the
-commands to run first); a ``--run-id`` that already finished answers its record and nothing runs again when
-the request is the same (the same digest of harness, lock or its inputs, prompt, budget, capture, ...:
-:mod:`harness.daemon.run_identity`), and is ``run_conflict`` when it is not; start the root's daemon if needed
-and create the run through it (``runs/<id>/run.json`` goes ``admitted → preparing → running``; the service is
-acquired with the run as lease owner and the run is registered on the daemon's gateway with its ``--capture``
-mode); check the harness's compatibility profile for the lock (Codex: a certified profile must exist;
-``inference_harness_unsupported`` otherwise); run the harness with the run token in its private environment;
-then, however it ended (an error, Ctrl-C), write the harness's evidence and tell the daemon the terminal
-status and code — it revokes the binding, releases the lease and writes the execution evidence. When the
-daemon died meanwhile, its next start ends the run ``interrupted``.
+The run, step by step (spec §10.4): check the choices (:func:`harness.app.runs.run_service_request`:
+``--inference sha256:...`` pins a prepared identity, then ``--device`` and ``--profile`` are refused;
+``--offline`` never installs and fails with the commands to run first); a ``--run-id`` that already finished
+answers its record and nothing runs again when the request is the same (the same digest of harness, lock or
+its inputs, prompt, budget, capture, ...: :mod:`harness.app.run_identity`), and is ``run_conflict`` when it is
+not; start the root's daemon if needed and create the run through it (``runs/<id>/run.json`` goes ``admitted →
+preparing → running``; the service is acquired with the run as lease owner and the run is registered on the
+daemon's gateway with its ``--capture`` mode); check the harness's compatibility profile for the lock (Codex:
+a certified profile must exist, and the lock must claim what Codex always sends for the fields it fixes,
+``parallel_tool_calls``; ``inference_harness_unsupported`` otherwise, before anything starts); run the harness with the run
+token in its private environment; then, however it ended (an error, Ctrl-C), write the harness's evidence and
+tell the daemon the terminal status and code (:func:`harness.app.runs.end_run`) — it revokes the binding,
+releases the lease and writes the execution evidence. When the daemon died meanwhile, its next start ends the
+run ``interrupted``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 import shutil
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -31,96 +34,38 @@ from harness.agents.codex_install import find_codex
 from harness.agents.codex_runner import CodexRun
 from harness.agents.evidence import run_inference_dir, write_harness_evidence, write_harness_input
 from harness.agents.model_call import TOKEN_ENV, build_request, call_model, parse_input
-from harness.agents.profiles import (
+from harness.app.daemon_client import DaemonClient, ensure_daemon
+from harness.app.profiles import (
     CODEX_FIELDS,
     MODEL_CALL_FIELDS,
     ProfileStore,
     codex_key,
     codex_key_of,
     model_call_key,
+    require_lock_values,
 )
+from harness.app.requests import RunRequest
+from harness.app.run_identity import require_same_request, run_identity
+from harness.app.run_store import RunStore
+from harness.app.runs import RunService, end_run, run_service_request
 from harness.cli import options as opt
 from harness.cli import run_rerun, run_sealed
 from harness.cli.compare import register_run_compare
 from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.contracts.agent_profile import FieldRuleV1, HarnessKeyV1
 from harness.contracts.lock import InferenceLockV1
-from harness.daemon import DaemonClient, ensure_daemon
-from harness.daemon.core import load_sealed_lock
-from harness.daemon.run_identity import require_same_request, run_identity
-from harness.daemon.run_store import RunStore
 from harness.errors import ERROR_TABLE, HitchError
 from harness.ids import digest_bytes
+from harness.lock import claims_parallel_tool_calls, load_sealed_lock
 from harness.paths import HitchRoot
-from harness.runtimes import get_runtime
+from harness.store import resolve_model
 
-__all__ = ["HarnessInput", "register", "start_run"]
+__all__ = ["HarnessInput", "register", "start_run", "submission_of"]
 
 _HARNESSES = ("model-call", "codex")
 
 
-def _run_body(
-    hroot: HitchRoot,
-    root: Path | None,
-    model: str | None,
-    inference: str | None,
-    svc: opt.RunServiceOptions,
-    image: str | None = None,
-) -> dict[str, Any]:
-    from harness.cli.local_services import _ensure_runtime, device_argv, run_image, service_body, service_choice
-
-    device, profile, engine, launcher = svc.device, svc.profile, svc.engine, svc.launcher
-
-    if inference is not None:
-        if device is not None or profile is not None:
-            raise HitchError("usage_error", "--inference pins the device and profile; drop --device/--profile", {})
-        lock = load_sealed_lock(hroot, inference)
-        _same_model(hroot, model, lock)
-        rt = get_runtime(lock.runtime_id)
-        backend: str = lock.execution.platform.backend
-        argv = [model or f"local/{lock.model_id}", "--device", backend, "--runtime", rt.name]
-        if lock.execution.backend_certification == "uncertified":
-            argv.append("--allow-uncertified")
-        if engine == "sglang":  # first: --offline names the pin/prepare commands before an unpinned image is refused
-            _ensure_runtime(hroot, rt, svc.offline, root, argv)
-        pinned = run_image(rt, engine, launcher, image)
-        body: dict[str, Any] = {
-            "inference_id": inference,
-            "engine": engine,
-            "launcher": launcher,
-            "runtime": rt.runtime_id,
-            "device": backend,
-        }
-        return body | ({"image": pinned} if pinned else {})
-    if model is None:
-        raise HitchError("usage_error", "give --model local/ALIAS or --inference sha256:<id>", {})
-    from harness.store import resolve_model
-
-    resolve_model(hroot, model)  # the alias first: an unknown model fails before anything else is looked at
-    prof = profile or "baseline"
-    chosen, rt = service_choice(device or "auto", prof, engine, launcher, svc.runtime, svc.allow_uncertified)
-    argv = [model, *device_argv(chosen), "--profile", prof, "--runtime", rt.name]
-    if engine == "sglang":
-        _ensure_runtime(hroot, rt, svc.offline, root, argv)
-    return service_body(model, chosen, prof, rt, engine, launcher, run_image(rt, engine, launcher, image))
-
-
-def _same_model(hroot: HitchRoot, model: str | None, lock: InferenceLockV1) -> None:
-    """``--inference`` with ``--model``: the model must be the lock's, or the run would serve another one."""
-    if model is None:
-        return
-    from harness.store import resolve_model
-
-    given = resolve_model(hroot, model).model_id
-    if given != lock.model_id:
-        raise HitchError(
-            "inference_lock_mismatch",
-            f"--model {model} is not the model of {lock.inference_id}; drop --model or prepare a lock for it",
-            {"model": model, "model_id": given, "lock_model_id": lock.model_id, "inference_id": lock.inference_id},
-        )
-
-
-def _submission(prompt: str, max_output_tokens: int | None, agent_args: list[str], workdir: Path | None) -> dict[str, Any]:
+def submission_of(prompt: str, max_output_tokens: int | None, agent_args: list[str], workdir: Path | None) -> dict[str, Any]:
     """What the harness is asked, beyond the service: part of the run's identity (only its digest is kept)."""
     return {
         "prompt_sha256": digest_bytes(prompt.encode("utf-8")),
@@ -130,19 +75,18 @@ def _submission(prompt: str, max_output_tokens: int | None, agent_args: list[str
     }
 
 
-def model_id_of(hroot: HitchRoot, body: dict[str, Any], model: str | None) -> str:
-    """The model a run body serves, before any service starts: its pinned lock's, else ``model``'s."""
-    from harness.store import resolve_model
-
-    if "inference_id" in body:
-        return load_sealed_lock(hroot, body["inference_id"]).model_id
-    return resolve_model(hroot, str(model)).model_id
-
-
-def _codex_preflight(hroot: HitchRoot, body: dict[str, Any], model: str | None, engine: str) -> None:
-    """Codex needs a passing compatibility profile for this runtime and model: checked before the run is created."""
+def _codex_preflight(hroot: HitchRoot, request: RunRequest, engine: str) -> None:
+    """Codex needs a passing compatibility profile for this runtime and model, and a lock whose fixed request
+    fields match what it always sends (``parallel_tool_calls``): checked before the run is created."""
     install = find_codex()
-    key = codex_key_of(body["runtime"], model_id_of(hroot, body, model), install.artifact, install.version)
+    if request.inference_id:
+        lock = load_sealed_lock(hroot, request.inference_id)
+        model_id, parallel = lock.model_id, lock.protocol.parallel_tool_calls
+    else:  # the lock is not sealed yet: it will claim what the model's tool-call parser hands back
+        manifest = resolve_model(hroot, str(request.model))
+        model_id, parallel = manifest.model_id, claims_parallel_tool_calls(manifest.chat_template.tool_call_parser)
+    key = codex_key_of(str(request.runtime), model_id, install.artifact, install.version)
+    require_lock_values(key, CODEX_FIELDS, parallel)
     ProfileStore(hroot).require_passing(key, engine)
 
 
@@ -210,22 +154,6 @@ def _run_harness(
     return key, CODEX_FIELDS, outcome, result.completed
 
 
-def _finish(client: DaemonClient, run_id: str, status: str, error: HitchError | None) -> dict[str, Any] | None:
-    """Tell the daemon how the run ended; the record it keeps. When the daemon is gone, the record on disk if
-    it ended the run before going (a stop), else None (it died: its next start ends the run ``interrupted``)."""
-    body: dict[str, Any] = {"status": status}
-    if error is not None:
-        body["error"] = {"code": error.code, "message": error.message}
-    try:
-        record = client.request("POST", f"/v1/runs/{run_id}/finish", body, timeout_s=120.0)["record"]
-    except HitchError as exc:
-        if exc.code != "daemon_unavailable":
-            raise
-        kept = RunStore(client.root).read(run_id)
-        return kept.to_json_dict() if kept is not None and kept.terminal else None
-    return record if isinstance(record, dict) else None
-
-
 def _record_payload(record: dict[str, Any], hroot: HitchRoot) -> dict[str, Any]:
     return {
         "kind": "run-record",
@@ -242,7 +170,7 @@ def _emit_record(as_json: bool, hroot: HitchRoot, record: dict[str, Any]) -> Non
 
 
 def _cancelled_record(hroot: HitchRoot, run_id: str) -> dict[str, Any]:
-    out: dict[str, Any] = DaemonClient(hroot).request("POST", f"/v1/runs/{run_id}/cancel", {})["record"]
+    out: dict[str, Any] = DaemonClient(hroot).cancel_run(run_id)["record"]
     return out
 
 
@@ -309,6 +237,14 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         capture: opt.Capture = "metadata",
+        deadline_s: Annotated[
+            float | None,
+            typer.Option(
+                "--deadline-s",
+                help="the run's deadline (seconds from its first model request): each request's timeout is "
+                "min(time left, the lock's request timeout); once spent, inference_deadline_exceeded",
+            ),
+        ] = None,
         capture_max_bytes: Annotated[
             int | None, typer.Option("--capture-max-bytes", help="capture: bytes kept per request body/response (16 MiB)")
         ] = None,
@@ -332,23 +268,26 @@ def register(app: typer.Typer) -> None:
             raise HitchError("usage_error", "--fake-fault is for --engine fake", {})
         hroot = common.hroot
         agent_args = list(agent_arg or [])
-        body = _run_body(hroot, common.root, model, inference, svc, image)
-        body.update(run_id=run_id or "run-" + secrets.token_hex(8), harness=harness, capture=capture)
-        body["submission"] = _submission(prompt, max_output_tokens, agent_args, workdir)
+        ask = RunService.of(**dataclasses.asdict(svc), model=model, inference=inference, image=image)
+        run_fields: dict[str, Any] = {"run_id": run_id or "run-" + secrets.token_hex(8), "harness": harness, "capture": capture}
+        run_fields["submission"] = submission_of(prompt, max_output_tokens, agent_args, workdir)
         if capture_max_bytes is not None:
-            body["capture_max_bytes"] = capture_max_bytes
+            run_fields["capture_max_bytes"] = capture_max_bytes
+        if deadline_s is not None:
+            run_fields["deadline_s"] = deadline_s
         if fake_fault:
-            body["fake_flags"] = [arg for fault in fake_fault for arg in ("--fault", fault)]
+            run_fields["fake_flags"] = [arg for fault in fake_fault for arg in ("--fault", fault)]
+        request = run_service_request(hroot, ask, common.root, **run_fields)
         if run_id is not None:
             known = RunStore(hroot).read(run_id)
             if known is not None and known.terminal:  # idempotent: the same request answers its record, nothing runs
-                require_same_request(run_id, known, run_identity(hroot, body))
+                require_same_request(run_id, known, run_identity(hroot, request))
                 _emit_record(common.as_json, hroot, known.to_json_dict())
                 return
         # Codex works in --workdir, else here: kept resolved, so a rerun from elsewhere works in the same folder
         where = (workdir or Path.cwd()).resolve() if harness == "codex" else workdir
         asked = HarnessInput(harness, prompt, max_output_tokens, where, agent_args)
-        start_run(hroot, body, asked, model, svc.engine, common.as_json)
+        start_run(hroot, request, asked, svc.engine, common.as_json)
 
 
 @dataclass(frozen=True)
@@ -366,17 +305,17 @@ class HarnessInput:
                 "workdir": str(self.workdir) if self.workdir is not None else None, "agent_args": self.agent_args}  # fmt: skip
 
 
-def start_run(hroot: HitchRoot, body: dict[str, Any], asked: HarnessInput, model: str | None, engine: str, as_json: bool) -> None:
-    """Create the run ``body`` describes through the daemon and run the harness on it (``hitch run``, ``hitch run
-    rerun``)."""
+def start_run(hroot: HitchRoot, request: RunRequest, asked: HarnessInput, engine: str, as_json: bool) -> None:
+    """Create the run ``request`` describes through the daemon and run the harness on it (``hitch run``, ``hitch
+    run rerun``)."""
     if asked.harness == "codex":  # before any service starts: a missing harness or an uncertified profile fails fast
-        _codex_preflight(hroot, body, model, engine)
+        _codex_preflight(hroot, request, engine)
     client: DaemonClient = ensure_daemon(hroot)  # before blocking: a daemon spawned here must not inherit the mask
     # Ctrl-C while the run is being created is taken right after, inside _execute, so the run it
     # created is ended (cancelled), never left running
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
-        run = client.request("POST", "/v1/runs", body, timeout_s=900.0)
+        run = client.create_run(request)
     except BaseException:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         raise
@@ -407,7 +346,7 @@ def _execute(
     key: HarnessKeyV1 | None = None
     fields: tuple[FieldRuleV1, ...] = ()
     outcome: dict[str, Any] = {"harness": harness}
-    status = "failed"
+    status: Literal["completed", "failed", "cancelled"] = "failed"
     error: HitchError | None = HitchError("internal_error", "the run ended before its harness did")
     try:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
@@ -428,7 +367,7 @@ def _execute(
         if error is not None:
             outcome = {**outcome, "error": error.to_dict()}
         write_harness_evidence(hroot, run_id, key, fields, outcome)
-        record = _finish(client, run_id, status, error)
+        record = end_run(client, run_id, status, error)
     out = run_inference_dir(hroot, run_id)
     if record is None:
         raise HitchError(

@@ -51,9 +51,10 @@ def register(run_app: typer.Typer) -> None:
         common: Common = COMMON,
     ) -> None:
         from harness.agents.evidence import read_harness_input
-        from harness.cli.run import HarnessInput, _submission, start_run
-        from harness.daemon.core import load_sealed_lock
-        from harness.daemon.run_store import RunStore
+        from harness.app.requests import RunRequest, parse_request
+        from harness.app.run_store import RunStore
+        from harness.cli.run import HarnessInput, start_run, submission_of
+        from harness.lock import load_sealed_lock
         from harness.lock_inputs import require_lock_inputs
 
         hroot = common.hroot
@@ -85,5 +86,5 @@ def register(run_app: typer.Typer) -> None:
             asked["harness"], asked["prompt"], asked.get("max_output_tokens"), Path(workdir) if workdir else None,
             list(asked.get("agent_args") or []),
         )  # fmt: skip
-        body["submission"] = _submission(again.prompt, again.max_output_tokens, again.agent_args, again.workdir)
-        start_run(hroot, body, again, None, engine, common.as_json)
+        body["submission"] = submission_of(again.prompt, again.max_output_tokens, again.agent_args, again.workdir)
+        start_run(hroot, parse_request(RunRequest, body), again, engine, common.as_json)

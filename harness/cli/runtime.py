@@ -13,7 +13,8 @@ from harness.contracts.runtime import InferenceRuntimeManifestV1
 from harness.errors import HitchError
 from harness.paths import HitchRoot
 from harness.runtimes import get_runtime, install_runtime, installed_runtime, load_catalog
-from harness.runtimes.pins import pin_runtime, pins_path
+from harness.runtimes.catalog import pin_runtime
+from harness.runtimes.index_plan import install_plan, require_resolvable
 
 app = typer.Typer(no_args_is_help=True, help="pinned SGLang runtimes")
 
@@ -112,8 +113,6 @@ def plan_cmd(
     index_url: Annotated[str | None, typer.Option("--index-url", help="ask this simple index instead of pip's")] = None,
     common: Common = COMMON,
 ) -> None:
-    from harness.runtimes.index_plan import install_plan, require_resolvable
-
     plan = install_plan(get_runtime(runtime), index_url=index_url)
     total = plan.total_bytes
     payload: dict[str, Any] = {"kind": "runtime-plan", **plan.to_json_dict(), "total_bytes": total}
@@ -141,11 +140,11 @@ def pin_cmd(
 ) -> None:
     hroot = common.hroot
     pin = pin_runtime(hroot, runtime, image)
-    manifest = next(m for m in load_catalog(operator_pins=pins_path(hroot.path)) if m.name == runtime)
+    manifest = next(m for m in load_catalog(operator_pins=hroot.runtime_pins) if m.name == runtime)
     payload: dict[str, Any] = {
         "kind": "runtime-pin",
         "pin": pin.to_json_dict(),
-        "overlay": str(pins_path(hroot.path)),
+        "overlay": str(hroot.runtime_pins),
         "runtime": manifest.to_json_dict(),
     }
     what = "RepoDigest (registry manifest digest)" if pin.source == "repo_digest" else "image ID (no RepoDigest: a local image)"

@@ -1,4 +1,4 @@
-"""``hitch local serve local/ALIAS``: an OpenAI-compatible endpoint for people and external tools (issue 5 item 10).
+"""``hitch local serve local/ALIAS``: an OpenAI-compatible endpoint for people and external tools.
 
 Starts the root's daemon if none runs, creates a run through it (``POST /v1/runs``: the service is
 acquired with the run as lease owner — prepared first when this model/device/profile has no sealed lock —
@@ -13,11 +13,12 @@ command exits 0.
 The signals are blocked once the daemon answers and taken with ``sigwait``: one that arrives while the
 run is being created is handled right after, so a run is never left behind. ``--run-id`` of a run that
 ended answers its record when the request is the same, ``run_conflict`` when it is not
-(:mod:`harness.daemon.run_identity`); nothing is served again either way.
+(:mod:`harness.app.run_identity`); nothing is served again either way.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 import sys
@@ -25,9 +26,10 @@ from typing import Annotated, Any
 
 import typer
 
+from harness.app.daemon_client import ensure_daemon
+from harness.app.service import ServiceAsk, serve_request
 from harness.cli import options as opt
 from harness.cli.output import COMMON, JSON_SCHEMA_VERSION, Common, cli_command
-from harness.daemon import ensure_daemon
 from harness.errors import HitchError
 
 __all__ = ["register"]
@@ -75,24 +77,16 @@ def register(app: typer.Typer) -> None:
         ] = None,
         common: Common = COMMON,
     ) -> None:
-        from harness.cli.local_services import service_body_of, service_choice_of
-
         opt.check_capture(capture)
-        chosen, rt = service_choice_of(svc)
-        hroot = common.hroot
-        body = service_body_of(svc, chosen, rt)
-        body["capture"] = capture
-        if run_id is not None:
-            body["run_id"] = run_id
-        if for_containers:
-            if eval_image is None:
-                raise HitchError("usage_error", "--for-containers needs --eval-image (the image the eval containers run)", {})
-            body.update(for_containers=True, eval_image=eval_image)
-        elif eval_image is not None:
+        if for_containers and eval_image is None:
+            raise HitchError("usage_error", "--for-containers needs --eval-image (the image the eval containers run)", {})
+        if eval_image is not None and not for_containers:
             raise HitchError("usage_error", "--eval-image goes with --for-containers", {})
-        client = ensure_daemon(hroot)  # before blocking: a daemon spawned here must not inherit the mask
+        ask = ServiceAsk.of(**dataclasses.asdict(svc))
+        request = serve_request(ask, run_id=run_id, capture=capture, for_containers=for_containers, eval_image=eval_image)
+        client = ensure_daemon(common.hroot)  # before blocking: a daemon spawned here must not inherit the mask
         signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
-        run = client.request("POST", "/v1/runs", body, timeout_s=900.0)
+        run = client.create_run(request)
         run.pop("schema_version", None)
         if run.get("existing"):  # a run id that ended, asked the same again: its record; nothing is served again
             signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
@@ -104,7 +98,7 @@ def register(app: typer.Typer) -> None:
             _say(common.as_json, run, _human(run))
             got = signal.sigwait(_STOP_SIGNALS)
         finally:
-            deleted = client.request("DELETE", f"/v1/runs/{run['run_id']}")
+            deleted = client.delete_run(run["run_id"])
         deleted.pop("schema_version", None)
         name = signal.Signals(got).name
         _say(common.as_json, {**deleted, "signal": name}, f"stopped on {name}: run {run['run_id']} revoked, lease released")

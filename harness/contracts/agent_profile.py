@@ -8,9 +8,9 @@ harness without a profile whose results all passed is refused with ``inference_h
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from harness.contracts.base import Record, Sha256
 
@@ -32,8 +32,21 @@ class HarnessKeyV1(Record):
 class FieldRuleV1(Record):
     field: str = Field(description="request field or item kind, e.g. input[].role=developer")
     harness_sends: str = Field(description="what the harness sends, as measured")
+    sends: bool | None = Field(
+        default=None,
+        description="the exact value the harness always sends, for a field whose value the lock fixes (the gateway "
+        "refuses any other: parallel_tool_calls); a lock with another value refuses the harness before a run starts. "
+        "Omitted when null.",
+    )
     gateway: Literal["forward", "map", "strip", "reject"]
     detail: str = Field(description="what happens to it, through the gateway and in the engine")
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_sends(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if data.get("sends") is None:
+            data.pop("sends", None)
+        return data
 
 
 class ProfileResultV1(Record):

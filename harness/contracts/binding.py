@@ -23,3 +23,9 @@ class ModelEndpointBindingV1(Record):
     token_ref: str = Field(description="path of the 0600 file holding the run token; never the token")
     state: Literal["active", "revoked", "sealed"]
     created_at: float
+    deadline_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="the run's candidate deadline (hitch run --deadline-s, a Harbor trial's budget): from its first "
+        "model request, every request's timeout is min(time left, the lock's request timeout); null: none",
+    )

@@ -6,7 +6,7 @@ read it, and ``docs/schemas/CertificationResultV1.schema.json`` is generated fro
 and the statement's ``predicateType`` (``.../certification/v<schema_version>``) move together whenever the shape
 changes; an entry signed under an earlier version stays verifiable and readable.
 
-Schema 3 (issue 33) types the headline figure: ``metrics.gateway_added_latency_ms`` is the *decided* overhead
+Schema 3 types the headline figure: ``metrics.gateway_added_latency_ms`` is the *decided* overhead
 (:class:`GatewayAddedLatencyV1`: per kind the time in the gateway and the paired shift, each with its 95 %
 interval, and the §15.4 verdict), and the black-box percentile difference (gateway - direct, which on a CPU
 engine is mostly the engine's own variance) is ``metrics.gateway_latency_difference_ms``, named as such, with

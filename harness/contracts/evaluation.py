@@ -2,7 +2,7 @@
 
 One record per evaluation, one :class:`TrialOutcomeV1` per trial. Each trial was its own run (its own
 binding, token, evidence and budget, ``runs/<run-id>/``): its terminal status and error code are that run's
-(seed 002's statuses), its request count and token totals come from the gateway's attempt rows in the run's
+(RunRecordV1's statuses), its request count and token totals come from the gateway's attempt rows in the run's
 execution evidence — never from the agent's own count — and ``service`` names the service entry the trial
 was served by. The reward is the verifier's, ``null`` when no verifier ran (a cancelled or failed trial) and
 ``null`` whenever the engine failed under the trial (an infrastructure failure is never a reward of 0).

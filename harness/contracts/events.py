@@ -73,3 +73,27 @@ class RequestEvidenceV1(Record):
         description="structured tool calls in the answer (chat message.tool_calls; Responses function_call items); "
         "null when no answer was read",
     )
+    timeout_ms: float | None = Field(
+        default=None,
+        description="the request's timeout: min(the run deadline's time left, the lock's request timeout); null when "
+        "the request never reached admission",
+    )
+    deadline_left_ms: float | None = Field(
+        default=None, description="what was left of the run's deadline when the request arrived; null: no deadline"
+    )
+    admitted_seq: int | None = Field(
+        default=None,
+        ge=1,
+        description="the n-th admission of the service epoch's gateway queue (the order requests were served, across "
+        "runs); null when never admitted",
+    )
+    abort_confirm_ms: float | None = Field(
+        default=None,
+        description="a request the gateway abandoned after forwarding it (client gone, timeout): from the engine "
+        "connection's close until the engine showed the slot free",
+    )
+    abort_outcome: Literal["free", "unconfirmed", "engine_gone"] | None = Field(
+        default=None,
+        description="an abandoned request: the engine showed its slot free, never did within the lock's "
+        "abort_confirm_timeout_ms (the service epoch then entered fault handling), or was gone; null otherwise",
+    )

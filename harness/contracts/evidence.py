@@ -1,4 +1,4 @@
-"""InferenceExecutionEvidenceV1: what one run's inference really was (spec §6.1, §12.1; issue 17 items 4-5).
+"""InferenceExecutionEvidenceV1: what one run's inference really was (spec §6.1, §12.1).
 
 Written by the daemon for every terminal status of a run that reached a service. The request count and the
 token totals are derived from the gateway's attempt rows (one ``RequestEvidenceV1`` per physical attempt,

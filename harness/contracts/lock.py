@@ -39,6 +39,8 @@ ProfileName = Literal["evaluation-baseline-v1", "evaluation-throughput-v1"]
 # lock's explicit permission (``GenerationV1.benchmark_controls``).
 BenchmarkControl = Literal["ignore_eos", "min_tokens"]
 BENCHMARK_CONTROLS: tuple[BenchmarkControl, ...] = ("ignore_eos", "min_tokens")
+# Execution timeouts added after locks were first sealed: null in an older lock, left out of its document.
+_LATER_TIMEOUTS = ("stream_idle_timeout_ms", "abort_confirm_timeout_ms")
 
 
 class CpuPlatformV1(Record):
@@ -64,7 +66,7 @@ class CudaPlatformV1(Record):
 
 
 class MetalPlatformV1(Record):
-    """Parsed so a lock naming it gets a clear refusal, never a parse error (P1)."""
+    """Parsed so a lock naming it gets a clear refusal, never a parse error (metal is not served by this version)."""
 
     backend: Literal["metal"]
     mlx_quantization: Literal["none", "prequantized"]
@@ -112,6 +114,29 @@ class ExecutionV1(Record):
     queue_timeout_ms: int = Field(ge=1)
     request_timeout_ms: int = Field(ge=1)
     idle_ttl_ms: int = Field(ge=1)
+    stream_idle_timeout_ms: int | None = Field(
+        default=None,
+        ge=1,
+        description="a stream whose engine sends nothing this long is ended with a terminal error event (the wait "
+        "for the first event, prefill included, counts). Null: a lock sealed before the field existed; the gateway "
+        "then uses the profile default (harness.lock.STREAM_IDLE_TIMEOUT_MS). Omitted from the document when null.",
+    )
+    abort_confirm_timeout_ms: int | None = Field(
+        default=None,
+        ge=1,
+        description="after the gateway abandons a request (client gone, timeout), how long the engine has to show "
+        "the slot free (its running + waiting count) before the service enters fault handling. Null: the profile "
+        "default (harness.lock.ABORT_CONFIRM_TIMEOUT_MS). Omitted from the document when null.",
+    )
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_timeouts(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict[str, Any]:
+        # Null means "sealed before the field existed": leaving it out keeps those locks' documents and ids.
+        data: dict[str, Any] = handler(self)
+        for name in _LATER_TIMEOUTS:
+            if data.get(name) is None:
+                data.pop(name, None)
+        return data
 
 
 class GenerationV1(Record):

@@ -1,4 +1,4 @@
-"""RunRecordV1: the durable state of one run, ``runs/<run-id>/run.json`` (seed 002: terminal statuses).
+"""RunRecordV1: the durable state of one run, ``runs/<run-id>/run.json``.
 
 A run moves ``admitted → preparing → running`` and ends in exactly one terminal status: ``completed``,
 ``failed``, ``cancelled`` or ``interrupted`` (its daemon died while it was live; found at the next daemon
@@ -6,10 +6,10 @@ start). A terminal status is final. Every terminal status but ``completed`` carr
 one error table, and ``completed`` carries none: a transport close or a partial answer never becomes
 ``completed`` by default.
 
-``identity`` (:class:`RunIdentityV1`) is what makes a run id idempotent (seed 002): the digest of the
+``identity`` (:class:`RunIdentityV1`) is what makes a run id idempotent: the digest of the
 submission's identity-relevant fields, one digest per field beside it (values are never stored, only their
 hashes). The same run id with the same digest answers the same record; with another digest it is
-``run_conflict`` (:mod:`harness.daemon.run_identity`).
+``run_conflict`` (:mod:`harness.app.run_identity`).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class RunTransitionV1(Record):
 
 
 class RunIdentityV1(Record):
-    """The canonical digest of a submission: what makes the same run id the same request (seed 002)."""
+    """The canonical digest of a submission: what makes the same run id the same request."""
 
     digest: Sha256 = Field(description="sha256 of the canonical JSON of ``fields``")
     fields: dict[str, Sha256] = Field(

@@ -11,13 +11,23 @@ from pydantic import Field
 
 from harness.contracts.base import Record, Sha256
 
-__all__ = ["DeviceAllocationV1", "InferenceServiceRecordV1", "LeaseV1", "ProcessIdentityV1", "ServiceState"]
+__all__ = [
+    "DeviceAllocationV1",
+    "EngineName",
+    "InferenceServiceRecordV1",
+    "LauncherName",
+    "LeaseV1",
+    "ProcessIdentityV1",
+    "ServiceState",
+]
 
 ServiceState = Literal["absent", "starting", "ready", "draining", "stopped", "failed"]
+EngineName = Literal["sglang", "fake"]  # fake: the contract instrument (fixtures.fake_sglang), never certified
+LauncherName = Literal["process", "oci"]
 
 
 class ProcessIdentityV1(Record):
-    launcher: Literal["process", "oci"]
+    launcher: LauncherName
     pid: int | None = None
     start_time: float | None = Field(default=None, description="process start time (psutil create_time)")
     container_id: str | None = None

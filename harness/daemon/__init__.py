@@ -1,12 +1,8 @@
-"""The hitch daemon: one process per HITCH_ROOT that owns the ServiceManager (DESIGN §4 "Daemon").
+"""The hitch daemon: one process per HITCH_ROOT that owns the ServiceManager and the run gateway (DESIGN §4 "Daemon").
 
-``paths.py`` (where its socket, token, pid and log live), ``core.py`` (the manager, recovery, prepare),
-``server.py`` (the management API on a 0600 unix socket, bearer daemon token), ``main.py`` (the
-daemon process), ``client.py`` (the CLI's and in-process callers' way in: start/stop/status, acquire,
-release, prepare). The CLI never edits service state files; it asks the daemon.
+``core.py`` (the manager, recovery, acquire/release), ``prepare.py`` (probe, then seal), ``runs.py`` (runs on the
+daemon's gateway), ``server.py`` (the management API on a 0600 unix socket, bearer daemon token; request bodies
+validated by :mod:`harness.app.requests`), ``main.py`` (the daemon process). Its files are
+:class:`harness.paths.DaemonPaths`; callers reach it through :mod:`harness.app.daemon_client`. The CLI never
+edits service state files; it asks the daemon.
 """
-
-from harness.daemon.client import DaemonClient, daemon_running, ensure_daemon, start_daemon, stop_daemon
-from harness.daemon.paths import DaemonPaths
-
-__all__ = ["DaemonClient", "DaemonPaths", "daemon_running", "ensure_daemon", "start_daemon", "stop_daemon"]

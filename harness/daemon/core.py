@@ -8,7 +8,6 @@ a lease names the engine key *file*, never the key.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -18,8 +17,8 @@ from typing import Any
 
 from harness.contracts.events import LifecycleEventV1
 from harness.contracts.lock import InferenceLockV1
+from harness.docker_engine import docker_client
 from harness.errors import HitchError
-from harness.lock import validate_lock
 from harness.paths import HitchRoot
 from harness.service.gpu_leases import GpuDeviceProvider, GpuLeases
 from harness.service.isolation import service_key
@@ -31,7 +30,7 @@ from harness.service.state_store import ServiceStateStore
 
 _log = logging.getLogger(__name__)
 
-__all__ = ["DaemonConfig", "DaemonCore", "lease_json", "load_sealed_lock"]
+__all__ = ["DaemonConfig", "DaemonCore", "lease_json"]
 
 
 @dataclass(frozen=True)
@@ -46,25 +45,6 @@ class DaemonConfig:
     stop_timeout_s: float = 30.0
     recover_docker: bool = False  # also sweep this root's labelled containers at start
     extra: dict[str, Any] = field(default_factory=dict)
-
-
-def load_sealed_lock(root: HitchRoot, inference_id: str) -> InferenceLockV1:
-    """A lock ``local prepare`` sealed in this root (``store/inference-locks/sha256/<hex>/lock.json``)."""
-    if not inference_id.startswith("sha256:"):
-        raise HitchError("usage_error", "an inference id is sha256:<hex>", {"inference_id": inference_id})
-    path = root.digest_dir(root.sealed_locks, inference_id) / "lock.json"
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise HitchError(
-            "inference_lock_mismatch", f"{inference_id} is not prepared in this root", {"inference_id": inference_id}
-        ) from None
-    except (OSError, ValueError) as exc:
-        raise HitchError("inference_lock_invalid", f"cannot read {path}", {"path": str(path)}) from exc
-    lock = validate_lock(data)
-    if lock.inference_id != inference_id:
-        raise HitchError("inference_lock_invalid", "the stored lock names another inference id", {"path": str(path)})
-    return lock
 
 
 def lease_json(lease: LeaseHandle) -> dict[str, Any]:
@@ -132,8 +112,6 @@ class DaemonCore:
     async def recover(self) -> list[RecoveryOutcome]:
         docker = None
         if self.config.recover_docker:
-            from harness.launch.docker_errors import docker_client
-
             try:
                 docker = docker_client()
             except HitchError:
@@ -176,6 +154,13 @@ class DaemonCore:
         for lease_id in [k for k, v in self.leases.items() if v.service_id == service_id]:
             self.leases.pop(lease_id, None)
         return stopped
+
+    async def fault_service(self, service_id: str, epoch: int, error: HitchError) -> bool:
+        """Fault handling for an epoch the gateway stopped admitting to: its supervisor fails it like a crash
+        (``inference.failed``, the engine stopped, resources released once that is confirmed); the next acquire
+        starts a new epoch. False when that epoch already ended."""
+        supervisor = self.starter.supervisors.get(service_id)
+        return supervisor is not None and await supervisor.fault(error, epoch)
 
     def unquarantine(self, service_id: str) -> bool:
         return clear_quarantine(self.root, service_id)

@@ -24,8 +24,8 @@ import docker
 
 from gateway.bindings import run_path_prefix
 from gateway.server import Gateway
+from harness.docker_engine import docker_client
 from harness.errors import HitchError
-from harness.launch.docker_errors import docker_client
 from harness.launch.eval_network import (
     EvalNetwork,
     ProbeResult,
@@ -62,7 +62,7 @@ class EvalAccess:
         self.gateway = gateway
         self.network: EvalNetwork | None = None
         self._client: docker.DockerClient | None = None
-        self._lock = asyncio.Lock()
+        self._mutex = asyncio.Lock()
         self._engine_checked: dict[tuple[str, int], ProbeResult] = {}
         self.last_probe: dict[str, Any] | None = None
         self.host_guard: str | None = None  # "installed", or why the host's other services stay reachable
@@ -77,7 +77,7 @@ class EvalAccess:
         if not isinstance(image, str):
             raise HitchError("usage_error", "a container-facing run names its eval image (eval_image: an image ID or digest)", {})
         ref = require_pinned_image(image)
-        async with self._lock:
+        async with self._mutex:
             client = await asyncio.to_thread(self._docker)
             if self.network is None:
                 self.network = await asyncio.to_thread(ensure_eval_network, self.root, client=client)

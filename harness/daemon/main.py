@@ -1,6 +1,6 @@
 """The daemon process: ``python -m harness.daemon --root R`` (started detached by ``hitch daemon start``).
 
-Order of its life: take ``daemon.lock`` (one daemon per root; a held lock means another one runs) →
+Order of its life: take its mutex, ``daemon.lock`` (one daemon per root; held means another one runs) →
 recovery (:func:`~harness.service.recovery.recover`) before anything is served → the gateway
 (:mod:`harness.daemon.runs`, loopback, a free port) → a fresh random token
 (0600) → the API on the unix socket (created under umask 077, then chmod 0600) → ``daemon.json`` →
@@ -26,13 +26,13 @@ import uvloop
 from aiohttp import web
 
 from harness.daemon.core import DaemonConfig, DaemonCore
-from harness.daemon.paths import DaemonPaths
 from harness.daemon.runs import RunService
 from harness.daemon.server import build_app
 from harness.devices.gpu_inventory import NvmlGpuInventory
-from harness.paths import HitchRoot, atomic_write_json, ensure_private_dir, write_secret
+from harness.paths import DaemonPaths, HitchRoot, atomic_write_json, ensure_private_dir, write_secret
 from harness.service.gpu_leases import GpuDeviceProvider
 from harness.service.ledger import Capacity
+from harness.settings import env_name
 
 __all__ = ["StaticGpuProvider", "main", "parse_args"]
 
@@ -148,18 +148,18 @@ async def serve(root: HitchRoot, config: DaemonConfig) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     root = HitchRoot.at(args.root)
-    os.environ["HITCH_ROOT"] = str(root.path)  # catalog loading applies this root's operator pins
+    os.environ[env_name("root")] = str(root.path)  # catalog loading applies this root's operator pins
     paths = DaemonPaths(root)
     paths.ensure()
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    lock = filelock.FileLock(str(paths.lock), timeout=0)
+    mutex = filelock.FileLock(str(paths.mutex), timeout=0)
     try:
-        lock.acquire()
+        mutex.acquire()
     except filelock.Timeout:
         _log.error("another daemon already runs for %s", root.path)
         return EXIT_ALREADY_RUNNING
     try:
         uvloop.run(serve(root, config_from(args, root)))  # the gateway's relay runs on this loop: uvloop's is the cheaper
     finally:
-        lock.release()
+        mutex.release()
     return 0

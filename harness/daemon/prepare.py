@@ -19,50 +19,24 @@ from __future__ import annotations
 import dataclasses
 import secrets
 import time
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from harness.app.requests import PrepareRequest
 from harness.contracts.events import LifecycleEventName, LifecycleEventV1
 from harness.contracts.lock import InferenceLockV1
 from harness.devices import probe_cpu
 from harness.engine.probe import PROBED_EXECUTION_FIELDS, probed_values, seal_probed
 from harness.errors import HitchError
-from harness.lock import Device, ProfileShort, build_lock, validate_lock
-from harness.paths import HitchRoot, atomic_write_json
+from harness.lock import build_lock, save_sealed_lock, validate_lock
+from harness.paths import HitchRoot
 from harness.runtimes import get_runtime
 from harness.service.isolation import service_key
 from harness.service.manager import LeaseHandle
-from harness.service.starter_supervisor import EngineChoice, SupervisedService
+from harness.service.starter_supervisor import SupervisedService
 from harness.service.state_store import ServiceStateStore
 from harness.store import resolve_model, verify_model_files
 
-__all__ = ["PrepareRequest", "device_choice_of", "prepare", "save_sealed"]
-
-
-@dataclass(frozen=True)
-class PrepareRequest:
-    model: str
-    device: Device
-    profile: ProfileShort
-    runtime: str
-    choice: EngineChoice
-    context_tokens: int | None = None
-    device_choice: dict[str, Any] | None = None  # the CLI's preflight resolution (requested, reasons), for the event
-
-
-def device_choice_of(body: dict[str, Any]) -> dict[str, Any] | None:
-    """A request body's ``device_choice`` (what the CLI resolved and why), when it sent one."""
-    value = body.get("device_choice")
-    return value if isinstance(value, dict) else None
-
-
-def save_sealed(root: HitchRoot, lock: InferenceLockV1, validation: dict[str, Any]) -> tuple[Path, Path]:
-    folder = root.digest_dir(root.sealed_locks, lock.inference_id)
-    lock_path, validation_path = folder / "lock.json", folder / "validation.json"
-    atomic_write_json(lock_path, lock.to_json_dict())
-    atomic_write_json(validation_path, validation)
-    return lock_path, validation_path
+__all__ = ["prepare"]
 
 
 def _service(lease: LeaseHandle) -> SupervisedService:
@@ -104,6 +78,8 @@ def _event(root: HitchRoot, lock: InferenceLockV1, owner: str, name: LifecycleEv
 async def prepare(core: Any, req: PrepareRequest) -> dict[str, Any]:
     """Run the prepare flow on ``core`` (a :class:`~harness.daemon.core.DaemonCore`)."""
     root: HitchRoot = core.root
+    choice = req.engine_choice()
+    device_choice = req.device_choice.model_dump(mode="json") if req.device_choice is not None else None
     manifest = resolve_model(root, req.model)
     verify_model_files(root, manifest)
     runtime = get_runtime(req.runtime)
@@ -120,12 +96,12 @@ async def prepare(core: Any, req: PrepareRequest) -> dict[str, Any]:
         "model": req.model,
         "runtime": runtime.name,
         "backend_certification": draft.execution.backend_certification,
-        "device_choice": req.device_choice or {"device": req.device, "reasons": ["given to the daemon directly"]},
-        **req.choice.to_json(),
+        "device_choice": device_choice or {"device": req.device, "reasons": ["given to the daemon directly"]},
+        **choice.to_json(),
     }
     _event(root, draft, owner, "inference.preparing", **preparing, probe=True)
     started = time.monotonic()
-    probe_lease: LeaseHandle = await core.acquire(draft, owner, dataclasses.replace(req.choice, probe=True))
+    probe_lease: LeaseHandle = await core.acquire(draft, owner, dataclasses.replace(choice, probe=True))
     try:
         probed = probed_values(_service(probe_lease).readiness.engine_choices)
     finally:
@@ -133,7 +109,7 @@ async def prepare(core: Any, req: PrepareRequest) -> dict[str, Any]:
     lock = validate_lock(seal_probed(draft, probed).to_json_dict())
     if lock.inference_id != draft.inference_id:
         _event(root, lock, owner, "inference.preparing", **preparing, resealed_from=draft.inference_id, probed=probed)
-    lease: LeaseHandle = await core.acquire(lock, owner, req.choice)
+    lease: LeaseHandle = await core.acquire(lock, owner, choice)
     try:
         report = _service(lease).readiness
         validation = {
@@ -145,11 +121,11 @@ async def prepare(core: Any, req: PrepareRequest) -> dict[str, Any]:
             "runtime_id": lock.runtime_id,
             "runtime": runtime.name,
             "device": req.device,
-            "device_choice": req.device_choice,
+            "device_choice": device_choice,
             "backend_certification": lock.execution.backend_certification,
             "profile": lock.profile,
-            "engine": req.choice.engine,
-            "launcher": req.choice.launcher,
+            "engine": choice.engine,
+            "launcher": choice.launcher,
             "engine_version": report.engine_version,
             "probed": probed,
             "draft": {field: getattr(draft.execution, field) for field in PROBED_EXECUTION_FIELDS},
@@ -171,7 +147,7 @@ async def prepare(core: Any, req: PrepareRequest) -> dict[str, Any]:
             "epoch": lease.epoch,
             "validated_at": time.time(),
         }
-        lock_path, validation_path = save_sealed(root, lock, validation)
+        lock_path, validation_path = save_sealed_lock(root, lock, validation)
     finally:
         stopped = await _release_and_stop(core, lease)
     events = [e.event for e in ServiceStateStore(root, lease.service_id).events() if e.inference_id == lock.inference_id]
@@ -187,7 +163,7 @@ async def prepare(core: Any, req: PrepareRequest) -> dict[str, Any]:
         "seconds": round(time.monotonic() - started, 3),
         "probed": validation["probed"],
         "device": req.device,
-        "device_choice": req.device_choice,
+        "device_choice": device_choice,
         "backend_certification": lock.execution.backend_certification,
         "profile": lock.profile,
         "events": events,

@@ -1,4 +1,4 @@
-"""The daemon's part of a run's evidence under ``runs/<run-id>/inference/`` (issue 17 items 4-5).
+"""The daemon's part of a run's evidence under ``runs/<run-id>/inference/``.
 
 Owns :class:`EngineFacts` (the engine's ``/server_info`` with every key removed, and its ``/metrics`` text,
 read with the engine key the daemon holds) and :func:`write_execution_evidence`: the sealed lock, model and

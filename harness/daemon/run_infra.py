@@ -13,7 +13,7 @@ reward of 0. :func:`engine_failure` looks in two places, in this order:
 A request that failed otherwise (``inference_upstream_failed``: a cut stream, an in-band error) on an
 engine that stayed up is the harness's to handle, and is not counted here. The daemon applies the verdict
 when a run ends (:meth:`harness.daemon.runs.RunService.finish`): a run its harness reports completed or
-failed ends ``failed`` with the engine's code. :data:`ENGINE_FAILURE_CODES` is what an evaluation retries.
+failed ends ``failed`` with the engine's code. :data:`harness.errors.ENGINE_FAILURE_CODES` is what an evaluation retries.
 """
 
 from __future__ import annotations
@@ -23,11 +23,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from harness.contracts.events import LifecycleEventV1
-from harness.errors import HitchError
+from harness.errors import ENGINE_FAILURE_CODES, HitchError
 
-__all__ = ["ENGINE_FAILURE_CODES", "engine_failure"]
-
-ENGINE_FAILURE_CODES = frozenset({"inference_process_exited", "inference_oom", "inference_engine_unhealthy"})
+__all__ = ["engine_failure"]
 
 
 def _failed_rows(rows_file: Path) -> Iterable[dict[str, object]]:

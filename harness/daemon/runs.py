@@ -1,4 +1,4 @@
-"""Runs served through the daemon's gateway (issue 5 item 10) and their durable lifecycle (issue 17, seed 002).
+"""Runs served through the daemon's gateway and their durable lifecycle (terminal statuses: RunRecordV1).
 
 :class:`RunService` owns the daemon's one :class:`~gateway.server.Gateway` (loopback, a free port chosen by
 the kernel, its state in the root's private ``inference/gateway/`` directory, 0700) and the live runs.
@@ -6,7 +6,7 @@ the kernel, its state in the root's private ``inference/gateway/`` directory, 07
 with the run as lease owner (``preparing``), reads the engine's ``/server_info`` (keys removed) and
 ``/metrics``, and registers the run on the gateway with its own capture (``running``); the upstream comes only
 from the manager's service record, the engine key from the service's 0600 key file, and the answer names the
-run's 0600 token *file*, never the token. A run id is an idempotency key (:mod:`harness.daemon.run_identity`):
+run's 0600 token *file*, never the token. A run id is an idempotency key (:mod:`harness.app.run_identity`):
 the same request under a run id that already ended answers its record (``existing``) instead of running again;
 another request under a known run id is ``run_conflict``. ``POST /v1/runs/{id}/finish`` (the CLI, with the
 harness's status and code), ``/cancel`` (``hitch run cancel``) and ``DELETE`` (``hitch local serve``) end a
@@ -24,34 +24,42 @@ binding is registered; the answer names the network (``eval_network``) and a bas
 When the manager takes a service out of use (``inference.failed`` after the supervisor's ``on_failure``,
 ``inference.draining`` on a stop or the idle TTL, ``inference.stopped``), :meth:`RunService.on_event`
 revokes every binding of that service at once, so the next request is refused instead of reaching a dead
-or draining engine.
+or draining engine. When the gateway reports a service fault (an abandoned request's engine slot never shown
+free: it already stopped admitting to that epoch and let the rest drain), the epoch is failed through its
+supervisor like a crash (``inference.failed`` with ``inference_abort_unconfirmed``, engine stopped, bindings
+revoked); the next acquire starts a new epoch.
+
+A run may carry a candidate deadline (``deadline_s``: ``hitch run --deadline-s``, a Harbor trial's budget):
+the gateway bounds each of its requests by what is left of it (:meth:`gateway.bindings.Binding.time_left`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import re
 import secrets
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
+from gateway.aborts import ServiceFault
 from gateway.bindings import UpstreamTarget
 from gateway.capture import RunCapture
 from gateway.server import Gateway, GatewayConfig
+from harness.app.requests import EmptyRequest, FinishRunRequest, PrepareRequest, RunRequest
+from harness.app.run_identity import require_same_request, run_identity
+from harness.app.run_store import RunStore
 from harness.contracts.binding import ModelEndpointBindingV1
 from harness.contracts.events import LifecycleEventV1
 from harness.contracts.evidence import ModelIdentityV1
 from harness.contracts.lock import InferenceLockV1
 from harness.contracts.run import RunRecordV1
-from harness.daemon.core import DaemonCore, load_sealed_lock
+from harness.daemon.core import DaemonCore
 from harness.daemon.eval_access import EvalAccess
-from harness.daemon.prepare import PrepareRequest, device_choice_of, prepare
+from harness.daemon.prepare import prepare
+from harness.daemon.replies import body_of, reply
 from harness.daemon.run_evidence import (
     EngineFacts,
     GatewayFacts,
@@ -61,26 +69,23 @@ from harness.daemon.run_evidence import (
     write_execution_evidence,
     write_start_facts,
 )
-from harness.daemon.run_identity import require_same_request, run_identity
 from harness.daemon.run_infra import engine_failure
-from harness.daemon.run_store import RunStore
 from harness.daemon.trial_reservation import TrialReservation, hold, require_room_for_one, trial_of
 from harness.devices import probe_cpu
 from harness.devices.fingerprint import hardware_fingerprint
-from harness.errors import ERROR_TABLE, HitchError
+from harness.errors import HitchError
 from harness.launch.process import isolation_facts
-from harness.lock import build_lock
+from harness.lock import build_lock, load_sealed_lock, sealed_for_draft
 from harness.paths import ensure_private_dir
 from harness.runtimes import get_runtime
 from harness.service.ledger import trial_holder
-from harness.service.starter_supervisor import EngineChoice, SupervisedService
+from harness.service.starter_supervisor import SupervisedService
 from harness.service.state_store import ServiceStateStore
 from harness.store import model_files_dir, resolve_model
 
 __all__ = ["REVOKING_EVENTS", "RunService", "run_routes"]
 
 REVOKING_EVENTS = frozenset({"inference.failed", "inference.draining", "inference.stopped"})
-_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
 @dataclass
@@ -102,12 +107,12 @@ class _Run:
     trial: TrialReservation | None = None  # the trial container it serves, held in the resource ledger
 
 
-_CAPTURE_MODES = ("off", "metadata", "full")
-_REQUEST_FIELDS = (
+# what run.json keeps of the request (as it was given; no secret), and what a prepare of its service takes
+_REQUEST_FIELDS = {
     "model", "inference_id", "device", "profile", "runtime", "engine", "launcher", "fake_flags", "image", "capture_max_bytes",
-    "device_choice", "for_containers", "eval_image", "trial", "rerun_of",
-)  # fmt: skip
-_CAPTURE_MAX = 1 << 30  # per request and direction: what one run may put on disk is bounded
+    "device_choice", "for_containers", "eval_image", "trial", "deadline_s", "rerun_of",
+}  # fmt: skip
+_SERVICE_FIELDS = {"device", "profile", "engine", "launcher", "image", "fake_flags", "device_choice"}
 
 
 class RunService:
@@ -122,6 +127,7 @@ class RunService:
         self._hardware: dict[str, dict[str, Any]] = {}
         self.eval_access = EvalAccess(core.root.path, self.gateway)
         self._trial_waits: dict[str, asyncio.Task[None]] = {}  # runs whose trial waits its turn in the ledger
+        self.gateway.aborts.on_service_fault = self._service_fault
 
     async def start(self) -> None:
         # before anything is served: no run of a dead daemon stays live, and each gets its evidence
@@ -150,6 +156,10 @@ class RunService:
         await self.eval_access.close()
         await self.gateway.stop()
 
+    async def _service_fault(self, fault: ServiceFault) -> None:
+        """The gateway stopped admitting to an epoch whose engine kept an aborted request's slot: fail it."""
+        await self.core.fault_service(fault.service_id, fault.epoch, fault.error)
+
     def on_event(self, event: LifecycleEventV1) -> None:
         """The manager's event sink hook: a service leaving use revokes all of its bindings."""
         if event.event in REVOKING_EVENTS:
@@ -157,35 +167,28 @@ class RunService:
 
     # -- runs ---------------------------------------------------------------------------------------
 
-    def _requested_lock(self, body: dict[str, Any]) -> tuple[InferenceLockV1, bool]:
+    def _requested_lock(self, ask: RunRequest) -> tuple[InferenceLockV1, bool]:
         """The lock a run asks for, starting nothing: its pinned sealed lock (True), or the draft of its inputs."""
-        inference_id = body.get("inference_id")
-        if isinstance(inference_id, str) and inference_id:
-            return load_sealed_lock(self.core.root, inference_id), True
-        model = body.get("model")
-        device, profile, runtime = body.get("device", "cpu"), body.get("profile", "baseline"), body.get("runtime")
-        if not isinstance(model, str) or not model or not isinstance(runtime, str) or not runtime:
-            raise HitchError("usage_error", "a run needs an inference_id, or a model and a runtime", {})
-        if device not in ("cpu", "cuda") or profile not in ("baseline", "throughput"):
-            raise HitchError("usage_error", "device is cpu|cuda and profile baseline|throughput", {})
+        if ask.inference_id:
+            return load_sealed_lock(self.core.root, ask.inference_id), True
         draft = build_lock(
-            resolve_model(self.core.root, model),
-            get_runtime(runtime),
-            device=device,
-            profile=profile,
+            resolve_model(self.core.root, str(ask.model)),  # the request names a model and a runtime without an id
+            get_runtime(str(ask.runtime)),
+            device=ask.device,
+            profile=ask.profile,
             cpu_cores_per_node=probe_cpu().cores_per_node,
         )
         return draft, False
 
-    async def _lock_for(self, body: dict[str, Any], choice: EngineChoice) -> InferenceLockV1:
-        lock, pinned = self._requested_lock(body)
+    async def _lock_for(self, ask: RunRequest) -> InferenceLockV1:
+        lock, pinned = self._requested_lock(ask)
         if pinned:
             return lock
-        sealed = _sealed_for_draft(self.core, lock.inference_id)
+        sealed = sealed_for_draft(self.core.root, lock.inference_id)
         if sealed is None:  # not prepared yet: prepare (start, verify, seal) first
-            model, device, profile = body["model"], body.get("device", "cpu"), body.get("profile", "baseline")
-            req = PrepareRequest(model, device, profile, body["runtime"], choice, device_choice=device_choice_of(body))
-            result = await prepare(self.core, req)
+            service = ask.model_dump(include=_SERVICE_FIELDS, exclude_none=True)
+            prepare_ask = PrepareRequest.model_validate({**service, "model": ask.model, "runtime": ask.runtime})
+            result = await prepare(self.core, prepare_ask)
             sealed = str(result["inference_id"])
         return load_sealed_lock(self.core.root, sealed)
 
@@ -194,24 +197,11 @@ class RunService:
         if record is not None and record.terminal:
             raise HitchError("run_cancelled", f"run {run_id} was {record.status} while it was being prepared", {})
 
-    async def create(self, body: dict[str, Any], choice: EngineChoice) -> dict[str, Any]:
+    async def create(self, ask: RunRequest) -> dict[str, Any]:
         """Admit a run; a run id already finished answers its record (``existing``) instead of running again."""
-        run_id = body.get("run_id") or "run-" + secrets.token_hex(8)
-        if not isinstance(run_id, str) or not _RUN_ID.match(run_id):
-            raise HitchError("usage_error", "a run id is 1..100 of [A-Za-z0-9._-]", {})
-        harness, capture = body.get("harness"), body.get("capture", "metadata")
-        if harness is not None and not isinstance(harness, str):
-            raise HitchError("usage_error", "harness is a string", {})
-        if capture not in _CAPTURE_MODES:
-            raise HitchError("usage_error", "capture is off|metadata|full", {"capture": capture})
-        limit = body.get("capture_max_bytes")
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= _CAPTURE_MAX):
-            raise HitchError("usage_error", f"capture_max_bytes is 1..{_CAPTURE_MAX}", {"capture_max_bytes": limit})
-        for_containers = body.get("for_containers", False)
-        if not isinstance(for_containers, bool):
-            raise HitchError("usage_error", "for_containers is a boolean", {})
-        trial = trial_of(body)
-        identity = run_identity(self.core.root, {**body, "harness": harness, "capture": capture})
+        run_id = ask.run_id or "run-" + secrets.token_hex(8)
+        trial = trial_of(ask.body())
+        identity = run_identity(self.core.root, ask)
         existing = self.store.read(run_id)
         if existing is not None:  # an idempotency key: another request under it is a conflict, live or not
             require_same_request(run_id, existing, identity)
@@ -220,30 +210,28 @@ class RunService:
         if existing is not None:
             return {"run_id": run_id, "existing": True, "record": existing.to_json_dict()}
         if trial is not None:  # before anything starts: the service plus this one trial must fit this machine
-            require_room_for_one(self.core.manager.ledger, self._requested_lock(body)[0], trial)
-        if for_containers:  # before anything else starts: containers must reach the gateway where we listen
-            await self.eval_access.prepare(body.get("eval_image"))
-        rerun_of = body.get("rerun_of")
-        if rerun_of is not None and not (isinstance(rerun_of, str) and (found := self.store.read(rerun_of)) and found.terminal):
+            require_room_for_one(self.core.manager.ledger, self._requested_lock(ask)[0], trial)
+        if ask.for_containers:  # before anything else starts: containers must reach the gateway where we listen
+            await self.eval_access.prepare(ask.eval_image)
+        rerun_of = ask.rerun_of
+        if rerun_of is not None and not ((found := self.store.read(rerun_of)) and found.terminal):
             raise HitchError("usage_error", "rerun_of names a finished run of this root", {"rerun_of": rerun_of})
-        request = {k: body[k] for k in _REQUEST_FIELDS if k in body}
-        self.store.admit(run_id, harness, request, capture, identity)
+        request = ask.model_dump(mode="json", include=_REQUEST_FIELDS, exclude_unset=True)
+        self.store.admit(run_id, ask.harness, request, ask.capture, identity)
         if rerun_of is not None:
             self.store.note(run_id, rerun_of=rerun_of)
-        run = self.runs[run_id] = _Run(run_id, eval_image=body["eval_image"] if for_containers else None, trial=trial)
+        run = self.runs[run_id] = _Run(run_id, eval_image=ask.eval_image if ask.for_containers else None, trial=trial)
         try:
-            return await self._bind(run, body, choice, capture, limit)
+            return await self._bind(run, ask)
         except BaseException as exc:
             err = exc if isinstance(exc, HitchError) else HitchError("internal_error", f"the run failed: {type(exc).__name__}")
             await self.finish(run_id, "cancelled" if err.code == "run_cancelled" else "failed", err)
             raise
 
-    async def _bind(
-        self, run: _Run, body: dict[str, Any], choice: EngineChoice, capture: str, capture_limit: int | None
-    ) -> dict[str, Any]:
-        run_id = run.run_id
+    async def _bind(self, run: _Run, ask: RunRequest) -> dict[str, Any]:
+        run_id, capture, choice = run.run_id, ask.capture, ask.engine_choice()
         self.store.advance(run_id, "preparing")
-        lock = run.lock = await self._lock_for(body, choice)
+        lock = run.lock = await self._lock_for(ask)
         self._check_cancelled(run_id)
         before = {s.service_id for s in self.core.manager.services()}
         lease = await self.core.acquire(lock, run_id, choice)
@@ -276,8 +264,7 @@ class RunService:
         run.engine_url, run.engine_key, run.epoch = endpoint.base_url, engine_key, endpoint.epoch
         # the manager's service passed readiness against this lock (verified_process above): the identity is
         # resolved here, by the daemon, from the lock; the request's own words name only what was asked for
-        requested = body.get("model")
-        run.identity = model_identity(lock, requested if isinstance(requested, str) else None, endpoint.wire_model, resolved=True)
+        run.identity = model_identity(lock, ask.model, endpoint.wire_model, resolved=True)
         if run.eval_image is not None:
             await self.eval_access.check_engine(run.eval_image, endpoint.service_id, endpoint.epoch, endpoint.base_url)
         try:
@@ -290,13 +277,20 @@ class RunService:
         run.engine.metrics_start = (now, metrics) if metrics is not None else None
         run.engine.errors.extend(f"start {e}" for e in errors)
         self.gateway.registry.set_service_epoch(endpoint.service_id, endpoint.epoch)
-        capture_dir = self.store.dir(run_id) / "inference" / "capture"
+        capture_dir = self.core.root.run_inference_dir(run_id) / "capture"
         if capture != "off":
             with contextlib.suppress(OSError):  # a folder that cannot be made fails each capture write: evidence incomplete
                 ensure_private_dir(capture_dir)
-        own = RunCapture(capture, capture_dir, capture_limit)  # type: ignore[arg-type]  # checked against _CAPTURE_MODES
+        own = RunCapture(capture, capture_dir, ask.capture_max_bytes)
         net = self.eval_access.network if run.eval_image is not None else None
-        record = self.gateway.register(run_id, target, capture=own, listen_host=net.gateway_ip if net is not None else None)
+        deadline = ask.deadline_s
+        record = self.gateway.register(
+            run_id,
+            target,
+            capture=own,
+            listen_host=net.gateway_ip if net is not None else None,
+            deadline_s=deadline,
+        )
         run.binding_id = record.binding_id
         await asyncio.to_thread(write_start_facts, self.core.root, run_id, record, run.engine, run.identity)
         self.store.advance(
@@ -436,39 +430,13 @@ class RunService:
         return out
 
 
-def _sealed_for_draft(core: DaemonCore, draft_id: str) -> str | None:
-    """The sealed inference id prepared from this draft lock: itself, or the newest lock sealed from its probe."""
-    root = core.root
-    if (root.digest_dir(root.sealed_locks, draft_id) / "lock.json").is_file():
-        return draft_id
-    if not root.sealed_locks.is_dir():
-        return None
-    found: list[tuple[float, str]] = []
-    for validation in root.sealed_locks.glob("*/validation.json"):
-        try:
-            data = json.loads(validation.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict) and data.get("draft_inference_id") == draft_id and (validation.parent / "lock.json").is_file():
-            sealed, at = data.get("inference_id"), data.get("validated_at")
-            if isinstance(sealed, str):
-                found.append((at if isinstance(at, int | float) else 0.0, sealed))
-    return max(found)[1] if found else None
-
-
-def run_routes(
-    runs: RunService,
-    body_of: Callable[[web.Request], Awaitable[dict[str, Any]]],
-    choice_of: Callable[[dict[str, Any]], EngineChoice],
-    reply: Callable[[dict[str, Any]], web.Response],
-) -> web.RouteTableDef:
+def run_routes(runs: RunService) -> web.RouteTableDef:
     """The ``/v1/runs`` routes of the daemon's management app."""
     routes = web.RouteTableDef()
 
     @routes.post("/v1/runs")
     async def create(request: web.Request) -> web.Response:
-        body = await body_of(request)
-        return reply({"kind": "run", **await runs.create(body, choice_of(body))})
+        return reply({"kind": "run", **await runs.create(await body_of(request, RunRequest))})
 
     @routes.get("/v1/runs")
     async def listing(_: web.Request) -> web.Response:
@@ -488,21 +456,15 @@ def run_routes(
 
     @routes.post("/v1/runs/{run_id}/finish")
     async def finish(request: web.Request) -> web.Response:
-        body = await body_of(request)
-        status = body.get("status")
-        if status not in ("completed", "failed", "cancelled"):
-            raise HitchError("usage_error", "status is completed|failed|cancelled", {"status": status})
-        error = body.get("error")
+        ask = await body_of(request, FinishRunRequest)
         err = None
-        if status != "completed":
-            code = error.get("code") if isinstance(error, dict) else None
-            if not isinstance(code, str) or code not in ERROR_TABLE:
-                raise HitchError("usage_error", "a run that did not complete ends with an error code of the table", {})
-            err = HitchError(code, str(error.get("message", ""))[:2000] if isinstance(error, dict) else "", {})
-        return reply({"kind": "run-finish", **await runs.finish(request.match_info["run_id"], status, err)})
+        if ask.status != "completed" and ask.error is not None:  # the request's validator requires it
+            err = HitchError(ask.error.code, ask.error.message[:2000], {})
+        return reply({"kind": "run-finish", **await runs.finish(request.match_info["run_id"], ask.status, err)})
 
     @routes.post("/v1/runs/{run_id}/cancel")
     async def cancel(request: web.Request) -> web.Response:
+        await body_of(request, EmptyRequest)
         return reply({"kind": "run-cancel", **await runs.cancel(request.match_info["run_id"])})
 
     return routes

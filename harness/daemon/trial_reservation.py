@@ -23,13 +23,13 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from harness.app.requests import TRIAL_WAIT_S
 from harness.contracts.lock import InferenceLockV1
 from harness.errors import HitchError
 from harness.service.ledger import ResourceLedger, demand_of, trial_demand, trial_holder
 
-__all__ = ["TRIAL_WAIT_S", "TrialReservation", "hold", "require_room_for_one", "trial_of"]
+__all__ = ["TrialReservation", "hold", "require_room_for_one", "trial_of"]
 
-TRIAL_WAIT_S = 6 * 3600.0
 _MAX_CPUS = 1024.0
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 from typing import Protocol
 
+from harness.devices.nvml_sim import simulated_from_env
 from harness.devices.report import CudaFactsV1, GpuFactsV1, GpuProcessV1
 
 __all__ = ["MIN_DRIVER_MAJOR", "NvmlProvider", "PynvmlProvider", "default_nvml", "driver_major", "probe_cuda"]
@@ -123,7 +124,6 @@ def _describe(exc: BaseException) -> str:
 
 def default_nvml() -> NvmlProvider:
     """This machine's NVML, or the simulation ``HITCH_SIMULATED_NVML`` names (tests; raises ImportError w/o pynvml)."""
-    from harness.devices.nvml_sim import simulated_from_env
 
     simulated = simulated_from_env()
     return simulated if simulated is not None else PynvmlProvider()

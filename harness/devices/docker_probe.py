@@ -10,21 +10,17 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from harness.devices.report import DockerFactsV1
+from harness.docker_engine import DOCKER_TIMEOUT_S, docker_host, one_line, unix_socket_problem
 
 __all__ = [
     "CONTAINER_HOST_LIMIT",
-    "DEFAULT_DOCKER_HOST",
-    "DOCKER_TIMEOUT_S",
     "DockerApi",
-    "docker_host",
     "host_rules_unavailable",
     "probe_docker",
-    "unix_socket_problem",
 ]
 
 CONTAINER_HOST_LIMIT = (
@@ -44,10 +40,6 @@ def host_rules_unavailable() -> str | None:
     return None
 
 
-DOCKER_TIMEOUT_S = 5
-DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
-
-
 class DockerApi(Protocol):
     """The two read-only calls the doctor makes (docker SDK ``DockerClient`` fits)."""
 
@@ -65,36 +57,8 @@ def _from_env() -> DockerApi:
     return client
 
 
-def docker_host() -> str:
-    """The engine the SDK's ``from_env`` talks to: ``DOCKER_HOST``, or the default socket."""
-    return os.environ.get("DOCKER_HOST") or DEFAULT_DOCKER_HOST
-
-
-def unix_socket_problem(host: str) -> str | None:
-    """Why a ``unix://`` host cannot be reached, checked with our own socket first.
-
-    docker-py leaks the socket when a unix connect fails (its ``connect`` does not close
-    it), so a missing or refusing socket is answered here without the SDK.
-    """
-    if not host.startswith("unix://"):
-        return None
-    path = host[len("unix://") :]
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(DOCKER_TIMEOUT_S)
-        try:
-            sock.connect(path)
-        except OSError as exc:
-            return _one_line(exc)
-    return None
-
-
 def _str_or_none(value: object) -> str | None:
     return None if value is None or value == "" else str(value)
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def probe_docker(factory: Callable[[], DockerApi] | None = None) -> DockerFactsV1:
@@ -105,12 +69,12 @@ def probe_docker(factory: Callable[[], DockerApi] | None = None) -> DockerFactsV
     try:
         client = (factory or _from_env)()
     except Exception as exc:  # the SDK raises DockerException, requests errors, OSError ...
-        return DockerFactsV1(reachable=False, reason=f"Docker not reachable at {host}: {_one_line(exc)}", host=host)
+        return DockerFactsV1(reachable=False, reason=f"Docker not reachable at {host}: {one_line(exc)}", host=host)
     try:
         version = dict(client.version())
         info = dict(client.info())
     except Exception as exc:
-        return DockerFactsV1(reachable=False, reason=f"Docker not reachable at {host}: {_one_line(exc)}", host=host)
+        return DockerFactsV1(reachable=False, reason=f"Docker not reachable at {host}: {one_line(exc)}", host=host)
     finally:
         # closing a half-open client tells us nothing new
         with contextlib.suppress(Exception):

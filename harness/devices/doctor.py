@@ -31,6 +31,7 @@ from harness.devices.report import (
 )
 from harness.errors import HitchError
 from harness.paths import resolve_root
+from harness.runtimes.catalog import load_catalog
 
 __all__ = [
     "CUDA_MIN_COMPUTE_CAPABILITY",
@@ -54,7 +55,7 @@ _X86_64 = frozenset({"x86_64", "amd64"})
 @dataclass(frozen=True)
 class CatalogView:
     """What the doctor needs from the runtime catalog: is a certifiable pinned image (or, for CUDA, a
-    certifiable hash-locked python-env runtime, run by the process launcher without Docker) there?"""
+    certifiable hash-pinned python-env runtime, run by the process launcher without Docker) there?"""
 
     pinned: Mapping[str, bool] = field(default_factory=dict)
     problem: str | None = None
@@ -69,9 +70,6 @@ class CatalogView:
 
 def read_catalog(path: Path | None = None) -> CatalogView:
     """Which backends have a certifiable, digest-pinned OCI image in the runtime catalog."""
-    # Imported here: the catalog loader hashes shipped files, which a doctor for another device never needs.
-    from harness.runtimes.catalog import load_catalog
-
     try:
         runtimes = load_catalog(path)
     except HitchError as exc:

@@ -10,7 +10,6 @@ machine certifiable, so no certificate can rest on it.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Literal
 
@@ -19,10 +18,11 @@ from pydantic import Field
 from harness.contracts.base import Record, parse_record
 from harness.devices.report import GpuProcessV1
 from harness.errors import HitchError
+from harness.settings import env_name, settings
 
 __all__ = ["SIMULATED_NVML_ENV", "SimulatedGpuV1", "SimulatedNvml", "SimulatedNvmlV1", "simulated_from_env"]
 
-SIMULATED_NVML_ENV = "HITCH_SIMULATED_NVML"
+SIMULATED_NVML_ENV = env_name("simulated_nvml")
 
 
 class SimulatedGpuV1(Record):
@@ -93,5 +93,5 @@ class SimulatedNvml:
 
 
 def simulated_from_env() -> SimulatedNvml | None:
-    value = os.environ.get(SIMULATED_NVML_ENV)
-    return SimulatedNvml(Path(value)) if value else None
+    path = settings().simulated_nvml
+    return SimulatedNvml(path) if path is not None else None

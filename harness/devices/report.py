@@ -19,6 +19,7 @@ __all__ = [
     "DeviceVerdictV1",
     "DoctorReportV1",
     "DockerFactsV1",
+    "EffectiveSettingV1",
     "GpuFactsV1",
     "GpuProcessV1",
     "HostFactsV1",
@@ -117,6 +118,16 @@ class DeviceVerdictV1(Record):
     can_do: list[str] = Field(description="what this machine can still do on this device")
 
 
+class EffectiveSettingV1(Record):
+    """One environment variable hitch honours, as it is in force (:func:`harness.settings.effective_settings`)."""
+
+    name: str
+    value: str | int | bool | None = Field(description="in force: the environment's value, else the default; secrets ***")
+    source: Literal["environment", "default"]
+    secret: bool
+    help: str
+
+
 class DoctorReportV1(Record):
     schema_version: Literal["1"] = "1"
     kind: Literal["doctor"] = "doctor"
@@ -128,3 +139,6 @@ class DoctorReportV1(Record):
     devices: dict[DeviceName, DeviceVerdictV1] = Field(description="verdicts for the requested device(s) only")
     selected: DeviceName | None = Field(description="certifiable device chosen (auto: cuda, then cpu); null if none")
     selected_reason: str
+    settings: list[EffectiveSettingV1] | None = Field(
+        default=None, description="`hitch local doctor`: every setting in force (secrets masked); absent elsewhere"
+    )

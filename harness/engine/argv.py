@@ -105,7 +105,7 @@ def engine_args(lock: InferenceLockV1, model_dir: Path, host: str, port: int, *,
     ex = lock.execution
     platform = ex.platform
     if not isinstance(platform, CpuPlatformV1 | CudaPlatformV1):
-        raise HitchError("inference_device_unsupported", f"backend {platform.backend} is refused in P0", {})
+        raise HitchError("inference_device_unsupported", f"backend {platform.backend} is not served by this version", {})
     args = [
         EngineArg("model_path", str(model_dir)),
         EngineArg("served_model_name", wire_model_name(lock.model_id)),

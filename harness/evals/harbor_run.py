@@ -19,7 +19,9 @@ What it does, in order:
    pins that ``inference_id`` and leases the same service — one engine, one binding (own token, evidence,
    budget) per trial. At most ``n_concurrent`` trials are being bound or running at once; a trial's run is
    answered once its container's resources are held in the daemon's ledger (it waits its turn there), and
-   the trial starts in Harbor at once; each trial that ends makes room for the next.
+   the trial starts in Harbor at once; each trial that ends makes room for the next. The trial's agent budget
+   (``EvalOptions.agent_timeout_s``, else the task's ``[agent] timeout_sec``) is its run's deadline, so no
+   model request outlives the trial (:func:`trial_budget_s`).
 3. Harbor runs the trials in its own venv (:mod:`harness.evals.harbor_process`, one asyncio task per trial):
    each trial reads its token from its own run's token file. A trial whose run is cancelled (``hitch run
    cancel RUN_ID``, or :meth:`HarborEvaluation.cancel`) is cancelled alone in Harbor.
@@ -48,12 +50,16 @@ import re
 import secrets
 import threading
 import time
+import tomllib
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from harness.app.daemon_client import DaemonClient
+from harness.app.requests import TRIAL_WAIT_S, FinishRunRequest, RunErrorIn, RunRequest, parse_request
+from harness.app.run_store import RunStore
 from harness.contracts.evaluation import (
     EvaluationPlanV1,
     EvaluationRecordV1,
@@ -65,18 +71,25 @@ from harness.contracts.evaluation import (
     TrialUsageV1,
 )
 from harness.contracts.run import RunErrorV1
-from harness.daemon import DaemonClient
-from harness.daemon.run_infra import ENGINE_FAILURE_CODES
-from harness.daemon.run_store import RunStore
-from harness.daemon.trial_reservation import TRIAL_WAIT_S
-from harness.errors import HitchError
+from harness.docker_engine import docker_client
+from harness.errors import ENGINE_FAILURE_CODES, HitchError
 from harness.evals.harbor_agents import NO_MODEL_AGENTS, TERMINUS
 from harness.evals.harbor_install import HarborInstall
 from harness.evals.harbor_process import DriverProcess
 from harness.evals.trial_resources import resources_of
+from harness.lock import load_sealed_lock
 from harness.paths import HitchRoot, atomic_write_json, ensure_private_dir
 
-__all__ = ["EvalOptions", "HarborEvaluation", "model_connection", "read_plan", "task_dirs"]
+__all__ = [
+    "EvalOptions",
+    "HarborEvaluation",
+    "Trial",
+    "model_connection",
+    "read_plan",
+    "task_dirs",
+    "trial_budget_s",
+    "trial_outcome",
+]
 
 HOST_SIDE_AGENTS = frozenset({TERMINUS})  # call the model from Harbor's process (LiteLLM)
 LOCAL_ENVIRONMENTS = frozenset({"docker"})
@@ -102,6 +115,18 @@ _TERMINAL_RESULTS = frozenset({"completed", "failed"})  # a trial that ended by 
 _RUN_FIELDS_PINNED = ("engine", "launcher", "runtime", "fake_flags", "image", "capture", "capture_max_bytes")
 
 
+def trial_budget_s(task: Path, override_s: float | None) -> float | None:
+    """A trial's agent budget: the override Harbor is given, else the task's ``[agent] timeout_sec``."""
+    if override_s is not None:
+        return override_s
+    try:
+        agent = tomllib.loads((task / "task.toml").read_text(encoding="utf-8")).get("agent", {})
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+    value = agent.get("timeout_sec") if isinstance(agent, dict) else None
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else None
+
+
 def model_connection(agent: str, environment: str) -> str:
     """``host``, ``container`` or ``none``; an environment off this host is refused, never approximated."""
     if environment not in LOCAL_ENVIRONMENTS:
@@ -120,8 +145,6 @@ def model_connection(agent: str, environment: str) -> str:
 
 def base_image_id(tag: str = BASE_IMAGE) -> str:
     """The ID of the task images' base: what the daemon's reachability probe runs for in-container trials."""
-    from harness.launch.docker_errors import docker_client
-
     client = docker_client()
     try:
         return str(client.images.get(tag).id)
@@ -162,7 +185,7 @@ class EvalOptions:
 
 
 @dataclass
-class _Trial:
+class Trial:
     """One attempt of one trial of the evaluation."""
 
     name: str  # = run_id: unique on this host, so Harbor's compose projects of two evaluations never meet
@@ -186,7 +209,7 @@ class HarborEvaluation:
         root: HitchRoot,
         install: HarborInstall,
         client: DaemonClient,
-        run_body: dict[str, Any],
+        request: RunRequest,
         options: EvalOptions,
         *,
         plan: EvaluationPlanV1 | None = None,
@@ -199,11 +222,11 @@ class HarborEvaluation:
             )
         self.connection = model_connection(options.agent, options.environment)
         self.root, self.install, self.client, self.options = root, install, client, options
-        self.run_body = dict(run_body)
+        self.request = request
         self.evaluation_id = options.evaluation_id or "eval-" + secrets.token_hex(6)
         if not _EVAL_ID.match(self.evaluation_id):  # it names runs and Harbor's compose projects
             raise HitchError("usage_error", "an evaluation id is 1..40 of [a-z0-9-], starting alphanumeric", {})
-        self.dir = root.path / "evals" / self.evaluation_id
+        self.dir = root.evals / self.evaluation_id
         resources = {task: resources_of(task) for task in options.tasks}  # a bad task.toml stops us before anything
         slots = [(task, i) for task in options.tasks for i in range(options.k)]
         self.kept: dict[int, TrialOutcomeV1] = {}  # the slots whose outcome a resume keeps
@@ -214,7 +237,7 @@ class HarborEvaluation:
             self.resumed = _resumes(root, self.evaluation_id) + 1
             suffix = f"-resume{self.resumed}"
         self.trials = [
-            _Trial(
+            Trial(
                 f"{self.evaluation_id}-{task.name}-{i}{suffix}",
                 task.resolve(),
                 f"{self.evaluation_id}-{task.name}-{i}{suffix}",
@@ -235,7 +258,7 @@ class HarborEvaluation:
         self._first = {t.slot: t for t in self.trials}  # the first attempt of each trial
         self._final = dict(self._first)  # the latest attempt of each trial
         self._tokens = len(slots)  # token variable names used so far (one per attempt)
-        self.inference_id: str | None = run_body.get("inference_id") or (plan.inference_id if plan is not None else None)
+        self.inference_id: str | None = request.inference_id or (plan.inference_id if plan is not None else None)
         self.plan = plan or self._new_plan([(task.resolve(), i) for task, i in slots])
         self.eval_image = (options.eval_image or base_image_id()) if self.connection == "container" else None
         self._events: queue.Queue[dict[str, Any]] = queue.Queue()
@@ -262,11 +285,9 @@ class HarborEvaluation:
         )
         body = dict(plan.run_body)
         if plan.inference_id is not None:  # the same lock: sealed in this root, else refused before anything starts
-            from harness.daemon.core import load_sealed_lock
-
             load_sealed_lock(root, plan.inference_id)
             body["inference_id"] = plan.inference_id
-        return cls(root, install, client, body, options, plan=plan)
+        return cls(root, install, client, parse_request(RunRequest, body), options, plan=plan)
 
     def _new_plan(self, slots: list[tuple[Path, int]]) -> EvaluationPlanV1:
         o = self.options
@@ -282,7 +303,7 @@ class HarborEvaluation:
             infra_retries=o.infra_retries,
             agent_profile_id=o.agent_profile_id,
             eval_image=o.eval_image,
-            run_body={k: v for k, v in self.run_body.items() if k not in ("run_id", "harness")},
+            run_body={k: v for k, v in self.request.body().items() if k not in ("run_id", "harness")},
             inference_id=self.inference_id,
             slots=[TrialSlotV1(slot=n, task=str(task), attempt=i) for n, (task, i) in enumerate(slots)],
             created_at=time.time(),
@@ -309,9 +330,9 @@ class HarborEvaluation:
         started = time.time()
         paths = [str(p) for p in self.options.agent_paths]
         self._driver = DriverProcess(self.install, self.dir, paths, self._events)
-        pending: deque[_Trial] = deque(self.trials)
-        binding: dict[str, _Trial] = {}
-        live: dict[str, _Trial] = {}
+        pending: deque[Trial] = deque(self.trials)
+        binding: dict[str, Trial] = {}
+        live: dict[str, Trial] = {}
         try:
             while pending or binding or live:
                 self._bind_more(pending, binding, live)
@@ -350,7 +371,7 @@ class HarborEvaluation:
             model_connection=self.connection,
             environment="docker",
             inference_id=self.inference_id,
-            engine=str(self.run_body.get("engine", "sglang")),
+            engine=self.request.engine,
             agent_profile_id=self.options.agent_profile_id,
             infrastructure_retries=self.options.infra_retries,
             started_at=started,
@@ -364,7 +385,7 @@ class HarborEvaluation:
 
     # -- binding runs --------------------------------------------------------------------------------------
 
-    def _bind_more(self, pending: deque[_Trial], binding: dict[str, _Trial], live: dict[str, _Trial]) -> None:
+    def _bind_more(self, pending: deque[Trial], binding: dict[str, Trial], live: dict[str, Trial]) -> None:
         """Bind runs for the next trials while fewer than ``n_concurrent`` are being bound or running; the
         first run prepares the lock, so until its inference id is known it is the only one."""
         while pending and len(binding) + len(live) < self.options.n_concurrent:
@@ -374,7 +395,7 @@ class HarborEvaluation:
             binding[trial.name] = trial
             threading.Thread(target=self._bind_in_background, args=(trial,), daemon=True).start()
 
-    def _bind_in_background(self, trial: _Trial) -> None:
+    def _bind_in_background(self, trial: Trial) -> None:
         try:
             if self._aborted.is_set():
                 raise HitchError("run_cancelled", "the evaluation ended before this trial's run was created", {})
@@ -384,34 +405,38 @@ class HarborEvaluation:
             return
         if self._aborted.is_set():  # bound after the evaluation ended: end it here, nobody else will
             with contextlib.suppress(HitchError):
-                self.client.request("POST", f"/v1/runs/{trial.run_id}/cancel", {})
+                self.client.cancel_run(trial.run_id)
         self._events.put({"event": "bound", "trial": trial.name, "run": run})
 
-    def _create_run(self, trial: _Trial) -> dict[str, Any]:
+    def _create_run(self, trial: Trial) -> dict[str, Any]:
+        given = self.request.body()
         if self.inference_id is None:
-            body = {**self.run_body}
+            body = given
         else:  # the lock and service are prepared: every later trial pins them
-            body = {k: self.run_body[k] for k in _RUN_FIELDS_PINNED if k in self.run_body} | {"inference_id": self.inference_id}
+            body = {k: given[k] for k in _RUN_FIELDS_PINNED if k in given} | {"inference_id": self.inference_id}
         body.update(
             run_id=trial.run_id,
             harness=f"harbor:{self.options.agent}",
             trial=trial.resources.to_json_dict(),
             submission={"task": str(trial.task), "agent_kwargs": self.options.agent_kwargs, "attempt": trial.attempt},
         )
+        budget = trial_budget_s(trial.task, self.options.agent_timeout_s)
+        if budget is not None:
+            body["deadline_s"] = budget
         if self.eval_image is not None:
             body.update(for_containers=True, eval_image=self.eval_image)
         # answered once the service is ready and the trial's resources are held: it may wait its turn that long
-        run: dict[str, Any] = self.client.request("POST", "/v1/runs", body, timeout_s=TRIAL_WAIT_S + 900.0)
+        run = self.client.create_run(parse_request(RunRequest, body), timeout_s=TRIAL_WAIT_S + 900.0)
         if run.get("existing"):
             raise HitchError("run_conflict", f"run {trial.run_id} already ran; give another --eval-id", {"run_id": trial.run_id})
         return run
 
-    def _bound(self, trial: _Trial, event: dict[str, Any], live: dict[str, _Trial]) -> None:
+    def _bound(self, trial: Trial, event: dict[str, Any], live: dict[str, Trial]) -> None:
         error = event.get("error")
         if isinstance(error, HitchError) and error.code == "run_cancelled" and not self._aborted.is_set():
             # its run was cancelled from outside while it was bound (waiting for its resources): that trial ends
-            record = self.client.request("GET", f"/v1/runs/{trial.run_id}")["record"]
-            trial.outcome = _outcome(self.root, trial, record)
+            record = self.client.run_record(trial.run_id)["record"]
+            trial.outcome = trial_outcome(self.root, trial, record)
             return
         if error is not None:
             raise error
@@ -425,14 +450,14 @@ class HarborEvaluation:
         if not self._driver.start_trial(self._spec(trial)):
             raise HitchError("harness_run_failed", "Harbor's driver takes no more trials (see driver.log)", {})
 
-    def _overlay(self, trial: _Trial) -> Path:
+    def _overlay(self, trial: Trial) -> Path:
         overlay = self.dir / "overlay.compose.yaml"
         if not overlay.exists():
             text = container_overlay(str(trial.run["eval_network"])) if self.connection == "container" else OVERLAY
             overlay.write_text(text)
         return overlay
 
-    def _spec(self, trial: _Trial) -> dict[str, Any]:
+    def _spec(self, trial: Trial) -> dict[str, Any]:
         spec: dict[str, Any] = {
             "name": trial.name,
             "task_path": str(trial.task),
@@ -455,7 +480,7 @@ class HarborEvaluation:
 
     # -- trials ending ---------------------------------------------------------------------------------------
 
-    def _follow_outside_cancels(self, live: dict[str, _Trial]) -> None:
+    def _follow_outside_cancels(self, live: dict[str, Trial]) -> None:
         """A run cancelled from outside (``hitch run cancel``): cancel its trial in Harbor."""
         store = RunStore(self.root)
         for trial in live.values():
@@ -463,17 +488,19 @@ class HarborEvaluation:
             if trial.result is None and kept is not None and kept.terminal:
                 self.cancel(trial.name)
 
-    def _finish(self, trial: _Trial, error: HitchError | None) -> None:
-        status = "completed" if error is None else ("cancelled" if error.code == "run_cancelled" else "failed")
-        body: dict[str, Any] = {"status": status}
-        if error is not None:
-            body["error"] = {"code": error.code, "message": error.message}
-        record = self.client.request("POST", f"/v1/runs/{trial.run_id}/finish", body, timeout_s=120.0)["record"]
-        trial.outcome = _outcome(self.root, trial, record)
+    def _finish(self, trial: Trial, error: HitchError | None) -> None:
+        status: Literal["completed", "failed", "cancelled"] = (
+            "completed" if error is None else ("cancelled" if error.code == "run_cancelled" else "failed")
+        )
+        finish = FinishRunRequest(
+            status=status, error=RunErrorIn(code=error.code, message=error.message) if error is not None else None
+        )
+        record = self.client.finish_run(trial.run_id, finish)["record"]
+        trial.outcome = trial_outcome(self.root, trial, record)
         outcomes = ensure_private_dir(self.dir / OUTCOMES)  # what a resume keeps (or runs again)
         atomic_write_json(outcomes / f"{trial.slot}.json", self._outcome_of(trial).to_json_dict())
 
-    def _retry_of(self, trial: _Trial) -> _Trial | None:
+    def _retry_of(self, trial: Trial) -> Trial | None:
         """The next attempt of a trial whose engine failed, while retries are left; else None."""
         out = trial.outcome
         if out is None or out.error is None or out.error.code not in ENGINE_FAILURE_CODES:
@@ -482,7 +509,7 @@ class HarborEvaluation:
             return None
         first = self._first[trial.slot]
         attempt = trial.attempt + 1
-        retry = _Trial(
+        retry = Trial(
             f"{first.name}-r{attempt}",
             trial.task,
             f"{first.run_id}-r{attempt}",
@@ -496,11 +523,11 @@ class HarborEvaluation:
         self._final[trial.slot] = retry
         return retry
 
-    def _outcome_of(self, trial: _Trial) -> TrialOutcomeV1:
+    def _outcome_of(self, trial: Trial) -> TrialOutcomeV1:
         assert trial.outcome is not None
         return TrialOutcomeV1.model_validate({**trial.outcome.model_dump(), "attempts": [a.model_dump() for a in trial.earlier]})
 
-    def _abort(self, binding: dict[str, _Trial], live: dict[str, _Trial]) -> None:
+    def _abort(self, binding: dict[str, Trial], live: dict[str, Trial]) -> None:
         """The evaluation is ending early: every live trial is cancelled in Harbor and its run ended
         ``cancelled``; a run still being bound is cancelled in the daemon (its wait for resources ends)."""
         self._aborted.set()
@@ -509,7 +536,7 @@ class HarborEvaluation:
                 self.cancel(trial.name)
         for trial in binding.values():
             with contextlib.suppress(HitchError):
-                self.client.request("POST", f"/v1/runs/{trial.run_id}/cancel", {})
+                self.client.cancel_run(trial.run_id)
         if self._driver is not None:
             self._driver.close()
         for trial in live.values():
@@ -529,10 +556,10 @@ def _trial_error(event: dict[str, Any]) -> HitchError | None:
     return None
 
 
-def _outcome(root: HitchRoot, trial: _Trial, record: dict[str, Any]) -> TrialOutcomeV1:
+def trial_outcome(root: HitchRoot, trial: Trial, record: dict[str, Any]) -> TrialOutcomeV1:
     result = trial.result or {}
     usage = service = None
-    execution = root.runs / trial.run_id / "inference" / "execution.json"
+    execution = root.run_inference_dir(trial.run_id) / "execution.json"
     with contextlib.suppress(OSError, ValueError):
         ev = json.loads(execution.read_text(encoding="utf-8"))
         usage = TrialUsageV1(

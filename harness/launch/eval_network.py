@@ -28,9 +28,9 @@ from typing import Any
 import docker
 import docker.errors
 
+from harness.docker_engine import docker_client, translate_docker_errors
 from harness.engine.launch_spec import OWNER_LABEL_PREFIX
 from harness.errors import HitchError
-from harness.launch.docker_errors import docker_client, translate_docker_errors
 from harness.launch.host_guard import unguard_bridge
 from harness.launch.oci_config import LABEL_ROOT, require_pinned_image, root_label
 

@@ -40,10 +40,10 @@ import docker
 import docker.errors
 
 from harness.contracts.service import ProcessIdentityV1
+from harness.docker_engine import docker_client, translate_docker_errors
 from harness.engine.launch_spec import ExitInfo, LaunchSpec
 from harness.engine.redaction import LineRedactor, secret_values
 from harness.errors import HitchError
-from harness.launch.docker_errors import docker_client, translate_docker_errors
 from harness.launch.host_guard import guard_bridge, guard_unavailable, unguard_bridge
 from harness.launch.oci_config import (
     LABEL_EPOCH,

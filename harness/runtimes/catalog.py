@@ -1,19 +1,20 @@
 """The runtime catalog: ``catalog/runtimes.toml`` -> :class:`InferenceRuntimeManifestV1` records.
 
 Owns parsing and validating the catalog (unknown keys refused), hashing each python-env
-runtime's shipped files (lock + shim) out of ``catalog/runtimes/<name>/``, computing
+runtime's shipped files (requirements + shim) out of ``catalog/runtimes/<name>/``, computing
 ``runtime_id`` and looking runtimes up by name or id.
 
 ``runtime_id = digest_json(entry without runtime_id)``: an oci package contributes its
-image digest, a python-env package the sha256 of its lock file and of every shipped file,
-so editing the shim or the lock yields a new runtime.
+image digest, a python-env package the sha256 of its requirements file and of every shipped file,
+so editing the shim or the requirements yields a new runtime.
 """
 
 from __future__ import annotations
 
 import re
+import time
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -23,17 +24,19 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 from harness.contracts.runtime import InferenceRuntimeManifestV1
 from harness.errors import HitchError
 from harness.ids import digest_json, is_sha256_id, sha256_hex
-from harness.runtimes.pins import RuntimePinV1, pins_path, read_pins
+from harness.paths import HitchRoot
+from harness.runtimes.pins import RuntimePinV1, choose_digest, inspect_image, read_pins, write_pins
 
 __all__ = [
-    "LockPin",
-    "check_lock_text",
+    "RequirementPin",
+    "check_requirements",
     "default_catalog_path",
     "default_runtime",
     "get_runtime",
     "load_catalog",
-    "lock_pins",
-    "locks_engine",
+    "requirement_pins",
+    "requirements_pin_engine",
+    "pin_runtime",
     "pinned_image",
     "require_certifiable_pin",
     "runtime_source_dir",
@@ -50,7 +53,7 @@ def _relative(value: str) -> str:
 
 
 _Rel = Annotated[str, AfterValidator(_relative)]
-_LOCK_ENTRY = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[^\s\\;]+)$")
+_REQUIREMENT = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[^\s\\;]+)$")
 
 
 class _Strict(BaseModel):
@@ -116,15 +119,15 @@ def _file_sha(folder: Path, rel: str, entry: str) -> str:
 
 
 @dataclass(frozen=True)
-class LockPin:
-    """One requirement of a hash-pinned lock: ``name==version`` and the sha256 digests (hex) it admits."""
+class RequirementPin:
+    """One requirement of a hash-pinned requirements file: ``name==version`` and the sha256 digests (hex) it admits."""
 
     name: str
     version: str
     sha256s: frozenset[str]
 
 
-def _lock_lines(text: str) -> Iterator[tuple[int, list[str]]]:
+def _requirement_lines(text: str) -> Iterator[tuple[int, list[str]]]:
     """(line number, words) of each requirement line, continuation lines joined."""
     joined = re.sub(r"\\\n", " ", text)
     for lineno, raw in enumerate(joined.splitlines(), 1):
@@ -133,36 +136,36 @@ def _lock_lines(text: str) -> Iterator[tuple[int, list[str]]]:
             yield lineno, line.split()
 
 
-def check_lock_text(text: str, entry: str) -> int:
+def check_requirements(text: str, entry: str) -> int:
     """Every requirement is ``name==version`` with at least one ``--hash=sha256:``; returns the count."""
     count = 0
-    for lineno, parts in _lock_lines(text):
-        if not _LOCK_ENTRY.match(parts[0]):
-            raise _fail(f"runtime {entry}: lock line {lineno} is not `name==version`", {"line": parts[0]})
+    for lineno, parts in _requirement_lines(text):
+        if not _REQUIREMENT.match(parts[0]):
+            raise _fail(f"runtime {entry}: requirements line {lineno} is not `name==version`", {"line": parts[0]})
         hashes = [p for p in parts[1:] if p.startswith("--hash=")]
         if len(hashes) != len(parts) - 1 or not hashes:
-            raise _fail(f"runtime {entry}: lock line {lineno} lacks --hash=sha256: pins", {"line": parts[0]})
+            raise _fail(f"runtime {entry}: requirements line {lineno} lacks --hash=sha256: pins", {"line": parts[0]})
         if any(not re.fullmatch(r"--hash=sha256:[0-9a-f]{64}", h) for h in hashes):
-            raise _fail(f"runtime {entry}: lock line {lineno} has a non-sha256 hash", {"line": parts[0]})
+            raise _fail(f"runtime {entry}: requirements line {lineno} has a non-sha256 hash", {"line": parts[0]})
         count += 1
     if count == 0:
-        raise _fail(f"runtime {entry}: the lock file pins no package", {})
+        raise _fail(f"runtime {entry}: the requirements file pins no package", {})
     return count
 
 
-def lock_pins(text: str) -> list[LockPin]:
-    """The pins of a lock :func:`check_lock_text` accepts, in file order."""
+def requirement_pins(text: str) -> list[RequirementPin]:
+    """The pins of a requirements file :func:`check_requirements` accepts, in file order."""
     pins = []
-    for _lineno, parts in _lock_lines(text):
+    for _lineno, parts in _requirement_lines(text):
         name, _, version = parts[0].partition("==")
         digests = frozenset(p.removeprefix("--hash=sha256:") for p in parts[1:] if p.startswith("--hash=sha256:"))
-        pins.append(LockPin(name, version, digests))
+        pins.append(RequirementPin(name, version, digests))
     return pins
 
 
-def locks_engine(lock_text: str, engine: str, version: str) -> bool:
-    """Whether a (checked) lock pins ``engine==version`` itself with a sha256: the engine's bytes are known."""
-    return any(p.name == engine and p.version == version and p.sha256s for p in lock_pins(lock_text))
+def requirements_pin_engine(requirements_text: str, engine: str, version: str) -> bool:
+    """Whether a (checked) requirements file pins ``engine==version`` itself with a sha256: the engine's bytes are known."""
+    return any(p.name == engine and p.version == version and p.sha256s for p in requirement_pins(requirements_text))
 
 
 def _manifest(entry: _Entry, catalog_path: Path, pin: RuntimePinV1 | None = None) -> InferenceRuntimeManifestV1:
@@ -180,7 +183,7 @@ def _manifest(entry: _Entry, catalog_path: Path, pin: RuntimePinV1 | None = None
     else:
         folder = runtime_source_dir(entry.name, catalog_path)
         if pkg.lock_file in pkg.files:
-            raise _fail(f"runtime {entry.name}: the lock file is listed in files too", {"path": pkg.lock_file})
+            raise _fail(f"runtime {entry.name}: the requirements file is listed in files too", {"path": pkg.lock_file})
         for sub in pkg.pythonpath:
             listed = {f for f in pkg.files if f.startswith(sub.rstrip("/") + "/")}
             present = {
@@ -193,16 +196,16 @@ def _manifest(entry: _Entry, catalog_path: Path, pin: RuntimePinV1 | None = None
                     f"runtime {entry.name}: every file under pythonpath dir {sub!r} must be listed in files",
                     {"unlisted": sorted(present - listed), "dir": sub},
                 )
-        lock_path = folder / pkg.lock_file
-        lock_sha = _file_sha(folder, pkg.lock_file, entry.name)
-        lock_text = lock_path.read_text()
-        check_lock_text(lock_text, entry.name)
+        requirements_path = folder / pkg.lock_file
+        requirements_sha = _file_sha(folder, pkg.lock_file, entry.name)
+        requirements_text = requirements_path.read_text()
+        check_requirements(requirements_text, entry.name)
         pinned = True
-        engine_known = engine_known or locks_engine(lock_text, entry.engine, entry.engine_version)
+        engine_known = engine_known or requirements_pin_engine(requirements_text, entry.engine, entry.engine_version)
         package = {
             "kind": "python-env",
             "python": pkg.python,
-            "lock_file": {"path": pkg.lock_file, "sha256": lock_sha},
+            "lock_file": {"path": pkg.lock_file, "sha256": requirements_sha},
             "files": [{"path": f, "sha256": _file_sha(folder, f, entry.name)} for f in sorted(set(pkg.files))],
             "pythonpath": list(pkg.pythonpath),
         }
@@ -215,7 +218,7 @@ def _manifest(entry: _Entry, catalog_path: Path, pin: RuntimePinV1 | None = None
         "backend": entry.backend,
         "cpu_feature_requirement": entry.cpu_feature_requirement,
         # the catalog's intent counts only once every artifact is pinned and the engine's bytes are known: by
-        # its source commit, or (python-env) by the hash of the engine's own wheel in the lock
+        # its source commit, or (python-env) by the hash of the engine's own wheel in the requirements
         "certifiable": entry.certifiable and pinned and engine_known,
         "pinned": pinned,
         "torch_version": entry.torch_version,
@@ -243,7 +246,7 @@ def load_catalog(
     """
     path = catalog_path or default_catalog_path()
     use_pins = operator_pins if operator_pins is not None else catalog_path is None
-    pins = {} if use_pins is False else read_pins(use_pins if isinstance(use_pins, Path) else pins_path())
+    pins = {} if use_pins is False else read_pins(use_pins if isinstance(use_pins, Path) else HitchRoot.at().runtime_pins)
     try:
         raw = tomllib.loads(path.read_text())
     except OSError as exc:
@@ -265,9 +268,15 @@ def load_catalog(
     return [_manifest(entry, path, pins.get(entry.name)) for entry in parsed.runtime]
 
 
-def get_runtime(name_or_runtime_id: str, catalog_path: Path | None = None) -> InferenceRuntimeManifestV1:
-    """A runtime by catalog name or ``runtime_id``; unknown -> ``inference_runtime_not_found``."""
-    runtimes = load_catalog(catalog_path)
+def get_runtime(
+    name_or_runtime_id: str,
+    catalog_path: Path | None = None,
+    *,
+    runtimes: Sequence[InferenceRuntimeManifestV1] | None = None,
+) -> InferenceRuntimeManifestV1:
+    """A runtime by catalog name or ``runtime_id``; unknown -> ``inference_runtime_not_found``. ``runtimes`` (an
+    already loaded catalog) stands for ``load_catalog(catalog_path)``."""
+    runtimes = runtimes if runtimes is not None else load_catalog(catalog_path)
     key = "runtime_id" if is_sha256_id(name_or_runtime_id) else "name"
     for runtime in runtimes:
         if getattr(runtime, key) == name_or_runtime_id:
@@ -304,12 +313,20 @@ def require_certifiable_pin(manifest: InferenceRuntimeManifestV1) -> InferenceRu
     return manifest
 
 
-def default_runtime(device: str, catalog_path: Path | None = None, *, launcher: str | None = None) -> InferenceRuntimeManifestV1:
+def default_runtime(
+    device: str,
+    catalog_path: Path | None = None,
+    *,
+    launcher: str | None = None,
+    runtimes: Sequence[InferenceRuntimeManifestV1] | None = None,
+) -> InferenceRuntimeManifestV1:
     """A pinned, certifiable runtime for the device if the catalog has one, else the best pinned one.
 
-    ``launcher`` narrows the choice to what it can start: ``oci`` an image, ``process`` a python-env."""
+    ``launcher`` narrows the choice to what it can start: ``oci`` an image, ``process`` a python-env. ``runtimes``
+    (an already loaded catalog) stands for ``load_catalog(catalog_path)``."""
     kind = {"oci": "oci", "process": "python-env"}.get(launcher or "")
-    candidates = [r for r in load_catalog(catalog_path) if r.backend == device and kind in (None, r.package.kind)]
+    loaded = runtimes if runtimes is not None else load_catalog(catalog_path)
+    candidates = [r for r in loaded if r.backend == device and kind in (None, r.package.kind)]
     for wanted in ((True, True), (False, True)):
         for runtime in candidates:
             if (runtime.certifiable, runtime.pinned) == wanted:
@@ -317,3 +334,31 @@ def default_runtime(device: str, catalog_path: Path | None = None, *, launcher: 
     if candidates:
         return candidates[0]
     raise HitchError("inference_runtime_not_found", f"the runtime catalog has no {device} runtime", {"device": device})
+
+
+def pin_runtime(
+    root: HitchRoot,
+    name: str,
+    image_ref: str | None = None,
+    *,
+    inspect: Callable[[str], Mapping[str, Any]] | None = None,
+    clock: Callable[[], float] = time.time,
+) -> RuntimePinV1:
+    """Pin catalog runtime ``name`` (OCI, unpinned) to the local image ``image_ref`` (default: image:tag_hint)."""
+    # the repository's catalog alone: an earlier operator pin is replaced, never stacked
+    entry = next((r for r in load_catalog(operator_pins=False) if r.name == name), None)
+    if entry is None:
+        raise HitchError("inference_runtime_not_found", f"no runtime {name!r} in the catalog", {"runtime": name})
+    pkg = entry.package
+    if pkg.kind != "oci":
+        raise HitchError("usage_error", f"runtime {name} is a python-env runtime: its requirements file pins it already", {})
+    if pkg.digest is not None:
+        raise HitchError("usage_error", f"runtime {name} is pinned by the catalog ({pkg.digest})", {})
+    ref = image_ref or (f"{pkg.image}:{pkg.tag_hint}" if pkg.tag_hint else pkg.image)
+    attrs = (inspect or inspect_image)(ref)
+    digest, source = choose_digest(attrs, pkg.image)
+    pin = RuntimePinV1(name=name, image_ref=ref, digest=digest, source=source, pinned_at=clock())
+    pins = read_pins(root.runtime_pins)
+    pins[name] = pin
+    write_pins(root.runtime_pins, pins)
+    return pin

@@ -1,16 +1,16 @@
 """A python-env runtime's install plan, asked of the package index pip would use: no wheel is downloaded.
 
-For every ``name==version --hash=sha256:...`` pin of a runtime's lock file, the index's project page (the
+For every ``name==version --hash=sha256:...`` pin of a runtime's requirements file, the index's project page (the
 simple repository API: PEP 691 JSON, or PEP 503 HTML for an index that serves only that) must list a file
 with exactly the pinned sha256 that is not yanked; that file's record (name, size, ``requires-python``, upload
 time) is the plan. A pin fails as **missing** (the index has no such version), **re-hashed** (the version is
 there but no file has the pinned sha256: re-uploaded or replaced) or **yanked** — each found before a GPU
 machine spends its time downloading 4.4 GB to learn it.
 
-Which index: the one ``pip install`` uses for the lock (``hitch runtime install``): ``PIP_INDEX_URL``, else
+Which index: the one ``pip install`` uses for the requirements (``hitch runtime install``): ``PIP_INDEX_URL``, else
 pip's configuration (``pip config list``: ``install.index-url`` before ``global.index-url``), else PyPI.
-Extra indexes are not asked: a runtime's lock is resolved from the index alone
-(``scripts/resolve_runtime_lock.py``), so it must install from it alone.
+Extra indexes are not asked: a runtime's requirements are resolved from the index alone
+(``scripts/resolve_runtime_requirements.py``), so it must install from it alone.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import httpx
 from harness.contracts.base import Record
 from harness.contracts.runtime import InferenceRuntimeManifestV1, PythonEnvPackage
 from harness.errors import HitchError
-from harness.runtimes.catalog import LockPin, lock_pins, runtime_source_dir
+from harness.runtimes.catalog import RequirementPin, requirement_pins, runtime_source_dir
 
 __all__ = [
     "DEFAULT_INDEX",
@@ -189,7 +189,7 @@ def _project_files(client: httpx.Client, index: str, name: str) -> list[IndexFil
     return _from_html(response.text, str(response.url))
 
 
-def _check(pin: LockPin, files: list[IndexFileV1] | None) -> PinCheckV1:
+def _check(pin: RequirementPin, files: list[IndexFileV1] | None) -> PinCheckV1:
     same_version = [f for f in files or [] if _wheel_version(f.filename) == pin.version or f"-{pin.version}." in f.filename]
     match = next((f for f in files or [] if f.sha256 in pin.sha256s), None)
     if match is None and not same_version:
@@ -212,12 +212,12 @@ def install_plan(
     catalog_path: Path | None = None,
     workers: int = 16,
 ) -> InstallPlanV1:
-    """Every pin of ``manifest``'s lock checked against the index (``index_url``, default: pip's); an index that
+    """Every pin of ``manifest``'s requirements checked against the index (``index_url``, default: pip's); an index that
     does not answer is ``runtime_index_unavailable``."""
     if not isinstance(manifest.package, PythonEnvPackage):
-        raise HitchError("usage_error", f"runtime {manifest.name} is an OCI image: it has no lock to plan", {})
-    lock = runtime_source_dir(manifest.name, catalog_path) / manifest.package.lock_file.path
-    pins: Sequence[LockPin] = lock_pins(lock.read_text())
+        raise HitchError("usage_error", f"runtime {manifest.name} is an OCI image: it has no requirements to plan", {})
+    requirements = runtime_source_dir(manifest.name, catalog_path) / manifest.package.lock_file.path
+    pins: Sequence[RequirementPin] = requirement_pins(requirements.read_text())
     if index_url is None:
         index, source, extras = pip_index_url()
     else:

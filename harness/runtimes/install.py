@@ -2,8 +2,8 @@
 
 A python-env runtime becomes ``HitchRoot.runtime_envs/<runtime hex>/``::
 
-    venv/               python -m venv + pip install --require-hashes --no-deps -r files/<lock>
-    files/<rel path>    copies of the lock and of every shipped file (the sgl_kernel shim)
+    venv/               python -m venv + pip install --require-hashes --no-deps -r files/<requirements>
+    files/<rel path>    copies of the requirements file and of every shipped file (the sgl_kernel shim)
     installed.json      marker: runtime_id, file digests, versions; written last
 
 The shim is *copied* into the runtime folder (not installed into site-packages, not run
@@ -34,12 +34,13 @@ from typing import Any, TextIO
 from filelock import FileLock
 
 from harness.contracts.runtime import InferenceRuntimeManifestV1, PythonEnvPackage
-from harness.devices.docker_probe import probe_docker
+from harness.docker_engine import docker_client
 from harness.errors import HitchError
 from harness.ids import sha256_hex
 from harness.paths import HitchRoot, atomic_write_json
 from harness.runtimes.catalog import require_certifiable_pin, runtime_source_dir
-from harness.runtimes.venv_build import clean_leftovers, dir_bytes, install_lock, publish, retarget_scripts
+from harness.runtimes.pins import inspect_image
+from harness.runtimes.venv_build import clean_leftovers, dir_bytes, install_requirements, publish, retarget_scripts
 
 __all__ = [
     "SERVER_MODULE",
@@ -174,13 +175,13 @@ def record_manifest(root: HitchRoot, manifest: InferenceRuntimeManifestV1) -> Pa
 
 
 def _base_python(manifest: InferenceRuntimeManifestV1, pkg: PythonEnvPackage) -> str:
-    """The interpreter the lock was resolved for: this one if it matches, else ``pythonX.Y`` on PATH."""
+    """The interpreter the requirements were resolved for: this one if it matches, else ``pythonX.Y`` on PATH."""
     if ".".join(str(v) for v in sys.version_info[:2]) == pkg.python:
         return sys.executable
     found = shutil.which(f"python{pkg.python}")
     if found is None:
         raise _unavailable(
-            manifest, f"runtime {manifest.name} is locked for Python {pkg.python}, which is not on PATH", python=pkg.python
+            manifest, f"runtime {manifest.name} is resolved for Python {pkg.python}, which is not on PATH", python=pkg.python
         )
     return found
 
@@ -203,8 +204,8 @@ def _install_python_env(
             shutil.copyfile(source / rel, staging / "files" / rel)
         _check_files(staging / "files", pkg, "inference_runtime_integrity_failed", manifest.name)
         venv = staging / "venv"
-        lock = staging / "files" / pkg.lock_file.path
-        py = str(install_lock(_base_python(manifest, pkg), venv, lock, progress, "inference_runtime_unavailable"))
+        requirements = staging / "files" / pkg.lock_file.path
+        py = str(install_requirements(_base_python(manifest, pkg), venv, requirements, progress, "inference_runtime_unavailable"))
         env = InstalledRuntime(manifest, staging, venv / "bin" / "python", _runtime_env(manifest, staging, pkg))
         verify = subprocess.run(
             [py, "-c", _VERIFY.format(module=SERVER_MODULE)],
@@ -252,25 +253,20 @@ def _install_oci(root: HitchRoot, manifest: InferenceRuntimeManifestV1, progress
     ref = manifest.package.reference()
     started = time.monotonic()
     if manifest.pinned_by == "operator":  # pinned from the local engine: it is there, or the pin is stale
-        from harness.runtimes.pins import inspect_image
-
         inspect_image(ref)
         record_manifest(root, manifest)
         return InstallResult(None, True, round(time.monotonic() - started, 1), None, {})
     progress.write(f"pulling {ref}\n")
-    facts = probe_docker()  # answers an unreachable engine without the SDK (which leaks the socket)
-    if not facts.reachable:
-        raise _unavailable(manifest, f"cannot pull {ref}: Docker is not reachable", image=ref, cause=facts.reason)
     try:
-        import docker
-
-        client = docker.from_env()
-        try:
-            client.images.pull(ref, platform=manifest.package.platform)
-        finally:
-            client.close()
+        client = docker_client()
+    except HitchError as err:
+        raise _unavailable(manifest, f"cannot pull {ref}: Docker is not reachable", image=ref, cause=err.message) from err
+    try:
+        client.images.pull(ref, platform=manifest.package.platform)
     except Exception as exc:  # the SDK raises many types; all mean "not available here"
         raise _unavailable(manifest, f"cannot pull {ref}: {type(exc).__name__}", image=ref, cause=str(exc)[:500]) from exc
+    finally:
+        client.close()
     record_manifest(root, manifest)
     seconds = round(time.monotonic() - started, 1)
     return InstallResult(None, False, seconds, None, {})
@@ -283,15 +279,15 @@ def install_runtime(
     catalog_path: Path | None = None,
     progress: TextIO | None = None,
 ) -> InstallResult:
-    """Install ``manifest`` under ``root`` (idempotent; concurrent installs wait on a file lock)."""
+    """Install ``manifest`` under ``root`` (idempotent; concurrent installs wait on a file mutex)."""
     out = progress or sys.stderr
     if not isinstance(manifest.package, PythonEnvPackage):
         return _install_oci(root, manifest, out)
     pkg = manifest.package
     _base_python(manifest, pkg)
-    lock_path = root.runtime_install_locks / f"{runtime_dir(root, manifest).name}.lock"
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(lock_path)):
+    mutex_path = root.runtime_install_mutexes / f"{runtime_dir(root, manifest).name}.lock"
+    mutex_path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(mutex_path)):
         started = time.monotonic()
         with contextlib.suppress(HitchError):
             found = installed_runtime(root, manifest)

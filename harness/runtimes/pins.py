@@ -3,9 +3,9 @@
 The catalog ships some OCI runtimes without a digest (no registry was reachable where it was written). An
 operator who has the image locally pins it for *their* HITCH_ROOT: the digest goes to an overlay,
 ``$HITCH_ROOT/catalog/runtime-pins.json`` — never into the repository's catalog — and catalog loading applies
-it (:func:`harness.runtimes.catalog.load_catalog`). The runtime then says ``pinned_by: operator`` (its record,
-its ``runtime_id``, every lock and signed entry made with it), so nobody mistakes a local pin for the
-catalog's.
+it (:func:`harness.runtimes.catalog.load_catalog`; :func:`harness.runtimes.catalog.pin_runtime` writes it).
+The runtime then says ``pinned_by: operator`` (its record, its ``runtime_id``, every lock and signed entry made
+with it), so nobody mistakes a local pin for the catalog's.
 
 Which digest: the image's ``RepoDigests`` entry for the catalog's repository (the registry manifest digest,
 ``source: repo_digest``) when the image was pulled; an image only built or loaded locally has none, and then
@@ -15,18 +15,18 @@ its image ID (the config digest, ``source: image_id``) is recorded and the engin
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field
 
 from harness.contracts.base import Record, Sha256, parse_record
+from harness.docker_engine import docker_client
 from harness.errors import HitchError
-from harness.paths import HitchRoot, atomic_write_json, resolve_root
+from harness.paths import atomic_write_json
 
-__all__ = ["RuntimePinV1", "RuntimePinsV1", "choose_digest", "inspect_image", "pin_runtime", "pins_path", "read_pins"]
+__all__ = ["RuntimePinV1", "RuntimePinsV1", "choose_digest", "inspect_image", "read_pins", "write_pins"]
 
 DigestSource = Literal["repo_digest", "image_id"]
 
@@ -44,11 +44,6 @@ class RuntimePinsV1(Record):
     pins: dict[str, RuntimePinV1] = Field(default_factory=dict)
 
 
-def pins_path(root: Path | None = None) -> Path:
-    """The overlay of ``root`` (default: the HITCH_ROOT of this process)."""
-    return (root if root is not None else resolve_root(None)) / "catalog" / "runtime-pins.json"
-
-
 def read_pins(path: Path) -> dict[str, RuntimePinV1]:
     try:
         raw = path.read_text()
@@ -61,6 +56,10 @@ def read_pins(path: Path) -> dict[str, RuntimePinV1]:
     except ValueError as exc:
         raise HitchError("runtime_catalog_invalid", f"the operator pins {path} are not JSON", {"path": str(path)}) from exc
     return parse_record(RuntimePinsV1, data, "runtime_catalog_invalid").pins
+
+
+def write_pins(path: Path, pins: dict[str, RuntimePinV1]) -> None:
+    atomic_write_json(path, RuntimePinsV1(pins=pins).to_json_dict())
 
 
 def _repository(reference: str) -> str:
@@ -83,46 +82,11 @@ def choose_digest(attrs: Mapping[str, Any], repository: str) -> tuple[str, Diges
     return image_id, "image_id"
 
 
-def pin_runtime(
-    root: HitchRoot,
-    name: str,
-    image_ref: str | None = None,
-    *,
-    inspect: Callable[[str], Mapping[str, Any]] | None = None,
-    clock: Callable[[], float] = time.time,
-) -> RuntimePinV1:
-    """Pin catalog runtime ``name`` (OCI, unpinned) to the local image ``image_ref`` (default: image:tag_hint)."""
-    from harness.runtimes.catalog import load_catalog
-
-    # the repository's catalog alone: an earlier operator pin is replaced, never stacked
-    entry = next((r for r in load_catalog(operator_pins=False) if r.name == name), None)
-    if entry is None:
-        raise HitchError("inference_runtime_not_found", f"no runtime {name!r} in the catalog", {"runtime": name})
-    pkg = entry.package
-    if pkg.kind != "oci":
-        raise HitchError("usage_error", f"runtime {name} is a python-env runtime: its lock pins it already", {})
-    if pkg.digest is not None:
-        raise HitchError("usage_error", f"runtime {name} is pinned by the catalog ({pkg.digest})", {})
-    ref = image_ref or (f"{pkg.image}:{pkg.tag_hint}" if pkg.tag_hint else pkg.image)
-    attrs = (inspect or inspect_image)(ref)
-    digest, source = choose_digest(attrs, pkg.image)
-    pin = RuntimePinV1(name=name, image_ref=ref, digest=digest, source=source, pinned_at=clock())
-    path = pins_path(root.path)
-    pins = read_pins(path)
-    pins[name] = pin
-    atomic_write_json(path, RuntimePinsV1(pins=pins).to_json_dict())
-    return pin
-
-
 def inspect_image(ref: str) -> Mapping[str, Any]:
-    """``docker image inspect REF`` attributes (the runtimes layer talks to the SDK itself: launch sits above it)."""
-    import docker
+    """``docker image inspect REF`` attributes; ``docker_unavailable`` when the engine does not answer."""
     import docker.errors
 
-    try:
-        client = docker.from_env()
-    except docker.errors.DockerException as exc:
-        raise HitchError("docker_unavailable", f"the Docker engine is not reachable: {type(exc).__name__}", {}) from exc
+    client = docker_client()
     try:
         attrs: Mapping[str, Any] = client.images.get(ref).attrs
         return attrs

@@ -1,9 +1,9 @@
-"""Building a private venv from a hash-pinned lock, for the runtimes and for the tools (Harbor) alike.
+"""Building a private venv from a hash-pinned requirements file, for the runtimes and for the tools (Harbor) alike.
 
 Owns the steps every private install shares: run a step with its output streamed (a failure raises the
 caller's error code with the output's tail), measure a folder, point a venv built in a staging folder at
 its published path, drop the staging folders a crash left, and the ``pip install --require-hashes
---no-deps --only-binary :all:`` of a lock into a new venv.
+--no-deps --only-binary :all:`` of a requirements file into a new venv.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import TextIO
 
 from harness.errors import HitchError
 
-__all__ = ["clean_leftovers", "dir_bytes", "install_lock", "publish", "retarget_scripts", "stream_command"]
+__all__ = ["clean_leftovers", "dir_bytes", "install_requirements", "publish", "retarget_scripts", "stream_command"]
 
 
 def stream_command(cmd: list[str], progress: TextIO, code: str, env: dict[str, str] | None = None) -> None:
@@ -40,12 +40,14 @@ def stream_command(cmd: list[str], progress: TextIO, code: str, env: dict[str, s
         )
 
 
-def install_lock(base_python: str, venv: Path, lock: Path, progress: TextIO, code: str) -> Path:
-    """``base_python -m venv venv`` then the lock, hash-checked, wheels only; returns the venv's python."""
+def install_requirements(base_python: str, venv: Path, requirements: Path, progress: TextIO, code: str) -> Path:
+    """``base_python -m venv venv`` then the requirements, hash-checked, wheels only; returns the venv's python."""
     stream_command([base_python, "-m", "venv", str(venv)], progress, code)
     py = venv / "bin" / "python"
     pip = [str(py), "-m", "pip", "--disable-pip-version-check", "--no-input"]
-    stream_command([*pip, "install", "--require-hashes", "--no-deps", "--only-binary", ":all:", "-r", str(lock)], progress, code)
+    stream_command(
+        [*pip, "install", "--require-hashes", "--no-deps", "--only-binary", ":all:", "-r", str(requirements)], progress, code
+    )
     return py
 
 

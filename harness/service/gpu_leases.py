@@ -4,7 +4,7 @@ A CUDA service holds its GPU exclusively. The lease is one JSON file per GPU UUI
 directory that every root on the machine sees (``$XDG_RUNTIME_DIR/hitch/gpu-leases``, else
 ``/tmp/hitch-gpu-leases-<uid>``, or an explicit path), so two roots can never lease the same device.
 Each file is a :class:`GpuLeaseRecordV1` ``{root, service_id, pid, pid_start_time, acquired_at}``,
-written atomically while holding the directory's file lock.
+written atomically while holding the directory's file mutex.
 
 A lease is never freed because its holder PID died: a dead holder (or a PID now reused by another
 process) means nobody can say whether the engine on that GPU is gone, so the lease is *stale*, the
@@ -16,7 +16,7 @@ The GPU inventory comes from a :class:`GpuDeviceProvider` (NVML in production,
 runs and is tested on machines without a GPU. A provider that can also list the processes on a GPU
 (:class:`GpuUsageProvider`, as NVML does) lets leasing see load Hitch did not start: a GPU without a lease
 but with a foreign process (or whose processes cannot be listed) is reported ``foreign`` and never leased —
-P0 leases whole GPUs exclusively and the lock has no shared mode (spec §8.2); the process is never touched.
+Hitch leases whole GPUs exclusively and the lock has no shared mode (spec §8.2); the process is never touched.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from harness.contracts.base import Record, parse_record
 from harness.devices.gpu_inventory import GpuUsage
 from harness.errors import HitchError
 from harness.paths import atomic_write_json, ensure_private_dir
+from harness.settings import settings
 
 __all__ = [
     "GpuDeviceProvider",
@@ -53,7 +54,7 @@ __all__ = [
 
 _UUID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _START_TIME_TOLERANCE_S = 0.05
-_LOCK_TIMEOUT_S = 30.0
+_MUTEX_TIMEOUT_S = 30.0
 
 
 class GpuDeviceProvider(Protocol):
@@ -90,9 +91,9 @@ class GpuLeaseStatus:
 
 
 def default_lease_dir() -> Path:
-    runtime_dir = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime_dir:
-        return Path(runtime_dir) / "hitch" / "gpu-leases"
+    runtime_dir = settings().xdg_runtime_dir
+    if runtime_dir is not None:
+        return runtime_dir / "hitch" / "gpu-leases"
     return Path("/tmp") / f"hitch-gpu-leases-{os.getuid()}"
 
 
@@ -135,7 +136,7 @@ def _holder_alive(record: GpuLeaseRecordV1) -> bool:
 
 
 class GpuLeases:
-    """Leases GPUs for one root; every method takes the shared directory's file lock."""
+    """Leases GPUs for one root; every method takes the shared directory's file mutex."""
 
     def __init__(
         self,
@@ -174,7 +175,7 @@ class GpuLeases:
     def _locked(self) -> Iterator[Path]:
         path = self._checked_dir()
         try:
-            with filelock.FileLock(str(path / ".lock"), timeout=_LOCK_TIMEOUT_S):
+            with filelock.FileLock(str(path / ".lock"), timeout=_MUTEX_TIMEOUT_S):
                 yield path
         except filelock.Timeout as exc:
             raise HitchError(

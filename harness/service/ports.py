@@ -1,4 +1,4 @@
-"""Engine ports on the host: choosing one, and telling who listens on it (spec §9.1, issue item 5).
+"""Engine ports on the host: choosing one, and telling who listens on it (spec §9.1).
 
 The process launcher cannot hand the engine an already-bound socket, so a port the OS reported free
 may be taken by someone else before the engine binds it. Who answers on the port is therefore proven

@@ -1,4 +1,4 @@
-"""Conservative recovery at daemon start (spec §9.3, DESIGN §4 "Recovery", issue item 6).
+"""Conservative recovery at daemon start (spec §9.3, DESIGN §4 "Recovery").
 
 A daemon that died (SIGKILL, crash) leaves its engines running and their records saying ``starting``,
 ``ready`` or ``draining``. :func:`recover` runs before the new daemon accepts any acquire:
@@ -37,6 +37,7 @@ from harness.contracts.events import LifecycleEventName, LifecycleEventV1
 from harness.contracts.service import InferenceServiceRecordV1, ProcessIdentityV1
 from harness.engine.keys import ADMIN_KEY_FILE, API_KEY_FILE, CONFIG_FILE
 from harness.errors import HitchError
+from harness.launch.oci import list_owned_containers, remove_owned
 from harness.launch.process import is_our_process, live_group_members
 from harness.paths import HitchRoot, atomic_write_json
 from harness.service.gpu_leases import GpuLeases
@@ -205,16 +206,12 @@ class _Recovery:
         """This root's labelled containers by id, or None when Docker cannot be asked."""
         if self.containers is None and self.docker_error is None:
             try:
-                from harness.launch.oci import list_owned_containers
-
                 self.containers = {c.container_id: c for c in list_owned_containers(self.root.path, client=self.docker)}
             except (HitchError, ImportError) as exc:
                 self.docker_error = str(exc)[:300]
         return self.containers
 
     def remove_containers(self, ids: list[str]) -> None:
-        from harness.launch.oci import remove_owned
-
         remove_owned(self.root.path, container_ids=ids, timeout_s=self.stop_timeout_s, client=self.docker)
 
     async def one(self, service_id: str) -> RecoveryOutcome:

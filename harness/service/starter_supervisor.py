@@ -5,7 +5,7 @@
 - the engine program comes from an :class:`EngineChoice`: ``sglang`` (the lock's installed python-env
   runtime) or ``fake`` (``python -m fixtures.fake_sglang``: launched, never imported); the launcher is
   ``process`` or ``oci`` (an ``oci`` engine runs the pinned image the choice names);
-- ports (issue item 5): for the process launcher each attempt gets a port a bind test just accepted;
+- ports: for the process launcher each attempt gets a port a bind test just accepted;
   when another server turns out to hold it (readiness saw a foreign listener and sent it nothing, or
   our engine died and the port is still taken) the attempt is a failed epoch and a new port is tried,
   as long as the lock's startup deadline allows;
@@ -24,11 +24,11 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import urlsplit
 
 from harness.contracts.lock import InferenceLockV1
-from harness.contracts.service import ProcessIdentityV1
+from harness.contracts.service import EngineName, LauncherName, ProcessIdentityV1
 from harness.engine import EngineProgram, ReadinessReport
 from harness.engine.launch_spec import Launcher
 from harness.errors import HitchError
@@ -43,9 +43,7 @@ from harness.store import model_files_dir
 
 __all__ = ["FAKE_IMAGE_PYTHON", "EngineChoice", "SupervisedService", "SupervisorStarter", "engine_program", "stop_all"]
 
-EngineName = Literal["sglang", "fake"]
-LauncherName = Literal["process", "oci"]
-FAKE_IMAGE_PYTHON = "python3"  # the fake engine image's interpreter (scripts/ci/build_fake_image.py)
+FAKE_IMAGE_PYTHON = "python3"  # the fake engine image's interpreter (fixtures.images.fake_engine)
 _PORT_RETRY_CODES = ("inference_port_conflict", "inference_process_exited", "inference_lock_mismatch")
 
 

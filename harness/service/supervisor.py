@@ -18,6 +18,8 @@ API for the manager/daemon (keep it small):
   ``inference_process_exited``, ``inference_oom``, ``inference_engine_unhealthy``); the engine is gone and
   the state is ``failed`` by then;
 - ``await drain()`` (ready → draining: route nothing new), ``await stop()`` (→ stopped, engine confirmed gone);
+- ``await fault(err, epoch)``: a failure found outside (the gateway's abort check) fails the epoch like the
+  monitor would;
 - ``on_failure(cb)``: ``cb(error)`` runs at once when the service fails (the gateway revokes its bindings
   there); ``on_released(cb)``: ``cb()`` runs after every confirmed stop, normal or not (the manager frees
   resources there). Callbacks may be sync or async; they must not await ``start``/``stop`` of this supervisor.
@@ -124,7 +126,7 @@ class ServiceSupervisor:
         self.health_timeout_s = health_timeout_s
         self.health_failures = health_failures
         self.store = ServiceStateStore(root, service_id)
-        self._lock = asyncio.Lock()
+        self._mutex = asyncio.Lock()
         self._failure_cbs: list[FailureCallback] = []
         self._release_cbs: list[ReleaseCallback] = []
         self._state: ServiceState = "absent"
@@ -220,7 +222,7 @@ class ServiceSupervisor:
 
     async def start(self) -> ServiceEndpoint:
         """Start a new epoch and return once it is ready; on failure the engine is gone and this raises."""
-        async with self._lock:
+        async with self._mutex:
             if self._state in _LIVE:
                 raise HitchError("inference_in_use", f"service {self.service_id} is already {self._state}", {})
             stored = self.store.read()
@@ -341,7 +343,7 @@ class ServiceSupervisor:
 
     async def drain(self) -> None:
         """ready → draining: the service takes no new routes; in-flight requests finish."""
-        async with self._lock:
+        async with self._mutex:
             if self._state == "ready":
                 self._write("draining")
                 self._stop_event("inference.draining")
@@ -351,7 +353,7 @@ class ServiceSupervisor:
         if self._state in _TERMINAL:
             return self.last_exit
         released = False
-        async with self._lock:
+        async with self._mutex:
             if self._state in _TERMINAL:
                 return self.last_exit
             if self._state == "ready":
@@ -376,10 +378,21 @@ class ServiceSupervisor:
             await self._run_callbacks(self._release_cbs)
         return self.last_exit
 
+    async def fault(self, err: HitchError, epoch: int) -> bool:
+        """Fault handling reported from outside (the gateway saw the engine keep a slot it was told to free):
+        ``epoch`` fails as a monitor failure would (``on_failure`` at once, the engine stopped, then
+        ``on_released``). False when that epoch is not the live one any more."""
+        async with self._mutex:
+            if self._epoch != epoch or self._state not in ("ready", "draining"):
+                return False
+            await self._cancel_monitor()
+            await self._fail_locked(err)
+            return True
+
     # -- failure ------------------------------------------------------------------------------------
 
     async def _fail_locked(self, err: HitchError, exit_info: ExitInfo | None = None, stop_engine: bool = True) -> None:
-        """Caller holds ``self._lock``. Mark failed, tell on_failure at once, stop, then tell on_released."""
+        """Caller holds ``self._mutex``. Mark failed, tell on_failure at once, stop, then tell on_released."""
         self.failure = err
         self._endpoint = None
         exit_code = exit_info.exit_code if exit_info is not None else err.details.get("exit_code")
@@ -436,7 +449,7 @@ class ServiceSupervisor:
                     return
 
     async def _monitor_failed(self, epoch: int, err: HitchError, exit_info: ExitInfo | None) -> None:
-        async with self._lock:
+        async with self._mutex:
             if self._epoch != epoch or self._state not in ("ready", "draining"):
                 return  # a stop or a new epoch got here first
             self._monitor = None

@@ -1,7 +1,7 @@
 """Model aliases (``indexes/models/aliases.json``) and ``local/...`` reference resolution.
 
 Aliases are pointers for people, never identity: re-pointing one is allowed and
-reported (old -> new). The index is rewritten atomically under a file lock, so two
+reported (old -> new). The index is rewritten atomically under a file mutex, so two
 concurrent ``models add`` never lose each other's alias.
 """
 
@@ -25,7 +25,7 @@ from harness.store.manifest import read_manifest
 __all__ = [
     "ALIAS_RE",
     "ModelAliasIndexV1",
-    "alias_lock",
+    "alias_mutex",
     "read_aliases",
     "resolve_model",
     "resolve_model_id",
@@ -48,9 +48,9 @@ def validate_alias(alias: str) -> str:
     return alias
 
 
-def alias_lock(root: HitchRoot) -> FileLock:
-    root.file_locks.mkdir(parents=True, exist_ok=True)
-    return FileLock(str(root.file_locks / "model-aliases.lock"))
+def alias_mutex(root: HitchRoot) -> FileLock:
+    root.mutexes.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(root.mutexes / "model-aliases.lock"))
 
 
 def _load(path: Path) -> ModelAliasIndexV1:
@@ -75,7 +75,7 @@ def read_aliases(root: HitchRoot) -> dict[str, str]:
 def set_alias(root: HitchRoot, alias: str, model_id: str) -> str | None:
     """Point ``alias`` at ``model_id``; returns the model it pointed to before (or None)."""
     validate_alias(alias)
-    with alias_lock(root):
+    with alias_mutex(root):
         index = _load(root.aliases_file)
         previous = index.aliases.get(alias)
         if previous != model_id:

@@ -20,7 +20,7 @@ from harness.ids import is_sha256_id
 from harness.paths import HitchRoot
 from harness.store.aliases import read_aliases
 from harness.store.manifest import list_model_ids, manifest_path, model_files_dir
-from harness.store.staging import model_lock, remove_tree, staging_leftovers
+from harness.store.staging import model_mutex, remove_tree, staging_leftovers
 
 __all__ = ["GcPlan", "ModelReferences", "collect_references", "plan_gc", "run_gc"]
 
@@ -96,7 +96,7 @@ def plan_gc(root: HitchRoot) -> GcPlan:
 
 
 def _delete_model(root: HitchRoot, model_id: str, only_if_unpublished: bool) -> bool:
-    with model_lock(root, model_id):
+    with model_mutex(root, model_id):
         mpath = manifest_path(root, model_id)
         if only_if_unpublished:
             if mpath.exists():

@@ -25,7 +25,7 @@ from harness.store.aliases import set_alias, validate_alias
 from harness.store.checkpoint_check import ScannedFile, check_checkpoint, scan_checkpoint
 from harness.store.manifest import build_manifest, manifest_path, model_files_dir, read_manifest
 from harness.store.progress import ImportProgress
-from harness.store.staging import StagingDir, model_lock, remove_tree
+from harness.store.staging import StagingDir, model_mutex, remove_tree
 from harness.store.tool_call_format import resolve_tool_call_parser
 
 __all__ = ["ImportResult", "import_model"]
@@ -118,7 +118,7 @@ def _verify_copy(files_dir: Path, digests: dict[str, hashing.FileDigest], progre
 def _publish(root: HitchRoot, stage: StagingDir, manifest: LocalModelManifestV1, alias: str) -> tuple[bool, str | None]:
     model_id = manifest.model_id
     files_dir, mpath = model_files_dir(root, model_id), manifest_path(root, model_id)
-    with model_lock(root, model_id):
+    with model_mutex(root, model_id):
         already = mpath.is_file()
         if already:
             stored = read_manifest(root, model_id)  # an unreadable or forged manifest is not "the same object"

@@ -1,8 +1,8 @@
-"""Staging directories and the locks that keep publish, import and GC from racing.
+"""Staging directories and the file mutexes that keep publish, import and GC from racing.
 
 Every import works in its own ``store/.staging/import-*`` directory (same filesystem as
 the store, so publishing is a rename) while holding ``locks/inference/staging/<name>.lock``;
-GC treats a staging directory whose lock it can take as a leftover of a dead import.
+GC treats a staging directory whose mutex it can take as a leftover of a dead import.
 Publishing or deleting one model happens under ``locks/inference/models/<hex>.lock``.
 """
 
@@ -20,18 +20,18 @@ from filelock import FileLock, Timeout
 
 from harness.paths import HitchRoot
 
-__all__ = ["StagingDir", "model_lock", "remove_tree", "staging_leftovers"]
+__all__ = ["StagingDir", "model_mutex", "remove_tree", "staging_leftovers"]
 
 
-def model_lock(root: HitchRoot, model_id: str) -> FileLock:
-    """The lock held while a model object is published or deleted."""
-    path = root.file_locks / "models" / f"{model_id.split(':', 1)[1]}.lock"
+def model_mutex(root: HitchRoot, model_id: str) -> FileLock:
+    """The mutex held while a model object is published or deleted."""
+    path = root.mutexes / "models" / f"{model_id.split(':', 1)[1]}.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
     return FileLock(str(path))
 
 
-def _staging_lock(root: HitchRoot, name: str) -> FileLock:
-    path = root.file_locks / "staging" / f"{name}.lock"
+def _staging_mutex(root: HitchRoot, name: str) -> FileLock:
+    path = root.mutexes / "staging" / f"{name}.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
     return FileLock(str(path))
 
@@ -62,17 +62,17 @@ class StagingDir:
     def __init__(self, root: HitchRoot) -> None:
         self.root = root
         self.path: Path = Path()
-        self._lock: FileLock | None = None
+        self._mutex: FileLock | None = None
 
     @property
     def files(self) -> Path:
         return self.path / "files"
 
     def __enter__(self) -> StagingDir:
-        # Lock first, then create: GC must never see an unlocked, live staging directory.
+        # The mutex first, then the folder: GC must never see an unlocked, live staging directory.
         name = f"import-{uuid.uuid4().hex}"
-        self._lock = _staging_lock(self.root, name)
-        self._lock.acquire()
+        self._mutex = _staging_mutex(self.root, name)
+        self._mutex.acquire()
         self.path = self.root.staging / name
         try:
             self.root.staging.mkdir(parents=True, exist_ok=True)
@@ -87,10 +87,10 @@ class StagingDir:
         try:
             remove_tree(self.path)
         finally:
-            if self._lock is not None:
-                self._lock.release()
+            if self._mutex is not None:
+                self._mutex.release()
                 with contextlib.suppress(OSError):
-                    os.unlink(self._lock.lock_file)
+                    os.unlink(self._mutex.lock_file)
 
 
 def staging_leftovers(root: HitchRoot) -> list[Path]:
@@ -99,11 +99,11 @@ def staging_leftovers(root: HitchRoot) -> list[Path]:
         return []
     leftovers = []
     for entry in sorted(root.staging.iterdir()):
-        lock = _staging_lock(root, entry.name)
+        mutex = _staging_mutex(root, entry.name)
         try:
-            lock.acquire(timeout=0)
+            mutex.acquire(timeout=0)
         except Timeout:
             continue
-        lock.release()
+        mutex.release()
         leftovers.append(entry)
     return leftovers

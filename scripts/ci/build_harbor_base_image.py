@@ -13,7 +13,7 @@ The task Dockerfiles start ``FROM`` this tag, so compose builds them without pul
 
 Idempotent: the image carries ``dev.hitch.fixture-image.recipe`` = a hash of the recipe (its version, the
 suite, the mirror, the packages); an image with that label is only re-tagged. The tar/import/superseded-image steps are
-``build_fake_image``'s.
+the fake engine image's (:mod:`fixtures.images.fake_engine`).
 """
 
 from __future__ import annotations
@@ -30,9 +30,8 @@ from pathlib import Path
 
 import docker
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from build_fake_image import KIND_LABEL, RECIPE_LABEL, _remove_superseded
-from rootfs_image import root_tar, run, tag_existing
+from fixtures.images.fake_engine import KIND_LABEL, RECIPE_LABEL, remove_superseded
+from fixtures.images.rootfs import root_tar, run, tag_existing
 
 DEFAULT_TAG = "hitch/harbor-base:dev"
 KIND = "harbor-base"
@@ -90,7 +89,7 @@ def build(tag: str, force: bool) -> str:
     image = client.images.get(tag)
     if image.labels.get(RECIPE_LABEL) != recipe:
         raise SystemExit("build_harbor_base_image: the import did not produce the expected image")
-    _remove_superseded(client, keep=str(image.id), kind=KIND)
+    remove_superseded(client, keep=str(image.id), kind=KIND)
     return str(image.id)
 
 

@@ -11,7 +11,7 @@ cannot be committed) is pinned in this HITCH_ROOT's operator overlay (``pinned_b
 What goes in:
 
 1. Debian bookworm's python3.11 and the libraries it links (``apt-get download`` + ``dpkg-deb -x``, shared
-   with the fake-engine image: ``rootfs_image.py``), plus ``python3-distutils``/``python3-lib2to3``.
+   with the fake-engine image: :mod:`fixtures.images.rootfs`), plus ``python3-distutils``/``python3-lib2to3``.
 2. The *installed* ``sglang-0.5.23-cpu-generic`` runtime of this HITCH_ROOT (``hitch runtime install``: a
    venv made from the hash-pinned lock). It is not re-resolved: its ``site-packages`` go to Debian's
    site directory ``/usr/local/lib/python3.11/dist-packages`` as they are, and every file is checked on the
@@ -25,7 +25,7 @@ What goes in:
 Reproducible by construction, not by the registry: the image is written as a ``docker save`` archive and
 ``docker load``-ed, so its ID is the sha256 of a config this script writes (fixed ``created`` time, no
 host-specific field) over one layer whose tar has sorted entries, root ownership and clamped build mtimes
-(``rootfs_image.py``); the venv's own mtimes are kept so its ``.pyc`` files stay valid on the read-only
+(:mod:`fixtures.images.rootfs`); the venv's own mtimes are kept so its ``.pyc`` files stay valid on the read-only
 rootfs. Two builds from the same .debs and the same installed runtime give the same ID.
 
 Idempotent: the image carries ``dev.hitch.runtime-image.recipe`` (this script, the shared module, the
@@ -52,10 +52,21 @@ from pathlib import Path
 from typing import IO, Any
 
 import docker
-from rootfs_image import PYTHON_PACKAGES, SOURCE_DATE_EPOCH, download_debs, normalize, populate_base, root_tar, tag_existing
 
+from fixtures.images import rootfs
+from fixtures.images.rootfs import (
+    PYTHON_PACKAGES,
+    SOURCE_DATE_EPOCH,
+    download_debs,
+    normalize,
+    populate_base,
+    root_tar,
+    tag_existing,
+)
 from harness.paths import HitchRoot
 from harness.runtimes import get_runtime, require_installed
+from harness.runtimes.catalog import requirement_pins
+from harness.settings import settings
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCE_RUNTIME = "sglang-0.5.23-cpu-generic"
@@ -84,16 +95,6 @@ def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def lock_pins(lock_text: str) -> dict[str, str]:
-    """``{normalized name: version}`` of a hash-pinned lock."""
-    pins = {}
-    for line in re.sub(r"\\\n", " ", lock_text).splitlines():
-        m = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", line.strip())
-        if m:
-            pins[_norm(m.group(1))] = m.group(2)
-    return pins
-
-
 def installed_dists(site: Path) -> dict[str, str]:
     """``{normalized name: version}`` from the ``*.dist-info/METADATA`` files of ``site``."""
     found = {}
@@ -104,13 +105,14 @@ def installed_dists(site: Path) -> dict[str, str]:
     return found
 
 
-def check_dists_match_lock(site: Path, lock_text: str) -> int:
-    want, have = lock_pins(lock_text), installed_dists(site)
+def check_dists_match_requirements(site: Path, requirements_text: str) -> int:
+    want = {_norm(pin.name): pin.version for pin in requirement_pins(requirements_text)}
+    have = installed_dists(site)
     extra = {n: v for n, v in have.items() if n not in want and n not in UNLOCKED_DISTS}
     missing = {n: v for n, v in want.items() if n not in have}
     differ = {n: (want[n], have[n]) for n in want.keys() & have.keys() if want[n] != have[n]}
     if extra or missing or differ:
-        raise BuildRefused(f"the venv is not the lock's: extra={extra} missing={missing} differ={differ}")
+        raise BuildRefused(f"the venv is not what its requirements pin: extra={extra} missing={missing} differ={differ}")
     return len(want)
 
 
@@ -249,7 +251,7 @@ def docker_load(layer: Path, config: bytes, tag: str) -> str:
 
 def recipe_hash(runtime_id: str, marker: bytes) -> str:
     h = hashlib.sha256()
-    for part in (Path(__file__).read_bytes(), Path(__file__).with_name("rootfs_image.py").read_bytes()):
+    for part in (Path(__file__).read_bytes(), Path(rootfs.__file__).read_bytes()):
         h.update(part)
     h.update("\n".join(DEBIAN_PACKAGES).encode())
     h.update(runtime_id.encode() + b"\0" + marker)
@@ -265,14 +267,14 @@ def build(root: HitchRoot, tag: str, force: bool, keep_layer: Path | None = None
     found = None if force else tag_existing(client, RECIPE_LABEL, recipe, tag, _log)
     if found is not None:
         return found
-    locked = check_dists_match_lock(site, (runtime.path / "files" / "requirements.lock").read_text())
-    _log(f"venv distributions = the lock's {locked} pins")
+    pinned = check_dists_match_requirements(site, (runtime.path / "files" / "requirements.lock").read_text())
+    _log(f"venv distributions = the requirements' {pinned} pins")
     labels = {
         KIND_LABEL: OCI_RUNTIME,
         RECIPE_LABEL: recipe,
         "dev.hitch.runtime-image.source_runtime_id": runtime.manifest.runtime_id,
     }
-    with tempfile.TemporaryDirectory(prefix="hitch-sglang-image-", dir=os.environ.get("HITCH_IMAGE_TMP")) as tmp:
+    with tempfile.TemporaryDirectory(prefix="hitch-sglang-image-", dir=settings().image_tmp) as tmp:
         work = Path(tmp)
         started = time.time() - 1
         debdir, base = work / "debs", work / "root"
@@ -341,7 +343,7 @@ def main() -> int:
     args = parser.parse_args()
     if sys.version_info[:2] != (3, 11):
         raise BuildRefused("run with Python 3.11 (the image's python3 is Debian bookworm's 3.11)")
-    root = HitchRoot.at(os.environ.get("HITCH_ROOT"))
+    root = HitchRoot.at()
     t0 = time.monotonic()
     image_id = build(root, args.tag, args.force, args.keep_layer)
     size = docker.from_env().images.get(image_id).attrs.get("Size", 0)

@@ -7,7 +7,7 @@
 #
 # Steps (each timed): the project's venv (.venv, `pip install -e .`) → `hitch local doctor --device cuda`
 # (NVML facts; stops here when the doctor refuses the GPU) → `hitch runtime install sglang-0.5.23-cuda`
-# (private venv under HITCH_ROOT from the committed hash-pinned lock; install time and size printed) →
+# (private venv under HITCH_ROOT from the committed hash-pinned requirements; install time and size printed) →
 # `pytest certify --device cuda --model $MODEL` (the session builds the model fixture, drafts and seals the
 # lock) → the level, the failing checks and the paths of the entry and the pages.
 #

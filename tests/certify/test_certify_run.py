@@ -21,7 +21,7 @@ from catalog.evidence import blob_path, read_index, verify_evidence
 from catalog.signing import load_entry, verify_envelope
 from certify.components import missing
 from certify.options import REPORT_ENV, SESSION_ENV
-from harness.daemon.client import daemon_running
+from harness.app.daemon_client import daemon_running
 from harness.errors import HitchError
 from harness.evals.harbor_install import harbor_install
 from harness.paths import HitchRoot

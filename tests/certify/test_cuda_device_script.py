@@ -16,7 +16,7 @@ from harness.devices import probe_cuda
 from harness.devices.nvml_sim import SIMULATED_NVML_ENV
 from harness.paths import HitchRoot
 from harness.runtimes import runtime_source_dir
-from harness.runtimes.catalog import lock_pins
+from harness.runtimes.catalog import requirement_pins
 from tests.components import installed_sglang
 
 REPO = Path(__file__).resolve().parents[2]
@@ -77,7 +77,7 @@ def test_the_dry_run_goes_through_every_step_and_stops_before_the_engine(tmp_pat
     # the install plan: every pin of the lock, with its size, from the index
     plan = re.search(r"^sglang-0\.5\.23-cuda: (\d+) pinned wheels, ([\d.]+) GB to download \(asked (\S+),", proc.stdout, re.M)
     assert plan is not None, proc.stdout
-    pins = lock_pins((runtime_source_dir("sglang-0.5.23-cuda") / "requirements.lock").read_text())
+    pins = requirement_pins((runtime_source_dir("sglang-0.5.23-cuda") / "requirements.lock").read_text())
     assert int(plan.group(1)) == len(pins) and float(plan.group(2)) > 1.0
     assert "every pin resolves" in proc.stdout
     # the lock and the command line of its first start, read by SGLang's own parser

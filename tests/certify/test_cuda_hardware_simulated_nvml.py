@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from certify.options import REPORT_ENV, SESSION_ENV
-from harness.daemon import start_daemon, stop_daemon
+from harness.app.daemon_client import start_daemon, stop_daemon
 from harness.devices.nvml_sim import SIMULATED_NVML_ENV
 from harness.paths import HitchRoot
 

@@ -16,7 +16,7 @@ import pytest
 
 from catalog.signing import dev_keys_dir, load_entry, verify_envelope
 from certify.options import REPORT_ENV, SESSION_ENV
-from harness.daemon.client import daemon_running
+from harness.app.daemon_client import daemon_running
 from harness.devices import probe_cuda
 from harness.paths import HitchRoot
 

@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
-from certify.load.schedule import LoadSchedule, parse_run_time, targets_for
+from certify.load.schedule import schedule_facts
 from certify.load.sse import StreamProbe, check_unary
 from certify.load.summary import build_summary, render_table, target_figures
+from harness.app.load_schedule import LoadSchedule, parse_run_time, targets_for
 from harness.errors import HitchError
 
 HITCH = [sys.executable, "-c", "from harness.cli.app import main; main()"]
@@ -113,7 +114,7 @@ def test_summary_ratios_and_table() -> None:
             requests=rps_requests, failures=0, exceptions=0, duration_s=10.0, latency_ms=[lat, lat], ttft_ms=[lat / 2], itl_ms=[]
         )
 
-    schedule = LoadSchedule(users=2, spawn_rate=1.0, run_time_s=10.0).to_dict()
+    schedule = schedule_facts(LoadSchedule(users=2, spawn_rate=1.0, run_time_s=10.0))
     summary = build_summary(
         engine="fake",
         schedule=schedule,

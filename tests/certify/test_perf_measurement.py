@@ -300,7 +300,7 @@ def test_sigterm_inside_a_transport_callback_still_ends_the_benchmark_with_143()
     import asyncio
     import signal
 
-    from certify.perf.bench import _Termination
+    from certify.perf.bench import Termination
 
     async def read_until_terminated() -> None:
         async def serve(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -331,7 +331,7 @@ def test_sigterm_inside_a_transport_callback_still_ends_the_benchmark_with_143()
             finally:
                 transport.close()
 
-    termination = _Termination()
+    termination = Termination()
     previous = signal.signal(signal.SIGTERM, termination.handle)
     try:
         with pytest.raises(SystemExit) as raised:  # before the fix: ConnectionError

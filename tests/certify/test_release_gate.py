@@ -1,5 +1,5 @@
 """The release gate end to end: a real-engine session whose Codex loop did not run is refused ``certified``, and the
-run page says why in its summary (issue 33, item 4)."""
+run page says why in its summary."""
 
 from __future__ import annotations
 

@@ -25,6 +25,8 @@ def make_lock(
     top_k: int = 0,
     max_queued: int | None = None,
     benchmark: bool = False,
+    stream_idle_ms: int | None = None,
+    abort_confirm_ms: int | None = None,
 ) -> InferenceLockV1:
     lock = build_lock(
         model_manifest(),
@@ -35,8 +37,12 @@ def make_lock(
         context_tokens=context,
         benchmark=benchmark,
     )
-    queued = {"max_queued_requests": max_queued} if max_queued is not None else {}
-    ex = lock.execution.model_copy(update={"max_running_requests": max_running, "queue_timeout_ms": 30_000, **queued})
+    extra: dict[str, int] = {"max_queued_requests": max_queued} if max_queued is not None else {}
+    if stream_idle_ms is not None:
+        extra["stream_idle_timeout_ms"] = stream_idle_ms
+    if abort_confirm_ms is not None:
+        extra["abort_confirm_timeout_ms"] = abort_confirm_ms
+    ex = lock.execution.model_copy(update={"max_running_requests": max_running, "queue_timeout_ms": 30_000, **extra})
     gen = lock.generation.model_copy(update={"top_k": top_k, **({"max_output_tokens": max_output} if max_output else {})})
     return lock.model_copy(update={"execution": ex, "generation": gen})
 

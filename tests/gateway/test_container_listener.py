@@ -1,4 +1,4 @@
-"""The gateway's container-facing listener (issue 15 item 4), hermetic: a second loopback address stands in
+"""The gateway's container-facing listener, hermetic: a second loopback address stands in
 for the Docker bridge address. A binding registered for that listener answers only there, and the listener
 serves no other binding; an address this host cannot bind is ``local_inference_topology_unsupported``."""
 

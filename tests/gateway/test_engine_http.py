@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 import uvloop
 
-from gateway.engine_http import EngineBodyEnded, EnginePool, EngineResponse
+from gateway.engine_http import EngineBodyEnded, EnginePool, EngineResponse, EngineStreamIdle
 
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -208,6 +208,63 @@ def test_pushed_payloads_pause_the_engine_socket_until_resumed() -> None:
             assert len(got) == before  # paused: nothing was pushed while the relay "drained"
             response.resume()
         assert b"".join(got) == b"".join(_EVENTS) and len(got) > 1 and wakes >= len(got) - 1
+        response.release()
+
+    _run(script, client)
+
+
+def test_a_stream_quiet_past_its_idle_timeout_raises_idle_and_closes() -> None:
+    first = b"%x\r\n%b\r\n" % (len(_EVENTS[0]), _EVENTS[0])
+    closed: list[bool] = []
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(_HEAD + first)
+        await writer.drain()
+        closed.append(await reader.read(1) == b"")  # then silence, until the client closes the connection
+
+    async def client(pool: EnginePool, origin: str) -> None:
+        response = await pool.post(origin, "/v1/x", b"{}", {}, 30, idle_s=0.3)
+        assert await response.read() == _EVENTS[0]
+        with pytest.raises(EngineStreamIdle):
+            await response.read()
+        response.close()
+        for _ in range(500):
+            if closed:
+                break
+            await asyncio.sleep(0.01)
+
+    _run(script, client)
+    assert closed == [True]  # the engine saw its connection closed: it aborts the request
+
+
+def test_time_the_gateway_paused_reading_is_not_the_engines_silence() -> None:
+    """While the client is slow the engine's socket is not read; that pause never counts as the engine idle."""
+    first = b"%x\r\n%b\r\n" % (len(_EVENTS[0]), _EVENTS[0])
+    paused = asyncio.Event()
+
+    async def script(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(_HEAD + first)
+        await writer.drain()
+        await paused.wait()
+        writer.write(_CHUNKED[len(first) :])  # it waits in the socket while the reader is paused
+        await writer.drain()
+
+    async def client(pool: EnginePool, origin: str) -> None:
+        response = await pool.post(origin, "/v1/x", b"{}", {}, 30, idle_s=1.0)
+        got: list[bytes] = []
+
+        def sink(data: bytes, _: float) -> bool:
+            got.append(data)
+            return True  # pause after every push
+
+        response.push(sink)
+        assert await response.pushed() is True
+        paused.set()
+        await asyncio.sleep(2.5)  # paused far longer than the idle timeout
+        response.resume()
+        while await response.pushed():
+            response.resume()
+        assert b"".join(got) == b"".join(_EVENTS)
         response.release()
 
     _run(script, client)

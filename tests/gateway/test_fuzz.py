@@ -1,4 +1,4 @@
-"""Property-based fuzzing of a real gateway on the fake engine (issue 19): hostile bodies never get a 5xx,
+"""Property-based fuzzing of a real gateway on the fake engine: hostile bodies never get a 5xx,
 never drop the connection, never leave a traceback in the engine's log, and a valid request still succeeds.
 
 The bodies come from :mod:`certify.hostile_bodies` (the generator the certification check

@@ -157,7 +157,7 @@ def test_run_a_token_is_useless_for_run_b(engine: Engine, gateway: GatewayThread
     assert r.status_code == 401
     assert engine.received() == []
     assert _chat(b, token_of(b)).status_code == 200  # the scheme is case-insensitive; b's own token works
-    assert len(engine.received()) == 1
+    assert len(engine.posts()) == 1
 
 
 def test_revoked_sealed_and_stale_epoch_bindings_are_refused(engine: Engine, gateway: GatewayThread) -> None:
@@ -176,5 +176,5 @@ def test_revoked_sealed_and_stale_epoch_bindings_are_refused(engine: Engine, gat
     gateway.call(lambda: gateway.gw.registry.set_service_epoch("svc-test", 2))
     r = _chat(c, tokens[c.binding_id])
     assert (r.status_code, r.json()["error"]["code"]) == (403, "inference_binding_revoked")
-    assert len(engine.received()) == 1
+    assert len(engine.posts()) == 1
     assert not any(p.exists() for p in (gateway.gw.config.private_dir / f"{x.binding_id}.token" for x in (a, b)))

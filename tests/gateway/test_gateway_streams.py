@@ -244,7 +244,7 @@ def test_200_then_inband_error_is_failed_and_never_retried(engine: Engine, gatew
     assert b"error" in raw or b"response.failed" in raw
     [row] = evidence_rows(gateway, rec.binding_id)
     assert (row["status"], row["error_code"]) == ("failed", "inference_upstream_failed")
-    assert len(engine.received()) == 1
+    assert len(engine.posts()) == 1
 
 
 def test_client_disconnect_frees_the_engine_slot_and_the_permit_once(engine: Engine, gateway: GatewayThread) -> None:
@@ -306,9 +306,10 @@ def test_queue_timeout_is_503_with_the_code(engine: Engine, gateway: GatewayThre
         assert r.status_code == 200, first
         r2 = httpx.post(rec.base_url + "/chat/completions", json=_chat_body(False), headers=_auth(rec), timeout=30)
         assert (r2.status_code, r2.json()["error"]["code"]) == (503, "inference_queue_timeout")
+        assert r2.headers["Retry-After"] == "1"
     rows = evidence_rows(gateway, rec.binding_id)
     assert any(row["error_code"] == "inference_queue_timeout" and row["status"] == "rejected" for row in rows)
-    assert len(engine.received()) == 1
+    assert len(engine.posts()) == 1
 
 
 def test_fairness_one_run_cannot_starve_another(engine: Engine, gateway: GatewayThread) -> None:
@@ -345,12 +346,16 @@ def test_context_exceeded_never_reaches_the_engine(engine: Engine, gateway: Gate
     long_text = "word " * 600
     body = {"model": "tiny-wire", "messages": [{"role": "user", "content": long_text}], "max_tokens": 8}
     r = httpx.post(rec.base_url + "/chat/completions", json=body, headers=_auth(rec), timeout=30)
-    assert (r.status_code, r.json()["error"]["code"]) == (400, "inference_context_exceeded")
+    err = r.json()["error"]  # OpenAI's code, which its clients recognise; the table's code in details
+    assert (r.status_code, err["code"], err["type"]) == (400, "context_length_exceeded", "invalid_request_error")
+    assert err["details"]["code"] == "inference_context_exceeded" and err["details"]["context_tokens"] == 512
+    [row] = evidence_rows(gateway, rec.binding_id)
+    assert (row["status"], row["error_code"]) == ("rejected", "inference_context_exceeded")
     assert checker.renders == renders + 1  # the bound did not fit: rendered and counted exactly
     ok = httpx.post(rec.base_url + "/chat/completions", json=_chat_body(False), headers=_auth(rec), timeout=30)
     assert ok.status_code == 200
     assert (checker.renders, checker.skipped) == (renders + 1, skipped + 1)  # proven to fit, never rendered
-    assert len(engine.received()) == 1
+    assert len(engine.posts()) == 1
 
 
 def test_engine_receives_lock_values_and_compensated_budget(engine: Engine, gateway: GatewayThread) -> None:

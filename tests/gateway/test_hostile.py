@@ -1,9 +1,10 @@
-"""The gateway under hostile input (issue 19) and its OpenAI-shaped refusals (issue 13 items 2-3).
+"""The gateway under hostile input and its OpenAI-shaped refusals.
 
 A real gateway on loopback in front of the fake engine: oversized bodies are refused before they are read,
 nesting bombs and malformed fields get 400 naming the field and never reach the engine, an internal error
-is a 500 in our shape with a request id, the ``Server`` header names no version, a full queue is 429 with
-``Retry-After``, and the official openai SDK raises the matching exception class for each refusal.
+is a 500 in our shape with a request id, the ``Server`` header names no version, a request past the gateway's
+queue bound is 429 with ``Retry-After``, and the official openai SDK raises the
+matching exception class for each refusal.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import openai
 import pytest
 
 from gateway import server as gateway_server
+from gateway.server import GatewayConfig
 from tests.gateway.support import Engine, GatewayThread, make_lock, target_for, token_of
 
 pytestmark = pytest.mark.integration
@@ -241,7 +243,7 @@ def test_well_formed_optional_fields_pass(engine: Engine, run: Any) -> None:
     chat = _chat(
         stream=True, stream_options={"include_usage": True}, stop=["\n\n"], user="u", metadata={"k": "v"},
         response_format={"type": "text"}, logprobs=False, tools=[_tool(description="d", strict=False)],
-        tool_choice={"type": "function", "function": {"name": "f"}}, parallel_tool_calls=False, reasoning_effort="low",
+        tool_choice={"type": "function", "function": {"name": "f"}}, parallel_tool_calls=True, reasoning_effort="low",
     )  # fmt: skip
     r = httpx.post(run.base_url + "/chat/completions", json=chat, headers=_auth(run), timeout=60)
     assert r.status_code == 200, r.text
@@ -317,36 +319,42 @@ def _wait_for(cond: Any, what: str, timeout: float = 30.0) -> None:
         time.sleep(0.01)
 
 
-def test_beyond_the_locks_queue_a_request_is_429_at_once(engine: Engine, gateway: GatewayThread) -> None:
-    rec = gateway.register("run-q", target_for(engine, make_lock(max_running=1, max_queued=1)))
-    engine.faults("stall_mid_stream:t=3,after=1")  # the first stream holds the only permit
+def _counts(gt: GatewayThread) -> tuple[int, int]:
+    """(waiting, in use) over the gateway's queues."""
+    return gt.call(lambda: (sum(q.waiting for q in gt.gw.queues.values()), sum(q.in_use for q in gt.gw.queues.values())))
 
-    def send() -> int:
-        r = httpx.post(rec.base_url + "/chat/completions", json=_chat(stream=True), headers=_auth(rec), timeout=60)
-        return r.status_code
 
-    def waiting() -> int:
-        return int(gateway.call(lambda: sum(q.waiting for q in gateway.gw.queues.values())))
+def test_beyond_the_gateways_bound_a_request_is_429_at_once(engine: Engine, tmp_path: Any) -> None:
+    """The bound is the gateway's (here 2 waiting), not the lock's max_queued_requests (1, the engine's queue):
+    the third concurrent request waits instead of failing, and only the one past the bound is refused."""
+    lock = make_lock(max_running=1, max_queued=1)
+    with GatewayThread(GatewayConfig(state_dir=tmp_path / "gw", max_waiting=2)) as gt:
+        rec = gt.register("run-q", target_for(engine, lock))
+        engine.faults("stall_mid_stream:t=3,after=1")  # the first stream holds the only permit
 
-    def in_use() -> int:
-        return int(gateway.call(lambda: sum(q.in_use for q in gateway.gw.queues.values())))
+        def send() -> int:
+            r = httpx.post(rec.base_url + "/chat/completions", json=_chat(stream=True), headers=_auth(rec), timeout=60)
+            return r.status_code
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        first = pool.submit(send)
-        _wait_for(lambda: in_use() == 1, "the first request holds the permit")
-        second = pool.submit(send)
-        _wait_for(lambda: waiting() == 1, "the second request waits")
-        r = httpx.post(rec.base_url + "/chat/completions", json=_chat(stream=True), headers=_auth(rec), timeout=60)
-        _assert_openai_error(r, 429, "inference_queue_full")
-        assert r.headers["Retry-After"] == "1"
-        assert (first.result(60), second.result(60)) == (200, 200)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
+            first = pool.submit(send)
+            _wait_for(lambda: _counts(gt)[1] == 1, "the first request holds the permit")
+            queued = []
+            for n in (1, 2):  # beyond the lock's queue of 1: still waiting, never refused
+                queued.append(pool.submit(send))
+                _wait_for(lambda n=n: _counts(gt)[0] == n, f"{n} request(s) wait")  # type: ignore[misc]
+            r = httpx.post(rec.base_url + "/chat/completions", json=_chat(stream=True), headers=_auth(rec), timeout=60)
+            err = _assert_openai_error(r, 429, "inference_queue_full")
+            assert r.headers["Retry-After"] == "1" and "2 waiting" in err["message"]
+            assert [f.result(60) for f in (first, *queued)] == [200, 200, 200]
+        assert len(engine.posts()) == 3  # the refused one never reached the engine
 
 
 # ---------------------------------------------------------------- the openai SDK
 
 
 def test_the_openai_sdk_raises_the_matching_class_for_each_refusal(
-    engine: Engine, gateway: GatewayThread, monkeypatch: pytest.MonkeyPatch
+    engine: Engine, gateway: GatewayThread, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:
     lock = make_lock(context=CONTEXT, max_running=1, max_queued=1)
     rec = gateway.register("run-sdk", target_for(engine, lock))
@@ -362,7 +370,8 @@ def test_the_openai_sdk_raises_the_matching_class_for_each_refusal(
         )
         with pytest.raises(openai.BadRequestError) as ctx:
             client.chat.completions.create(model="tiny-wire", messages=[{"role": "user", "content": "word " * 20000}])
-        assert ctx.value.code == "inference_context_exceeded"
+        assert ctx.value.code == "context_length_exceeded"  # what the openai SDK and Codex recognise
+        assert isinstance(ctx.value.body, dict) and ctx.value.body["details"]["code"] == "inference_context_exceeded"
         with (
             pytest.raises(openai.AuthenticationError) as auth,
             openai.OpenAI(base_url=rec.base_url, api_key="wrong", max_retries=0) as other,
@@ -385,18 +394,28 @@ def test_the_openai_sdk_raises_the_matching_class_for_each_refusal(
         assert (internal.value.code, internal.value.type) == ("internal_error", "server_error")
         monkeypatch.undo()
 
-        queue = gateway.gw  # fill the lock's queue: one running (stalled), one waiting
+        # fill a gateway's queue (its bound here: 1 waiting): one running (stalled), one waiting
         engine.faults("stall_mid_stream:t=3,after=1")
-        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-            held = [pool.submit(lambda: list(client.chat.completions.create(model="tiny-wire", messages=msgs, stream=True)))]
-            _wait_for(lambda: gateway.call(lambda: sum(q.in_use for q in queue.queues.values())) == 1, "a running request")
-            held.append(pool.submit(lambda: list(client.chat.completions.create(model="tiny-wire", messages=msgs, stream=True))))
-            _wait_for(lambda: gateway.call(lambda: sum(q.waiting for q in queue.queues.values())) == 1, "a waiting request")
+        with (
+            GatewayThread(GatewayConfig(state_dir=tmp_path / "small", max_waiting=1)) as small,
+            concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool,
+        ):
+            other = small.register("run-sdk-small", target_for(engine, lock))
+            limited_client = openai.OpenAI(base_url=other.base_url, api_key=token_of(other), max_retries=0, timeout=60)
+
+            def stream() -> list[Any]:
+                return list(limited_client.chat.completions.create(model="tiny-wire", messages=msgs, stream=True))
+
+            held = [pool.submit(stream)]
+            _wait_for(lambda: _counts(small)[1] == 1, "a running request")
+            held.append(pool.submit(stream))
+            _wait_for(lambda: _counts(small)[0] == 1, "a waiting request")
             with pytest.raises(openai.RateLimitError) as limited:
-                client.chat.completions.create(model="tiny-wire", messages=msgs)
+                limited_client.chat.completions.create(model="tiny-wire", messages=msgs)
             assert limited.value.code == "inference_queue_full" and limited.value.response.headers["Retry-After"] == "1"
             for f in held:
                 f.result(60)
+            limited_client.close()
 
         gateway.call(lambda: gateway.gw.revoke(rec.binding_id))
         with pytest.raises(openai.PermissionDeniedError) as revoked:

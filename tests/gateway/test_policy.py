@@ -122,13 +122,33 @@ def test_unsupported_parameters_are_refused_never_dropped(route: str, raw: bytes
 
 def test_function_tools_pass_and_parallel_calls_follow_the_lock() -> None:
     tool = {"type": "function", "name": "ls", "parameters": {"type": "object", "properties": {}}}
+    assert LOCK.protocol.parallel_tool_calls is True  # its parser (hermes) hands back every call of an answer
     p = apply_policy(RESP, _resp(tools=[tool]), LOCK, "m")
-    assert json.loads(p.body)["parallel_tool_calls"] is False
+    assert json.loads(p.body)["parallel_tool_calls"] is True  # absent: the lock's value is sent
     # the template sees SGLang's Tool.model_dump() of the Responses tool (description null, strict false)
     function = {"name": "ls", "description": None, "parameters": {"type": "object", "properties": {}}, "strict": False}
     assert p.tools == [{"type": "function", "function": function, "defer_loading": None}]
-    narrowed = apply_policy(RESP, _resp(tools=[tool], parallel_tool_calls=True), LOCK, "m")
-    assert json.loads(narrowed.body)["parallel_tool_calls"] is False  # a permission only shrinks
+    same = apply_policy(RESP, _resp(tools=[tool], parallel_tool_calls=True), LOCK, "m")
+    assert json.loads(same.body)["parallel_tool_calls"] is True
+
+
+@pytest.mark.parametrize("route", [CHAT, RESP])
+def test_a_parallel_tool_calls_value_other_than_the_locks_is_a_conflict_never_changed(route: str) -> None:
+    tool = {"type": "function", "name": "ls", "parameters": {"type": "object", "properties": {}}}
+    tools = [tool] if route == RESP else [{"type": "function", "function": {"name": "ls", "parameters": {"type": "object"}}}]
+    body = (_resp if route == RESP else _chat)(tools=tools, parallel_tool_calls=False)
+    with pytest.raises(HitchError) as info:
+        apply_policy(route, body, LOCK, "m")  # type: ignore[arg-type]
+    assert (info.value.code, info.value.details["parameter"], info.value.details["lock_value"]) == (
+        "inference_parameter_conflict", "parallel_tool_calls", True,
+    )  # fmt: skip
+    single = LOCK.model_copy(update={"protocol": LOCK.protocol.model_copy(update={"parallel_tool_calls": False})})
+    body = (_resp if route == RESP else _chat)(tools=tools, parallel_tool_calls=True)
+    with pytest.raises(HitchError) as info:
+        apply_policy(route, body, single, "m")  # type: ignore[arg-type]
+    assert (info.value.code, info.value.details["lock_value"]) == ("inference_parameter_conflict", False)
+    absent = apply_policy(route, (_resp if route == RESP else _chat)(tools=tools), single, "m")  # type: ignore[arg-type]
+    assert json.loads(absent.body)["parallel_tool_calls"] is False
 
 
 def test_client_metadata_is_stripped_before_the_engine() -> None:

@@ -1,7 +1,9 @@
 """A client that closes around a stream's terminal event: evidence says what was relayed, never guesses.
 
 A scripted engine (a real aiohttp server on loopback) sends a stream in pieces and holds it at a chosen
-point until the test lets it go, so the client's close lands exactly there, with no timing involved:
+point until the test lets it go, so the client's close lands exactly there, with no timing involved. Like SGLang
+it ends a request whose connection closed (the gateway's abort) and reports its load on ``/v1/loads``, which the
+gateway reads before it hands the aborted request's permit on:
 
 - before the terminal event (``[DONE]`` / ``response.completed``) was relayed whole → ``cancelled``;
 - after it was relayed, while the engine's body is still open → the status the stream stated
@@ -78,8 +80,19 @@ class ScriptedEngine:
     pieces: list[bytes] = field(default_factory=list)
     hold: int = 0
     released: asyncio.Event | None = None
+    running: int = 0
+
+    async def loads(self, _: web.Request) -> web.Response:
+        return web.json_response({"loads": [{"num_running_reqs": self.running, "num_waiting_reqs": 0}]})
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        self.running += 1
+        try:
+            return await self._stream(request)
+        finally:
+            self.running -= 1
+
+    async def _stream(self, request: web.Request) -> web.StreamResponse:
         await request.read()
         resp = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
@@ -105,7 +118,8 @@ def scripted(gateway: GatewayThread) -> Iterator[tuple[ScriptedEngine, str]]:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", engine.handle)
         app.router.add_post("/v1/responses", engine.handle)
-        runner = web.AppRunner(app)
+        app.router.add_get("/v1/loads", engine.loads)
+        runner = web.AppRunner(app, handler_cancellation=True)  # a closed connection ends the request (an abort)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()

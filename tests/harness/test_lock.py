@@ -11,7 +11,13 @@ from hypothesis import strategies as st
 
 from harness.contracts.lock import compute_inference_id
 from harness.errors import HitchError
-from harness.lock import build_lock, validate_lock
+from harness.lock import (
+    ABORT_CONFIRM_TIMEOUT_MS,
+    STREAM_IDLE_TIMEOUT_MS,
+    build_lock,
+    claims_parallel_tool_calls,
+    validate_lock,
+)
 from tests.harness.lock_inputs import model_manifest, runtime_manifest
 
 
@@ -258,3 +264,31 @@ def test_a_parser_the_pinned_sglang_lacks_is_refused() -> None:
     with pytest.raises(HitchError) as err:
         validate_lock(data)
     assert err.value.code == "inference_lock_invalid"
+
+
+def test_a_parser_that_hands_back_several_calls_makes_the_lock_claim_parallel_tool_calls() -> None:
+    hermes = build_lock(model_manifest(), runtime_manifest(), device="cpu", profile="baseline", cpu_cores_per_node=2)
+    assert (hermes.protocol.tool_call_parser, hermes.protocol.parallel_tool_calls) == ("hermes", True)
+    assert claims_parallel_tool_calls("hermes") and not claims_parallel_tool_calls(None)
+    assert not claims_parallel_tool_calls("gpt-oss")  # not read to hand back several calls: one call per turn
+    data = copy.deepcopy(hermes.to_json_dict())
+    data["protocol"].update(tool_call_parser=None, tool_calls=False, parallel_tool_calls=True)
+    data["inference_id"] = compute_inference_id(data)
+    with pytest.raises(HitchError) as info:
+        validate_lock(data)
+    assert "parallel_tool_calls" in info.value.message
+
+
+def test_the_idle_and_abort_timeouts_are_profile_defaults_and_older_locks_keep_their_ids() -> None:
+    lock = build_lock(model_manifest(), runtime_manifest(), device="cpu", profile="baseline", cpu_cores_per_node=2)
+    assert (lock.execution.stream_idle_timeout_ms, lock.execution.abort_confirm_timeout_ms) == (
+        STREAM_IDLE_TIMEOUT_MS,
+        ABORT_CONFIRM_TIMEOUT_MS,
+    )
+    older = copy.deepcopy(lock.to_json_dict())  # a lock sealed before the fields existed
+    del older["execution"]["stream_idle_timeout_ms"], older["execution"]["abort_confirm_timeout_ms"]
+    older["inference_id"] = compute_inference_id(older)
+    parsed = validate_lock(older)  # still valid, under the id it was sealed with
+    assert parsed.execution.stream_idle_timeout_ms is None and parsed.inference_id == older["inference_id"]
+    assert "stream_idle_timeout_ms" not in parsed.to_json_dict()["execution"]
+    assert parsed.inference_id != lock.inference_id

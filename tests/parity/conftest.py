@@ -16,14 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from certify.kit.engines import CPU_GENERIC_RUNTIME, sglang_command
 from fixtures.engine_process import EngineProcess
-from fixtures.fake_sglang.parity_engines import (
-    CPU_GENERIC_RUNTIME,
-    EngineCommand,
-    fake_command,
-    launch_engine,
-    sglang_command,
-)
+from fixtures.fake_sglang.parity_engines import EngineCommand, fake_command, launch_engine
 from harness.errors import HitchError
 from harness.paths import HitchRoot
 from tests.components import missing
@@ -50,7 +45,7 @@ def parity_checkpoint(tiny_model: Path) -> Path:
     return tiny_model
 
 
-def _require_sglang() -> EngineCommand:
+def require_sglang() -> EngineCommand:
     """The real engine's command, or skip (fail under HITCH_REQUIRE_SGLANG=1) with the reason."""
     try:
         command = sglang_command()
@@ -78,7 +73,7 @@ def fake_engine(parity_checkpoint: Path, tmp_path_factory: pytest.TempPathFactor
 
 @pytest.fixture(scope="session")
 def sglang_engine(parity_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineProcess]:
-    command = _require_sglang()
+    command = require_sglang()
     yield from _serve(command, parity_checkpoint, tmp_path_factory.mktemp("sglang-logs"), REAL_READY_TIMEOUT_S)
 
 

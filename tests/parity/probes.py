@@ -137,7 +137,7 @@ PROBES: list[Probe] = [
 
 _TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
 
-# Malformed fields sent straight to the engine (issue 19): real SGLang answers each with 400 (pydantic's error
+# Malformed fields sent straight to the engine: real SGLang answers each with 400 (pydantic's error
 # list, or serving_chat's own check) — or, for a non-object response_format, a bare 500 from a crashing
 # validator — and the fake must answer the same, with no traceback in its log.
 MALFORMED_PROBES = [

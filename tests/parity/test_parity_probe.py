@@ -16,7 +16,7 @@ from fixtures.engine_process import EngineProcess
 from fixtures.fake_sglang.parity_engines import fake_command, launch_engine
 from harness.engine.probe import probed_values, seal_probed
 from tests.harness.service.manager_fakes import make_lock
-from tests.parity.conftest import ADMIN_KEY, API_KEY, ENGINES, REAL_READY_TIMEOUT_S, _require_sglang
+from tests.parity.conftest import ADMIN_KEY, API_KEY, ENGINES, REAL_READY_TIMEOUT_S, require_sglang
 
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("sglang")]
 
@@ -26,7 +26,7 @@ def probe_engine(
     request: pytest.FixtureRequest, parity_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[EngineProcess]:
     real = request.param == "sglang"
-    command = _require_sglang() if real else fake_command()
+    command = require_sglang() if real else fake_command()
     engine = launch_engine(
         command,
         parity_checkpoint,

@@ -1,6 +1,6 @@
 """The gateway's exact context count is the prompt real SGLang 0.5.23 builds (spec §10.2: exact, never estimated).
 
-The corpus and the comparison live in certify/suites/_prompt_cases.py (also the certification check
+The corpus and the comparison live in certify/kit/prompt_cases.py (also the certification check
 ``protocol.context.exact``); here they run against the parity suite's real SGLang on the tiny checkpoint.
 """
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from certify.suites._prompt_cases import CASES, prompt_counts
+from certify.kit.prompt_cases import CASES, prompt_counts
 from fixtures.engine_process import EngineProcess
 from tests.gateway.support import make_lock
 from tests.parity.conftest import SGLANG

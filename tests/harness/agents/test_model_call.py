@@ -84,6 +84,18 @@ def test_gateway_refusal_keeps_its_code_and_is_not_retried() -> None:
     assert err.value.code == "inference_context_exceeded" and len(seen) == 1
 
 
+def test_openais_code_on_the_wire_maps_back_to_the_tables() -> None:
+    err_body = {
+        "error": {
+            "code": "context_length_exceeded", "message": "too long", "type": "invalid_request_error", "param": None,
+            "details": {"code": "inference_context_exceeded", "prompt_tokens": 9000},
+        }
+    }  # fmt: skip
+    with pytest.raises(HitchError) as err:
+        call_model("http://gw/v1", build_request("w", "hi", 16), env={TOKEN_ENV: "t"}, transport=_transport([], 400, err_body))
+    assert err.value.code == "inference_context_exceeded"
+
+
 @pytest.mark.parametrize(
     "body",
     [

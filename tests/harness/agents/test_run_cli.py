@@ -1,6 +1,6 @@
 """``hitch run --harness ...`` and ``hitch local serve`` end to end: real daemon, real gateway, fake engine
 process — or the fake engine in its container (``--launcher oci --image``: runs carry the pinned image; the
-image is built by ``scripts/ci/build_fake_image.py``; skipped without Docker unless ``HITCH_REQUIRE_DOCKER=1``).
+image is built by ``python -m fixtures.images.fake_engine``; skipped without Docker unless ``HITCH_REQUIRE_DOCKER=1``).
 The image choices a run is refused for are answered with their codes before any daemon starts."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from harness.app.daemon_client import DaemonClient, daemon_running
 from harness.contracts.evidence import InferenceExecutionEvidenceV1
 from harness.contracts.service import InferenceServiceRecordV1
-from harness.daemon import DaemonClient, daemon_running
 from harness.devices import run_doctor
 from harness.errors import ERROR_TABLE, HitchError
 from harness.launch.oci_config import LABEL_ROOT, root_label

@@ -1,4 +1,4 @@
-"""Durable runs end to end (issue 17 items 3-6): real daemon, real gateway, fake engine process.
+"""Durable runs end to end: real daemon, real gateway, fake engine process.
 
 Every way a run ends leaves ``runs/<id>/run.json`` with its terminal status and code, and evidence: a
 completed run, a refused request, Ctrl-C on ``hitch run``, ``hitch run cancel``, an engine killed mid-request
@@ -23,12 +23,12 @@ import httpx
 import psutil
 import pytest
 
+from harness.app.daemon_client import DaemonClient
 from harness.contracts.events import RequestEvidenceV1
 from harness.contracts.evidence import InferenceExecutionEvidenceV1
 from harness.contracts.run import RunRecordV1
-from harness.daemon import DaemonClient, DaemonPaths
 from harness.errors import ERROR_TABLE
-from harness.paths import HitchRoot
+from harness.paths import DaemonPaths, HitchRoot
 from tests.harness.daemon.conftest import FAST, HITCH, as_json, hitch, inputs, leak_guard
 from tests.harness.engine.inputs import ServiceInputs
 
@@ -185,7 +185,7 @@ def test_completed_run_evidence_is_derived_from_the_attempt_rows_and_only_the_sa
     before = (root.runs / "ok-1" / "run.json").read_bytes()
     again = as_json(hitch(root, *_run_args("ok-1", "--capture", "full")))
     assert again["kind"] == "run-record" and again["record"] == json.loads(before)
-    # another request under it (another --capture; another prompt): a structured conflict (seed 002), nothing runs
+    # another request under it (another --capture; another prompt): a structured conflict, nothing runs
     for extra, prompt, differs in (((), "hello", "capture"), (("--capture", "full"), "bye", "submission")):
         refused = hitch(root, *_run_args("ok-1", *extra, prompt=prompt))
         assert refused.returncode == ERROR_TABLE["run_conflict"].exit_code, refused.stderr

@@ -112,7 +112,7 @@ def test_metal_and_unpinned_cuda_are_refused(imported: tuple[Path, str]) -> None
     assert metal.returncode == 4
     cuda = _run(root, "local", "lock", "local/tiny", "--device", "cuda", "--runtime", "sglang-0.5.16-cuda", "--json")
     assert json.loads(cuda.stdout)["error"]["code"] == "inference_runtime_unpinned"
-    # the default CUDA runtime is the hash-locked python-env one: its lock builds
+    # the default CUDA runtime is the hash-pinned python-env one: its lock builds
     default = _run(root, "local", "lock", "local/tiny", "--device", "cuda", "--json")
     assert default.returncode == 0, default.stdout + default.stderr
 

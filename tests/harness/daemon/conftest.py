@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from harness.daemon import stop_daemon
+from harness.app.daemon_client import stop_daemon
 from harness.errors import HitchError
 from harness.paths import HitchRoot
 from tests.harness.engine.inputs import ServiceInputs, checkpoint_cache, service_inputs

@@ -8,10 +8,11 @@ import httpx
 import psutil
 import pytest
 
+from harness.app.daemon_client import DaemonClient, start_daemon
 from harness.contracts.events import LifecycleEventV1
-from harness.daemon import DaemonClient, DaemonPaths, start_daemon
 from harness.errors import ERROR_TABLE
 from harness.lock import validate_lock
+from harness.paths import DaemonPaths
 from harness.service.state_store import ServiceStateStore
 from tests.harness.daemon.conftest import FAST, as_json, hitch
 from tests.harness.engine.inputs import ServiceInputs

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.daemon.paths import DaemonPaths
-from harness.paths import HitchRoot
+from harness.paths import DaemonPaths, HitchRoot
 
 
 def test_a_shallow_root_keeps_its_socket_inside(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,5 +1,5 @@
-"""Eval containers reach the gateway and nothing else (issue 15 item 4): a real daemon, the fake engine as a
-process, two "trial" containers (``scripts/ci/build_trial_image.py``) on hitch's eval network, each with its
+"""Eval containers reach the gateway and nothing else: a real daemon, the fake engine as a
+process, two "trial" containers (``python -m fixtures.images.trial``) on hitch's eval network, each with its
 own container-facing run binding of one shared engine service.
 
 Timing-free: a trial holds its stream open after the first text delta until the test creates its hold
@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from fixtures.eval_trial.driver import release, start_trial, wait_event
-from harness.daemon import DaemonClient
+from harness.app.daemon_client import DaemonClient
 from harness.errors import HitchError
 from harness.launch.eval_network import LABEL_ROLE, eval_network_name
 from harness.launch.oci_config import LABEL_ROOT, root_label

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from harness.daemon import start_daemon
+from harness.app.daemon_client import start_daemon
 from harness.devices.nvml_sim import SIMULATED_NVML_ENV
 from harness.errors import ERROR_TABLE
 from tests.harness.daemon.conftest import FAST, as_json, hitch

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.daemon import DaemonClient, DaemonPaths, start_daemon
+from harness.app.daemon_client import DaemonClient, start_daemon
 from harness.errors import HitchError
 from harness.handshake import API_VERSION, CAPABILITIES, check_handshake, code_identity
-from harness.paths import HitchRoot
+from harness.paths import DaemonPaths, HitchRoot
 from tests.harness.daemon.conftest import FAST, as_json, hitch, stop_quietly
 
 pytestmark = pytest.mark.integration

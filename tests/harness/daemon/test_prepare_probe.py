@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from harness.daemon import DaemonClient, start_daemon
+from harness.app.daemon_client import DaemonClient, start_daemon
 from harness.errors import HitchError
 from harness.lock import validate_lock
 from harness.runtimes import get_runtime

@@ -5,17 +5,14 @@ the sealed values to the engine."""
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
-from harness.daemon.prepare import save_sealed
-from harness.daemon.runs import _sealed_for_draft
 from harness.engine import engine_flags, expected_server_info
 from harness.engine.probe import probed_values, seal_probed
 from harness.errors import HitchError
-from harness.lock import CPU_MEM_FRACTION_STATIC, validate_lock
+from harness.lock import CPU_MEM_FRACTION_STATIC, save_sealed_lock, sealed_for_draft, validate_lock
 from harness.paths import HitchRoot
 from tests.harness.service.manager_fakes import make_lock
 
@@ -102,13 +99,13 @@ def test_the_probe_start_leaves_pool_and_prefill_to_the_engine() -> None:
 
 def test_a_run_finds_the_newest_lock_sealed_from_its_draft(tmp_path: Path) -> None:
     root = HitchRoot(tmp_path / "root")
-    core = cast(Any, SimpleNamespace(root=root))
     draft = make_lock(context=4096)
-    assert _sealed_for_draft(core, draft.inference_id) is None
+    assert sealed_for_draft(root, draft.inference_id) is None
     older, newer = (seal_probed(draft, probed_values(_chosen(pool))) for pool in (50_000, 60_000))
     for lock, at in ((newer, 2.0), (older, 1.0)):
-        save_sealed(root, lock, {"inference_id": lock.inference_id, "draft_inference_id": draft.inference_id, "validated_at": at})
+        validation = {"inference_id": lock.inference_id, "draft_inference_id": draft.inference_id, "validated_at": at}
+        save_sealed_lock(root, lock, validation)
     # a run of this model/device/profile uses the sealed lock: prepare does not run (and start engines) again
-    assert _sealed_for_draft(core, draft.inference_id) == newer.inference_id
-    save_sealed(root, draft, {"inference_id": draft.inference_id, "draft_inference_id": draft.inference_id})
-    assert _sealed_for_draft(core, draft.inference_id) == draft.inference_id
+    assert sealed_for_draft(root, draft.inference_id) == newer.inference_id
+    save_sealed_lock(root, draft, {"inference_id": draft.inference_id, "draft_inference_id": draft.inference_id})
+    assert sealed_for_draft(root, draft.inference_id) == draft.inference_id

@@ -14,9 +14,8 @@ import psutil
 import pytest
 
 from fixtures.process_faults import pid_alive
+from harness.app.daemon_client import DaemonClient, reap_spawned, start_daemon
 from harness.contracts.service import DeviceAllocationV1, InferenceServiceRecordV1, ProcessIdentityV1
-from harness.daemon import DaemonClient, start_daemon
-from harness.daemon.client import reap_spawned
 from harness.errors import HitchError
 from harness.lock import build_lock
 from harness.service.isolation import service_key
@@ -29,7 +28,7 @@ from tests.harness.lock_inputs import runtime_manifest
 pytestmark = pytest.mark.integration
 
 
-def _kill9(pid: int) -> None:
+def kill9(pid: int) -> None:
     os.kill(pid, signal.SIGKILL)
     end = time.monotonic() + 10
     while pid_alive(pid) and time.monotonic() < end:
@@ -49,7 +48,7 @@ def test_sigkilled_daemon_restart_stops_leftovers_and_rotates_keys(inputs: Servi
     assert record is not None and record.state == "ready" and record.process is not None
     engine_pid = record.process.pid
     assert engine_pid is not None and pid_alive(engine_pid)
-    _kill9(first["pid"])
+    kill9(first["pid"])
     assert pid_alive(engine_pid)  # the daemon died, its engine did not
     second = start_daemon(inputs.root, FAST)
     assert second["pid"] != first["pid"]

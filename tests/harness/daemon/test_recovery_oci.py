@@ -10,11 +10,11 @@ from pathlib import Path
 import docker
 import pytest
 
+from harness.app.daemon_client import DaemonClient, start_daemon
 from harness.contracts.lock import compute_inference_id
-from harness.daemon import DaemonClient, start_daemon
 from harness.service.state_store import ServiceStateStore
 from tests.harness.daemon.conftest import FAST
-from tests.harness.daemon.test_recovery import _kill9
+from tests.harness.daemon.test_recovery import kill9
 from tests.harness.engine.inputs import ServiceInputs
 from tests.harness.service.integration_support import LeakGuard
 
@@ -46,7 +46,7 @@ def test_sigkilled_daemon_restart_removes_the_leftover_container(
     assert record is not None and record.process is not None and record.process.container_id is not None
     container_id = record.process.container_id
     key_file = Path(lease["api_key_file"])
-    _kill9(first["pid"])
+    kill9(first["pid"])
     assert _status(container_id) == "running"  # the engine outlived its daemon
     second = start_daemon(inputs.root, FAST)
     (outcome,) = [o for o in second["recovery"] if o["service_id"] == lease["service_id"]]

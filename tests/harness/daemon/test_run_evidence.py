@@ -1,4 +1,4 @@
-"""What run evidence keeps of the engine's /server_info: every fact but the secrets (issue 17 item 5)."""
+"""What run evidence keeps of the engine's /server_info: every fact but the secrets."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Run ids are idempotency keys (seed 002): the same request answers the kept record, another is ``run_conflict``."""
+"""Run ids are idempotency keys: the same request answers the kept record, another is ``run_conflict``."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from harness.daemon.run_identity import require_same_request, run_identity
-from harness.daemon.run_store import RunStore
+from harness.app.requests import RunRequest, parse_request
+from harness.app.run_identity import require_same_request, run_identity
+from harness.app.run_store import RunStore
 from harness.errors import ERROR_TABLE, HitchError
 from harness.paths import HitchRoot
 from harness.store import set_alias
@@ -17,6 +18,10 @@ from harness.store import set_alias
 MODEL_A = "local/sha256:" + "a" * 64
 MODEL_B = "local/sha256:" + "b" * 64
 PROMPT = "the secret plan is 42"
+
+
+def _ask(**changes: Any) -> RunRequest:
+    return parse_request(RunRequest, _body(**changes))
 
 
 def _body(**changes: Any) -> dict[str, Any]:
@@ -40,15 +45,17 @@ def root(tmp_path: Path) -> HitchRoot:
 
 def _kept(root: HitchRoot, body: dict[str, Any]) -> Any:
     store = RunStore(root)
-    store.admit("r1", body.get("harness"), {}, body.get("capture", "metadata"), run_identity(root, body))
+    store.admit(
+        "r1", body.get("harness"), {}, body.get("capture", "metadata"), run_identity(root, parse_request(RunRequest, body))
+    )
     return store.finish("r1", "completed", None)
 
 
 def test_the_same_request_is_the_same_identity_whatever_defaults_it_spells_out(root: HitchRoot) -> None:
     explicit = _body(launcher="process", fake_flags=[], for_containers=False, capture_max_bytes=None)
-    assert run_identity(root, _body()) == run_identity(root, explicit)
+    assert run_identity(root, _ask()) == run_identity(root, parse_request(RunRequest, explicit))
     kept = _kept(root, _body())
-    require_same_request("r1", kept, run_identity(root, explicit))  # no error: the kept record answers
+    require_same_request("r1", kept, run_identity(root, parse_request(RunRequest, explicit)))  # no error: the kept record answers
 
 
 @pytest.mark.parametrize(
@@ -69,7 +76,7 @@ def test_another_request_under_a_kept_run_id_is_a_conflict_naming_what_differs(
 ) -> None:
     kept = _kept(root, _body())
     with pytest.raises(HitchError) as info:
-        require_same_request("r1", kept, run_identity(root, _body(**change)))
+        require_same_request("r1", kept, run_identity(root, _ask(**change)))
     err = info.value
     assert err.code == "run_conflict" and err.details["differs"] == [field] and err.details["status"] == "completed"
     spec = ERROR_TABLE["run_conflict"]
@@ -81,7 +88,7 @@ def test_a_record_without_a_digest_cannot_be_the_same_request(root: HitchRoot) -
     store.admit("old", "model-call", {}, "metadata")
     kept = store.finish("old", "completed", None)
     with pytest.raises(HitchError) as info:
-        require_same_request("old", kept, run_identity(root, _body()))
+        require_same_request("old", kept, run_identity(root, _ask()))
     assert info.value.code == "run_conflict" and "differs" not in info.value.details
 
 
@@ -98,8 +105,8 @@ def test_only_hashes_of_the_submission_are_kept(root: HitchRoot) -> None:
 def test_an_alias_counts_as_the_model_it_names_when_submitted(root: HitchRoot) -> None:
     set_alias(root, "tiny", MODEL_A.removeprefix("local/"))
     kept = _kept(root, _body(model="local/tiny"))
-    require_same_request("r1", kept, run_identity(root, _body()))  # the model id, not the spelling
+    require_same_request("r1", kept, run_identity(root, _ask()))  # the model id, not the spelling
     set_alias(root, "tiny", MODEL_B.removeprefix("local/"))  # re-pointed: the same words now ask for another model
     with pytest.raises(HitchError) as info:
-        require_same_request("r1", kept, run_identity(root, _body(model="local/tiny")))
+        require_same_request("r1", kept, run_identity(root, _ask(model="local/tiny")))
     assert info.value.code == "run_conflict" and info.value.details["differs"] == ["lock"]

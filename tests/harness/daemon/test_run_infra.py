@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from harness.contracts.events import LifecycleEventV1
-from harness.daemon.run_infra import ENGINE_FAILURE_CODES, engine_failure
+from harness.daemon.run_infra import engine_failure
+from harness.errors import ENGINE_FAILURE_CODES
 
 INFERENCE_ID = "sha256:" + "a" * 64
 

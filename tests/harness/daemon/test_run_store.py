@@ -1,4 +1,4 @@
-"""RunStore and RunRecordV1 (seed 002): the transitions, the terminal rule, the sweep at daemon start."""
+"""RunStore and RunRecordV1: the transitions, the terminal rule, the sweep at daemon start."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from harness.app.run_store import RunStore
 from harness.contracts.run import RunRecordV1
-from harness.daemon.run_store import RunStore
 from harness.errors import HitchError
 from harness.paths import HitchRoot
 

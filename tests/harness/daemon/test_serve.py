@@ -1,4 +1,4 @@
-"""``hitch local serve`` end to end: real daemon, real gateway, fake engine process (issue 5 item 10)."""
+"""``hitch local serve`` end to end: real daemon, real gateway, fake engine process."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import httpx
 import psutil
 import pytest
 
-from harness.daemon import DaemonClient, DaemonPaths
-from harness.paths import HitchRoot
+from harness.app.daemon_client import DaemonClient
+from harness.paths import DaemonPaths, HitchRoot
 from tests.harness.daemon.conftest import FAST, HITCH, as_json, hitch
 from tests.harness.engine.inputs import ServiceInputs
 

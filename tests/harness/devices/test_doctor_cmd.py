@@ -99,3 +99,34 @@ def test_human_output_states_verdicts(isolated: Path) -> None:
 def test_unknown_device_is_a_usage_error(isolated: Path) -> None:
     result = CliRunner().invoke(_app(), ["doctor", "--device", "tpu"])
     assert result.exit_code == 2
+
+
+def test_json_prints_the_settings_in_force_with_secrets_masked(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = "tok-" + "9" * 24
+    monkeypatch.setenv("HITCH_LOCAL_MODEL_TOKEN", secret)
+    monkeypatch.setenv("HITCH_REQUIRE_DOCKER", "1")
+    monkeypatch.setenv("HITCH_REQUIRE_CODEX", "0")
+    monkeypatch.setenv("HITCH_LOAD_SEED", "7")
+    result = CliRunner().invoke(_app(), ["doctor", "--json", "--root", str(isolated / "root")])
+    assert result.exit_code == 0, result.output
+    assert secret not in result.output
+    report = DoctorReportV1.model_validate(json.loads(result.stdout))
+    assert report.settings is not None
+    shown = {s.name: s for s in report.settings}
+    assert len(shown) == len(report.settings), "each variable is declared once"
+    assert (shown["HITCH_LOCAL_MODEL_TOKEN"].value, shown["HITCH_LOCAL_MODEL_TOKEN"].secret) == ("***", True)
+    assert (shown["HITCH_REQUIRE_DOCKER"].value, shown["HITCH_REQUIRE_DOCKER"].source) == (True, "environment")
+    assert shown["HITCH_REQUIRE_CODEX"].value is False  # 0 turns the requirement off
+    assert (shown["HITCH_LOAD_SEED"].value, shown["HITCH_LOAD_MAX_TOKENS"].value) == (7, 16)
+    assert (shown["HITCH_LOAD_MAX_TOKENS"].source, shown["HITCH_ROOT"].source) == ("default", "default")
+    assert shown["HITCH_ROOT"].value == str(isolated / "home" / ".local" / "share" / "hitch")  # the default in force
+    human = CliRunner().invoke(_app(), ["doctor", "--root", str(isolated / "root")])
+    assert secret not in human.output and "HITCH_LOCAL_MODEL_TOKEN=***" in human.output
+
+
+def test_a_malformed_setting_is_a_usage_error_naming_the_variable(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HITCH_LOAD_MAX_TOKENS", "many")
+    result = CliRunner().invoke(_app(), ["doctor", "--json", "--root", str(isolated / "root")])
+    assert result.exit_code == 2, result.output
+    error = json.loads(result.stdout)["error"]
+    assert (error["code"], error["details"]) == ("usage_error", {"variable": "HITCH_LOAD_MAX_TOKENS"})

@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
+from harness.app.daemon_client import DaemonClient
 from harness.contracts.run import RunErrorV1
-from harness.daemon import DaemonClient
 from harness.errors import ERROR_TABLE, HitchError
 from harness.evals.harbor_agents import SHELL_AGENT, TERMINUS, agent_key, record_agent_result, require_agent
-from harness.evals.harbor_install import lock_digest
-from harness.evals.harbor_run import _outcome, _Trial, task_dirs
+from harness.evals.harbor_install import requirements_digest
+from harness.evals.harbor_run import Trial, task_dirs, trial_outcome
 from harness.evals.trial_resources import DEFAULT_CPUS, DEFAULT_MEMORY_MB, resources_of
 from harness.paths import HitchRoot
 from harness.runtimes import default_runtime
@@ -39,13 +39,15 @@ MODEL_A = "sha256:" + "a" * 64
 @pytest.fixture
 def root(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HitchRoot]:
     made = service_inputs(tmp_path / "root", checkpoint_cache(tmp_path_factory.getbasetemp()))
-    folder = made.root.path / "tools" / "harbor" / lock_digest()[:32]
+    folder = made.root.tool_envs / "harbor" / requirements_digest()[:32]
     (folder / "venv" / "bin").mkdir(parents=True)
     (folder / "venv" / "bin" / "python").write_text("")
     plugin = folder / "docker-config" / "cli-plugins" / "docker-compose"
     plugin.parent.mkdir(parents=True)
     plugin.write_text("")
-    (folder / "installed.json").write_text(json.dumps({"lock_digest": lock_digest(), "versions": {"harbor": HARBOR_VERSION}}))
+    (folder / "installed.json").write_text(
+        json.dumps({"lock_digest": requirements_digest(), "versions": {"harbor": HARBOR_VERSION}})
+    )
     yield made.root
     stop_quietly(made.root)
 
@@ -179,11 +181,11 @@ def test_a_service_plus_one_trial_that_cannot_fit_the_machine_is_refused_before_
 @pytest.mark.parametrize("reward", [0.0, 1.0])
 def test_a_trial_whose_engine_failed_has_no_reward_whatever_the_verifier_said(tmp_path: Path, reward: float) -> None:
     resources = resources_of(TASKS / "create-file")
-    trial = _Trial("t", TASKS / "create-file", "t", "HITCH_TRIAL_TOKEN_0", resources, slot=0)
+    trial = Trial("t", TASKS / "create-file", "t", "HITCH_TRIAL_TOKEN_0", resources, slot=0)
     trial.result = {"reward": reward, "rewards": {"reward": reward}, "exception": None}
     failed = {"status": "failed", "error": RunErrorV1(code="inference_process_exited", message="engine gone").to_json_dict()}
-    out = _outcome(HitchRoot(tmp_path), trial, failed)
+    out = trial_outcome(HitchRoot(tmp_path), trial, failed)
     assert (out.status, out.reward, out.rewards) == ("failed", None, None)
     assert out.error is not None and out.error.code == "inference_process_exited" and out.resources == resources
-    own = _outcome(HitchRoot(tmp_path), trial, {"status": "failed", "error": {"code": "harness_run_failed", "message": "x"}})
+    own = trial_outcome(HitchRoot(tmp_path), trial, {"status": "failed", "error": {"code": "harness_run_failed", "message": "x"}})
     assert own.reward == reward  # a failure of the harness itself keeps what the verifier said

@@ -25,9 +25,9 @@ import psutil
 import pytest
 
 from gateway.bindings import run_path_prefix
+from harness.app.daemon_client import DaemonClient
 from harness.contracts.evaluation import EvaluationRecordV1
-from harness.daemon import DaemonClient
-from harness.daemon.run_infra import ENGINE_FAILURE_CODES
+from harness.errors import ENGINE_FAILURE_CODES
 from harness.evals.harbor_agents import SHELL_AGENT, TERMINUS, agent_key, record_agent_result
 from harness.evals.harbor_install import HarborInstall, harbor_install
 from harness.evals.harbor_run import EvalOptions, HarborEvaluation
@@ -82,7 +82,7 @@ def inputs(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, harbor: Har
     stop_quietly(made.root)
 
 
-def _certified(root: HitchRoot, agent: str) -> None:
+def certified_agent(root: HitchRoot, agent: str) -> None:
     """The agent's passing profile for the fake engine on this runtime and model, as the certification records it."""
     harbor = harbor_install(root)
     assert harbor is not None
@@ -92,7 +92,7 @@ def _certified(root: HitchRoot, agent: str) -> None:
     record_agent_result(root, agent, key, "agents.harbor.shared_service", "fake", "cpu", True)
 
 
-def _script(tmp_path: Path, turns: int = 16) -> Path:
+def scripted_turns(tmp_path: Path, turns: int = 16) -> Path:
     path = tmp_path / "terminus.jsonl"
     path.write_text("".join(json.dumps({"text": json.dumps(_TURN)}) + "\n" for _ in range(turns)))
     return path
@@ -107,7 +107,7 @@ def _eval_gateway_ip(root: HitchRoot) -> str:
         client.close()
 
 
-def _trial_containers(eval_id: str) -> list[str]:
+def trial_containers(eval_id: str) -> list[str]:
     client = docker_client_or_skip()
     try:
         return [
@@ -120,9 +120,9 @@ def _trial_containers(eval_id: str) -> list[str]:
 
 
 def test_two_trials_at_once_share_one_service_and_both_solve_the_task(inputs: ServiceInputs, tmp_path: Path) -> None:
-    _certified(inputs.root, TERMINUS)
+    certified_agent(inputs.root, TERMINUS)
     argv = ["eval", "harbor", "run", str(CREATE_FILE), "-k", "2", "-n", "2", "--model", "local/tiny", "--device", "cpu",
-            "--engine", "fake", "--fake-script", str(_script(tmp_path)), "--eval-id", "ev-share", "--json"]  # fmt: skip
+            "--engine", "fake", "--fake-script", str(scripted_turns(tmp_path)), "--eval-id", "ev-share", "--json"]  # fmt: skip
     out = as_json(hitch(inputs.root, *argv))
     record = EvaluationRecordV1.model_validate(out["record"])
     assert Path(out["path"]).is_file() and record.model_connection == "host" and record.agent == "terminus-2"
@@ -138,7 +138,7 @@ def test_two_trials_at_once_share_one_service_and_both_solve_the_task(inputs: Se
         assert trial.usage.input_tokens > 0 and trial.usage.output_tokens > 0
         run = json.loads((inputs.root.runs / trial.run_id / "run.json").read_text())
         assert run["status"] == "completed" and run["binding_id"] == trial.binding_id
-    assert _trial_containers("ev-share") == []
+    assert trial_containers("ev-share") == []
 
 
 @pytest.mark.parametrize("how", ["api", "run-cancel"])
@@ -147,7 +147,7 @@ def test_cancelling_one_trial_leaves_the_other_reward_intact(inputs: ServiceInpu
     root = inputs.root
     body: dict[str, Any] = {"model": "local/tiny", "device": "cpu", "profile": "baseline", "engine": "fake",
                             "launcher": "process", "runtime": "sglang-0.5.23-cpu-generic", "capture": "metadata",
-                            "fake_flags": ["--fake-script", str(_script(tmp_path))]}  # fmt: skip
+                            "fake_flags": ["--fake-script", str(scripted_turns(tmp_path))]}  # fmt: skip
     harbor = harbor_install(root)
     assert harbor is not None
     options = EvalOptions([CREATE_FILE], k=2, n_concurrent=2, evaluation_id=f"ev-{how}", agent_timeout_s=240.0)
@@ -170,7 +170,7 @@ def test_cancelling_one_trial_leaves_the_other_reward_intact(inputs: ServiceInpu
     assert other.status == "completed" and other.reward == 1.0 and other.error is None
     assert other.usage is not None and other.usage.requests >= 2
     assert json.loads((root.runs / cancelled.run_id / "run.json").read_text())["status"] == "cancelled"
-    assert _trial_containers(f"ev-{how}") == []
+    assert trial_containers(f"ev-{how}") == []
     harbor_config = json.loads((evaluation.dir / "trials" / other.trial / "config.json").read_text())
     assert harbor_config["agent"]["override_timeout_sec"] == 240.0  # the agent budget reached Harbor's trial
 
@@ -180,9 +180,9 @@ def test_an_in_container_agent_reaches_the_model_through_its_container_binding(i
     Harbor (OPENAI_BASE_URL on the eval network, the key as ${HITCH_TRIAL_TOKEN_n}); the model's answer
     solves the task there."""
     script = tmp_path / "shell.jsonl"
-    # the service's own start-up probes take turns too (as in _script): every turn is the answer
+    # the service's own start-up probes take turns too (as in scripted_turns): every turn is the answer
     script.write_text((json.dumps({"text": "echo 'hello from hitch' > /app/hello.txt"}) + "\n") * 16)
-    _certified(inputs.root, SHELL_AGENT)
+    certified_agent(inputs.root, SHELL_AGENT)
     argv = ["eval", "harbor", "run", str(CREATE_FILE), "-k", "1", "-n", "1", "--model", "local/tiny", "--device", "cpu",
             "--engine", "fake", "--fake-script", str(script), "--agent", SHELL_AGENT, "--agent-path", str(REPO),
             "--eval-id", "ev-inside", "--json"]  # fmt: skip
@@ -202,7 +202,7 @@ def test_an_in_container_agent_reaches_the_model_through_its_container_binding(i
     assert env["OPENAI_API_KEY"] == "${HITCH_TRIAL_TOKEN_0}", "the key is resolved by Harbor, never written down"
     base = urlsplit(env["OPENAI_BASE_URL"])
     assert base.hostname == _eval_gateway_ip(inputs.root) and base.path.startswith(run_path_prefix(str(trial.binding_id)))
-    assert _trial_containers("ev-inside") == []
+    assert trial_containers("ev-inside") == []
 
 
 def _fake_body(script: Path) -> dict[str, Any]:
@@ -234,7 +234,7 @@ def test_trials_beyond_the_machine_wait_their_turn_and_their_reservations_show_i
     harbor = harbor_install(root)
     assert harbor is not None
     options = EvalOptions([CREATE_FILE], k=3, n_concurrent=3, evaluation_id="ev-turns")
-    evaluation = HarborEvaluation(root, harbor, DaemonClient(root), _fake_body(_script(tmp_path, 48)), options)
+    evaluation = HarborEvaluation(root, harbor, DaemonClient(root), _fake_body(scripted_turns(tmp_path, 48)), options)
     waiting = evaluation.trials[2].run_id
     seen: dict[str, list[dict[str, Any]]] = {}
 
@@ -271,7 +271,7 @@ def test_trials_beyond_the_machine_wait_their_turn_and_their_reservations_show_i
     assert running_at[runs[1]["run_id"]] >= runs[0]["finished_at"], "the second trial ran only after the first ended"
     after = as_json(hitch(root, "local", "status", "--json"))["resources"]
     assert [h for h in after["holders"] if h["kind"] == "trial"] == [] and after["used"]["cpu_quota_millis"] == 0
-    assert _trial_containers("ev-turns") == []
+    assert trial_containers("ev-turns") == []
 
 
 def test_an_engine_killed_under_a_trial_fails_that_attempt_and_the_trial_runs_again(
@@ -285,7 +285,7 @@ def test_an_engine_killed_under_a_trial_fails_that_attempt_and_the_trial_runs_ag
     harbor = harbor_install(root)
     assert harbor is not None
     options = EvalOptions([CREATE_FILE], k=1, n_concurrent=1, evaluation_id="ev-crash", agent_timeout_s=240.0)
-    evaluation = HarborEvaluation(root, harbor, DaemonClient(root), _fake_body(_script(tmp_path, 32)), options)
+    evaluation = HarborEvaluation(root, harbor, DaemonClient(root), _fake_body(scripted_turns(tmp_path, 32)), options)
     killed: list[int] = []
 
     def on_event(event: dict[str, Any]) -> None:
@@ -308,4 +308,4 @@ def test_an_engine_killed_under_a_trial_fails_that_attempt_and_the_trial_runs_ag
     assert kept["status"] == "failed" and kept["error"]["code"] == failed.error.code
     assert (root.runs / failed.run_id / "inference" / "execution.json").is_file()
     assert (evaluation.dir / "trials" / failed.trial).is_dir() and (evaluation.dir / "trials" / trial.trial).is_dir()
-    assert _trial_containers("ev-crash") == []
+    assert trial_containers("ev-crash") == []

@@ -16,12 +16,20 @@ from typing import Any
 
 import pytest
 
+from harness.app.daemon_client import daemon_running
 from harness.contracts.evaluation import EvaluationRecordV1
-from harness.daemon import daemon_running
 from harness.evals.harbor_agents import TERMINUS
 from tests.harness.daemon.conftest import as_json, hitch, stop_quietly
 from tests.harness.engine.inputs import ServiceInputs
-from tests.harness.evals.test_harbor_eval import CREATE_FILE, REPO, _certified, _script, _trial_containers, harbor, inputs
+from tests.harness.evals.test_harbor_eval import (
+    CREATE_FILE,
+    REPO,
+    certified_agent,
+    harbor,
+    inputs,
+    scripted_turns,
+    trial_containers,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_docker, pytest.mark.slow]
 __all__ = ["harbor", "inputs"]
@@ -37,9 +45,9 @@ def _error(proc: Any) -> dict[str, Any]:
 
 def test_regrade_rescores_kept_trial_outputs_without_a_service(inputs: ServiceInputs, tmp_path: Path) -> None:
     root = inputs.root
-    _certified(root, TERMINUS)
+    certified_agent(root, TERMINUS)
     argv = ["eval", "harbor", "run", str(REGRADABLE), "-k", "1", "-n", "1", "--model", "local/tiny", "--device", "cpu",
-            "--engine", "fake", "--fake-script", str(_script(tmp_path)), "--eval-id", "ev-src", "--json"]  # fmt: skip
+            "--engine", "fake", "--fake-script", str(scripted_turns(tmp_path)), "--eval-id", "ev-src", "--json"]  # fmt: skip
     source = EvaluationRecordV1.model_validate(as_json(hitch(root, *argv))["record"])
     (solved,) = source.trials
     assert (solved.status, solved.reward) == ("completed", 1.0)
@@ -55,7 +63,7 @@ def test_regrade_rescores_kept_trial_outputs_without_a_service(inputs: ServiceIn
     assert again.usage is None and again.binding_id is None  # no model was called, through no binding
     assert daemon_running(root) is None, "a verifier-only rerun starts no daemon and no service"
     assert sorted(p.name for p in root.runs.iterdir()) == runs_before, "and creates no run"
-    assert _trial_containers("ev-src-regrade1") == []
+    assert trial_containers("ev-src-regrade1") == []
 
     # the kept output, changed: the verifier re-scores what is recorded
     kept = next((root.path / "evals" / "ev-src" / "trials" / solved.trial / "artifacts").rglob("hello.txt"))

@@ -15,14 +15,14 @@ from typing import Any
 
 import pytest
 
+from harness.app.daemon_client import DaemonClient
 from harness.contracts.evaluation import EvaluationPlanV1, EvaluationRecordV1
-from harness.daemon import DaemonClient
 from harness.evals.harbor_agents import TERMINUS
 from harness.evals.harbor_install import harbor_install
 from harness.evals.harbor_run import EvalOptions, HarborEvaluation
 from tests.harness.daemon.conftest import FAST, as_json, hitch
 from tests.harness.engine.inputs import ServiceInputs
-from tests.harness.evals.test_harbor_eval import CREATE_FILE, _certified, _script, _trial_containers, harbor, inputs
+from tests.harness.evals.test_harbor_eval import CREATE_FILE, certified_agent, harbor, inputs, scripted_turns, trial_containers
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_docker, pytest.mark.slow]
 __all__ = ["harbor", "inputs"]
@@ -30,10 +30,10 @@ __all__ = ["harbor", "inputs"]
 
 def test_resume_runs_only_the_trials_without_a_terminal_result(inputs: ServiceInputs, tmp_path: Any) -> None:
     root = inputs.root
-    _certified(root, TERMINUS)
+    certified_agent(root, TERMINUS)
     body: dict[str, Any] = {"model": "local/tiny", "device": "cpu", "profile": "baseline", "engine": "fake",
                             "launcher": "process", "runtime": "sglang-0.5.23-cpu-generic", "capture": "metadata",
-                            "fake_flags": ["--fake-script", str(_script(tmp_path, turns=32))]}  # fmt: skip
+                            "fake_flags": ["--fake-script", str(scripted_turns(tmp_path, turns=32))]}  # fmt: skip
     harbor_found = harbor_install(root)
     assert harbor_found is not None
     options = EvalOptions([CREATE_FILE], k=2, n_concurrent=2, evaluation_id="ev-resume", agent_timeout_s=240.0)
@@ -61,7 +61,7 @@ def test_resume_runs_only_the_trials_without_a_terminal_result(inputs: ServiceIn
     run = json.loads((root.runs / again.run_id / "run.json").read_text())
     assert run["status"] == "completed" and run["request"]["inference_id"] == first.inference_id
     assert json.loads((root.runs / first.trials[0].run_id / "run.json").read_text())["status"] == "cancelled"
-    assert _trial_containers("ev-resume") == []
+    assert trial_containers("ev-resume") == []
 
     nothing = as_json(hitch(root, "eval", "harbor", "resume", "ev-resume", "--json"))
     assert nothing["nothing_to_resume"] is True and nothing["resumed"] == []

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import ERROR_TABLE, HitchError
-from harness.evals.harbor_install import find_base_python, harbor_install, lock_digest
+from harness.evals.harbor_install import find_base_python, harbor_install, requirements_digest
 from harness.evals.harbor_run import model_connection, task_dirs
 from harness.paths import HitchRoot
 from tests.harness.daemon.conftest import hitch
@@ -100,7 +100,7 @@ def test_base_python_skips_a_broken_shim_and_takes_the_newest_pyenv_version(
 
 def test_an_install_for_other_locks_is_not_used(tmp_path: Path) -> None:
     root = HitchRoot(tmp_path)
-    folder = root.path / "tools" / "harbor" / lock_digest()[:32]
+    folder = root.path / "tools" / "harbor" / requirements_digest()[:32]
     (folder / "venv" / "bin").mkdir(parents=True)
     (folder / "venv" / "bin" / "python").write_text("")
     plugin = folder / "docker-config" / "cli-plugins" / "docker-compose"
@@ -108,7 +108,7 @@ def test_an_install_for_other_locks_is_not_used(tmp_path: Path) -> None:
     plugin.write_text("")
     (folder / "installed.json").write_text(json.dumps({"lock_digest": "0" * 64, "versions": {}}))
     assert harbor_install(root) is None
-    (folder / "installed.json").write_text(json.dumps({"lock_digest": lock_digest(), "versions": {"harbor": "0.25.0"}}))
+    (folder / "installed.json").write_text(json.dumps({"lock_digest": requirements_digest(), "versions": {"harbor": "0.25.0"}}))
     found = harbor_install(root)
     assert found is not None and found.versions["harbor"] == "0.25.0"
     env = found.environ({"PATH": "/usr/bin", "PYTHONPATH": "/elsewhere"})

@@ -1,5 +1,5 @@
 """The OCI launcher against a real Docker engine, running the fake SGLang engine in the image built by
-``scripts/ci/build_fake_image.py``.
+``python -m fixtures.images.fake_engine``.
 
 Skipped when no engine answers, unless ``HITCH_REQUIRE_DOCKER=1`` (CI), which turns that into a failure.
 Every test gets its own HITCH_ROOT, so ownership labels tell its containers apart; after each test no

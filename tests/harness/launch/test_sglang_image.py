@@ -63,20 +63,20 @@ def _site(tmp: Path) -> Path:
     return site
 
 
-LOCK = "# lock\ndemo_pkg==1.0 \\\n    --hash=sha256:" + "a" * 64 + "\n"
+REQUIREMENTS = "# requirements\ndemo_pkg==1.0 \\\n    --hash=sha256:" + "a" * 64 + "\n"
 
 
-def test_the_venv_must_hold_exactly_the_locks_distributions(builder: ModuleType, tmp_path: Path) -> None:
+def test_the_venv_must_hold_exactly_the_required_distributions(builder: ModuleType, tmp_path: Path) -> None:
     site = _site(tmp_path)
-    assert builder.check_dists_match_lock(site, LOCK) == 1  # pip, the venv's own installer, aside
+    assert builder.check_dists_match_requirements(site, REQUIREMENTS) == 1  # pip, the venv's own installer, aside
     with pytest.raises(SystemExit, match=r"differ=.*demo-pkg"):
-        builder.check_dists_match_lock(site, LOCK.replace("==1.0", "==1.1"))
+        builder.check_dists_match_requirements(site, REQUIREMENTS.replace("==1.0", "==1.1"))
     with pytest.raises(SystemExit, match=r"missing=.*other"):
-        builder.check_dists_match_lock(site, LOCK + "other==2 \\\n    --hash=sha256:" + "b" * 64 + "\n")
+        builder.check_dists_match_requirements(site, REQUIREMENTS + "other==2 \\\n    --hash=sha256:" + "b" * 64 + "\n")
     (site / "extra-3.0.dist-info").mkdir()
     (site / "extra-3.0.dist-info/METADATA").write_text("Name: extra\nVersion: 3.0\n")
     with pytest.raises(SystemExit, match=r"extra=.*'extra'"):
-        builder.check_dists_match_lock(site, LOCK)
+        builder.check_dists_match_requirements(site, REQUIREMENTS)
 
 
 def _layer(builder: ModuleType, site: Path, base: Path, built_after: float) -> tuple[bytes, tuple[int, int]]:

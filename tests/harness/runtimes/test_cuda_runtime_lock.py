@@ -13,7 +13,7 @@ from pathlib import Path
 from types import ModuleType
 
 from harness.runtimes import get_runtime
-from harness.runtimes.catalog import check_lock_text, locks_engine, runtime_source_dir
+from harness.runtimes.catalog import check_requirements, requirements_pin_engine, runtime_source_dir
 
 REPO = Path(__file__).resolve().parents[3]
 CUDA = "sglang-0.5.23-cuda"
@@ -22,14 +22,16 @@ CUDA = "sglang-0.5.23-cuda"
 def _pins() -> dict[str, str]:
     text = (runtime_source_dir(CUDA) / "requirements.lock").read_text()
     found = re.findall(r"^([a-z0-9][a-z0-9._-]*)==(\S+) \\\n    --hash=sha256:([0-9a-f]{64})$", text, re.M)
-    assert len(found) == check_lock_text(text, CUDA)  # one sha256 per package, nothing else
+    assert len(found) == check_requirements(text, CUDA)  # one sha256 per package, nothing else
     names = [name for name, _, _ in found]
     assert len(names) == len(set(names))
     return {name: version for name, version, _ in found}
 
 
 def _resolver() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("resolve_runtime_lock", REPO / "scripts" / "resolve_runtime_lock.py")
+    spec = importlib.util.spec_from_file_location(
+        "resolve_runtime_requirements", REPO / "scripts" / "resolve_runtime_requirements.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -51,8 +53,8 @@ def test_cuda_lock_pins_the_real_cuda_stack_by_hash() -> None:
 
 def test_cuda_lock_pins_the_engine_wheel_so_the_runtime_is_certifiable() -> None:
     text = (runtime_source_dir(CUDA) / "requirements.lock").read_text()
-    assert locks_engine(text, "sglang", "0.5.23")
-    assert not locks_engine(text, "sglang", "0.5.22")
+    assert requirements_pin_engine(text, "sglang", "0.5.23")
+    assert not requirements_pin_engine(text, "sglang", "0.5.22")
     runtime = get_runtime(CUDA)
     assert runtime.certifiable and runtime.pinned and runtime.engine_commit is None
 

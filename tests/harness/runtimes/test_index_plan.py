@@ -18,7 +18,7 @@ import pytest
 
 from harness.errors import ERROR_TABLE, HitchError
 from harness.runtimes import get_runtime, runtime_source_dir
-from harness.runtimes.catalog import lock_pins
+from harness.runtimes.catalog import requirement_pins
 from harness.runtimes.index_plan import DEFAULT_INDEX, install_plan, pip_index_url, require_resolvable
 
 CUDA = "sglang-0.5.23-cuda"
@@ -103,6 +103,6 @@ def test_the_plan_command_fails_with_the_tables_code(tmp_path: Path) -> None:
     error = json.loads(proc.stdout)["error"]
     assert error["code"] == "runtime_lock_unresolvable"
     problems = error["details"]["problems"]
-    pins = lock_pins((runtime_source_dir(CUDA) / "requirements.lock").read_text())
+    pins = requirement_pins((runtime_source_dir(CUDA) / "requirements.lock").read_text())
     assert len(problems) == len(pins) > 150 and {p["status"] for p in problems} == {"missing"}
     assert {"name": "sglang", "version": "0.5.23"}.items() <= next(p for p in problems if p["name"] == "sglang").items()

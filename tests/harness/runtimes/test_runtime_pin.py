@@ -21,9 +21,10 @@ import pytest
 
 from harness.errors import HitchError
 from harness.lock import build_lock
+from harness.paths import HitchRoot
 from harness.runtimes import get_runtime, load_catalog, require_certifiable_pin
 from harness.runtimes.catalog import default_catalog_path
-from harness.runtimes.pins import choose_digest, pins_path
+from harness.runtimes.pins import choose_digest
 from harness.store import read_manifest
 from tests.harness.docker_support import docker_client_or_skip
 from tests.harness.engine.inputs import ServiceInputs, checkpoint_cache, service_inputs
@@ -70,7 +71,7 @@ def test_pin_records_the_local_image_id_in_the_roots_overlay(
     assert proc.returncode == 0, proc.stderr + proc.stdout
     out = json.loads(proc.stdout)
     assert out["pin"]["digest"] == image_id and out["pin"]["source"] == "image_id"
-    assert out["overlay"] == str(pins_path(root)) and pins_path(root).is_file()
+    assert out["overlay"] == str(HitchRoot(root).runtime_pins) and HitchRoot(root).runtime_pins.is_file()
     assert hashlib.sha256(default_catalog_path().read_bytes()).hexdigest() == catalog_before  # never the repo
     human = _hitch(root, "runtime", "pin", CUDA_OCI, "--image", tag)
     assert "image ID (no RepoDigest: a local image)" in human.stdout
@@ -124,7 +125,7 @@ def test_pin_refusals(tmp_path: Path, local_image: tuple[str, str]) -> None:
         proc = _hitch(root, "runtime", "pin", *args, "--json")
         assert proc.returncode != 0
         assert json.loads(proc.stdout)["error"]["code"] == code, args
-    assert not pins_path(root).exists()  # a refused pin writes nothing
+    assert not HitchRoot(root).runtime_pins.exists()  # a refused pin writes nothing
 
 
 def test_the_catalog_repositorys_repo_digest_wins_over_the_image_id_with_recorded_inspect_output() -> None:

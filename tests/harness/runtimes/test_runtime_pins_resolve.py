@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from harness.runtimes import get_runtime, load_catalog, runtime_source_dir
-from harness.runtimes.catalog import lock_pins
+from harness.runtimes.catalog import requirement_pins
 from harness.runtimes.index_plan import install_plan
 
 pytestmark = [pytest.mark.slow]
@@ -31,7 +31,7 @@ def test_every_pinned_wheel_resolves_on_pips_index(name: str) -> None:
     print(f"{name}: {len(plan.pins)} pins, {plan.total_bytes} bytes; {asked}")
     assert [f"{p.name}=={p.version}: {p.status}: {p.detail}" for p in plan.problems] == [], asked
     assert manifest.package.kind == "python-env"
-    pins = lock_pins((runtime_source_dir(name) / manifest.package.lock_file.path).read_text())
+    pins = requirement_pins((runtime_source_dir(name) / manifest.package.lock_file.path).read_text())
     assert [(p.name, p.version) for p in plan.pins] == [(p.name, p.version) for p in pins], asked
     for check in plan.pins:  # the very file the lock pins, as the index lists it
         assert check.file is not None and check.file.sha256 in next(p.sha256s for p in pins if p.name == check.name)

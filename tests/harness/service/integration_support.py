@@ -79,7 +79,7 @@ class LeakGuard:
         return names
 
     def check(self) -> None:
-        from harness.daemon.client import reap_spawned
+        from harness.app.daemon_client import reap_spawned
 
         end = time.monotonic() + SETTLE_S
         left = self.leftovers()

@@ -6,7 +6,7 @@ request goes client → gateway → container; forged records (another network, 
 container, a loopback alias, a non-oci launcher) are refused with ``inference_route_unavailable``.
 
 Skipped when no Docker engine answers, unless ``HITCH_REQUIRE_DOCKER=1`` (then a failure). The image is
-built by ``scripts/ci/build_fake_image.py`` (idempotent). After each test no container of the test's root
+built by ``python -m fixtures.images.fake_engine`` (idempotent). After each test no container of the test's root
 may be left (leak guard).
 """
 

@@ -212,3 +212,30 @@ def test_a_start_that_cannot_find_a_port_in_time_fails_and_leaves_nothing(inputs
     finally:
         unknown.close()
     assert not any(r.startswith("POST") for r in unknown.requests)
+
+
+def test_a_fault_found_outside_fails_the_epoch_and_the_next_acquire_starts_a_new_one(inputs: ServiceInputs) -> None:
+    """The gateway's abort check reports an engine that kept a slot: the supervisor fails that epoch like a crash
+    (inference.failed with the code, engine stopped, lease revoked), and the next acquire gets a new epoch."""
+    manager, starter = fake_manager(inputs.root)
+
+    async def body() -> None:
+        lease = await manager.acquire(inputs.lock, "run-1")
+        pid = engine_pid(starter, lease.service_id)
+        sup = starter.supervisors[lease.service_id]
+        err = HitchError("inference_abort_unconfirmed", "the slot was kept", {"service_id": lease.service_id})
+        assert await sup.fault(err, lease.epoch + 1) is False  # not the live epoch: nothing happens
+        assert await sup.fault(err, lease.epoch) is True
+        assert await sup.fault(err, lease.epoch) is False  # already failed
+        await _wait_gone(pid)
+        assert not pid_alive(pid) and not manager.is_valid(lease.lease_id)
+        record = ServiceStateStore(inputs.root, lease.service_id).read()
+        assert record is not None and (record.state, record.error_code) == ("failed", "inference_abort_unconfirmed")
+        failed = [e for e in ServiceStateStore(inputs.root, lease.service_id).events() if e.event == "inference.failed"]
+        assert {e.details.get("code") for e in failed} == {"inference_abort_unconfirmed"}
+        again = await manager.acquire(inputs.lock, "run-1")
+        assert again.epoch == lease.epoch + 1
+        await manager.release(again.lease_id)
+        await manager.close()
+
+    run(body())

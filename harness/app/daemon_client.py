@@ -1,10 +1,11 @@
 """The way into a root's daemon for the CLI and in-process callers (sync; httpx over the unix socket).
 
-:class:`DaemonClient` sends the bearer token read from the root's 0600 token file and turns an error
-answer back into the same :class:`HitchError`. Its first call that does work is preceded by the handshake
+:class:`DaemonClient` has a method per route, each sending its request model (:mod:`harness.app.requests`),
+sends the bearer token read from the root's 0600 token file and turns an error answer back into the same
+:class:`HitchError`. Its first call that does work is preceded by the handshake
 (:mod:`harness.handshake`): a daemon of other code is ``daemon_upgrade_required``, never talked to.
-:func:`start_daemon` spawns ``python -m harness.daemon`` detached (new session, output appended to
-``inference/daemon/daemon.log``) and returns once it answers;
+:func:`start_daemon` spawns ``python -m harness.daemon``
+detached (new session, output appended to ``inference/daemon/daemon.log``) and returns once it answers;
 :func:`stop_daemon` asks it to drain and exit and waits for the process to be gone.
 """
 
@@ -22,10 +23,21 @@ from typing import Any
 import httpx
 import psutil
 
-from harness.daemon.paths import DaemonPaths
+from harness.app.requests import (
+    AcquireRequest,
+    EmptyRequest,
+    FinishRunRequest,
+    PrepareRequest,
+    ReleaseRequest,
+    Request,
+    RunRequest,
+    ShutdownRequest,
+    StopServiceRequest,
+)
+from harness.contracts.service import EngineName, LauncherName
 from harness.errors import ERROR_TABLE, HitchError
 from harness.handshake import HANDSHAKE_EXEMPT, HANDSHAKE_PATH, check_handshake
-from harness.paths import HitchRoot
+from harness.paths import DaemonPaths, HitchRoot
 
 __all__ = ["DaemonClient", "daemon_running", "ensure_daemon", "reap_spawned", "start_daemon", "stop_daemon"]
 
@@ -66,7 +78,9 @@ class DaemonClient:
         except OSError:
             raise _unavailable(self.paths, "no daemon token") from None
 
-    def _send(self, method: str, path: str, body: dict[str, Any] | None, timeout_s: float | None) -> tuple[httpx.Response, Any]:
+    def _send(
+        self, method: str, path: str, body: Request | dict[str, Any] | None, timeout_s: float | None
+    ) -> tuple[httpx.Response, Any]:
         sock = self.paths.socket
         if not sock.exists():
             raise _unavailable(self.paths, "no socket")
@@ -77,7 +91,8 @@ class DaemonClient:
             with httpx.Client(
                 transport=transport, base_url="http://hitch-daemon", timeout=timeout_s or self.timeout_s, trust_env=False
             ) as client:
-                resp = client.request(method, path, json=body, headers=headers)
+                payload = body.body() if isinstance(body, Request) else body
+                resp = client.request(method, path, json=payload, headers=headers)
         except httpx.TransportError as exc:
             raise _unavailable(self.paths, type(exc).__name__) from exc
         try:
@@ -103,8 +118,10 @@ class DaemonClient:
         )
 
     def request(
-        self, method: str, path: str, body: dict[str, Any] | None = None, timeout_s: float | None = None
+        self, method: str, path: str, body: Request | dict[str, Any] | None = None, timeout_s: float | None = None
     ) -> dict[str, Any]:
+        """One call of the API; ``body`` a request model (sent as :meth:`Request.body`) or, for a test that sends
+        what no client would, a raw JSON object."""
         if self.handshake is None and path not in HANDSHAKE_EXEMPT:
             self._shake()
         resp, data = self._send(method, path, body, timeout_s)
@@ -131,37 +148,57 @@ class DaemonClient:
         *,
         inference_id: str | None = None,
         lock: dict[str, Any] | None = None,
-        engine: str = "sglang",
-        launcher: str = "process",
+        engine: EngineName = "sglang",
+        launcher: LauncherName = "process",
         image: str | None = None,
         fake_flags: list[str] | None = None,
         cache_scope_owner: str | None = None,
     ) -> dict[str, Any]:
-        body: dict[str, Any] = {"owner": owner, "engine": engine, "launcher": launcher, "fake_flags": fake_flags or []}
-        if lock is not None:
-            body["lock"] = lock
-        else:
-            body["inference_id"] = inference_id
-        if image is not None:
-            body["image"] = image
-        if cache_scope_owner is not None:
-            body["cache_scope_owner"] = cache_scope_owner
-        return self.request("POST", "/v1/acquire", body, timeout_s=_LONG_S)
+        ask = AcquireRequest(
+            owner=owner,
+            inference_id=None if lock is not None else inference_id,
+            lock=lock,
+            engine=engine,
+            launcher=launcher,
+            image=image,
+            fake_flags=fake_flags or [],
+            cache_scope_owner=cache_scope_owner,
+        )
+        return self.request("POST", "/v1/acquire", ask, timeout_s=_LONG_S)
 
     def release(self, lease_id: str) -> bool:
-        return bool(self.request("POST", "/v1/release", {"lease_id": lease_id})["released"])
+        return bool(self.request("POST", "/v1/release", ReleaseRequest(lease_id=lease_id))["released"])
 
     def stop_service(self, service_id: str, force: bool = False) -> bool:
-        return bool(self.request("POST", f"/v1/services/{service_id}/stop", {"force": force}, timeout_s=_LONG_S)["stopped"])
+        answer = self.request("POST", f"/v1/services/{service_id}/stop", StopServiceRequest(force=force), timeout_s=_LONG_S)
+        return bool(answer["stopped"])
 
     def unquarantine(self, service_id: str) -> bool:
-        return bool(self.request("POST", f"/v1/services/{service_id}/unquarantine", {})["cleared"])
+        return bool(self.request("POST", f"/v1/services/{service_id}/unquarantine", EmptyRequest())["cleared"])
 
-    def prepare(self, body: dict[str, Any]) -> dict[str, Any]:
-        return self.request("POST", "/v1/prepare", body, timeout_s=_LONG_S)
+    def prepare(self, ask: PrepareRequest) -> dict[str, Any]:
+        return self.request("POST", "/v1/prepare", ask, timeout_s=_LONG_S)
+
+    def create_run(self, ask: RunRequest, timeout_s: float = _LONG_S) -> dict[str, Any]:
+        """``POST /v1/runs``: the run's answer (gateway URL, wire model, the *path* of its token file); a run whose
+        trial waits its turn for resources answers only then (``timeout_s`` covers that wait)."""
+        return self.request("POST", "/v1/runs", ask, timeout_s=timeout_s)
+
+    def run_record(self, run_id: str) -> dict[str, Any]:
+        """``GET /v1/runs/{id}``: the run's durable record."""
+        return self.request("GET", f"/v1/runs/{run_id}")
+
+    def finish_run(self, run_id: str, finish: FinishRunRequest) -> dict[str, Any]:
+        return self.request("POST", f"/v1/runs/{run_id}/finish", finish, timeout_s=120.0)
+
+    def cancel_run(self, run_id: str) -> dict[str, Any]:
+        return self.request("POST", f"/v1/runs/{run_id}/cancel", EmptyRequest())
+
+    def delete_run(self, run_id: str) -> dict[str, Any]:
+        return self.request("DELETE", f"/v1/runs/{run_id}")
 
     def shutdown(self, force: bool = True) -> None:
-        self.request("POST", "/v1/shutdown", {"force": force})
+        self.request("POST", "/v1/shutdown", ShutdownRequest(force=force))
 
 
 def daemon_running(root: HitchRoot) -> dict[str, Any] | None:

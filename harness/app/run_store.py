@@ -1,4 +1,4 @@
-"""The durable run records of one root: ``runs/<run-id>/run.json`` (seed 002).
+"""The durable run records of one root: ``runs/<run-id>/run.json``.
 
 Owns :class:`RunStore`. Only the daemon writes (it holds ``daemon.lock``, so one writer per root); every
 write replaces the whole file atomically, so a reader sees the previous or the next state, never half of

@@ -7,13 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from harness.agents.profiles import (
+from harness.app.profiles import (
     CODEX_FIELDS,
     MODEL_CALL_FIELDS,
     ProfileStore,
     codex_key,
     model_call_key,
     profile_id,
+    require_lock_values,
     result,
 )
 from harness.contracts.agent_profile import HarnessCompatibilityProfileV1
@@ -70,7 +71,7 @@ def test_every_field_codex_sends_has_a_rule() -> None:
 def test_the_field_tables_are_the_measured_ones() -> None:
     """The tables as written into every profile (``fields``): pinned, so an edit to the shipped data is deliberate."""
     assert digest_json([r.to_json_dict() for r in CODEX_FIELDS]) == (
-        "sha256:b21b46750ffe5bc73a9b37ce43ebbb91095a477a09f36e51c2af62f5029cc7ae"
+        "sha256:dc507b272b2164da0a336607f08da8f85cc2d6695905a53496d2c418c21463df"
     )
     assert digest_json([r.to_json_dict() for r in MODEL_CALL_FIELDS]) == (
         "sha256:87b266a48a73bdb85fb54215d9baa9011f8929307ac34228ee7477b26492d44d"
@@ -85,3 +86,15 @@ def test_results_on_another_engine_do_not_certify_this_one(tmp_path: Path) -> No
     with pytest.raises(HitchError) as err:
         store.require_passing(key, "sglang")
     assert err.value.code == "inference_harness_unsupported" and err.value.details["engine"] == "sglang"
+
+
+def test_a_lock_whose_parallel_tool_calls_differ_from_what_codex_sends_refuses_codex() -> None:
+    [rule] = [r for r in CODEX_FIELDS if r.field == "parallel_tool_calls"]
+    assert rule.sends is True  # Codex 0.171 always sends true (recorded in every Codex profile)
+    key = codex_key(make_lock(), "npm:@openai/codex@0.171.0", "0.171.0")
+    require_lock_values(key, CODEX_FIELDS, parallel_tool_calls=True)
+    with pytest.raises(HitchError) as err:
+        require_lock_values(key, CODEX_FIELDS, parallel_tool_calls=False)
+    assert err.value.code == "inference_harness_unsupported"
+    assert (err.value.details["field"], err.value.details["sends"]) == ("parallel_tool_calls", True)
+    require_lock_values(model_call_key(make_lock()), MODEL_CALL_FIELDS, parallel_tool_calls=False)  # no tools sent

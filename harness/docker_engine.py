@@ -1,6 +1,8 @@
-"""Translation of Docker SDK failures into :class:`HitchError` (one place, ``raise ... from exc``).
+"""The local Docker engine: where it is, whether its socket answers, a client that has answered a ping, and the
+translation of Docker SDK failures into :class:`HitchError` (one place, ``raise ... from exc``).
 
-Tree of what the OCI launcher can report:
+It sits below every layer that talks to Docker (the doctor's probe, pulling and pinning runtime images, the OCI
+launcher, the eval network). Tree of what a Docker call can report:
 
 - engine unreachable (socket missing, daemon down, API timeout) → ``docker_unavailable``
 - pinned image not present locally → ``inference_runtime_unavailable``
@@ -11,6 +13,7 @@ Messages carry the daemon's explanation (never argv or environment, which may ho
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -18,12 +21,52 @@ import docker
 import docker.errors
 import requests.exceptions
 
-from harness.devices.docker_probe import docker_host, unix_socket_problem
 from harness.errors import HitchError
+from harness.settings import settings
 
-__all__ = ["docker_client", "translate_docker_errors"]
+__all__ = [
+    "DEFAULT_DOCKER_HOST",
+    "DOCKER_TIMEOUT_S",
+    "docker_client",
+    "docker_host",
+    "one_line",
+    "translate_docker_errors",
+    "unix_socket_problem",
+]
+
+DOCKER_TIMEOUT_S = 5
+DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 
 _UNREACHABLE = (requests.exceptions.ConnectionError, requests.exceptions.Timeout)
+
+
+def docker_host() -> str:
+    """The engine the SDK's ``from_env`` talks to: ``DOCKER_HOST``, or the default socket."""
+    return settings().docker_host or DEFAULT_DOCKER_HOST
+
+
+def unix_socket_problem(host: str) -> str | None:
+    """Why a ``unix://`` host cannot be reached, checked with our own socket first.
+
+    docker-py leaks the socket when a unix connect fails (its ``connect`` does not close
+    it), so a missing or refusing socket is answered here without the SDK.
+    """
+    if not host.startswith("unix://"):
+        return None
+    path = host[len("unix://") :]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(DOCKER_TIMEOUT_S)
+        try:
+            sock.connect(path)
+        except OSError as exc:
+            return one_line(exc)
+    return None
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one line: its type and its text with the whitespace folded."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def docker_client(factory: Callable[[], docker.DockerClient] = docker.from_env) -> docker.DockerClient:

@@ -1,21 +1,26 @@
-"""Harness compatibility profiles: the measured field table and the per-root store of certified results.
+"""Harness compatibility profiles: the measured field tables and the per-root store of certified results.
+
+The application layer's admission rule for every harness against a lock (``hitch run``'s model-call and Codex,
+``hitch eval``'s Harbor agents): both entry points ask it, so it lives below them.
 
 Owns :data:`CODEX_FIELDS` (what Codex 0.171.0 sends and what the gateway + SGLang 0.5.23 do with each field,
 measured through the gateway; see the module docstring of :mod:`gateway.policy`; the table is data,
 ``field_rules.json`` beside this module, as are :data:`MODEL_CALL_FIELDS` and the Harbor agents' tables,
 :data:`HARBOR_TERMINUS_FIELDS` and :data:`HARBOR_SHELL_AGENT_FIELDS`, used by
-:mod:`harness.evals.harbor_agents`), :func:`codex_key` / :func:`model_call_key`, and :class:`ProfileStore`,
-which keeps one JSON record per profile under ``<root>/inference/harness-profiles/`` (atomic writes).
+:mod:`harness.evals.harbor_agents`), :func:`codex_key` / :func:`model_call_key`, :func:`require_lock_values`
+(a rule's ``sends`` value against the lock's, e.g. Codex's ``parallel_tool_calls: true``), and
+:class:`ProfileStore`, which keeps one JSON record per profile under ``<root>/inference/harness-profiles/`` (atomic writes).
 :meth:`ProfileStore.require_passing` is the admission rule: a harness runs against a lock only when its
 profile exists and every recorded result passed; otherwise ``inference_harness_unsupported``. ``model-call``
-is the lock's own Responses text path (every P0 lock enables it), so it needs no recorded profile; its key is
-still written into evidence.
+is the lock's own Responses text path (every lock of this version enables it), so it needs no recorded
+profile; its key is still written into evidence.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Self
 
@@ -40,6 +45,7 @@ __all__ = [
     "codex_key_of",
     "model_call_key",
     "profile_id",
+    "require_lock_values",
     "result",
 ]
 
@@ -163,6 +169,22 @@ class ProfileStore:
                 {**details, "failed": failed},
             )
         return profile
+
+
+def require_lock_values(key: HarnessKeyV1, fields: Sequence[FieldRuleV1], parallel_tool_calls: bool) -> None:
+    """The lock fixes some request fields the harness always sends (the gateway refuses any other value): a lock
+    whose value differs refuses the harness now, before a run starts, never mid-run."""
+    lock_values = {"parallel_tool_calls": parallel_tool_calls}
+    for rule in fields:
+        if rule.sends is None or rule.field not in lock_values or lock_values[rule.field] == rule.sends:
+            continue
+        want, have = json.dumps(rule.sends), json.dumps(lock_values[rule.field])
+        raise HitchError(
+            "inference_harness_unsupported",
+            f"{key.artifact} always sends {rule.field}={want} and this lock claims {have} "
+            "(the gateway would refuse every request with tools); use a model whose tool-call parser fits",
+            {"harness": key.harness, "artifact": key.artifact, "field": rule.field, "sends": rule.sends, "lock": have},
+        )
 
 
 def result(check_id: str, engine: str, device: str, passed: bool, **details: str | int | float | bool | None) -> ProfileResultV1:

@@ -1,4 +1,4 @@
-"""Profiles → draft ``InferenceLockV1`` and strict lock validation (spec §6.2, DESIGN §3).
+"""Profiles → draft ``InferenceLockV1`` and strict lock validation (spec §6.2).
 
 The defaults are the table of spec §6.2, not SGLang's own defaults. A draft lock is a
 pure function of (model manifest, runtime manifest, device, profile, cores of one NUMA
@@ -30,21 +30,30 @@ from harness.contracts.model import LocalModelManifestV1
 from harness.contracts.runtime import InferenceRuntimeManifestV1
 from harness.errors import HitchError
 from harness.ids import digest_json
+from harness.sglang_parsers import PARALLEL_TOOL_CALL_PARSERS
 
 __all__ = [
+    "ABORT_CONFIRM_TIMEOUT_MS",
     "CERTIFIED_QUANTIZATIONS",
     "CPU_MEM_FRACTION_STATIC",
     "DEFAULT_CONTEXT_TOKENS",
     "PROFILES",
+    "SERVED_DEVICES",
     "Device",
     "ProfileShort",
+    "ServedDevice",
+    "STREAM_IDLE_TIMEOUT_MS",
     "build_lock",
+    "claims_parallel_tool_calls",
     "profile_name",
     "resolve_dtype",
+    "served_device",
     "validate_lock",
 ]
 
-Device = Literal["cpu", "cuda", "metal"]
+Device = Literal["cpu", "cuda", "metal"]  # what a lock can name: metal parses, and is refused (served_device)
+ServedDevice = Literal["cpu", "cuda"]
+SERVED_DEVICES: tuple[ServedDevice, ...] = ("cpu", "cuda")
 ProfileShort = Literal["baseline", "throughput"]
 
 PROFILES: dict[str, ProfileName] = {
@@ -63,11 +72,20 @@ CPU_MEM_FRACTION_STATIC = 0.05
 # pytorch sampling backend whatever is asked (``attention_hook.handle_deterministic_inference``): a lock that
 # says otherwise would be echoed back changed by ``/server_info`` and never become ready.
 _RADIX_DETERMINISTIC_ATTENTION = frozenset({"ascend", "fa3", "fa4", "triton"})
+# Both profiles (spec §9.2). A stream may be silent this long before the gateway ends it. A short "no token yet" is
+# never a fault: the wait for the first event holds the whole prefill (minutes for a full-context CPU prefill of a
+# large model), and SGLang 0.5.23 holds back a Responses message's events while tools are declared, so an agent's
+# whole generation can be silent. No default below the request timeout is safe for every model and machine; a
+# lock may seal a shorter one (the certification's fault check does).
+STREAM_IDLE_TIMEOUT_MS = 600_000
+# How long an engine has to show an abandoned request's slot free (SGLang processes an abort at its next scheduler
+# step, after the batch in flight: a long CPU prefill chunk can take many seconds) before the service is faulted.
+ABORT_CONFIRM_TIMEOUT_MS = 30_000
 _MAX_OUTPUT_CAP = 2048
 _GIB = 1 << 30
 _MIB = 1 << 20
 
-# The protocol surface every P0 lock enables; its digest names the compatibility profile.
+# The protocol surface every lock of this version enables; its digest names the compatibility profile.
 _PROTOCOL_PROFILE = {"engine": "sglang", "profile": "openai-responses-text-v1", "input_modalities": ["text"]}
 
 _DTYPE_ALIASES = {
@@ -80,6 +98,16 @@ _DTYPE_ALIASES = {
     "fp32": "float32",
     "float": "float32",
 }
+
+
+def served_device(device: str) -> ServedDevice:
+    """``device`` when this version serves it. Metal (a lock may name it, spec §5) and any other name are
+    ``inference_device_unsupported``: the one place that refuses them."""
+    for served in SERVED_DEVICES:
+        if device == served:
+            return served
+    why = "metal parses but is not served by this version" if device == "metal" else f"unknown device {device!r}"
+    raise HitchError("inference_device_unsupported", why, {"device": device, "choices": [*SERVED_DEVICES, "metal"]})
 
 
 def profile_name(short: str) -> ProfileName:
@@ -156,6 +184,11 @@ def _resources(
     )
 
 
+def claims_parallel_tool_calls(parser: str | None) -> bool:
+    """A lock claims parallel tool calls exactly when its tool-call parser hands back every call of an answer."""
+    return parser is not None and parser in PARALLEL_TOOL_CALL_PARSERS
+
+
 def build_lock(
     model: LocalModelManifestV1,
     runtime: InferenceRuntimeManifestV1,
@@ -169,8 +202,7 @@ def build_lock(
     """The draft lock for this model + runtime + device + profile (spec §6.2 defaults). ``benchmark`` permits
     the benchmark sampling controls (``ignore_eos``, ``min_tokens``: fixed output lengths for the field's
     benchmark tools); an agent run's lock never sets it, and it changes the inference id."""
-    if device == "metal":
-        raise HitchError("inference_device_unsupported", "metal is a P1 backend and is refused in P0", {"device": device})
+    device = served_device(device)
     if runtime.backend != device:
         raise HitchError(
             "inference_device_unsupported",
@@ -240,6 +272,8 @@ def build_lock(
         queue_timeout_ms=60_000,
         request_timeout_ms=600_000,
         idle_ttl_ms=60_000,
+        stream_idle_timeout_ms=STREAM_IDLE_TIMEOUT_MS,
+        abort_confirm_timeout_ms=ABORT_CONFIRM_TIMEOUT_MS,
     )
     generation = GenerationV1(
         temperature=0.0,
@@ -258,7 +292,7 @@ def build_lock(
         streaming=True,
         tool_calls=parser is not None,
         tool_call_parser=parser,
-        parallel_tool_calls=False,
+        parallel_tool_calls=claims_parallel_tool_calls(parser),
         input_modalities=["text"],
         compatibility_profile_id=digest_json(_PROTOCOL_PROFILE),
     )
@@ -282,8 +316,7 @@ def validate_lock(data: Any) -> InferenceLockV1:
     ``inference_id`` and impossible combinations are refused; metal parses but is refused."""
     lock = parse_record(InferenceLockV1, data, "inference_lock_invalid")
     ex = lock.execution
-    if ex.platform.backend == "metal":
-        raise HitchError("inference_device_unsupported", "metal is a P1 backend and is refused in P0", {"device": "metal"})
+    served_device(ex.platform.backend)
     expected = compute_inference_id(lock.to_json_dict())
     if expected != lock.inference_id:
         raise HitchError(
@@ -302,6 +335,8 @@ def validate_lock(data: Any) -> InferenceLockV1:
         problems.append("max_output_tokens must be below the context")
     if lock.protocol.tool_calls != (lock.protocol.tool_call_parser is not None):
         problems.append("tool_calls is true exactly when a tool_call_parser is named")
+    if lock.protocol.parallel_tool_calls and not claims_parallel_tool_calls(lock.protocol.tool_call_parser):
+        problems.append("parallel_tool_calls needs a tool_call_parser that hands back several calls")
     if ex.deterministic_inference and ex.platform.backend == "cpu":
         problems.append("deterministic_inference is refused on cpu (SGLang rejects it at startup)")
     if ex.deterministic_inference and ex.sampling_backend != "pytorch":

@@ -1,0 +1,228 @@
+"""Prepare a service: its runtime installed on demand (or refused offline), the image an ``oci`` service runs,
+and the requests that name it to the daemon (prepare, run).
+
+:class:`ServiceAsk` is what a command names (``local prepare``, ``local serve``); :func:`prepare_service` runs
+``hitch local prepare`` through the daemon and :func:`serve_request` is the run ``hitch local serve`` opens.
+
+:func:`ensure_runtime` is the one install-on-demand rule (``hitch local prepare``, ``hitch run``, ``hitch eval``,
+the certify session): an SGLang python-env runtime is installed when missing, an OCI runtime pulled by its pinned
+digest (an operator's pin is checked to be in the local engine); the fake engine needs nothing. ``offline``
+never installs or pulls: what is missing fails at once with ``inference_runtime_unavailable`` and the exact
+commands to run first.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from pydantic import Field
+
+from harness.app.choice import Choice, ChoiceRequest, resolve_choice
+from harness.app.daemon_client import ensure_daemon
+from harness.app.requests import PrepareRequest, RunRequest
+from harness.contracts.base import Record, parse_record
+from harness.contracts.runtime import InferenceRuntimeManifestV1
+from harness.contracts.service import EngineName, LauncherName
+from harness.errors import HitchError
+from harness.launch.oci_config import require_pinned_image
+from harness.lock import ProfileShort
+from harness.paths import HitchRoot
+from harness.runtimes import get_runtime, install_runtime, installed_runtime, pinned_image
+from harness.runtimes.pins import inspect_image
+from harness.service.state_store import ServiceStateStore
+
+__all__ = [
+    "ServiceAsk",
+    "engine_endpoint",
+    "engine_start",
+    "ensure_runtime",
+    "prepare_request",
+    "prepare_service",
+    "run_image",
+    "run_request",
+    "runtime_of",
+    "serve_request",
+]
+
+
+class ServiceAsk(Record):
+    """The service a command names; :meth:`of` refuses a bad value with ``usage_error``."""
+
+    model: str = Field(description="local/ALIAS or local/sha256:<hex>")
+    device: str = "auto"
+    allow_uncertified: bool = False
+    profile: ProfileShort = "baseline"
+    engine: EngineName = "sglang"
+    launcher: LauncherName = "process"
+    image: str | None = None
+    runtime: str | None = None
+
+    @classmethod
+    def of(cls, **given: Any) -> ServiceAsk:
+        return parse_record(cls, given, "usage_error")
+
+    def choice(self) -> Choice:
+        """The one device rule applied to this ask (:func:`harness.app.choice.resolve_choice`); refused here."""
+        return resolve_choice(ChoiceRequest.model_validate(self, from_attributes=True)).require()
+
+
+def runtime_of(choice: Choice) -> InferenceRuntimeManifestV1:
+    """The runtime a (required) choice names."""
+    return get_runtime(str(choice.require().runtime_id))
+
+
+def _commands(runtime: InferenceRuntimeManifestV1, root_flag: Path | None, prepare_argv: Sequence[str]) -> list[str]:
+    root = f" --root {shlex.quote(str(root_flag))}" if root_flag is not None else ""
+    install = "hitch runtime install"
+    if runtime.package.kind == "oci" and runtime.package.digest is None:  # install refuses a tag: pin a local image
+        install = "hitch runtime pin"
+    return [f"{install} {runtime.name}{root}", "hitch local prepare " + " ".join(shlex.quote(a) for a in prepare_argv) + root]
+
+
+def _offline_image_missing(runtime: InferenceRuntimeManifestV1) -> str | None:
+    """Why an OCI runtime cannot start offline (never pulls), or None when its pinned image is in Docker."""
+    pkg = runtime.package
+    if pkg.kind != "oci" or pkg.digest is None:
+        return "it has no pinned digest"
+    try:
+        inspect_image(pkg.reference())
+    except HitchError as err:
+        return err.message
+    return None
+
+
+def _offline_refusal(
+    runtime: InferenceRuntimeManifestV1, root_flag: Path | None, prepare_argv: Sequence[str], why: str
+) -> NoReturn:
+    commands = _commands(runtime, root_flag, prepare_argv)
+    raise HitchError(
+        "inference_runtime_unavailable",
+        f"runtime {runtime.name} cannot run offline ({why}) and --offline forbids installing or pulling it; run first:\n  "
+        + "\n  ".join(commands),
+        {"runtime": runtime.name, "runtime_id": runtime.runtime_id, "run_first": commands, "why": why},
+    )
+
+
+def ensure_runtime(
+    root: HitchRoot,
+    runtime: InferenceRuntimeManifestV1,
+    *,
+    engine: EngineName,
+    offline: bool = False,
+    prepare_argv: Sequence[str] = (),
+    root_flag: Path | None = None,
+) -> None:
+    """Make ``runtime`` ready to start for ``engine`` (progress on stderr). Offline, refuse what is missing and
+    name the commands to run first: ``prepare_argv`` repeats the service, ``root_flag`` the ``--root`` given."""
+    if engine != "sglang":
+        return  # the fake engine runs no runtime artifact
+    if runtime.package.kind != "python-env":
+        if not offline:
+            install_runtime(root, runtime)  # pulls the pinned digest; an operator's pin is checked to be there
+            return
+        missing = _offline_image_missing(runtime)
+        if missing is None:
+            return
+        _offline_refusal(runtime, root_flag, prepare_argv, missing)
+    if installed_runtime(root, runtime) is not None:
+        return
+    if offline:
+        _offline_refusal(runtime, root_flag, prepare_argv, "it is not installed")
+    install_runtime(root, runtime)
+
+
+def run_image(runtime: InferenceRuntimeManifestV1, engine: EngineName, launcher: LauncherName, image: str | None) -> str | None:
+    """The pinned image an ``oci`` service runs (None for ``process``): ``image`` (by digest or image ID, never a
+    tag), else the runtime's pinned image (catalog digest or operator pin); the fake engine has no catalog image,
+    so it needs one given (``python -m fixtures.images.fake_engine`` prints its IMAGE_ID)."""
+    if launcher != "oci":
+        if image is not None:
+            raise HitchError("usage_error", "--image is for --launcher oci", {"image": image})
+        return None
+    if image is not None:
+        return require_pinned_image(image)
+    if engine == "fake":
+        raise HitchError("usage_error", "--engine fake --launcher oci needs --image (the fake engine image's ID)", {})
+    return pinned_image(runtime)
+
+
+def _service(choice: Choice, model: str, profile: ProfileShort, image: str | None) -> dict[str, Any]:
+    chosen = choice.require()
+    return {
+        "model": model,
+        "device": chosen.device,
+        "device_choice": chosen.device_choice(),
+        "profile": profile,
+        "runtime": chosen.runtime_id,
+        "engine": chosen.engine,
+        "launcher": chosen.launcher,
+        "image": image,
+    }
+
+
+def prepare_request(
+    choice: Choice, model: str, profile: ProfileShort, image: str | None, context_tokens: int | None = None
+) -> PrepareRequest:
+    """``hitch local prepare``'s request for the service ``choice`` names."""
+    return PrepareRequest(**_service(choice, model, profile, image), context_tokens=context_tokens)
+
+
+def run_request(choice: Choice, model: str, profile: ProfileShort, image: str | None, **run: Any) -> RunRequest:
+    """A run's request for the service ``choice`` names (``run``: run_id, harness, capture, ...)."""
+    return RunRequest(**_service(choice, model, profile, image), **run)
+
+
+def prepare_service(
+    root: HitchRoot,
+    ask: ServiceAsk,
+    *,
+    context_tokens: int | None = None,
+    offline: bool = False,
+    root_flag: Path | None = None,
+) -> tuple[Choice, dict[str, Any]]:
+    """``hitch local prepare``: the choice, the runtime made ready (or refused offline), then the daemon (started on
+    demand) starts the service once, probes it, seals and saves its lock; returns the choice and its answer."""
+    choice = ask.choice()
+    rt = runtime_of(choice)
+    argv = [ask.model, *choice.device_argv(), "--profile", ask.profile, "--runtime", rt.name]
+    if ask.engine != "sglang":
+        argv += ["--engine", ask.engine]
+    if ask.launcher != "process":
+        argv += ["--launcher", ask.launcher]
+    # first: --offline names the pin/prepare commands before an unpinned image is refused
+    ensure_runtime(root, rt, engine=ask.engine, offline=offline, prepare_argv=argv, root_flag=root_flag)
+    request = prepare_request(choice, ask.model, ask.profile, run_image(rt, ask.engine, ask.launcher, ask.image), context_tokens)
+    return choice, ensure_daemon(root).prepare(request)
+
+
+def serve_request(ask: ServiceAsk, **run: Any) -> RunRequest:
+    """The run ``hitch local serve`` opens for ``ask`` (``run``: run_id, capture, for_containers, eval_image)."""
+    choice = ask.choice()
+    image = run_image(runtime_of(choice), ask.engine, ask.launcher, ask.image)
+    return run_request(choice, ask.model, ask.profile, image, **run)
+
+
+def engine_endpoint(root: HitchRoot, service_id: str) -> tuple[str, str]:
+    """(direct engine base URL, engine key) of a running service, from its endpoint record: for the checks that
+    must look behind the gateway, never for a run."""
+    record = ServiceStateStore(root, service_id).read()
+    if record is None or record.endpoint_ref is None:
+        raise HitchError("inference_process_exited", f"service {service_id} has no endpoint record", {"service_id": service_id})
+    ref = json.loads(Path(record.endpoint_ref).read_text())
+    key = Path(ref["api_key_file"]).read_text(encoding="utf-8").strip()
+    return str(ref["base_url"]), key
+
+
+_START_FIELDS = ("ready_s", "engine_health_s", "engine_idle_wait_s", "engine_busy_polls", "flush_attempts")
+
+
+def engine_start(root: HitchRoot, service_id: str, epoch: int) -> dict[str, Any] | None:
+    """How a service's engine became ready in ``epoch`` (its ``inference.ready`` event): seconds to ready, to the
+    engine's own health, waiting for the engine to go idle before the cache flush, and the flushes it took."""
+    events = ServiceStateStore(root, service_id).events()
+    ready = [e for e in events if e.event == "inference.ready" and e.epoch == epoch]
+    return {k: ready[-1].details.get(k) for k in _START_FIELDS} if ready else None

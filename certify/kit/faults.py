@@ -223,13 +223,14 @@ class FaultFront:
         if gw is not None:
             wait_until(lambda: queue_counts(gw) == (acquired, acquired, 0, 0), 10.0, what="permits released once")
 
-    def another_run(self, run_id: str) -> RunHandle:
-        """Another run on this front's private gateway, with its upstream and lock (runs sharing one service)."""
+    def another_run(self, run_id: str, deadline_s: float | None = None) -> RunHandle:
+        """Another run on this front's private gateway, with its upstream and lock (runs sharing one service);
+        ``deadline_s``: the run's candidate deadline."""
         gw = self.gateway
         assert gw is not None, "only a private front's gateway takes more runs"
         binding = gw.call(lambda: gw.gw.registry.get(self.binding_id))
         assert binding is not None
-        return run_handle(gw, gw.register(run_id, binding.target))
+        return run_handle(gw, gw.register(run_id, binding.target, deadline_s=deadline_s))
 
     def record(self, certify_record: Any, client: dict[str, Any], evidence: dict[str, Any]) -> None:
         """What the run page shows per fault: the fault, what the client saw, the evidence row."""

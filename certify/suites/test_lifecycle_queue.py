@@ -8,12 +8,19 @@ the hold ends, all four complete with 200, served in the order they arrived (the
 ``admitted_seq``), each within the lock's queue timeout. Every request is sent only once the one before it is
 seen holding the permit or waiting: arrival order is certain, never a matter of timing.
 
+A run's deadline (``lifecycle.queue.run_deadline``): a run registered with a candidate deadline streams while the
+engine is held (fake: a stall; SGLang: the fault proxy) past it. The gateway ends the stream itself with a terminal
+``inference_deadline_exceeded`` event (504 had no byte been sent yet), its evidence row says so with the request's
+timeout (min(time left, the lock's request timeout)) and the time left when it started, the engine's slot is shown
+free, and the run's next request is 504 at once without reaching the engine.
+
 A private gateway (its own bound) before the session's engine; the runs share its one service queue.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import json
 from typing import Any
 
 import httpx
@@ -27,6 +34,7 @@ from fixtures.fault_proxy import ProxyFault
 from gateway.testing import GatewayThread
 
 AGENTS = 4
+DEADLINE_S = 8.0  # the check's run deadline: far above a short prompt's first token, far below the held stream
 BOUND = AGENTS - 1  # waiting requests the check's gateway holds: the fifth request is one too many
 
 
@@ -93,3 +101,57 @@ def test_agents_share_one_service(fault_site: FaultSite, certify_record: Any) ->
         "1",
     )
     assert [(r["error_code"], r["admitted_seq"]) for r in refused] == [("inference_queue_full", None)]
+
+
+@check(
+    "lifecycle.queue.run_deadline",
+    description="a run's deadline bounds its requests: a stream held past it ends with inference_deadline_exceeded "
+    "(a terminal event, or 504 before the first byte), its evidence row carries the request's timeout and the time "
+    "left, the engine slot is freed, and the run's next request is 504 at once, never forwarded",
+    summary=lambda d: (
+        f"a run whose deadline was {d['deadline_s']:.0f} s: its held stream ended with {d['first']['code']} after "
+        f"{d['first_row']['timeout_ms'] / 1000:.1f} s (the request's timeout), the engine slot was "
+        f"{d['first_row']['abort_outcome']}, and its next request got {d['next']['status']} {d['next']['code']} "
+        "without reaching the engine"
+    ),
+)
+def test_run_deadline(fault_site: FaultSite, certify_record: Any) -> None:
+    with fault_site.front(private=True) as front:
+        gw = front.gateway
+        assert gw is not None
+        run = front.another_run("deadline", deadline_s=DEADLINE_S)
+        lock = gw.call(lambda: gw.gw.registry.get(run.binding_id)).target.lock  # type: ignore[union-attr]
+        front.arm(("stall_mid_stream:t=60,after=1",), (ProxyFault(mode="stall", after_events=2),))
+        body = chat_body(run.wire_model, stream=True)
+        status, raw, broken = stream(run.base_url, "/chat/completions", body, run.headers(), DEADLINE_S + 60)
+        events = [e for e in raw.split(b"\n\n") if e.strip()]
+        if status == 200:  # the stream had begun: a terminal error event, then [DONE]
+            last = json.loads(events[-2].split(b"data: ", 1)[1]) if len(events) >= 2 else {}
+            code = last.get("error", {}).get("code")
+        else:
+            code = json.loads(raw).get("error", {}).get("code")
+        front.clear()
+        if front.proxy is not None:
+            front.engine_idle()
+        posts = front.upstream_posts()
+        again = httpx.post(
+            run.base_url + "/chat/completions", json=chat_body(run.wire_model, stream=False), headers=run.headers(), timeout=60
+        )
+        gw.settle_evidence()
+        rows = evidence_rows(front.state_dir, run.binding_id, at_least=2)
+        first, refused = rows[0], rows[1]
+        certify_record.detail("deadline_s", DEADLINE_S)
+        certify_record.detail("first", {"status": status, "broken": broken, "code": code})
+        keep = ("status", "error_code", "timeout_ms", "deadline_left_ms", "abort_outcome")
+        certify_record.detail("first_row", {k: first.get(k) for k in keep})
+        certify_record.detail("next", {"status": again.status_code, "code": again.json()["error"]["code"]})
+        certify_record.detail("next_row", {k: refused.get(k) for k in ("status", "error_code", "engine_rid")})
+        assert (status in (200, 504), broken, code) == (True, False, "inference_deadline_exceeded"), raw[-400:]
+        assert (first["status"], first["error_code"]) == ("failed", "inference_deadline_exceeded"), first
+        assert first["deadline_left_ms"] == DEADLINE_S * 1000  # the first request starts the run's clock
+        assert first["timeout_ms"] <= min(DEADLINE_S * 1000, lock.execution.request_timeout_ms), first
+        assert first["abort_outcome"] == "free", "the engine was told (its connection closed) and shown its slot free"
+        assert (again.status_code, again.json()["error"]["code"]) == (504, "inference_deadline_exceeded")
+        assert (refused["status"], refused["error_code"]) == ("rejected", "inference_deadline_exceeded"), refused
+        assert front.upstream_posts() == posts == 1, "only the first request reached the engine"
+        front.recovered(certify_record)

@@ -24,6 +24,7 @@ from typing import Any
 
 import httpx
 
+from certify.timeline import span
 from harness.engine import prepare_launch, wait_ready
 from harness.launch.process import ProcessLauncher
 from harness.lock import validate_lock
@@ -107,15 +108,16 @@ def run_offline(root: HitchRoot, lock: dict[str, Any], engine: str, timeout_s: f
     # ``ip link set lo up`` first: a new namespace's loopback is down, and the engine still talks to itself.
     inner = 'ip link set lo up && exec "$0" -m certify.offline_engine'
     try:
-        proc = subprocess.run(
-            ["unshare", "--net", "--", "sh", "-c", inner, sys.executable],
-            input=request,
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            check=False,
-            cwd=Path(__file__).resolve().parents[1],
-        )
+        with span("offline engine (no network) start and probe", engine="private"):
+            proc = subprocess.run(
+                ["unshare", "--net", "--", "sh", "-c", inner, sys.executable],
+                input=request,
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                check=False,
+                cwd=Path(__file__).resolve().parents[1],
+            )
         log_path = root.service_dir(service_id) / "engine.log"
         log = log_path.read_text(errors="replace")[-4000:] if log_path.is_file() else ""
     finally:

@@ -2,7 +2,8 @@
 
 ``finish_session``: evaluate (:mod:`certify.evaluate`) → ``results.json`` (the predicate plus the raw
 figures) → the signed entry (an in-toto Statement in a DSSE envelope, :mod:`catalog.signing`) → the HTML
-pages (:mod:`reports.builder`) → teardown of the session's engine service (and of the daemon when the
+pages (:mod:`reports.builder`; the session's timeline, when the plugin measured one, is in ``results.json``
+beside the predicate and on the run page) → teardown of the session's engine service (and of the daemon when the
 session started it). Returns the lines the terminal summary prints.
 """
 
@@ -35,10 +36,12 @@ from harness.contracts.certification import (
     EvidenceFileV1,
     ReproducesV1,
 )
+from harness.contracts.timeline import CertificationTimelineV1
 from harness.devices import DoctorReportV1, fingerprint_of, run_doctor
 from harness.paths import atomic_write_json
 from harness.runtimes import get_runtime
 from reports.builder import build_matrix, build_run_page
+from reports.timeline import timeline_summary
 
 __all__ = ["SUITE_VERSION", "finish_session", "machine_facts", "project_commit"]
 
@@ -200,6 +203,7 @@ def finish_session(
     daemon_was_running: bool,
     *,
     session_error: str | None = None,
+    timeline: CertificationTimelineV1 | None = None,
 ) -> tuple[Evaluation, list[str]]:
     """Evaluate, write the outputs; returns the evaluation (its level decides the exit status) and summary lines.
 
@@ -221,6 +225,9 @@ def finish_session(
     if start:  # how the session's engine became ready, the wait for it to go idle before the flush included
         lifecycle["engine_start"] = start
     full = {**predicate, "session": session, "overhead": metrics.get("_overhead"), "lifecycle": lifecycle or None}
+    if timeline is not None:  # outside the predicate: the signed entry claims what it claimed before
+        full["timeline"] = timeline.to_json_dict()
+        lines.extend(timeline_summary(timeline))
     atomic_write_json(opts.report_dir / "results.json", full)
     lines.append(f"level: {evaluation.level}")
     lines.extend(f"  - {reason}" for reason in evaluation.reasons[:20])

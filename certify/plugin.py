@@ -9,17 +9,23 @@ and writes the results, the signed entry and the HTML pages (:mod:`certify.outpu
 session-end checks (:func:`certify.registry.at_session_end`: the secrets scan) of every suite the session ran,
 after every test, recording each under its check id like any check.
 
+The session's timeline (:mod:`certify.timeline`): every check's call phase, every certify fixture's setup and
+teardown and the steps the code inside them times are spans, drained into the report of the phase that paid
+for them (``certify_spans``) so they travel with the results; the controller adds its session-end checks and
+the CPU over the session and hands the timeline to the outputs.
+
 The plugin is inert for test runs that collect no certification check (the project's own ``tests/``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -30,10 +36,16 @@ from certify.evaluate import CheckResult
 from certify.options import REPORT_ENV, SESSION_ENV, CertifyOptions, add_options, choose_engine, options_from
 from certify.registry import SUITES, Check, all_checks, session_end_checks
 from certify.secrets_scan import forget
+from certify.timeline import CpuSample, build_timeline, cpu_sample, cpu_usage, drain, record
+from harness.contracts.timeline import SpanEngine
 from harness.settings import settings
 
 SUITES_DIR = Path(__file__).resolve().parent / "suites"
 _STATE = pytest.StashKey["CertifyState"]()
+_USED_PRIVATE = pytest.StashKey[bool]()  # a check whose setup or call started or used a private engine/daemon
+PRIVATE_FIXTURES = ("private_daemon",)  # fixtures that hand a check a private daemon and its engine
+WAIT_FIXTURES = ("_shared_engine_turn",)  # their setup is a wait for another worker (timeline kind "wait")
+_FIXTURE_ENGINES: dict[str, SpanEngine] = {"certify_env": "session", **dict.fromkeys(PRIVATE_FIXTURES, "private")}
 
 
 @dataclass
@@ -48,6 +60,11 @@ class CertifyState:
     resolved: CertifyOptions | None = None
     summary: list[str] = field(default_factory=list)
     blocked: str | None = None  # why the session stopped before its suites (see _fail_closed)
+    timing: bool = False  # this process runs certification checks: their fixtures are timed
+    started_at: float = 0.0  # epoch seconds of the controller's session start
+    cpu_first: CpuSample | None = None
+    spans: list[dict[str, Any]] = field(default_factory=list)
+    teardowns: dict[int, float] = field(default_factory=dict)  # id(fixturedef) -> its teardown's start
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -113,6 +130,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         return
     declared = all_checks()
     opts = resolved_options(config)
+    config.stash[_STATE].timing = True
     for item in certify_items:
         cid = check_id_of(item)
         if cid is None or cid not in declared:
@@ -130,6 +148,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 def pytest_sessionstart(session: pytest.Session) -> None:
     state = session.config.stash[_STATE]
     if not state.is_worker:
+        state.started_at, state.cpu_first = time.time(), cpu_sample()
         from harness.app.daemon_client import daemon_running
 
         try:
@@ -173,11 +192,77 @@ class _ResultCollector:
         record_report(self.config.stash[_STATE], report)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest) -> Generator[None, Any, Any]:
+    """Time the setup of every fixture the certify package defines (the session engine, references, the perf
+    fixture, Harbor's checks, private daemons...) and, once it is set up, its teardown."""
+    state = request.config.stash[_STATE]
+    code = getattr(fixturedef.func, "__code__", None)
+    if not state.timing or code is None or not _certify_file(code.co_filename):
+        return (yield)
+    engine = _FIXTURE_ENGINES.get(fixturedef.argname)
+    start = time.time()
+    try:
+        return (yield)
+    finally:
+        kind = "wait" if fixturedef.argname in WAIT_FIXTURES else "fixture"
+        record(kind, fixturedef.argname, start, time.time(), phase="setup", scope=fixturedef.scope, engine=engine)
+        if fixturedef.cached_result is not None and fixturedef.cached_result[2] is None:
+            # runs first when the fixture is finished (finalizers are popped last-in first-out)
+            fixturedef.addfinalizer(lambda: state.teardowns.__setitem__(id(fixturedef), time.time()))
+
+
+@functools.cache
+def _certify_file(filename: str) -> bool:
+    """Whether a fixture's function lives in the certify package (the suites included, however pytest imported them)."""
+    return SUITES_DIR.parent in Path(filename).resolve().parents
+
+
+def pytest_fixture_post_finalizer(fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest) -> None:
+    start = request.config.stash[_STATE].teardowns.pop(id(fixturedef), None)
+    if start is not None:
+        engine = _FIXTURE_ENGINES.get(fixturedef.argname)
+        record("fixture", fixturedef.argname, start, time.time(), phase="teardown", scope=fixturedef.scope, engine=engine)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Attach the spans this phase recorded (and, for the call phase, the check's own span) to its report."""
+    report: pytest.TestReport = yield
+    cid = check_id_of(item) if _is_certify_item(item) else None
+    if cid is None:
+        return report
+    spans = drain()
+    if any(s["engine"] == "private" for s in spans):
+        item.stash[_USED_PRIVATE] = True
+    if call.when == "call":
+        spans.append(record("check", cid, call.start, call.stop, engine=_engine_of(item), keep=False))
+    for s in spans:
+        s["check"], s["phase"] = s["check"] or cid, call.when
+    if spans:
+        report.user_properties.append(("certify_spans", spans))
+    return report
+
+
+def _engine_of(item: pytest.Item) -> SpanEngine:
+    """The engine a check used: a private one (it used a private daemon, or started a private engine), else the
+    session's (it asked for the session environment), else none."""
+    names = set(getattr(item, "fixturenames", ()))
+    if item.stash.get(_USED_PRIVATE, False) or names & set(PRIVATE_FIXTURES):
+        return "private"
+    return "session" if "certify_env" in names else "none"
+
+
 def record_report(state: CertifyState, report: pytest.TestReport) -> None:
     cid = next((v for k, v in report.user_properties if k == "certify_check"), None)
     if cid is None:
         return
     state.active = True
+    for key, value in report.user_properties:
+        if key == "certify_spans":
+            state.spans.extend(cast("list[dict[str, Any]]", value))
     status: str | None = None
     if report.when == "call":
         status = "passed" if report.passed else "skipped" if report.skipped else "failed"
@@ -322,7 +407,7 @@ def run_session_end_checks(state: CertifyState, opts: CertifyOptions, checks: li
             if spec.suite not in ran:
                 continue
             recorder = EndRecorder()
-            started = time.monotonic()
+            started, wall_start = time.monotonic(), time.time()
             status = "passed"
             if not spec.applies(str(opts.engine), opts.device):
                 why = f": {spec.reason}" if spec.reason else ""
@@ -336,6 +421,9 @@ def run_session_end_checks(state: CertifyState, opts: CertifyOptions, checks: li
                     recorder.details["reason"] = f"{type(exc).__name__}: {exc}"[:1000]
                     failed.append(f"{spec.id} (at session end) failed: {recorder.details['reason']}")
             state.metrics.update(recorder.metrics)
+            state.spans.append(
+                record("check", spec.id, wall_start, time.time(), phase="session_end", check=spec.id, engine="none", keep=False)
+            )
             result = CheckResult(spec.id, status, time.monotonic() - started, recorder.details)  # type: ignore[arg-type]
             previous = state.results.get(spec.id)
             state.results[spec.id] = result if previous is None else previous.merge(result)
@@ -360,8 +448,17 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             end_failures = run_session_end_checks(state, opts, session_end_checks())
             if end_failures and session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED  # as a failed test would
+        timeline = build_timeline(
+            state.started_at, time.time(), [*state.spans, *drain()], cpu_usage(state.cpu_first, cpu_sample())
+        )
         evaluation, state.summary = finish_session(
-            opts, state.results, state.metrics, state.evidence, state.daemon_was_running, session_error=state.blocked
+            opts,
+            state.results,
+            state.metrics,
+            state.evidence,
+            state.daemon_was_running,
+            session_error=state.blocked,
+            timeline=timeline,
         )
         if state.blocked:  # one clear line first; the "did not run" reasons of every check say nothing more
             state.summary = [f"STOPPED before the suites: {state.blocked}"] + [

@@ -29,6 +29,7 @@ from certify.model_facts import model_facts
 from certify.options import CertifyOptions
 from certify.reference_set import prepare_references
 from certify.secrets_scan import remember
+from certify.timeline import span
 from fixtures.checkpoint import tiny_checkpoint_cached
 from fixtures.fake_sglang.client import FakeControl
 from fixtures.images import built_image
@@ -214,14 +215,17 @@ def open_session(opts: CertifyOptions, session_key: str, worker: str, *, referen
     ``references``: the session runs correctness checks on a real engine; their reference runs are computed (or
     found cached) first, while no engine spins a core (:func:`certify.reference_set.prepare_references`).
     """
-    model_ref = _ensure_model(opts)
+    with span("model fixture and import"):
+        model_ref = _ensure_model(opts)
     runtime = get_runtime(str(opts.runtime))  # choose_engine named it
-    ensure_runtime(opts.root, runtime, engine=opts.engine or "sglang")
+    with span("runtime check/install"):
+        ensure_runtime(opts.root, runtime, engine=opts.engine or "sglang")
     runtime_id = runtime.runtime_id
     model_id = model_id_of(opts.root, model_ref)
     prepared: dict[str, Any] | None = None
     if references and opts.engine == "sglang":
-        prepared = prepare_references(opts.root, model_id)
+        with span("reference computation", engine="none"):
+            prepared = prepare_references(opts.root, model_id)
     body: dict[str, Any] = {
         "model": model_ref,
         "device": opts.device,
@@ -232,7 +236,8 @@ def open_session(opts: CertifyOptions, session_key: str, worker: str, *, referen
     }
     if opts.inference is not None:  # the sealed lock as it is: nothing drafted, probed or sealed again
         body = {k: v for k, v in body.items() if k not in ("model", "profile")} | {"inference_id": opts.inference}
-    image = _oci_image(opts, runtime)
+    with span("engine image check"):
+        image = _oci_image(opts, runtime)
     if image is not None:
         body["image"] = image
     fake: FakeControl | None = None
@@ -249,8 +254,10 @@ def open_session(opts: CertifyOptions, session_key: str, worker: str, *, referen
         faults = [arg for fault in opts.fake_faults for arg in ("--fault", fault)]
         body["fake_flags"] = FakeControl.launch_flags(port_file, token_file) + faults
         fake = FakeControl(port_file, token_file.read_text(encoding="utf-8").strip())
-    daemon = ensure_daemon(opts.root)
-    run = create_run(daemon, {**body, "run_id": f"certify-{session_key[:8]}-{worker}"})
+    with span("session daemon start/check"):
+        daemon = ensure_daemon(opts.root)
+    with span("session engine start (first process) or join", engine="session"):  # the daemon's single-flight acquire
+        run = create_run(daemon, {**body, "run_id": f"certify-{session_key[:8]}-{worker}"})
     engine_url, engine_key = engine_endpoint(opts.root, run.service_id)
     ledger = secrets_ledger(opts, session_key)
     remember(ledger, "engine_key", engine_key)

@@ -1,5 +1,5 @@
 """The per-run page, summary first: the verdict in words, then every check as a sentence, faults, overhead,
-lifecycle, metrics, hardware and evidence.
+lifecycle, the session's timeline (:mod:`reports.timeline`), metrics, hardware and evidence.
 
 Input is one run's ``results.json``: a DESIGN §6 predicate plus, optionally, ``overhead`` (the JSON that
 ``python -m certify.perf --out`` writes; :mod:`reports.overhead_view`) and ``lifecycle`` (a mapping of timing
@@ -29,6 +29,7 @@ from reports.figures import PERCENTILES, duration_words, number
 from reports.overhead_view import overhead_section
 from reports.render import STATUS_CLASSES, flatten, write_page
 from reports.svg import bar_chart
+from reports.timeline import timeline_section
 from reports.verdict import verdict
 
 __all__ = ["SUITES", "build_run_page"]
@@ -235,6 +236,7 @@ def build_run_page(results: dict[str, Any], out_dir: Path, *, name: str = "run.h
     hardware = results.get("hardware", {})
     overhead = overhead_section(results)
     lifecycle = _lifecycle(results)
+    timeline = timeline_section(results)
     facts = [
         (k, results.get(k))
         for k in ("runtime_id", "model_id", "inference_id", "device", "engine", "profile", "suite_version", "project_commit")
@@ -261,6 +263,7 @@ def build_run_page(results: dict[str, Any], out_dir: Path, *, name: str = "run.h
         **checks,
         **overhead,
         **lifecycle,
+        **timeline,
     )
 
 

@@ -1,4 +1,4 @@
-"""Inline SVG charts for the report pages: grouped bars and line series, nothing else.
+"""Inline SVG charts for the report pages: grouped bars, line series and a timeline of lanes, nothing else.
 
 Every chart is a self-contained ``<svg>`` element (no scripts, no external fonts or styles) returned as
 :class:`markupsafe.Markup` so the autoescaping templates embed it as-is; every label that reaches the markup
@@ -12,6 +12,10 @@ One unit per chart: the caller names it (``unit=``), the y axis says it, and eve
 A bar's value may be a :class:`Point` with its 95 % interval: the interval is drawn as an error bar, and a
 point whose interval holds 0 is drawn as the interval alone with a hollow marker (``class="noise"``) —
 never as a bar, which would present noise as a figure.
+
+The timeline (:func:`timeline_chart`) draws one lane per process, each with a row of fixture bars above a row
+of check bars on one time axis (seconds from the session's start), coloured by the engine the bar used; its
+``<desc>`` says per lane how many checks and fixtures ran, for how long, and when the lane finished.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from html import escape
 
 from markupsafe import Markup
 
-__all__ = ["Point", "bar_chart", "line_chart"]
+__all__ = ["LaneBar", "Point", "bar_chart", "line_chart", "timeline_chart"]
 
 
 @dataclass(frozen=True)
@@ -269,5 +273,86 @@ def line_chart(
             for x, y in pts:
                 parts.append(f'<circle cx="{px(x):.1f}" cy="{TOP + (hi - y) * scale:.1f}" r="3" fill="{color}"/>')
     parts.extend(_legend(list(clean), HEIGHT - 8))
+    parts.append("</svg>")
+    return Markup("".join(parts))
+
+
+@dataclass(frozen=True)
+class LaneBar:
+    """One bar of a timeline: its lane, its row (``fixtures`` or ``checks``), where it starts and ends in the
+    chart's unit, its colour's series, its label, and whether it lies inside another bar (drawn thinner on it)."""
+
+    lane: str
+    row: str
+    start: float
+    end: float
+    series: str
+    label: str
+    inner: bool = False
+
+
+TIMELINE_WIDTH, LANE_H, ROW_H = 760, 34, 13
+TIMELINE_SERIES = ("session", "private", "none", "unattributed")
+TIMELINE_COLORS = {"session": "#4e79a7", "private": "#e15759", "none": "#59a14f", "unattributed": "#bab0ac"}
+
+
+def timeline_chart(name: str, title: str, lanes: Sequence[str], bars: Sequence[LaneBar], *, unit: str, span: float) -> Markup:
+    """Lanes over one time axis from 0 to ``span`` (``unit``): per lane a fixtures row above a checks row."""
+    span = span if _finite(span) and span > 0 else max([1.0, *(b.end for b in bars if _finite(b.end))])
+    height = TOP + LANE_H * max(len(lanes), 1) + 50
+    plot_w = TIMELINE_WIDTH - LEFT - RIGHT
+
+    def px(t: float) -> float:
+        return LEFT + plot_w * min(max(t, 0.0), span) / span
+
+    words = []
+    for lane in lanes:
+        mine = [b for b in bars if b.lane == lane and not b.inner]
+        checks = [b for b in mine if b.row == "checks"]
+        fixtures = [b for b in mine if b.row != "checks"]
+        last = max((b.end for b in mine), default=0.0)
+        words.append(
+            f"{lane}: {len(checks)} checks over {_fmt(sum(b.end - b.start for b in checks))} {unit}, {len(fixtures)} "
+            f"fixture spans over {_fmt(sum(b.end - b.start for b in fixtures))} {unit}, last ends at {_fmt(last)} {unit}"
+        )
+    desc = f"{title}. " + "; ".join(words or ["no data"])
+    parts = [
+        f'<svg class="chart" data-chart="{escape(name)}" data-unit="{escape(unit)}" role="img" '
+        f'aria-label="{escape(f"{title} ({unit})")}" viewBox="0 0 {TIMELINE_WIDTH} {height}" width="{TIMELINE_WIDTH}" '
+        f'height="{height}" font-family="sans-serif" font-size="11">',
+        f"<title>{escape(title)}</title>",
+        f"<desc>{escape(desc)}</desc>",
+        f'<text x="{TIMELINE_WIDTH / 2}" y="18" text-anchor="middle" font-size="13" font-weight="bold">{escape(title)}</text>',
+    ]
+    bottom = TOP + LANE_H * max(len(lanes), 1)
+    for t in _ticks(0.0, span):
+        parts.append(f'<line x1="{px(t):.1f}" x2="{px(t):.1f}" y1="{TOP}" y2="{bottom}" stroke="#ddd"/>')
+        parts.append(f'<text x="{px(t):.1f}" y="{bottom + 14}" text-anchor="middle">{t:g}</text>')
+    axis = escape(f"time since the session started ({unit})")
+    parts.append(f'<text x="{LEFT + plot_w / 2}" y="{bottom + 28}" text-anchor="middle">{axis}</text>')
+    for i, lane in enumerate(lanes):
+        y = TOP + i * LANE_H
+        parts.append(f'<text x="{LEFT - 6}" y="{y + ROW_H + 4}" text-anchor="end">{escape(lane)}</text>')
+        rule = y + LANE_H - 2
+        parts.append(f'<line x1="{LEFT}" x2="{TIMELINE_WIDTH - RIGHT}" y1="{rule}" y2="{rule}" stroke="#eee"/>')
+        for bar in (b for b in bars if b.lane == lane):
+            top = y + (ROW_H if bar.row == "checks" else 0) + (ROW_H / 4 if bar.inner else 0)
+            h = ROW_H / 2 if bar.inner else ROW_H - 1
+            color = TIMELINE_COLORS.get(bar.series, TIMELINE_COLORS["unattributed"])
+            outline = ' stroke="#222" stroke-width="0.5"' if bar.inner else ""
+            width = max(px(bar.end) - px(bar.start), 0.6)
+            tip = f"<title>{escape(f'{bar.label}: {_fmt(bar.end - bar.start)} {unit} from {_fmt(bar.start)} {unit}')}</title>"
+            parts.append(
+                f'<rect class="span" data-lane="{escape(lane)}" data-row="{escape(bar.row)}" data-series="{escape(bar.series)}" '
+                f'data-unit="{escape(unit)}" x="{px(bar.start):.1f}" y="{top:.1f}" width="{width:.1f}" '
+                f'height="{h:.1f}" fill="{color}"{outline}>{tip}</rect>'
+            )
+    x = float(LEFT)
+    for series in TIMELINE_SERIES:
+        parts.append(f'<rect x="{x:.1f}" y="{height - 17:.1f}" width="10" height="10" fill="{TIMELINE_COLORS[series]}"/>')
+        parts.append(f'<text x="{x + 14:.1f}" y="{height - 8:.1f}">{escape(series)}</text>')
+        x += 24 + 7 * len(series)
+    key = "each lane: fixtures above, checks below"
+    parts.append(f'<text x="{TIMELINE_WIDTH - RIGHT}" y="{height - 8:.1f}" text-anchor="end">{key}</text>')
     parts.append("</svg>")
     return Markup("".join(parts))

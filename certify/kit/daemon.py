@@ -26,6 +26,7 @@ import psutil
 import pytest
 
 from certify.session import CertifyEnv, RunHandle, create_run
+from certify.timeline import span
 from fixtures.engine_faults import EngineTarget
 from fixtures.fake_sglang.client import FakeControl
 from harness.app.daemon_client import DaemonClient, reap_spawned, start_daemon, stop_daemon
@@ -70,7 +71,8 @@ class PrivateDaemon:
         return DaemonClient(self.root, timeout_s=60.0)
 
     def start(self) -> dict[str, Any]:
-        status = start_daemon(self.root, self.args, timeout_s=180.0)
+        with span("private daemon start", engine="private"):
+            status = start_daemon(self.root, self.args, timeout_s=180.0)
         self.pids_seen.add(int(status["pid"]))
         return status
 
@@ -81,7 +83,8 @@ class PrivateDaemon:
         payload = {**self.body, **body, "run_id": run_id or "priv-" + secrets.token_hex(5)}
         if extra_flags:
             payload["fake_flags"] = [*payload.get("fake_flags", []), *extra_flags]
-        run = create_run(self.client(), payload)
+        with span("private run (engine start when none is warm)", engine="private"):
+            run = create_run(self.client(), payload)
         self.runs[run.run_id] = run
         pid = self.engine_pid(run.service_id)
         if pid is not None:
@@ -141,7 +144,7 @@ class PrivateDaemon:
 
     def close(self) -> list[str]:
         """Stop the daemon (drain, confirmed stops); kill by PID anything of ours still alive. Returns what was killed."""
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(Exception), span("private daemon stop", engine="private"):
             stop_daemon(self.root, timeout_s=60)
         return _kill_leftovers(str(self.root.path), self.pids_seen, reap_spawned)
 

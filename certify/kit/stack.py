@@ -20,6 +20,7 @@ from typing import Any
 
 from certify.kit.probes import evidence_rows, session_lock
 from certify.session import CertifyEnv, RunHandle
+from certify.timeline import span
 from fixtures.fake_sglang.client import FakeEngineProcess, start_fake_engine
 from gateway.bindings import UpstreamTarget
 from gateway.server import GatewayConfig
@@ -104,11 +105,13 @@ class PrivateStack:
         unless asked) with one run of ``lock``, for the ``with`` block; the gateway closes, then the engine stops."""
         state_dir = workdir / "gateway"
         config = GatewayConfig(state_dir=state_dir, **{"metrics_port": None, **gateway_config})
-        with (
-            start_fake_engine(model_dir, workdir, *flags, served=served, max_running=max_running, context=context) as engine,
-            GatewayThread(config) as gateway,
-        ):
-            record = bind_upstream(gateway, run_id, engine.base, engine.key, lock, served, model_dir, service_id)
+        with contextlib.ExitStack() as held:
+            with span("private engine and gateway start", engine="private"):
+                engine = held.enter_context(
+                    start_fake_engine(model_dir, workdir, *flags, served=served, max_running=max_running, context=context)
+                )
+                gateway = held.enter_context(GatewayThread(config))
+                record = bind_upstream(gateway, run_id, engine.base, engine.key, lock, served, model_dir, service_id)
             yield cls(engine, gateway, state_dir, run_handle(gateway, record))
 
     def headers(self) -> dict[str, str]:

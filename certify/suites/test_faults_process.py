@@ -50,6 +50,7 @@ from certify.kit.requests import chat_body
 from certify.kit.streams import RawStream, hold_stream
 from certify.registry import check
 from certify.session import CertifyEnv, RunHandle
+from certify.timeline import span
 from fixtures.engine_faults import EngineTarget
 from fixtures.fake_sglang.parity_engines import EngineCommand, launch_engine
 from fixtures.process_faults import (
@@ -422,7 +423,10 @@ def _wrong_model_sglang(env: CertifyEnv, certify_record: Any, workdir: Path) -> 
     keys = EngineKeys(api_key="sk-" + secrets.token_hex(16), admin_key="sk-" + secrets.token_hex(16))
     model_dir = model_files_dir(env.root, session_lock(env).model_id)
     t0 = time.monotonic()
-    engine = launch_engine(wrapped, model_dir, workdir / "wrong-model", keys.api_key, keys.admin_key, env.run.wire_model, 300.0)
+    with span("private engine start (wrong model)", engine="private"):
+        engine = launch_engine(
+            wrapped, model_dir, workdir / "wrong-model", keys.api_key, keys.admin_key, env.run.wire_model, 300.0
+        )
     try:
         auth = {"Authorization": f"Bearer {keys.api_key}"}
         info = httpx.get(engine.base + "/server_info", headers=auth, timeout=30).json()

@@ -21,6 +21,7 @@ from harness.contracts.run import RunRecordV1
 from harness.contracts.run_ref import CaptureIndexV1, InferenceRefV1
 from harness.contracts.runtime import InferenceRuntimeManifestV1
 from harness.contracts.service import InferenceServiceRecordV1
+from harness.contracts.timeline import CertificationTimelineV1
 
 __all__ = [
     "SCHEMA_RECORDS",
@@ -28,6 +29,7 @@ __all__ = [
     "CaptureIndexV1",
     "CertificationCheckV1",
     "CertificationResultV1",
+    "CertificationTimelineV1",
     "EvaluationPlanV1",
     "EvaluationRecordV1",
     "EvidenceIndexV1",
@@ -70,4 +72,5 @@ SCHEMA_RECORDS: tuple[type[Record], ...] = (
     CaptureIndexV1,
     BundleManifestV1,
     EvaluationPlanV1,
+    CertificationTimelineV1,
 )

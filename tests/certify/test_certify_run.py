@@ -1,8 +1,9 @@
 """``pytest certify`` from the outside: a full fake-engine session under xdist, and a partial one.
 
 The full run shares one fake engine between two xdist workers through the daemon, reaches ``contract``,
-writes results, a signed entry that verifies with the development key, the HTML pages, and leaves no
-daemon or engine behind. A run that deselects a required check ends ``failed`` with that check as reason.
+writes results (with the session's timeline), a signed entry that verifies with the development key, the
+HTML pages, and leaves no daemon or engine behind. A run that deselects a required check ends ``failed`` with
+that check as reason.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from catalog.signing import load_entry, verify_envelope
 from certify.components import missing
 from certify.options import REPORT_ENV, SESSION_ENV
 from harness.app.daemon_client import daemon_running
+from harness.contracts.timeline import CertificationTimelineV1, TimelineSpanV1
 from harness.errors import HitchError
 from harness.evals.harbor_install import harbor_install
 from harness.paths import HitchRoot
@@ -83,6 +85,7 @@ def test_full_fake_session_under_xdist_is_contract_signed_and_cleaned_up(tmp_pat
     verified = verify_envelope(load_entry(entries[0]), _dev_keys(root))
     assert verified.predicate["level"] == "contract" and verified.predicate["engine"] == "fake"
     assert verified.predicate["checks"] == results["checks"]
+    assert "timeline" in results and "timeline" not in verified.predicate  # the entry claims what it claimed before
     # every evidence file the entry names is kept beside it, and re-hashes to the signed digest
     evidence = verified.predicate["evidence"]
     assert "hardware.doctor.fingerprint/doctor.json" in evidence
@@ -95,7 +98,43 @@ def test_full_fake_session_under_xdist_is_contract_signed_and_cleaned_up(tmp_pat
     assert exc.value.code == "catalog_evidence_invalid"
     assert list(out.glob("*.html")), "no HTML page written"
     assert "level: contract" in proc.stdout
+    _assert_timeline(results, out, proc.stdout)
     assert daemon_running(root) is None and _engines_of(root) == []
+
+
+def _assert_timeline(results: dict[str, Any], out: Path, stdout: str) -> None:
+    """results.json's timeline (beside the predicate, not in it): a span per check that ran, in the worker that ran
+    it, with the engine it used; the fixtures' setups (and teardowns), the steps inside them; the run page draws it."""
+    timeline = CertificationTimelineV1.model_validate(results["timeline"])
+    spans = timeline.spans
+    assert spans and all(timeline.started_at <= s.start <= s.end <= timeline.ended_at for s in spans)
+    checks = {s.name: s for s in spans if s.kind == "check"}
+    ran = {c["id"] for c in results["checks"] if c["status"] in ("passed", "failed")}
+    assert ran <= set(checks), ran - set(checks)
+    assert {checks[c].worker for c in ran} >= {"gw0", "gw1"}
+    scan = checks["security.secrets.logs"]
+    assert (scan.worker, scan.phase, scan.engine) == ("main", "session_end", "none")
+    assert checks["protocol.responses.nonstream"].engine == "session"
+    assert checks["faults.crash_mid_stream.service_failed"].engine == "private"
+    for s in checks.values():  # the check's span is its call phase, in the process its fixtures ran in
+        assert s.check == s.name and (s.phase == "call" or s.worker == "main")
+
+    def inside(inner: TimelineSpanV1, outer: TimelineSpanV1) -> bool:
+        return inner.pid == outer.pid and outer.start <= inner.start and inner.end <= outer.end
+
+    envs = [s for s in spans if s.kind == "fixture" and s.name == "certify_env" and s.phase == "setup"]
+    assert {s.worker for s in envs} == {"gw0", "gw1"} and all(s.scope == "session" and s.engine == "session" for s in envs)
+    starts = [s for s in spans if s.kind == "step" and s.name.startswith("session engine start")]
+    assert len(starts) == 2 and all(any(inside(st, env) for env in envs) for st in starts)
+    daemons = [s for s in spans if s.kind == "fixture" and s.name == "private_daemon"]
+    assert {s.phase for s in daemons} == {"setup", "teardown"} and all(s.engine == "private" for s in daemons)
+    private = [s for s in spans if s.kind == "step" and s.name == "private daemon start"]
+    assert private and all(any(inside(p, d) for d in daemons if d.phase == "setup") for p in private)
+    assert any(s.kind == "wait" and s.name == "_shared_engine_turn" for s in spans)
+    assert any(s.kind == "fixture" and s.name == "overhead" and s.scope == "module" for s in spans)  # the perf fixture
+    page = (out / "run.html").read_text()
+    assert 'data-chart="session-timeline"' in page and 'id="critical-path"' in page
+    assert "timeline: wall " in stdout and "critical path: " in stdout
 
 
 def test_a_deselected_required_check_fails_the_level(tmp_path: Path) -> None:

@@ -195,3 +195,37 @@ def build_all(tmp: Path) -> dict[str, Path]:
         "run": build_run_page(results(), out),
         "load": build_load_page(write_locust_dir(tmp / "load"), out),
     }
+
+
+TIMELINE_T0 = 1_700_000_000.0
+TIMELINE_PIDS = {"gw0": 100, "gw1": 101, "main": 1}
+
+
+def timeline_span(kind: str, name: str, a: float, b: float, worker: str, **kw: Any) -> dict[str, Any]:
+    return {
+        "kind": kind, "name": name, "phase": kw.pop("phase", "call"), "worker": worker, "pid": TIMELINE_PIDS[worker],
+        "start": TIMELINE_T0 + a, "end": TIMELINE_T0 + b, "duration_s": b - a, **kw,
+    }  # fmt: skip
+
+
+def timeline(spans: list[dict[str, Any]] | None = None, wall: float = 140.0, cpu: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A session's ``timeline`` as results.json holds it (default: :func:`timeline_spans`)."""
+    rows = timeline_spans() if spans is None else spans
+    return {"started_at": TIMELINE_T0, "ended_at": TIMELINE_T0 + wall, "wall_s": wall, "spans": rows, "cpu": cpu}
+
+
+def timeline_spans() -> list[dict[str, Any]]:
+    """gw0 starts the session engine (a step inside its certify_env setup); gw1 joins it, waits for gw0's
+    exclusive check (its engine turn), then runs the longest check; the controller scans for secrets."""
+    span = timeline_span
+    return [
+        span("fixture", "certify_env", 2, 60, "gw0", phase="setup", check="hardware.a", scope="session", engine="session"),
+        span("step", "session engine start", 5, 58, "gw0", phase="setup", check="hardware.a", engine="session"),
+        span("fixture", "certify_env", 3, 59, "gw1", phase="setup", check="protocol.b", scope="session", engine="session"),
+        span("check", "hardware.a", 60, 70, "gw0", engine="session"),
+        span("wait", "_shared_engine_turn", 59, 70.5, "gw1", phase="setup", check="protocol.b", scope="function"),
+        span("check", "protocol.b", 70.5, 130, "gw1", engine="session"),
+        span("fixture", "private_daemon", 70.2, 90, "gw0", phase="setup", check="faults.c", scope="session", engine="private"),
+        span("check", "faults.c", 90.1, 110, "gw0", engine="private"),
+        span("check", "security.secrets.scan", 131, 132, "main", phase="session_end", engine="none"),
+    ]  # fmt: skip

@@ -211,7 +211,9 @@ def _realistic_run(tmp_path: Path) -> Path:
                                     "certify a model that drives Codex's tool loop (make codex)"])  # fmt: skip
     lifecycle = {"warm_acquire_ms": 312.0, "idle_stop_s": 3.11, "idle_stop_after_ttl_s": 6.11, "recovery_restart_s": 8.74,
                  "cancel_slot_free_ms": 135.0}  # fmt: skip
-    return build_run_page({**pred, "overhead": sd.overhead(), "lifecycle": lifecycle}, tmp_path / "out")
+    cpu = {"cores": 2, "user_s": 100.0, "system_s": 20.0, "utilisation": 0.4286}
+    results = {**pred, "overhead": sd.overhead(), "lifecycle": lifecycle, "timeline": sd.timeline(cpu=cpu)}
+    return build_run_page(results, tmp_path / "out")
 
 
 def test_the_run_page_at_1400_and_800_px_summary_first_no_sideways_scroll_charts_described(tmp_path: Path) -> None:
@@ -225,7 +227,8 @@ def test_the_run_page_at_1400_and_800_px_summary_first_no_sideways_scroll_charts
         assert got["sideways"] == [], width
         summary = got["summary"]
         assert summary is not None and summary["top"] >= 0 and summary["bottom"] <= got["innerHeight"], (width, summary)
-        assert len(got["charts"]) >= 6
+        assert len(got["charts"]) >= 7
+        assert "session-timeline" in [chart["name"] for chart in got["charts"]]
         for chart in got["charts"]:
             assert chart["label"] and chart["desc"].startswith(chart["label"].rsplit(" (", 1)[0]), chart
             assert chart["shown"] or chart["name"].startswith("overhead-throughput"), chart  # in a closed <details> otherwise

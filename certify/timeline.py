@@ -1,0 +1,142 @@
+"""The session's timeline as it is recorded: timed spans in every test process, the CPU over the session.
+
+Each process keeps the spans it recorded in a process-wide list: :func:`span` around a step (the session
+engine's start, the reference computation, a private daemon or engine start), :func:`record` for a span
+timed elsewhere (a check's call phase, a fixture's setup or teardown: :mod:`certify.plugin` hooks them).
+The plugin drains the list into the test report of the phase that paid for them (``certify_spans`` user
+property), so under pytest-xdist they reach the controlling process with the check's results; there
+:func:`build_timeline` makes the :class:`~harness.contracts.timeline.CertificationTimelineV1` that
+``results.json`` carries. The CPU figure reads ``/proc/stat`` at the session's start and end
+(:func:`cpu_sample`, :func:`cpu_usage`); where it cannot be read the timeline says nothing about the CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.contracts.timeline import CertificationTimelineV1, CpuUsageV1, SpanEngine, TimelineSpanV1
+
+__all__ = ["CpuSample", "build_timeline", "cpu_sample", "cpu_usage", "drain", "record", "span", "worker_name"]
+
+PROC_STAT = Path("/proc/stat")
+_SPANS: list[dict[str, Any]] = []
+_MUTEX = threading.Lock()  # steps may run on helper threads (a private gateway's loop)
+
+
+def worker_name() -> str:
+    """This process's lane: the pytest-xdist worker id, or ``main`` in a session without workers."""
+    return os.environ.get("PYTEST_XDIST_WORKER") or "main"
+
+
+def record(
+    kind: str,
+    name: str,
+    start: float,
+    end: float,
+    *,
+    phase: str = "call",
+    engine: SpanEngine | None = None,
+    check: str | None = None,
+    scope: str | None = None,
+    worker: str | None = None,
+    keep: bool = True,
+) -> dict[str, Any]:
+    """One span (epoch seconds) of this process, kept until the next :func:`drain` (unless ``keep`` is false:
+    the caller holds it itself); returns it."""
+    end = max(end, start)
+    row: dict[str, Any] = {
+        "kind": kind,
+        "name": name,
+        "phase": phase,
+        "check": check,
+        "scope": scope,
+        "worker": worker or worker_name(),
+        "pid": os.getpid(),
+        "engine": engine,
+        "start": round(start, 6),
+        "end": round(end, 6),
+        "duration_s": round(round(end, 6) - round(start, 6), 6),
+    }
+    if keep:
+        with _MUTEX:
+            _SPANS.append(row)
+    return row
+
+
+@contextlib.contextmanager
+def span(name: str, *, engine: SpanEngine | None = None) -> Iterator[None]:
+    """Time the block as a ``step`` span named ``name`` (kept whether the block succeeds or raises)."""
+    start = time.time()
+    try:
+        yield
+    finally:
+        record("step", name, start, time.time(), engine=engine)
+
+
+def drain() -> list[dict[str, Any]]:
+    """The spans recorded since the last call, oldest first."""
+    with _MUTEX:
+        out = list(_SPANS)
+        _SPANS.clear()
+    return out
+
+
+@dataclass(frozen=True)
+class CpuSample:
+    """One reading of the machine's CPU counters (``/proc/stat``'s aggregate line), in seconds."""
+
+    at: float  # epoch seconds
+    user_s: float  # user + nice
+    system_s: float
+    cores: int
+
+
+def cpu_sample(stat: Path = PROC_STAT) -> CpuSample | None:
+    """The machine's CPU time so far, or None where ``/proc/stat`` is absent or unreadable (not Linux)."""
+    try:
+        lines = stat.read_text(encoding="ascii").splitlines()
+        fields = lines[0].split()
+        ticks = os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+    cores = sum(1 for line in lines if line.startswith("cpu") and line[3:4].isdigit())
+    if fields[:1] != ["cpu"] or len(fields) < 4 or cores < 1 or ticks <= 0:
+        return None
+    user, nice, system = (int(v) for v in fields[1:4])
+    return CpuSample(time.time(), (user + nice) / ticks, system / ticks, cores)
+
+
+def cpu_usage(first: CpuSample | None, last: CpuSample | None) -> CpuUsageV1 | None:
+    """(user + system) / (wall x cores) between two samples; None without both or over no time."""
+    if first is None or last is None or last.at <= first.at:
+        return None
+    user, system = max(0.0, last.user_s - first.user_s), max(0.0, last.system_s - first.system_s)
+    cores = max(first.cores, last.cores)
+    return CpuUsageV1(
+        cores=cores,
+        user_s=round(user, 3),
+        system_s=round(system, 3),
+        utilisation=round((user + system) / ((last.at - first.at) * cores), 4),
+    )
+
+
+def build_timeline(
+    started_at: float, ended_at: float, spans: Sequence[dict[str, Any]], cpu: CpuUsageV1 | None
+) -> CertificationTimelineV1:
+    """The session's timeline record from every process's spans (sorted by start)."""
+    rows = sorted((TimelineSpanV1.model_validate(s) for s in spans), key=lambda s: (s.start, -s.end, s.worker))
+    ended_at = max(ended_at, started_at)
+    return CertificationTimelineV1(
+        started_at=round(started_at, 6),
+        ended_at=round(ended_at, 6),
+        wall_s=round(round(ended_at, 6) - round(started_at, 6), 6),
+        spans=rows,
+        cpu=cpu,
+    )

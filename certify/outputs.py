@@ -18,8 +18,11 @@ from typing import Any
 from catalog.evidence import EVIDENCE_DIR, write_index
 from catalog.signing import (
     build_statement,
+    decode_statement_unverified,
     dev_keys_dir,
     ensure_dev_key,
+    load_entry,
+    payload_bytes,
     sign_envelope,
     subjects_from_predicate,
     trusted_keys_dir,
@@ -38,6 +41,7 @@ from harness.contracts.certification import (
 )
 from harness.contracts.timeline import CertificationTimelineV1
 from harness.devices import DoctorReportV1, fingerprint_of, run_doctor
+from harness.ids import digest_bytes
 from harness.paths import atomic_write_json
 from harness.runtimes import get_runtime
 from reports.builder import build_matrix, build_run_page
@@ -104,8 +108,6 @@ def _reproduces(opts: CertifyOptions) -> ReproducesV1 | None:
     """What ``--reproduces ENTRY`` names: the entry's signed payload digest and the lock both ran."""
     if opts.reproduces is None:
         return None
-    from catalog.signing import decode_statement_unverified, load_entry, payload_bytes
-    from harness.ids import digest_bytes
 
     envelope = load_entry(opts.reproduces)
     predicate = decode_statement_unverified(envelope).get("predicate") or {}

@@ -43,6 +43,7 @@ from certify.options import REPO
 from harness.contracts.lock import InferenceLockV1
 from harness.errors import HitchError
 from harness.ids import digest_bytes
+from harness.lock import load_sealed_lock, save_sealed_lock, validate_lock
 from harness.lock_inputs import require_lock_inputs
 from harness.paths import HitchRoot, atomic_write_json
 
@@ -82,8 +83,6 @@ class Reproduction:
 
 
 def _require_lock(root: HitchRoot, entry: Path, predicate: dict[str, Any]) -> InferenceLockV1:
-    from harness.lock import load_sealed_lock, save_sealed_lock, validate_lock
-
     inference_id = str(predicate.get("inference_id"))
     try:
         return load_sealed_lock(root, inference_id)

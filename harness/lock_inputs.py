@@ -14,13 +14,15 @@ from __future__ import annotations
 
 from harness.errors import HitchError
 from harness.paths import HitchRoot
+from harness.runtimes import get_runtime
+from harness.runtimes.install import installed_runtime
+from harness.runtimes.pins import inspect_image
+from harness.store import read_manifest, verify_model_files
 
 __all__ = ["require_lock_inputs", "require_model", "require_runtime"]
 
 
 def require_model(root: HitchRoot, model_id: str) -> None:
-    from harness.store import read_manifest, verify_model_files
-
     try:
         manifest = read_manifest(root, model_id)
     except HitchError as exc:
@@ -33,10 +35,6 @@ def require_model(root: HitchRoot, model_id: str) -> None:
 
 
 def require_runtime(root: HitchRoot, runtime_id: str, engine: str, launcher: str) -> None:
-    from harness.runtimes import get_runtime
-    from harness.runtimes.install import installed_runtime
-    from harness.runtimes.pins import inspect_image
-
     try:
         runtime = get_runtime(runtime_id)
     except HitchError as exc:

@@ -20,8 +20,10 @@ from certify.session import CertifyEnv
 from harness.contracts.lock import CudaPlatformV1
 from harness.devices import run_doctor
 from harness.devices.gpu_inventory import NvmlGpuInventory, processes_by_gpu
+from harness.engine.verify import expected_server_info, server_info_mismatches
 from harness.lock import load_sealed_lock
 from harness.service.state_store import ServiceStateStore
+from harness.store import model_files_dir
 
 
 def _server_info(env: CertifyEnv) -> dict[str, Any]:
@@ -122,10 +124,6 @@ def test_engine_serves_the_sealed_lock(certify_env: CertifyEnv, certify_record: 
     the sealed bytes) so an entry names the exact lock a reproduction must run (``hitch catalog reproduce``),
     and compares again now that the suites run."""
     from urllib.parse import urlsplit
-
-    from harness.engine.verify import expected_server_info, server_info_mismatches
-    from harness.lock import load_sealed_lock
-    from harness.store import model_files_dir
 
     env = certify_env
     lock = load_sealed_lock(env.root, env.run.inference_id)

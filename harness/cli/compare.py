@@ -8,16 +8,15 @@ are refused (``runs_not_comparable``, naming the condition) before any figure is
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
 from harness.cli.output import COMMON, Common, cli_command, emit
+from harness.compare.evals import compare_evals
 from harness.compare.figures import DIFFERS_EXIT_CODE, Figure
+from harness.compare.runs import Comparison, compare_runs
 from harness.paths import HitchRoot
-
-if TYPE_CHECKING:
-    from harness.compare.runs import Comparison
 
 __all__ = ["register_eval_compare", "register_run_compare"]
 
@@ -68,14 +67,10 @@ def _register(app: typer.Typer, kind: str, what: str, compare: Callable[[HitchRo
 
 
 def _compare_runs(root: HitchRoot, a: str, b: str) -> Comparison:
-    from harness.compare.runs import compare_runs
-
     return compare_runs(root, a, b)
 
 
 def _compare_evals(root: HitchRoot, a: str, b: str) -> Comparison:
-    from harness.compare.evals import compare_evals
-
     return compare_evals(root, a, b)
 
 

@@ -27,7 +27,8 @@ from harness.contracts.evaluation import TrialOutcomeV1
 from harness.errors import HitchError
 from harness.evals.harbor_agents import known_agent, require_agent
 from harness.evals.harbor_install import install_harbor, require_harbor
-from harness.evals.harbor_run import EvalOptions, HarborEvaluation, model_connection, task_dirs
+from harness.evals.harbor_regrade import regrade_evaluation
+from harness.evals.harbor_run import EvalOptions, HarborEvaluation, model_connection, read_plan, task_dirs
 
 app = typer.Typer(no_args_is_help=True, help="agent evaluations on a local model")
 harbor_app = typer.Typer(no_args_is_help=True, help="Harbor trials (local Docker) through the gateway")
@@ -150,8 +151,6 @@ def resume_cmd(
     evaluation_id: Annotated[str, typer.Argument(help="the evaluation id (evals/<id>/plan.json)")],
     common: Common = COMMON,
 ) -> None:
-    from harness.evals.harbor_run import HarborEvaluation, read_plan
-
     hroot = common.hroot
     install = require_harbor(hroot)
     plan = read_plan(hroot, evaluation_id)
@@ -192,8 +191,6 @@ def regrade_cmd(
     evaluation_id: Annotated[str, typer.Argument(help="the evaluation whose trials are re-scored")],
     common: Common = COMMON,
 ) -> None:
-    from harness.evals.harbor_regrade import regrade_evaluation
-
     hroot = common.hroot
     record = regrade_evaluation(hroot, require_harbor(hroot), evaluation_id)
     path = hroot.path / "evals" / record.evaluation_id / "evaluation.json"

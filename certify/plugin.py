@@ -45,6 +45,7 @@ _STATE = pytest.StashKey["CertifyState"]()
 _USED_PRIVATE = pytest.StashKey[bool]()  # a check whose setup or call started or used a private engine/daemon
 PRIVATE_FIXTURES = ("private_daemon",)  # fixtures that hand a check a private daemon and its engine
 WAIT_FIXTURES = ("_shared_engine_turn",)  # their setup is a wait for another worker (timeline kind "wait")
+UNTIMED_FIXTURES = ("certify_record",)  # a recorder object: nothing to time
 _FIXTURE_ENGINES: dict[str, SpanEngine] = {"certify_env": "session", **dict.fromkeys(PRIVATE_FIXTURES, "private")}
 
 
@@ -198,7 +199,7 @@ def pytest_fixture_setup(fixturedef: pytest.FixtureDef[Any], request: pytest.Fix
     fixture, Harbor's checks, private daemons...) and, once it is set up, its teardown."""
     state = request.config.stash[_STATE]
     code = getattr(fixturedef.func, "__code__", None)
-    if not state.timing or code is None or not _certify_file(code.co_filename):
+    if not state.timing or code is None or fixturedef.argname in UNTIMED_FIXTURES or not _certify_file(code.co_filename):
         return (yield)
     engine = _FIXTURE_ENGINES.get(fixturedef.argname)
     start = time.time()
@@ -207,7 +208,7 @@ def pytest_fixture_setup(fixturedef: pytest.FixtureDef[Any], request: pytest.Fix
     finally:
         kind = "wait" if fixturedef.argname in WAIT_FIXTURES else "fixture"
         record(kind, fixturedef.argname, start, time.time(), phase="setup", scope=fixturedef.scope, engine=engine)
-        if fixturedef.cached_result is not None and fixturedef.cached_result[2] is None:
+        if kind == "fixture" and fixturedef.cached_result is not None and fixturedef.cached_result[2] is None:
             # runs first when the fixture is finished (finalizers are popped last-in first-out)
             fixturedef.addfinalizer(lambda: state.teardowns.__setitem__(id(fixturedef), time.time()))
 

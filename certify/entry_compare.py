@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from certify.kit.correctness import MATCH_TOL
 
-__all__ = ["Difference", "EntryComparison", "check_changes", "compare_entries", "interval_figures"]
+__all__ = ["Difference", "EntryComparison", "check_changes", "compare_entries", "continuation_difference", "interval_figures"]
 
 Kind = Literal["level", "check", "continuation", "logprob", "parity", "figure"]
 CONTINUATIONS = "correctness.continuations"
@@ -129,7 +129,7 @@ def _first_difference(a: Any, b: Any) -> int:
     return next((i for i in range(n) if a[i] != b[i]), n)
 
 
-def _continuation(row_a: dict[str, Any], row_b: dict[str, Any]) -> Difference | None:
+def continuation_difference(row_a: dict[str, Any], row_b: dict[str, Any]) -> Difference | None:
     where = f"{row_a['api']} prompt {row_a['prompt']} ({str(row_a.get('prompt_text', ''))[:30]!r})"
     item = f"{CONTINUATIONS}/{row_a['api']}/{row_a['prompt']}"
     ta, tb = row_a.get("tokens"), row_b.get("tokens")
@@ -167,7 +167,7 @@ def _compare_continuations(a: dict[str, Any], b: dict[str, Any], out: EntryCompa
         out.notes.append(f"{CONTINUATIONS}: {len(rows_a)} continuations then {len(rows_b)}; the common ones are compared")
     common = sorted(set(rows_a) & set(rows_b))
     for key in common:
-        found = _continuation(rows_a[key], rows_b[key])
+        found = continuation_difference(rows_a[key], rows_b[key])
         if found is not None:
             out.differences.append(found)
     out.compared["continuations"] = len(common)

@@ -113,6 +113,8 @@ MODE_CHECKS = {
     "memory_growth": "faults.memory_growth.unconfirmed_oom",
     "slot_release_lag": "faults.slot_release_lag.flush_waits",
     "flush_refused": "faults.flush_refused.fails_readiness",
+    "response_model": "faults.response_model.identity_kept",
+    "flip_token": "faults.flip_token.reproduction_differs",
 }
 # the outcome of SIGKILL to an idle real engine's group, handed from exit_after_seconds to memory_growth (on real
 # SGLang both checks are that same fault: a kill from outside, no kernel OOM mark)

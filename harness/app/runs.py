@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from harness.app.choice import ALLOW_FLAG, ChoiceRequest, resolve_choice
 from harness.app.daemon_client import DaemonClient
-from harness.app.requests import FinishRunRequest, RunErrorIn, RunRequest
+from harness.app.requests import FinishRunRequest, RunErrorIn, RunRequest, parse_request
 from harness.app.run_store import RunStore
 from harness.app.service import ensure_runtime, run_image, run_request, runtime_of
 from harness.contracts.base import Record, parse_record
@@ -86,15 +86,8 @@ def run_service_request(root: HitchRoot, ask: RunService, root_flag: Path | None
         # first: --offline names the pin/prepare commands before an unpinned image is refused
         ensure_runtime(root, rt, engine=ask.engine, offline=ask.offline, prepare_argv=argv, root_flag=root_flag)
         pinned = run_image(rt, ask.engine, ask.launcher, ask.image)
-        return RunRequest(
-            inference_id=ask.inference,
-            engine=ask.engine,
-            launcher=ask.launcher,
-            runtime=rt.runtime_id,
-            device=backend,
-            image=pinned,
-            **run,
-        )
+        service = {"inference_id": ask.inference, "engine": ask.engine, "launcher": ask.launcher, "runtime": rt.runtime_id}
+        return parse_request(RunRequest, {**service, "device": backend, "image": pinned, **run})
     if ask.model is None:
         raise HitchError("usage_error", "give --model local/ALIAS or --inference sha256:<id>", {})
     resolve_model(root, ask.model)  # the alias first: an unknown model fails before anything else is looked at

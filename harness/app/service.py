@@ -23,7 +23,7 @@ from pydantic import Field
 
 from harness.app.choice import Choice, ChoiceRequest, resolve_choice
 from harness.app.daemon_client import ensure_daemon
-from harness.app.requests import PrepareRequest, RunRequest
+from harness.app.requests import PrepareRequest, RunRequest, parse_request
 from harness.contracts.base import Record, parse_record
 from harness.contracts.runtime import InferenceRuntimeManifestV1
 from harness.contracts.service import EngineName, LauncherName
@@ -173,7 +173,7 @@ def prepare_request(
 
 def run_request(choice: Choice, model: str, profile: ProfileShort, image: str | None, **run: Any) -> RunRequest:
     """A run's request for the service ``choice`` names (``run``: run_id, harness, capture, ...)."""
-    return RunRequest(**_service(choice, model, profile, image), **run)
+    return parse_request(RunRequest, {**_service(choice, model, profile, image), **run})
 
 
 def prepare_service(

@@ -29,6 +29,7 @@ from harness.evals.harbor_agents import known_agent, require_agent
 from harness.evals.harbor_install import install_harbor, require_harbor
 from harness.evals.harbor_regrade import regrade_evaluation
 from harness.evals.harbor_run import EvalOptions, HarborEvaluation, model_connection, read_plan, task_dirs
+from harness.runtimes import get_runtime
 
 app = typer.Typer(no_args_is_help=True, help="agent evaluations on a local model")
 harbor_app = typer.Typer(no_args_is_help=True, help="Harbor trials (local Docker) through the gateway")
@@ -162,7 +163,7 @@ def resume_cmd(
         hroot,
         plan.agent,
         version,
-        body["runtime"],
+        get_runtime(str(body["runtime"])).runtime_id,  # the plan keeps the runtime as it was asked: a name or an id
         served_model_id(hroot, parse_request(RunRequest, body)),
         body.get("engine", "sglang"),
         paths,

@@ -31,7 +31,14 @@ from harness.engine.argv_check import (
 )
 from harness.engine.verify import SCHEDULER_INFO_FIELDS, server_info_mismatches
 from harness.errors import HitchError
-from harness.lock import CERTIFIED_QUANTIZATIONS, Device, ProfileShort, build_lock, validate_lock
+from harness.lock import (
+    CERTIFIED_QUANTIZATIONS,
+    Device,
+    ProfileShort,
+    build_lock,
+    claims_parallel_tool_calls,
+    validate_lock,
+)
 from harness.paths import HitchRoot
 from harness.runtimes import InstalledRuntime, get_runtime
 from harness.sglang_parsers import SGLANG_TOOL_CALL_PARSERS
@@ -66,7 +73,10 @@ def _locks(root: HitchRoot, model_id: str) -> dict[str, InferenceLockV1]:
             base = build_lock(manifest, get_runtime(runtime), device=device, profile=profile, cpu_cores_per_node=2)
             assert base.protocol.tool_call_parser == "hermes"  # the tiny checkpoint's ChatML template
             for parser in ("hermes", None):
-                with_parser = _variant(base, "protocol", tool_call_parser=parser, tool_calls=parser is not None)
+                with_parser = _variant(
+                    base, "protocol", tool_call_parser=parser, tool_calls=parser is not None,
+                    parallel_tool_calls=claims_parallel_tool_calls(parser),
+                )  # fmt: skip
                 for quantization in [None, *sorted(CERTIFIED_QUANTIZATIONS)]:
                     lock = _variant(with_parser, "execution", quantization=quantization)
                     locks[f"{device}-{profile}-{parser or 'no-parser'}-{quantization or 'unquantized'}"] = lock
@@ -76,7 +86,9 @@ def _locks(root: HitchRoot, model_id: str) -> dict[str, InferenceLockV1]:
     baseline = locks["cuda-baseline-hermes-unquantized"]
     locks["cuda-deterministic"] = _variant(baseline, "execution", deterministic_inference=True, sampling_backend="pytorch")
     for parser in SGLANG_TOOL_CALL_PARSERS:
-        locks[f"cuda-parser-{parser}"] = _variant(baseline, "protocol", tool_call_parser=parser)
+        locks[f"cuda-parser-{parser}"] = _variant(
+            baseline, "protocol", tool_call_parser=parser, parallel_tool_calls=claims_parallel_tool_calls(parser)
+        )
     return locks
 
 

@@ -26,6 +26,7 @@ import pytest
 
 from gateway.bindings import run_path_prefix
 from harness.app.daemon_client import DaemonClient
+from harness.app.requests import RunRequest, parse_request
 from harness.contracts.evaluation import EvaluationRecordV1
 from harness.errors import ENGINE_FAILURE_CODES
 from harness.evals.harbor_agents import SHELL_AGENT, TERMINUS, agent_key, record_agent_result
@@ -152,7 +153,7 @@ def test_cancelling_one_trial_leaves_the_other_reward_intact(inputs: ServiceInpu
     assert harbor is not None
     options = EvalOptions([CREATE_FILE], k=2, n_concurrent=2, evaluation_id=f"ev-{how}", agent_timeout_s=240.0)
     as_json(hitch(root, "daemon", "start", "--json", *FAST))
-    evaluation = HarborEvaluation(root, harbor, DaemonClient(root), body, options)
+    evaluation = HarborEvaluation(root, harbor, DaemonClient(root), parse_request(RunRequest, body), options)
     victim = evaluation.trials[0].name
 
     def on_event(event: dict[str, Any]) -> None:
@@ -205,10 +206,11 @@ def test_an_in_container_agent_reaches_the_model_through_its_container_binding(i
     assert trial_containers("ev-inside") == []
 
 
-def _fake_body(script: Path) -> dict[str, Any]:
-    return {"model": "local/tiny", "device": "cpu", "profile": "baseline", "engine": "fake", "launcher": "process",
-            "runtime": default_runtime("cpu").runtime_id, "capture": "metadata",
-            "fake_flags": ["--fake-script", str(script)]}  # fmt: skip
+def _fake_body(script: Path) -> RunRequest:
+    return parse_request(RunRequest, {
+        "model": "local/tiny", "device": "cpu", "profile": "baseline", "engine": "fake", "launcher": "process",
+        "runtime": default_runtime("cpu").runtime_id, "capture": "metadata", "fake_flags": ["--fake-script", str(script)],
+    })  # fmt: skip
 
 
 def _service_demand(root: HitchRoot) -> int:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from harness.app.daemon_client import DaemonClient
+from harness.app.requests import RunRequest, parse_request
 from harness.contracts.evaluation import EvaluationPlanV1, EvaluationRecordV1
 from harness.evals.harbor_agents import TERMINUS
 from harness.evals.harbor_install import harbor_install
@@ -38,7 +39,7 @@ def test_resume_runs_only_the_trials_without_a_terminal_result(inputs: ServiceIn
     assert harbor_found is not None
     options = EvalOptions([CREATE_FILE], k=2, n_concurrent=2, evaluation_id="ev-resume", agent_timeout_s=240.0)
     as_json(hitch(root, "daemon", "start", "--json", *FAST))
-    evaluation = HarborEvaluation(root, harbor_found, DaemonClient(root), body, options)
+    evaluation = HarborEvaluation(root, harbor_found, DaemonClient(root), parse_request(RunRequest, body), options)
     victim = evaluation.trials[0].name
 
     def on_event(event: dict[str, Any]) -> None:

@@ -108,9 +108,13 @@ def test_stall_past_the_idle_timeout(fault_site: FaultSite, certify_record: Any)
 
 @check(
     MODE_CHECKS["ignore_aborts"],
+    engines=FAKE,
     description="an engine that keeps an aborted request's slot: the permit is never handed on, the epoch admits "
-    "nothing more, its requests drain and the fault is reported (SGLang: the fault proxy keeps the engine's "
-    "connection after the gateway closed its own, so the real engine's request runs on)",
+    "nothing more, its requests drain and the fault is reported",
+    reason="not yet made to hold on real SGLang: with the fault proxy keeping the engine's connection after the "
+    "gateway closed its own, SmolLM2 on SGLang 0.5.23 still showed its slot free within the check's 2 s bound "
+    "(the gateway's verdict was 'free', correctly), so the check could not make a real engine keep a slot; the "
+    "gateway's side is the same code on both engines",
     summary=lambda d: (
         f"the client left mid-stream and the engine kept the request running ({d['engine_load_after_verdict']} busy): "
         f"the permit was not handed on, the evidence row says cancelled ({d['evidence']['error_code']}), the service "

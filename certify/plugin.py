@@ -82,6 +82,9 @@ def pytest_configure(config: pytest.Config) -> None:
     is_worker = hasattr(config, "workerinput")
     key = settings().certify_session or ""
     if not is_worker and _targets_certify(config):  # the controller fixes what its xdist workers must share
+        # a controller started from inside another pytest-xdist worker inherits that worker's id: its spans are
+        # the controller's lane (``main``), and its own workers get their ids from xdist
+        os.environ.pop("PYTEST_XDIST_WORKER", None)
         key = secrets.token_hex(8)
         os.environ[SESSION_ENV] = key
         os.environ.pop(REPORT_ENV, None)  # one inherited from an outer run is not ours

@@ -45,12 +45,8 @@ def _waiting_in_use(gw: GatewayThread) -> tuple[int, int]:
 @pytest.mark.exclusive_engine
 @check(
     "lifecycle.queue.agents_share",
-    engines=("fake",),
     description="four runs stream at once on one baseline service: all 200 in FIFO order within the queue timeout; "
     "a fifth past the gateway's bound (3 waiting for the check) is 429 at once",
-    reason="not yet made to hold on real SGLang: with the first stream held by the fault proxy, real SmolLM2 sessions "
-    "saw a waiting run never served within the queue timeout (the check ran 600 s) or a client's read time out; "
-    "the cause is not settled, so the real engine is not certified for it rather than failed by an instrument",
     summary=lambda d: (
         f"{sum(c['status'] == 200 for c in d['clients'])} runs streaming at once on one slot were all served in FIFO "
         f"order (longest queue wait {max(d['queue_ms']) / 1000:.1f} s of the {d['queue_timeout_ms'] / 1000:.0f} s "

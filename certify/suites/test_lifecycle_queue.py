@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import time
 from typing import Any
 
 import httpx
@@ -128,6 +129,7 @@ def test_run_deadline(fault_site: FaultSite, certify_record: Any) -> None:
         front.arm(("stall_mid_stream:t=60,after=1",), (ProxyFault(mode="stall", after_events=2),))
         body = chat_body(run.wire_model, stream=True)
         status, raw, broken = stream(run.base_url, "/chat/completions", body, run.headers(), DEADLINE_S + 60)
+        front.t_fault_end = time.monotonic()  # the fault's end at the client: recovery is timed from here
         events = [e for e in raw.split(b"\n\n") if e.strip()]
         if status == 200:  # the stream had begun: a terminal error event, then [DONE]
             last = json.loads(events[-2].split(b"data: ", 1)[1]) if len(events) >= 2 else {}

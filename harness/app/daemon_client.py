@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import filelock
 import httpx
 import psutil
 
@@ -39,8 +40,17 @@ from harness.errors import ERROR_TABLE, HitchError
 from harness.handshake import HANDSHAKE_EXEMPT, HANDSHAKE_PATH, check_handshake
 from harness.paths import DaemonPaths, HitchRoot
 
-__all__ = ["DaemonClient", "daemon_running", "ensure_daemon", "reap_spawned", "start_daemon", "stop_daemon"]
+__all__ = [
+    "EXIT_ALREADY_RUNNING",
+    "DaemonClient",
+    "daemon_running",
+    "ensure_daemon",
+    "reap_spawned",
+    "start_daemon",
+    "stop_daemon",
+]
 
+EXIT_ALREADY_RUNNING = 3  # the daemon's exit status when another daemon holds the root's mutex
 _LONG_S = 900.0  # prepare of a real engine: install done, model load + probes
 # Daemons this process spawned, kept so their Popen is never collected while they run (and can be reaped).
 _SPAWNED: dict[int, subprocess.Popen[bytes]] = {}
@@ -237,27 +247,49 @@ def reap_spawned() -> None:
             del _SPAWNED[pid]
 
 
+def _mutex_free(paths: DaemonPaths) -> bool:
+    """True when no process holds the root's daemon mutex (checked by taking and releasing it at once)."""
+    mutex = filelock.FileLock(str(paths.mutex), timeout=0)
+    try:
+        mutex.acquire()
+    except filelock.Timeout:
+        return False
+    mutex.release()
+    return True
+
+
 def start_daemon(root: HitchRoot, args: list[str] | None = None, timeout_s: float = 120.0) -> dict[str, Any]:
-    """Start the root's daemon unless one answers already; returns its status."""
+    """Start the root's daemon unless one answers already; returns its status.
+
+    Two starters at once (the workers of one pytest-xdist session) both spawn a daemon; one takes the root's
+    mutex, the other exits ``EXIT_ALREADY_RUNNING``. The loser then waits for the holder to answer (it may
+    still be recovering the root's services) and spawns again only once the mutex is free and nobody answers.
+    """
     found = daemon_running(root)
     if found is not None:
         return found
     paths = DaemonPaths(root)
-    proc = _spawn(paths, list(args or []))
+    proc: subprocess.Popen[bytes] | None = _spawn(paths, list(args or []))
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
         found = daemon_running(root)
-        if found is not None and found.get("pid") == proc.pid:
+        if found is not None and (proc is None or found.get("pid") == proc.pid):
             return found
-        code = proc.poll()
-        if code is not None:
+        if proc is None:
+            if _mutex_free(paths):  # the holder ended without serving: start one again
+                proc = _spawn(paths, list(args or []))
+        elif (code := proc.poll()) is not None:
+            _SPAWNED.pop(proc.pid, None)
             found = daemon_running(root)  # lost a race with another starter: theirs is as good
             if found is not None:
                 return found
-            tail = paths.log.read_text(errors="replace")[-1500:] if paths.log.exists() else ""
-            raise HitchError("daemon_unavailable", f"the daemon exited at start (code {code})", {"log_tail": tail})
+            if code != EXIT_ALREADY_RUNNING:
+                tail = paths.log.read_text(errors="replace")[-1500:] if paths.log.exists() else ""
+                raise HitchError("daemon_unavailable", f"the daemon exited at start (code {code})", {"log_tail": tail})
+            proc = None  # another daemon holds the mutex and does not answer yet: wait for it
         time.sleep(0.05)
-    raise _unavailable(paths, f"not answering {timeout_s:.0f}s after start")
+    why = f"not answering {timeout_s:.0f}s after start"
+    raise _unavailable(paths, why if proc is not None else why + " (another daemon holds the root's mutex)")
 
 
 def ensure_daemon(root: HitchRoot) -> DaemonClient:

@@ -25,6 +25,7 @@ import psutil
 import uvloop
 from aiohttp import web
 
+from harness.app.daemon_client import EXIT_ALREADY_RUNNING
 from harness.daemon.core import DaemonConfig, DaemonCore
 from harness.daemon.runs import RunService
 from harness.daemon.server import build_app
@@ -37,7 +38,6 @@ from harness.settings import env_name
 __all__ = ["StaticGpuProvider", "main", "parse_args"]
 
 _log = logging.getLogger("hitch.daemon")
-EXIT_ALREADY_RUNNING = 3
 
 
 class StaticGpuProvider:

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import stat
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
 
 import httpx
 import psutil
@@ -49,6 +54,47 @@ def test_daemon_start_status_stop_with_private_socket_and_token(inputs: ServiceI
     assert _gone(started["pid"])
     assert not paths.socket.exists() and not paths.token.exists()
     assert as_json(hitch(inputs.root, "daemon", "status", "--json"))["running"] is False
+
+
+_HOLD_MUTEX = "import filelock, sys; m = filelock.FileLock(sys.argv[1]); m.acquire(); print('held', flush=True); sys.stdin.read()"
+
+
+def test_a_starter_whose_daemon_lost_the_mutex_waits_for_the_holder_and_starts_one_when_it_is_gone(
+    inputs: ServiceInputs,
+) -> None:
+    # Two xdist workers starting the session's daemon at once: one daemon takes the mutex and is still
+    # recovering (not answering), the other exits EXIT_ALREADY_RUNNING. Its starter must not fail on that.
+    paths = DaemonPaths(inputs.root)
+    paths.ensure()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_MUTEX, str(paths.mutex)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    outcome: dict[str, Any] = {}
+
+    def start() -> None:
+        try:
+            outcome["status"] = start_daemon(inputs.root, FAST, timeout_s=120)
+        except Exception as exc:  # the test reports what the starter raised
+            outcome["error"] = exc
+
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        starter = threading.Thread(target=start)
+        starter.start()
+        end = time.monotonic() + 60
+        while "another daemon already runs" not in (paths.log.read_text() if paths.log.exists() else ""):
+            assert time.monotonic() < end, "the spawned daemon never found the mutex held"
+            time.sleep(0.05)
+    finally:
+        assert holder.stdin is not None and holder.stdout is not None
+        holder.stdin.close()  # the holder goes away without ever serving
+        holder.wait(timeout=30)
+        holder.stdout.close()
+    starter.join(timeout=150)
+    assert "error" not in outcome, outcome
+    status = outcome["status"]
+    assert not _gone(status["pid"])
+    assert DaemonClient(inputs.root).status()["pid"] == status["pid"]
 
 
 def test_prepare_with_fake_engine_seals_the_lock_and_stops_the_service(inputs: ServiceInputs) -> None:

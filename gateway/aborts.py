@@ -99,7 +99,12 @@ class AbandonedRequests:
                     "inference_abort_unconfirmed",
                     f"the engine did not show an abandoned request's slot free within {bound_ms} ms "
                     f"(it reports {verdict.engine_load} requests, the gateway sent {queue.at_engine})",
-                    {"service_id": target.service_id, "epoch": target.epoch, "abort_confirm_timeout_ms": bound_ms},
+                    {
+                        "service_id": target.service_id,
+                        "epoch": target.epoch,
+                        "abort_confirm_timeout_ms": bound_ms,
+                        "stale_reads": verdict.stale_reads,  # "free" figures the engine took before the abort
+                    },
                 )
                 permit.keep()  # the slot is not free: nobody else gets it
                 queue.fault(fault)  # no new admission on this epoch

@@ -5,11 +5,16 @@ engine connection, which makes SGLang abort the request; the permit of that requ
 the engine *shows* the slot free. Owns:
 
 - :func:`engine_load`: requests running or waiting in the engine, from ``GET /v1/loads`` (SGLang >= 0.5.8 and
-  the fake answer alike: ``num_running_reqs + num_waiting_reqs`` summed over its ranks), else SGLang's
-  ``/metrics`` gauges (``sglang:num_running_reqs + sglang:num_queue_reqs``); :func:`load_from_json` and
-  :func:`load_from_metrics` parse them (the certification kit reads the engine's load with them too);
+  the fake answer alike), else SGLang's ``/metrics`` gauges (both parsed by :mod:`harness.engine.load`);
 - :func:`confirm_slot_free`: polls the load until it is at most the service's other requests at the engine
   (its queue's :attr:`~gateway.admission.FairQueue.at_engine`, less this one), or the bound passes.
+
+A figure counts as "free" only when the engine took it after the gateway let the request go: ``/v1/loads`` is
+a snapshot the scheduler publishes (after a prefill, on every idle loop, every few decode steps), so one read
+just after a stream's first events can still show the engine empty while it runs the request; SGLang
+0.5.23 showed exactly that (a real engine that kept the slot read as free). Each rank's ``timestamp`` says when
+the snapshot was taken (the engine's wall clock, the same host's); older ones are read again. ``/metrics``
+states no time and is taken as it is (engines without ``/v1/loads``).
 
 The engine is reached only through the gateway (its key is private), so any request it counts is one the
 gateway sent; a request sent to the engine around the gateway (a direct probe) that stays running for the
@@ -27,15 +32,15 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gateway.engine_http import EngineBodyEnded, EnginePool
+from harness.engine.load import LOADS_PATH, METRICS_PATH, EngineLoad, load_from_loads, load_from_metrics
 
-__all__ = ["SlotVerdict", "confirm_slot_free", "engine_load", "load_from_json", "load_from_metrics"]
+__all__ = ["SlotVerdict", "confirm_slot_free", "engine_load"]
 
 _PROBE_TIMEOUT_S = 5.0
 # polls start fast (an engine that honours the abort shows it within a scheduler step or two) and back off, so a
 # slow engine is not also kept busy answering load probes
 _FIRST_INTERVAL_S = 0.02
 _MAX_INTERVAL_S = 0.5
-_GAUGES = ("sglang:num_running_reqs", "sglang:num_queue_reqs")
 
 
 @dataclass(frozen=True)
@@ -43,32 +48,7 @@ class SlotVerdict:
     outcome: Literal["free", "unconfirmed", "engine_gone"]
     waited_ms: float
     engine_load: int | None  # the last load read (None: never read)
-
-
-def load_from_json(body: bytes) -> int | None:
-    """``/v1/loads``: running + waiting over every rank; None for another shape."""
-    try:
-        obj = json.loads(body)
-    except ValueError:
-        return None
-    loads = obj.get("loads") if isinstance(obj, dict) else None
-    if not isinstance(loads, list):
-        return None
-    total = 0
-    for load in loads:
-        if not isinstance(load, dict):
-            return None
-        total += int(load.get("num_running_reqs", 0)) + int(load.get("num_waiting_reqs", 0))
-    return total
-
-
-def load_from_metrics(text: str) -> int:
-    """SGLang's Prometheus text: running + queued requests (every label set summed)."""
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith(_GAUGES):
-            total += float(line.rsplit(" ", 1)[1])
-    return int(total)
+    stale_reads: int = 0  # reads that showed the slot free in a snapshot taken before the request was let go
 
 
 async def _get(pool: EnginePool, origin: str, path: str, headers: dict[str, str]) -> tuple[int, bytes]:
@@ -84,16 +64,17 @@ async def _get(pool: EnginePool, origin: str, path: str, headers: dict[str, str]
     return resp.status, b"".join(chunks)
 
 
-async def engine_load(pool: EnginePool, origin: str, engine_key: str) -> int:
-    """The engine's running + waiting requests. Raises ``ConnectionRefusedError`` when it refuses connections
-    (gone), another ``OSError``, ``TimeoutError``, :class:`EngineBodyEnded` or ``ValueError`` when it cannot tell."""
+async def engine_load(pool: EnginePool, origin: str, engine_key: str) -> EngineLoad:
+    """The engine's running + waiting requests and when it counted them. Raises ``ConnectionRefusedError``
+    when it refuses connections (gone), another ``OSError``, ``TimeoutError``, :class:`EngineBodyEnded` or
+    ``ValueError`` when it cannot tell."""
     headers = {"Authorization": f"Bearer {engine_key}"}
-    status, body = await _get(pool, origin, "/v1/loads", headers)
+    status, body = await _get(pool, origin, LOADS_PATH, headers)
     if status == 200:
-        load = load_from_json(body)
+        load = load_from_loads(json.loads(body))
         if load is not None:
             return load
-    status, body = await _get(pool, origin, "/metrics", headers)
+    status, body = await _get(pool, origin, METRICS_PATH, headers)
     if status != 200:
         raise ValueError(f"the engine answered /metrics with HTTP {status}")
     return load_from_metrics(body.decode("utf-8", "replace"))
@@ -104,23 +85,29 @@ async def confirm_slot_free(
 ) -> SlotVerdict:
     """Poll until the engine runs at most ``others_at_engine()`` requests (the slot of the abandoned one is
     free), for at most ``bound_s``. An engine that refuses connections is gone (its supervisor reports that);
-    one that answers nothing within the bound (frozen) is unconfirmed like one that keeps the slot."""
+    one that answers nothing within the bound (frozen) is unconfirmed like one that keeps the slot. A figure
+    taken before the call (an older snapshot) is read again, never taken as free."""
+    let_go = time.time()  # wall clock: the engine stamps its snapshots with its own, on this host
     t0 = time.monotonic()
     end = t0 + bound_s
     last: int | None = None
+    stale = 0
     interval = _FIRST_INTERVAL_S
     while True:
         try:
-            last = await engine_load(pool, origin, engine_key)
+            load = await engine_load(pool, origin, engine_key)
         except ConnectionRefusedError:
-            return SlotVerdict("engine_gone", (time.monotonic() - t0) * 1000, last)
+            return SlotVerdict("engine_gone", (time.monotonic() - t0) * 1000, last, stale)
         except (OSError, TimeoutError, EngineBodyEnded, ValueError):
             pass
         else:
+            last = load.total
             if last <= others_at_engine():
-                return SlotVerdict("free", (time.monotonic() - t0) * 1000, last)
+                if load.taken_at is None or load.taken_at >= let_go:
+                    return SlotVerdict("free", (time.monotonic() - t0) * 1000, last, stale)
+                stale += 1
         now = time.monotonic()
         if now >= end:
-            return SlotVerdict("unconfirmed", (now - t0) * 1000, last)
+            return SlotVerdict("unconfirmed", (now - t0) * 1000, last, stale)
         await asyncio.sleep(min(interval, end - now))
         interval = min(interval * 1.5, _MAX_INTERVAL_S)

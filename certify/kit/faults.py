@@ -269,19 +269,22 @@ def fault_front(
     timeout_ms: int | None = None,
     execution: dict[str, Any] | None = None,
     gateway_settings: dict[str, Any] | None = None,
+    generation: dict[str, Any] | None = None,
 ) -> Iterator[FaultFront]:
     """A front for one check. ``private`` (fake engine): a private fake engine and gateway (short request
     timeout, 1 MiB response cap, one running request); on SGLang every front is private (the proxy's).
-    ``execution`` changes the front's lock (its short timeouts: idle, abort confirmation), ``gateway_settings``
-    the private gateway's (its queue bound)."""
+    ``execution`` changes the front's lock (its short timeouts: idle, abort confirmation), ``generation`` its
+    generation settings (a benchmark control that fixes an output length), ``gateway_settings`` the private
+    gateway's (its queue bound)."""
     lock = session_lock(env)
+    front_lock = lock.model_copy(update={"generation": lock.generation.model_copy(update=generation or {})})
     updates: dict[str, Any] = {} if timeout_ms is None else {"request_timeout_ms": timeout_ms}
     updates.update(execution or {})
     gateway_config: dict[str, Any] = {"max_response_bytes": RESPONSE_CAP, **(gateway_settings or {})}
     tokenizer_dir = model_files_dir(env.root, lock.model_id)
     with contextlib.ExitStack() as held:  # left in reverse: the fault cleared, then the run or gateway gone
         if env.engine == "fake" and not private:
-            assert env.fake is not None
+            assert env.fake is not None and not generation, "a front with its own generation settings is private"
             run = env.new_run()
             held.callback(env.delete_run, run)
             env.fake.reset()
@@ -291,7 +294,7 @@ def fault_front(
                 env.root.gateway_dir, fake=env.fake,
             )  # fmt: skip
         elif env.engine == "fake":
-            private_lock = lock.model_copy(
+            private_lock = front_lock.model_copy(
                 update={"execution": lock.execution.model_copy(update={**updates, "max_running_requests": 1})}
             )
             running = PrivateStack.running(tokenizer_dir, workdir, private_lock, max_running=1, **gateway_config)
@@ -311,7 +314,7 @@ def fault_front(
             proxy.clear()
             proxy.wait(lambda s: s.open_connections == 0, what="the previous check's connections to close")
             proxy.forget()
-            variant = lock.model_copy(update={"execution": lock.execution.model_copy(update=updates)})
+            variant = front_lock.model_copy(update={"execution": lock.execution.model_copy(update=updates)})
             state_dir = workdir / "gateway"
             config = GatewayConfig(state_dir=state_dir, metrics_port=None, **gateway_config)
             gateway = held.enter_context(GatewayThread(config))
@@ -435,10 +438,11 @@ class FaultSite:
         timeout_ms: int | None = None,
         execution: dict[str, Any] | None = None,
         gateway_settings: dict[str, Any] | None = None,
+        generation: dict[str, Any] | None = None,
     ) -> contextlib.AbstractContextManager[FaultFront]:
         return fault_front(
             self.env, self.workdir, self.proxy, private=private, timeout_ms=timeout_ms, execution=execution,
-            gateway_settings=gateway_settings,
+            gateway_settings=gateway_settings, generation=generation,
         )  # fmt: skip
 
 

@@ -108,13 +108,10 @@ def test_stall_past_the_idle_timeout(fault_site: FaultSite, certify_record: Any)
 
 @check(
     MODE_CHECKS["ignore_aborts"],
-    engines=FAKE,
     description="an engine that keeps an aborted request's slot: the permit is never handed on, the epoch admits "
-    "nothing more, its requests drain and the fault is reported",
-    reason="not yet made to hold on real SGLang: with the fault proxy keeping the engine's connection after the "
-    "gateway closed its own, SmolLM2 on SGLang 0.5.23 still showed its slot free within the check's 2 s bound "
-    "(the gateway's verdict was 'free', correctly), so the check could not make a real engine keep a slot; the "
-    "gateway's side is the same code on both engines",
+    "nothing more, its requests drain and the fault is reported (SGLang: the fault proxy keeps the engine's "
+    "connection after the gateway closed its own, so the real engine's request runs on; ignore_eos keeps it "
+    "running past the bound on any device)",
     summary=lambda d: (
         f"the client left mid-stream and the engine kept the request running ({d['engine_load_after_verdict']} busy): "
         f"the permit was not handed on, the evidence row says cancelled ({d['evidence']['error_code']}), the service "
@@ -123,7 +120,9 @@ def test_stall_past_the_idle_timeout(fault_site: FaultSite, certify_record: Any)
 )
 def test_ignore_aborts(fault_site: FaultSite, certify_record: Any) -> None:
     execution = {"abort_confirm_timeout_ms": ABORT_BOUND_MS, "max_running_requests": 1}
-    with fault_site.front(private=True, execution=execution) as front:
+    # the request must outlive the bound on a fast device too: no stop at EOS, the lock's whole output budget
+    generation = {"benchmark_controls": ["ignore_eos"]}
+    with fault_site.front(private=True, execution=execution, generation=generation) as front:
         gw = front.gateway
         assert gw is not None
         reported: list[ServiceFault] = []
@@ -131,7 +130,7 @@ def test_ignore_aborts(fault_site: FaultSite, certify_record: Any) -> None:
         front.arm(
             ("ignore_aborts", "stall_mid_stream:t=30,after=2"), (ProxyFault(mode="stall", after_events=2, keep_upstream=True),)
         )
-        body = chat_body(front.wire_model, stream=True, max_tokens=None, content="Tell a long story.")
+        body = chat_body(front.wire_model, stream=True, max_tokens=None, content="Tell a long story.") | {"ignore_eos": True}
         stream = RawStream(front.base_url, front.token, "/chat/completions", body)
         try:
             stream.read_events(2)
@@ -176,7 +175,7 @@ def test_ignore_aborts(fault_site: FaultSite, certify_record: Any) -> None:
     "new run gets a new epoch",
     reason="a daemon's upstream is the engine its service record names, so the fault proxy cannot stand between "
     "the daemon's gateway and a real engine, and SGLang itself honours aborts; the gateway's part is checked on "
-    "real SGLang by faults.ignore_aborts.slot_unconfirmed",
+    "real SGLang by faults.ignore_aborts.slot_unconfirmed (the proxy keeps the aborted request running there)",
     summary=lambda d: (
         f"the engine kept an abandoned request's slot: the service failed with {d['failed_event']['code']}, the run's "
         f"token got {d['client']['status']} {d['client']['code']}, its evidence says "

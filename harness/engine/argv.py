@@ -129,6 +129,9 @@ def engine_args(lock: InferenceLockV1, model_dir: Path, host: str, port: int, *,
         EngineArg("log_requests", True),
         EngineArg("log_requests_level", 0),
         EngineArg("log_requests_format", "json"),
+        # the gateway frees an aborted request's permit only on a load snapshot taken after the abort
+        # (gateway.slot_probe); SGLang refreshes it every 15 decode steps by default, here every step
+        EngineArg("load_snapshot_publish_interval", 1),
         # probe: no pool given, and SGLang reports none as an argument (its pool is max_total_num_tokens)
         EngineArg("max_total_tokens", None if probe else ex.max_total_tokens),
         EngineArg("chunked_prefill_size", None if probe else ex.chunked_prefill_size, echoed=not probe),
@@ -137,6 +140,10 @@ def engine_args(lock: InferenceLockV1, model_dir: Path, host: str, port: int, *,
         EngineArg("disable_radix_cache", ex.prefix_cache.mode == "disabled"),
         EngineArg("disable_overlap_schedule", not platform.overlap_schedule),
     ]
+    if isinstance(platform, CpuPlatformV1):
+        # an idle scheduler waits on its sockets instead of spinning a core (it wakes when a request arrives):
+        # on CPU that core is the one the gateway, the agents and a second engine need
+        args.append(EngineArg("sleep_on_idle", True))
     if isinstance(platform, CudaPlatformV1):
         graphs = platform.cuda_graph == "enabled"
         args += [

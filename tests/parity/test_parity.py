@@ -162,6 +162,11 @@ def test_chat_protocol(engine: EngineProcess) -> None:
     assert all(c["choices"] for c in chunks)
 
 
+def test_loads_answer(engine: EngineProcess) -> None:
+    """``/v1/loads`` as the gateway's abort check and readiness read it: each rank stamped with its snapshot time."""
+    parity_checks.check_loads_idle(engine.base, engine.api_key)
+
+
 def test_stream_segmentation(engine: EngineProcess) -> None:
     """One HTTP chunk per SSE event, one socket write each (uvicorn + h11 in real SGLang): a proxy in front
     wakes once per event on either engine, so per-chunk figures measured on the fake hold for the real one."""

@@ -120,6 +120,7 @@ def _meaning(lock: InferenceLockV1, model_dir: Path, probe: bool) -> dict[str, A
         "log_requests": True,
         "log_requests_level": 0,
         "log_requests_format": "json",
+        "load_snapshot_publish_interval": 1,  # the abort check's snapshots are at most one decode step old
         "disable_radix_cache": ex.prefix_cache.mode == "disabled",
         "disable_overlap_schedule": not platform.overlap_schedule,
         "enable_deterministic_inference": ex.deterministic_inference,
@@ -128,6 +129,8 @@ def _meaning(lock: InferenceLockV1, model_dir: Path, probe: bool) -> dict[str, A
     }
     if not probe:  # on the probe start SGLang sizes these itself (probe.py)
         meaning.update(chunked_prefill_size=ex.chunked_prefill_size, max_prefill_tokens=ex.max_prefill_tokens)
+    if isinstance(platform, CpuPlatformV1):
+        meaning["sleep_on_idle"] = True  # an idle CPU engine does not spin a core
     if isinstance(platform, CudaPlatformV1):
         graphs = platform.cuda_graph == "enabled"
         meaning.update(

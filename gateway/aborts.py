@@ -95,10 +95,15 @@ class AbandonedRequests:
             )
         finally:
             if verdict is not None and verdict.outcome == "unconfirmed":
+                why = (
+                    f"it reports {verdict.engine_load} requests, the gateway sent {queue.at_engine}"
+                    if verdict.stale_reads == 0
+                    else f"it last reported {verdict.engine_load} requests; the {verdict.stale_reads} reads that showed "
+                    "the slot free were load snapshots taken before the request was let go, none since"
+                )
                 fault = HitchError(
                     "inference_abort_unconfirmed",
-                    f"the engine did not show an abandoned request's slot free within {bound_ms} ms "
-                    f"(it reports {verdict.engine_load} requests, the gateway sent {queue.at_engine})",
+                    f"the engine did not show an abandoned request's slot free within {bound_ms} ms ({why})",
                     {
                         "service_id": target.service_id,
                         "epoch": target.epoch,

@@ -20,8 +20,9 @@ Every evaluation leases the session's own service (its ``inference_id``): no eng
   admin ``/pause_generation``, mode ``in_place``: requests are taken in, nothing is generated), the victim's
   trial starts alone, and once SGLang's HTTP layer holds its chat request (``sglang:http_requests_active``
   is 1; the only trial running, and nothing completes while paused) the other trial starts beside it and
-  the victim is cancelled; the engine resumes once the victim has ended. The other trial's reward is the
-  model's own (recorded as earned).
+  the victim is cancelled; the engine resumes once its HTTP layer has let the victim's request go (the
+  gateway's abort check then sees the slot free in a snapshot the resumed scheduler publishes). The other
+  trial's reward is the model's own (recorded as earned).
 - ``agents.harbor.terminus_solves`` (fake): in that evaluation ``terminus-2`` solved its task (reward 1.0)
   through the gateway on loopback with the scripted terminus answers — model, agent, container and
   verifier in one loop.
@@ -276,6 +277,7 @@ def _cancel_mid_request(env: CertifyEnv, harbor: HarborInstall, control: FakeCon
         # with the baseline's one running slot this is answered only if the cancelled request left it
         r = httpx.post(f"{fresh.base_url}/chat/completions", json=req, headers=fresh.headers(), timeout=300, trust_env=False)
         out["after_cancel_status"] = r.status_code
+        out["epoch_after"] = fresh.epoch
         out["chat_active_after"] = _chat_active(env)
         out["fake_state"] = control.state()
         return out
@@ -356,9 +358,13 @@ def _cancel_held_real(env: CertifyEnv, harbor: HarborInstall) -> dict[str, Any]:
             out["other_started"] = other_started.wait(600)
             if out["other_started"]:
                 out["cancel_sent"] = victim_eval.cancel(victim)
-            threads[0].join(600)
+                # the engine resumes once its HTTP layer has let the victim's request go (the gateway closed it,
+                # SGLang aborts it): a paused scheduler publishes no load and frees nothing, so a gateway that
+                # waits for the slot to show free (spec §9.2) would otherwise see it kept and fail the service
+                out["engine_let_go"] = wait_for(lambda: _chat_active(env) == 0, 60, 0.1)
     finally:
         _engine_admin(env, "/continue_generation", {})
+    threads[0].join(600)
     for thread in threads:
         thread.join(900)
     out["cancelled_while_held"] = bool(out["held"] and out["cancel_sent"])
@@ -371,6 +377,7 @@ def _cancel_held_real(env: CertifyEnv, harbor: HarborInstall) -> dict[str, Any]:
     # with the baseline's one running slot this is answered only if the cancelled request left it
     r = httpx.post(f"{fresh.base_url}/chat/completions", json=req, headers=fresh.headers(), timeout=300, trust_env=False)
     out["after_cancel_status"] = r.status_code
+    out["epoch_after"] = fresh.epoch
     out["chat_active_after"] = _chat_active(env)
     out["engine_load_after"] = engine_load(env.engine_url, env.engine_headers())
     return out
@@ -492,7 +499,7 @@ def test_harbor_cancel_mid_request_is_isolated(
 def _cancel_isolated(certify_env: CertifyEnv, cancel: dict[str, Any], certify_record: Any) -> None:
     _timings(certify_record, cancel)
     certify_record.detail("attempts", cancel["execution"])
-    for key in ("held", "other_started", "evaluations"):
+    for key in ("held", "other_started", "engine_let_go", "evaluations"):
         if key in cancel:
             certify_record.detail(f"hold.{key}", cancel[key])
     assert cancel["cancelled_while_held"] is True and cancel["cancel_sent"] is True, cancel.get("watch_error") or cancel
@@ -503,6 +510,10 @@ def _cancel_isolated(certify_env: CertifyEnv, cancel: dict[str, Any], certify_re
     assert held["rows"] >= 1 and held["begun"] == held["rows"], "the exchange in flight at the cancel is recorded"
     assert held["by_status"].get("cancelled", 0) >= 1 and "completed" not in held["by_status"], held["by_status"]
     assert cancel["after_cancel_status"] == 200, "the gateway's running slot was not freed"
+    assert cancel["epoch_after"] == cancel["session"][1], (
+        "the cancel put the service into fault handling: the next run was bound to a new epoch "
+        f"({cancel['session'][1]} -> {cancel['epoch_after']}; the gateway could not confirm the slot free)"
+    )
     assert cancel["chat_active_after"] == 0, "the held request is still open at the engine"
     assert victim["service"]["service_id"] == other["service"]["service_id"] == cancel["session"][0]
     assert other["task"] == "create-file" and other["usage"]["evidence_complete"] is True

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -58,14 +59,22 @@ class AbandonedRequests:
         self.confirming: dict[str, set[asyncio.Task[None]]] = {}  # per binding
         self.on_service_fault: FaultHook | None = None  # the daemon fails the epoch (harness.daemon.runs)
         self.faults: list[ServiceFault] = []
+        self.by_service: Counter[tuple[str, int]] = Counter()  # (service_id, epoch): verdicts still awaited
         self._background: set[asyncio.Future[None]] = set()
 
     def confirm_later(self, ex: Exchange, permit: Permit, queue: FairQueue) -> None:
         """Take over ``ex``'s permit and evidence row until its engine slot has a verdict."""
         tasks = self.confirming.setdefault(ex.binding.binding_id, set())
+        key = (ex.binding.target.service_id, ex.binding.target.epoch)
+        self.by_service[key] += 1
         task = asyncio.get_running_loop().create_task(self._confirm(ex, permit, queue))
         tasks.add(task)
-        task.add_done_callback(tasks.discard)
+
+        def done(t: asyncio.Task[None]) -> None:
+            tasks.discard(t)
+            self.by_service[key] -= 1
+
+        task.add_done_callback(done)
 
     def pending(self, binding_id: str | None = None) -> list[asyncio.Task[None]]:
         """Verdicts still awaited (of one binding, when given)."""

@@ -55,7 +55,7 @@ class GatewayMetrics:
         self.e2e: dict[str, Histogram] = {}
         self.ttft: dict[str, Histogram] = {}
         self.queue = Histogram()
-        self.queue_gauges: Callable[[], list[tuple[str, int, int, int, int, int]]] = list
+        self.queue_gauges: Callable[[], list[tuple[str, int, int, int, int, int, int]]] = list
 
     def observe_request(self, route: str, status: str, e2e_s: float | None, ttft_s: float | None) -> None:
         self.requests[(route, status)] += 1
@@ -97,6 +97,8 @@ class GatewayMetrics:
             ("hitch_gateway_permits_acquired_total", 3, "counter"),
             ("hitch_gateway_permits_released_total", 4, "counter"),
             ("hitch_gateway_permit_repeat_releases_total", 5, "counter"),
+            # abandoned requests whose permit waits for the engine to show their slot free (spec §9.2)
+            ("hitch_gateway_aborts_confirming", 6, "gauge"),
         ):
             out.append(f"# TYPE {metric} {kind}")
             for row in gauges:

@@ -276,11 +276,12 @@ class Gateway:
             queue = self.queues[key] = FairQueue(target.lock.execution.max_running_requests, self.config.max_waiting)
         return queue
 
-    def _queue_rows(self) -> list[tuple[str, int, int, int, int, int]]:
-        return [
-            (f"{sid}#{epoch}", q.in_use, q.waiting, q.acquired, q.released, q.repeat_releases)
-            for (sid, epoch), q in self.queues.items()
-        ]
+    def _queue_rows(self) -> list[tuple[str, int, int, int, int, int, int]]:
+        rows = []
+        for (sid, epoch), q in self.queues.items():
+            confirming = self.aborts.by_service[(sid, epoch)]  # abandoned, their slot's verdict still awaited
+            rows.append((f"{sid}#{epoch}", q.in_use, q.waiting, q.acquired, q.released, q.repeat_releases, confirming))
+        return rows
 
     async def _serve(self, request: web.BaseRequest) -> web.StreamResponse:
         """The last resort: no exception reaches aiohttp's default handler (its bare 500 text)."""

@@ -20,9 +20,10 @@ Every evaluation leases the session's own service (its ``inference_id``): no eng
   admin ``/pause_generation``, mode ``in_place``: requests are taken in, nothing is generated), the victim's
   trial starts alone, and once SGLang's HTTP layer holds its chat request (``sglang:http_requests_active``
   is 1; the only trial running, and nothing completes while paused) the other trial starts beside it and
-  the victim is cancelled; the engine resumes once its HTTP layer has let the victim's request go (the
-  gateway's abort check then sees the slot free in a snapshot the resumed scheduler publishes). The other
-  trial's reward is the model's own (recorded as earned).
+  the victim is cancelled; the engine resumes once the gateway has let the victim's request go and waits for
+  its slot (``hitch_gateway_aborts_confirming``): SGLang holds a request that arrived while paused before its
+  scheduler sees it, so only the resumed engine aborts it and publishes the load snapshot that shows the slot
+  free. The other trial's reward is the model's own (recorded as earned).
 - ``agents.harbor.terminus_solves`` (fake): in that evaluation ``terminus-2`` solved its task (reward 1.0)
   through the gateway on loopback with the scripted terminus answers — model, agent, container and
   verifier in one loop.
@@ -219,6 +220,16 @@ def _chat_active(env: CertifyEnv) -> int:
     return 0
 
 
+def _aborts_confirming(env: CertifyEnv) -> int:
+    """Abandoned requests of the session's service epoch whose permit waits for the engine to show the slot free
+    (the daemon gateway's ``hitch_gateway_aborts_confirming``)."""
+    url = env.daemon.status()["gateway"]["metrics_url"]
+    r = httpx.get(url, timeout=10, trust_env=False)
+    r.raise_for_status()
+    series = f'hitch_gateway_aborts_confirming{{service="{env.run.service_id}#{env.run.epoch}"}} '
+    return next((int(float(line[len(series) :])) for line in r.text.splitlines() if line.startswith(series)), 0)
+
+
 def _held_snapshot(env: CertifyEnv, control: FakeControl) -> tuple[int, int] | None:
     """(requests logged, requests served) while a chat request is inside the fake but in none of its slots
     (held by ``slow_headers``; the gateway's one running slot is then taken by it); None otherwise."""
@@ -358,12 +369,14 @@ def _cancel_held_real(env: CertifyEnv, harbor: HarborInstall) -> dict[str, Any]:
             out["other_started"] = other_started.wait(600)
             if out["other_started"]:
                 out["cancel_sent"] = victim_eval.cancel(victim)
-                # the engine resumes once its HTTP layer has let the victim's request go (the gateway closed it,
-                # SGLang aborts it): a paused scheduler publishes no load and frees nothing, so a gateway that
-                # waits for the slot to show free (spec §9.2) would otherwise see it kept and fail the service
-                out["engine_let_go"] = wait_for(lambda: _chat_active(env) == 0, 60, 0.1)
+                # the engine resumes once the gateway has let the victim's request go (it closed the engine
+                # connection and waits for the slot to show free, spec §9.2). SGLang's HTTP layer holds a request
+                # that arrived while paused before its scheduler sees it, with no disconnect check: only a resumed
+                # engine aborts it and publishes the load that shows the slot free
+                out["gateway_let_go"] = wait_for(lambda: _aborts_confirming(env) >= 1, 120, 0.1)
     finally:
         _engine_admin(env, "/continue_generation", {})
+    out["engine_let_go"] = wait_for(lambda: _chat_active(env) == 0, 60, 0.1)
     threads[0].join(600)
     for thread in threads:
         thread.join(900)
@@ -499,10 +512,11 @@ def test_harbor_cancel_mid_request_is_isolated(
 def _cancel_isolated(certify_env: CertifyEnv, cancel: dict[str, Any], certify_record: Any) -> None:
     _timings(certify_record, cancel)
     certify_record.detail("attempts", cancel["execution"])
-    for key in ("held", "other_started", "engine_let_go", "evaluations"):
+    for key in ("held", "other_started", "gateway_let_go", "engine_let_go", "evaluations"):
         if key in cancel:
             certify_record.detail(f"hold.{key}", cancel[key])
     assert cancel["cancelled_while_held"] is True and cancel["cancel_sent"] is True, cancel.get("watch_error") or cancel
+    assert cancel.get("gateway_let_go", True) is True, "the gateway never abandoned the cancelled request at the engine"
     victim, other = _trials(cancel)
     assert victim["task"] == "fix-one-line" and victim["status"] == "cancelled" and victim["reward"] is None
     assert victim["error"]["code"] == "run_cancelled"

@@ -78,7 +78,9 @@ def build_app(core: DaemonCore, token: str, shutdown: Callable[[bool], None], ru
 
     @routes.get("/v1/status")
     async def status(_: web.Request) -> web.Response:
-        return reply({"kind": "daemon-status", **core.status()})
+        # the gateway's Prometheus endpoint (its own loopback port): queue, permits, abort verdicts awaited
+        gateway = {} if runs is None else {"gateway": {"metrics_url": runs.gateway.metrics_url}}
+        return reply({"kind": "daemon-status", **core.status(), **gateway})
 
     @routes.get("/v1/services")
     async def services(_: web.Request) -> web.Response:

@@ -114,3 +114,21 @@ def test_an_engine_that_keeps_an_aborted_slot_faults_the_service_and_nothing_els
         queue = _queue(gt)
         assert (queue.acquired, queue.released, queue.kept, queue.in_use) == (1, 0, 1, 1)  # the slot's permit is never handed on
         assert len(leaky.posts()) == 1  # only the abandoned request ever reached the engine
+
+
+def test_the_metrics_show_an_abandoned_request_while_its_slot_verdict_is_awaited(leaky: Engine, tmp_path: Path) -> None:
+    """``hitch_gateway_aborts_confirming``: what an operator (or the Harbor cancel check on a paused engine) reads
+    to know the gateway let a request go and holds its permit until the engine shows the slot free."""
+    series = 'hitch_gateway_aborts_confirming{service="svc-leak#4"} '
+    config = GatewayConfig(state_dir=tmp_path / "gw", metrics_port=0)
+    with GatewayThread(config) as gt:
+        rec = gt.register(
+            "run-leak", target_for(leaky, make_lock(max_running=1, abort_confirm_ms=120_000), service_id="svc-leak", epoch=4)
+        )
+        metrics_url = gt.gw.metrics_url
+        assert metrics_url is not None
+        leaky.faults("ignore_aborts", "stall_mid_stream:t=30,after=2")
+        _leave_mid_stream(rec)
+        wait_for(lambda: series + "1" in httpx.get(metrics_url).text.splitlines(), 30, "the gauge to show the abandoned request")
+        assert gt.call(lambda: _queue(gt).in_use) == 1  # the permit is held meanwhile
+    assert gt.gw.aborts.by_service[("svc-leak", 4)] == 0  # shut down: no verdict awaited any more

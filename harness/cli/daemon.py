@@ -28,6 +28,7 @@ def _summary(status: dict[str, Any], paths: DaemonPaths) -> dict[str, Any]:
         "services": status.get("services", []),
         "quarantined": status.get("quarantined", []),
         "recovery": status.get("recovery", []),
+        "gateway": status.get("gateway"),  # its metrics URL (loopback): queue, permits, abort verdicts awaited
     }
 
 

@@ -49,6 +49,8 @@ def test_daemon_start_status_stop_with_private_socket_and_token(inputs: ServiceI
     status = as_json(hitch(inputs.root, "daemon", "status", "--json"))
     assert status["pid"] == started["pid"] and status["services"] == []
     assert token not in str(status)
+    metrics = httpx.get(status["gateway"]["metrics_url"], timeout=10, trust_env=False)  # the gateway's own port
+    assert metrics.status_code == 200 and "# TYPE hitch_gateway_aborts_confirming gauge" in metrics.text
     stopped = as_json(hitch(inputs.root, "daemon", "stop", "--json"))
     assert stopped["stopped"] is True
     assert _gone(started["pid"])

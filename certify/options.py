@@ -64,6 +64,7 @@ class CertifyOptions:
     inference: str | None = None  # a lock sealed in this root, certified as it is (--inference)
     reproduces: Path | None = None  # the signed entry this session reproduces (--reproduces)
     fake_faults: tuple[str, ...] = ()  # --fake-fault: the fake engine's faults (fake engine only)
+    quiet_load: str = "auto"  # --quiet-load: the quiet phase's limit on the machine's busy cores (certify.quiet)
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -86,6 +87,12 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--inference", default=None, help="certify this lock sealed in HITCH_ROOT as it is (sha256:<hex>)")
     group.addoption("--reproduces", default=None, help="the signed entry (*.dsse.json) this session reproduces")
     group.addoption("--fake-fault", action="append", default=[], help="--engine fake only: start the fake engine with this fault")
+    group.addoption(
+        "--quiet-load",
+        default=None,
+        help="most busy cores the machine may show around a timing (auto: max(0.5, cores/4); a number; off: "
+        "read, not enforced); default HITCH_CERTIFY_QUIET_LOAD or auto",
+    )
 
 
 T = TypeVar("T", bound=str)
@@ -126,9 +133,21 @@ def options_from(config: pytest.Config) -> CertifyOptions:
         root=HitchRoot.at(),
         reproduces=Path(reproduces).expanduser().resolve() if reproduces else None,
         fake_faults=faults,
+        quiet_load=_quiet_load(config),
     )
     inference = config.getoption("--inference")
     return _pinned(opts, str(inference)) if inference else opts
+
+
+def _quiet_load(config: pytest.Config) -> str:
+    from certify.quiet import parse_limit
+
+    value = str(config.getoption("--quiet-load") or settings().certify_quiet_load or "auto")
+    try:
+        parse_limit(value, 1)
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    return value
 
 
 def _pinned(opts: CertifyOptions, inference: str) -> CertifyOptions:

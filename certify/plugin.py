@@ -34,6 +34,7 @@ import pytest
 
 from certify.evaluate import CheckResult
 from certify.options import REPORT_ENV, SESSION_ENV, CertifyOptions, add_options, choose_engine, options_from
+from certify.quiet import QuietLimit, QuietPhase, TimingRefused, machine_turn, parse_limit, quiet_phase
 from certify.registry import SUITES, Check, all_checks, session_end_checks
 from certify.secrets_scan import forget
 from certify.timeline import CpuSample, build_timeline, cpu_sample, cpu_usage, drain, record
@@ -66,6 +67,7 @@ class CertifyState:
     cpu_first: CpuSample | None = None
     spans: list[dict[str, Any]] = field(default_factory=list)
     teardowns: dict[int, float] = field(default_factory=dict)  # id(fixturedef) -> its teardown's start
+    refused: set[str] = field(default_factory=set)  # metric names of timings a quiet phase refused
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -78,6 +80,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "check(id): the stable id of the certification check a test implements")
     config.addinivalue_line(
         "markers", "exclusive_engine: changes or measures the shared engine (faults, request log, perf); runs alone"
+    )
+    config.addinivalue_line(
+        "markers", "quiet: its figure is a timing: runs in a quiet phase, the machine to itself (certify.quiet)"
     )
     is_worker = hasattr(config, "workerinput")
     key = settings().certify_session or ""
@@ -207,7 +212,9 @@ def pytest_fixture_setup(fixturedef: pytest.FixtureDef[Any], request: pytest.Fix
     engine = _FIXTURE_ENGINES.get(fixturedef.argname)
     start = time.time()
     try:
-        return (yield)
+        # its work holds the machine's turn shared (a quiet phase elsewhere waits for it; one inside converts it)
+        with machine_turn(_turn_dir(request.config), exclusive=False):
+            return (yield)
     finally:
         kind = "wait" if fixturedef.argname in WAIT_FIXTURES else "fixture"
         record(kind, fixturedef.argname, start, time.time(), phase="setup", scope=fixturedef.scope, engine=engine)
@@ -239,7 +246,7 @@ def pytest_runtest_makereport(
     if cid is None:
         return report
     spans = drain()
-    if any(s["engine"] == "private" for s in spans):
+    if any(s.get("engine") == "private" for s in spans):
         item.stash[_USED_PRIVATE] = True
     if call.when == "call":
         spans.append(record("check", cid, call.start, call.stop, engine=_engine_of(item), keep=False))
@@ -278,10 +285,13 @@ def record_report(state: CertifyState, report: pytest.TestReport) -> None:
         return
     details: dict[str, Any] = {}
     for key, value in report.user_properties:
+        if key == "certify_refused":
+            state.refused.update(cast("list[str]", value))
+    for key, value in report.user_properties:
         if key == "certify_detail":
             details.update(cast("dict[str, Any]", value))
         elif key == "certify_metric":
-            state.metrics.update(cast("dict[str, Any]", value))
+            state.metrics.update(_unrefused(state.refused, cast("dict[str, Any]", value)))
         elif key == "certify_evidence":
             state.evidence.update(cast("dict[str, dict[str, Any]]", value))
     if status != "passed":
@@ -289,6 +299,18 @@ def record_report(state: CertifyState, report: pytest.TestReport) -> None:
     result = CheckResult(str(cid), status, float(report.duration), details)  # type: ignore[arg-type]
     previous = state.results.get(result.id)
     state.results[result.id] = result if previous is None else previous.merge(result)
+
+
+def _unrefused(refused: set[str], metrics: dict[str, Any]) -> dict[str, Any]:
+    """Metrics less the figures of refused timings, also inside a suite's aggregate (``_lifecycle``...)."""
+    out: dict[str, Any] = {}
+    for name, value in metrics.items():
+        if name in refused:
+            continue
+        if name.startswith("_") and isinstance(value, dict):
+            value = {k: v for k, v in value.items() if k not in refused}
+        out[name] = value
+    return out
 
 
 def _reason(report: pytest.TestReport) -> str:
@@ -316,25 +338,31 @@ def certify_env(request: pytest.FixtureRequest) -> Iterator[Any]:
         env.close()
 
 
+def _turn_dir(config: pytest.Config) -> Path | None:
+    """Where the session's processes take turns (its key folder), or None outside xdist."""
+    if not hasattr(config, "workerinput"):
+        return None
+    from certify.session import session_key_dir
+
+    return session_key_dir(resolved_options(config), config.stash[_STATE].session_key)
+
+
 @contextlib.contextmanager
 def engine_turn(config: pytest.Config, *, exclusive: bool) -> Iterator[None]:
     """Under xdist, hold the session engine shared (``flock`` LOCK_SH) or alone (LOCK_EX); a no-op otherwise.
 
-    Every certify test holds it shared while it runs (autouse fixture below); a test marked
-    ``exclusive_engine``, or a fixture that measures or changes the shared engine, holds it alone: a fault set
-    on the shared fake engine, its request log, or a latency measurement is never disturbed by another
-    worker's check.
+    Every certify test holds it shared while it runs (autouse fixture below) unless it uses only a private
+    engine; a test marked ``exclusive_engine``, or a fixture that measures or changes the shared engine, holds it
+    alone: a fault set on the shared fake engine, its request log, or a latency measurement is never disturbed by
+    another worker's check. Taken after the machine's turn (:func:`quiet_turn`), never before it.
     """
-    if not hasattr(config, "workerinput"):
+    lock_dir = _turn_dir(config)
+    if lock_dir is None:
         yield
         return
     import fcntl
 
-    from certify.session import session_key_dir
-
-    state = config.stash[_STATE]
-    path = session_key_dir(resolved_options(config), state.session_key) / "engine-turn.lock"
-    with path.open("a") as handle:
+    with (lock_dir / "engine-turn.lock").open("a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         try:
             yield
@@ -342,14 +370,71 @@ def engine_turn(config: pytest.Config, *, exclusive: bool) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def quiet_limit(config: pytest.Config) -> QuietLimit:
+    return parse_limit(resolved_options(config).quiet_load, os.cpu_count() or 1)
+
+
+@contextlib.contextmanager
+def quiet_turn(config: pytest.Config, name: str) -> Iterator[QuietPhase]:
+    """A fixture's timing as a quiet phase (:func:`certify.quiet.quiet_phase`): the machine alone, settled
+    before, read after; :class:`~certify.quiet.TimingRefused` when it was loaded."""
+    with quiet_phase(name, quiet_limit(config), _turn_dir(config)) as phase:
+        yield phase
+
+
+_QUIET = pytest.StashKey[QuietPhase]()
+
+
 @pytest.fixture(autouse=True)
 def _shared_engine_turn(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every certification test's turns: the machine's (shared; alone with a quiet phase for a ``quiet`` check,
+    whose after-reading :func:`pytest_runtest_call` takes) and then the session engine's (shared, or alone for
+    ``exclusive_engine``; none for a check that uses only a private engine)."""
     item = request.node
     if not isinstance(item, pytest.Item) or not _is_certify_item(item):
         yield
         return
-    with engine_turn(request.config, exclusive=item.get_closest_marker("exclusive_engine") is not None):
-        yield
+    config = request.config
+    names = set(getattr(item, "fixturenames", ()))
+    asked = set(getattr(getattr(item, "_fixtureinfo", None), "argnames", ()))  # the test's own arguments
+    # a private daemon's checks reach the session's engine only when they ask for the session itself
+    uses_session = "certify_env" in asked or not names & set(PRIVATE_FIXTURES)
+    exclusive = item.get_closest_marker("exclusive_engine") is not None
+    engine = engine_turn(config, exclusive=exclusive) if uses_session else contextlib.nullcontext()
+    if item.get_closest_marker("quiet") is None:
+        with machine_turn(_turn_dir(config), exclusive=False), engine:
+            yield
+        return
+    phase, waited_from = QuietPhase(check_id_of(item) or item.name, quiet_limit(config)), time.time()
+    with machine_turn(_turn_dir(config), exclusive=True):
+        try:
+            phase.begin()
+            item.stash[_QUIET] = phase
+            with engine:
+                yield
+        finally:
+            if _QUIET in item.stash:
+                del item.stash[_QUIET]
+            phase.close(waited_from)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    """A ``quiet`` check's after-reading, in its call so a refusal fails the check and drops its figures."""
+    result = yield
+    phase = item.stash.get(_QUIET, None)
+    if phase is None:
+        return result
+    try:
+        phase.finish()
+    except TimingRefused:  # its figures go: from this report, and from what later checks aggregate
+        names = sorted({k for key, v in item.user_properties if key == "certify_metric" for k in cast("dict[str, Any]", v)})
+        item.user_properties[:] = [p for p in item.user_properties if p[0] != "certify_metric"]
+        item.user_properties.append(("certify_refused", names))
+        raise
+    finally:
+        item.user_properties.append(("certify_detail", {"quiet_phase": phase.detail()}))
+    return result
 
 
 @dataclass

@@ -21,9 +21,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.contracts.timeline import CertificationTimelineV1, CpuUsageV1, SpanEngine, TimelineSpanV1
+from harness.contracts.timeline import CertificationTimelineV1, CpuUsageV1, QuietPhaseV1, SpanEngine, TimelineSpanV1
 
-__all__ = ["CpuSample", "build_timeline", "cpu_sample", "cpu_usage", "drain", "record", "span", "worker_name"]
+__all__ = [
+    "CpuSample",
+    "build_timeline",
+    "cpu_sample",
+    "cpu_usage",
+    "drain",
+    "record",
+    "record_quiet",
+    "span",
+    "worker_name",
+]
 
 PROC_STAT = Path("/proc/stat")
 _SPANS: list[dict[str, Any]] = []
@@ -80,6 +90,15 @@ def span(name: str, *, engine: SpanEngine | None = None) -> Iterator[None]:
         record("step", name, start, time.time(), engine=engine)
 
 
+def record_quiet(row: dict[str, Any], *, waited_from: float) -> None:
+    """A quiet phase (:mod:`certify.quiet`): its row (kind ``quiet``, split out of the spans by
+    :func:`build_timeline`) and, when it waited for the machine's turn, that wait as a ``wait`` span."""
+    if row["start"] - waited_from >= 0.01:
+        record("wait", f"machine turn for {row['name']}", waited_from, row["start"])
+    with _MUTEX:
+        _SPANS.append({"kind": "quiet", **row})
+
+
 def drain() -> list[dict[str, Any]]:
     """The spans recorded since the last call, oldest first."""
     with _MUTEX:
@@ -130,8 +149,18 @@ def cpu_usage(first: CpuSample | None, last: CpuSample | None) -> CpuUsageV1 | N
 def build_timeline(
     started_at: float, ended_at: float, spans: Sequence[dict[str, Any]], cpu: CpuUsageV1 | None
 ) -> CertificationTimelineV1:
-    """The session's timeline record from every process's spans (sorted by start)."""
-    rows = sorted((TimelineSpanV1.model_validate(s) for s in spans), key=lambda s: (s.start, -s.end, s.worker))
+    """The session's timeline record from every process's spans (sorted by start) and quiet phases."""
+    quiet = sorted(
+        (
+            QuietPhaseV1.model_validate({k: v for k, v in s.items() if k not in ("kind", "phase")})
+            for s in spans
+            if s["kind"] == "quiet"
+        ),
+        key=lambda q: q.start,
+    )
+    rows = sorted(
+        (TimelineSpanV1.model_validate(s) for s in spans if s["kind"] != "quiet"), key=lambda s: (s.start, -s.end, s.worker)
+    )
     ended_at = max(ended_at, started_at)
     return CertificationTimelineV1(
         started_at=round(started_at, 6),
@@ -139,4 +168,17 @@ def build_timeline(
         wall_s=round(round(ended_at, 6) - round(started_at, 6), 6),
         spans=rows,
         cpu=cpu,
+        quiet=quiet,
+        cpu_outside_quiet=_outside(cpu, ended_at - started_at, quiet),
     )
+
+
+def _outside(cpu: CpuUsageV1 | None, wall_s: float, quiet: Sequence[QuietPhaseV1]) -> float | None:
+    """The machine's utilisation over the session less its quiet phases (None without the CPU figures)."""
+    if cpu is None or any(q.cpu_s is None for q in quiet):
+        return None
+    rest_wall = wall_s - sum(q.end - q.start for q in quiet)
+    rest_cpu = cpu.user_s + cpu.system_s - sum(q.cpu_s or 0.0 for q in quiet)
+    if rest_wall <= 0:
+        return None
+    return round(max(0.0, rest_cpu) / (rest_wall * cpu.cores), 4)

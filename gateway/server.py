@@ -332,7 +332,7 @@ class Gateway:
                 return self._models(ex)
             left = binding.time_left(time.monotonic())
             if left is not None:
-                ex.deadline_left_ms = left * 1000
+                ex.deadline_left_ms = round(left * 1000, 3)  # microseconds: start + deadline - now is a float sum
                 if left <= 0:
                     raise deadline_spent(binding, "before this request")
             target = binding.target

@@ -154,6 +154,14 @@ class HitchSettings:
     certify_session: str | None = field(
         default=None, metadata=_var("HITCH_CERTIFY_SESSION", _text, "the session key the controller shares with its workers")
     )
+    certify_quiet_load: str | None = field(
+        default=None,
+        metadata=_var(
+            "HITCH_CERTIFY_QUIET_LOAD",
+            _text,
+            "the quiet phase's limit when --quiet-load is not given: auto, off or a number of busy cores",
+        ),
+    )
     # -- components that must be present (CI) ---------------------------------------------------------
     require_docker: bool = field(default=False, metadata=_require("docker"))
     require_sglang: bool = field(default=False, metadata=_require("sglang"))

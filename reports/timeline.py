@@ -185,6 +185,8 @@ def timeline_summary(timeline: CertificationTimelineV1) -> list[str]:
     checks_s, fixtures_s = _totals(timeline)
     cpu = f", CPU {timeline.cpu.utilisation * 100:.0f} % of {timeline.cpu.cores} cores" if timeline.cpu else ""
     lines = [f"timeline: wall {timeline.wall_s:.1f} s, checks {checks_s:.1f} s, fixtures {fixtures_s:.1f} s{cpu}"]
+    if timeline.quiet:
+        lines.append(_quiet_words(timeline))
     path = critical_path(timeline.spans, timeline.started_at)
     if path:
         busy, waited = sum(p.own_s for p in path), sum(p.gap_s for p in path)
@@ -192,6 +194,37 @@ def timeline_summary(timeline: CertificationTimelineV1) -> list[str]:
         for p in sorted(path, key=lambda p: -p.own_s)[:5]:
             lines.append(f"  {p.span.worker} {p.span.kind} {_label(p.span)}: {p.own_s:.1f} s")
     return lines
+
+
+def _quiet_words(timeline: CertificationTimelineV1) -> str:
+    """One line on the quiet phases: how many, how long, how many were refused, the CPU outside them."""
+    quiet = timeline.quiet
+    took = sum(q.end - q.start for q in quiet)
+    refused = sum(q.verdict == "refused" for q in quiet)
+    outside = "" if timeline.cpu_outside_quiet is None else f"; CPU outside them {timeline.cpu_outside_quiet * 100:.0f} %"
+    return f"quiet phases: {len(quiet)} ({took:.1f} s), {refused} refused for load{outside}"
+
+
+def _quiet_rows(timeline: CertificationTimelineV1) -> list[dict[str, Any]]:
+    def cores(v: float | None) -> str:
+        return "not read" if v is None else f"{v:.2f}"
+
+    return [
+        {
+            "what": q.name,
+            "check": q.check or "",
+            "lane": q.worker,
+            "at": duration_words((q.start - timeline.started_at) * 1000),
+            "took": duration_words((q.end - q.start) * 1000),
+            "limit": "off" if q.limit_cores is None else f"{q.limit_cores:.2f} ({q.limit_setting})",
+            "before": cores(q.before_cores),
+            "after": cores(q.after_cores),
+            "waited": duration_words(q.waited_s * 1000),
+            "verdict": q.verdict,
+            "reason": q.reason,
+        }
+        for q in timeline.quiet
+    ]
 
 
 def timeline_section(results: Mapping[str, Any]) -> dict[str, Any]:
@@ -232,6 +265,8 @@ def timeline_section(results: Mapping[str, Any]) -> dict[str, Any]:
             if cpu is None
             else f"{cpu.utilisation * 100:.0f} % of {cpu.cores} cores ({cpu.user_s:.0f} s user, {cpu.system_s:.0f} s system)",
             "lanes": _lanes(timeline, outer),
+            "quiet": _quiet_rows(timeline),
+            "quiet_words": _quiet_words(timeline) if timeline.quiet else None,
             "path": rows,
             "path_spans": len(path),
             "path_busy": duration_words(sum(p.own_s for p in path) * 1000),

@@ -15,6 +15,11 @@ Prints JSON with every run and the medians. Usage::
     python scripts/bench_service_start.py --engine fake --launcher oci --image sha256:... --runs 3
     python scripts/bench_service_start.py --engine sglang --launcher oci --image sha256:... --runs 20 --keep-going
     HITCH_ROOT=... python scripts/bench_service_start.py --engine sglang --runs 3
+    python scripts/bench_service_start.py --engine sglang --runs 20 --keep-going --busy-beside   # under load
+
+``--busy-beside`` starts one more engine of the same kind (process launcher, its own root) before the runs and
+keeps it generating (one long request after another, ``ignore_eos``) until they end: every start then races
+another engine's work for the machine's cores. The summary says how many requests that engine answered.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import json
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -94,6 +100,60 @@ async def one_run(base: Path, ckpt: Path, program: EngineProgram, n: int, image:
     }
 
 
+class BusyEngine:
+    """Another engine on the machine, kept generating on a thread until :meth:`stop` (``--busy-beside``)."""
+
+    def __init__(self, base: Path, ckpt: Path, program: EngineProgram) -> None:
+        inputs = service_inputs(base / "root-busy", ckpt)
+        self.sup = ServiceSupervisor(
+            inputs.root, "bench-busy", inputs.lock, inputs.model_dir, program, ProcessLauncher(), owner="bench",
+            startup_timeout_s=600,
+        )  # fmt: skip
+        self.answered = 0
+        self.failed = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.error: str | None = None
+
+    def start(self) -> None:
+        """Start the engine and its request loop on a thread of their own (one event loop for both)."""
+        ready = threading.Event()
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._serve(ready)), daemon=True)
+        self._thread.start()
+        if not ready.wait(600) or self.error is not None:
+            raise SystemExit(f"the busy engine did not start: {self.error}")
+
+    async def _serve(self, ready: threading.Event) -> None:
+        import httpx
+
+        try:
+            endpoint = await self.sup.start()
+        except Exception as exc:  # reported by start()
+            self.error = repr(exc)
+            ready.set()
+            return
+        ready.set()
+        body = {"text": "Count from one to ten thousand:", "sampling_params": {"max_new_tokens": 512, "ignore_eos": True}}
+        headers = {"Authorization": f"Bearer {endpoint.keys.api_key}"}
+        try:
+            async with httpx.AsyncClient(base_url=endpoint.base_url, headers=headers, timeout=600, trust_env=False) as client:
+                while not self._stop.is_set():
+                    try:
+                        ok = (await client.post("/generate", json=body)).status_code == 200
+                    except httpx.HTTPError:
+                        ok = False
+                    self.answered += ok
+                    self.failed += not ok
+        finally:
+            await self.sup.stop()
+
+    def stop(self) -> dict[str, int]:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(900)
+        return {"answered": self.answered, "failed": self.failed}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--engine", choices=["fake", "sglang"], default="fake")
@@ -101,6 +161,7 @@ def main() -> int:
     parser.add_argument("--launcher", choices=["process", "oci"], default="process")
     parser.add_argument("--image", help="oci: the pinned image (the fake engine image's ID for --engine fake)")
     parser.add_argument("--keep-going", action="store_true", help="record a failed start and go on with the next run")
+    parser.add_argument("--busy-beside", action="store_true", help="keep another engine generating while the runs start")
     args = parser.parse_args()
     image = args.image if args.launcher == "oci" else None
     if args.launcher == "oci" and image is None:
@@ -115,14 +176,21 @@ def main() -> int:
         base = Path(tmp)
         ckpt = tiny_checkpoint_cached(base / "ckpt")
         runs: list[dict[str, float | str]] = []
-        for i in range(args.runs):
-            runs.append(asyncio.run(one_run(base, ckpt, program, i, image)))
-            print(json.dumps({"run": i, **runs[-1]}), file=sys.stderr, flush=True)
-            if "error" in runs[-1] and not args.keep_going:
-                break
+        busy = BusyEngine(base, ckpt, program) if args.busy_beside else None
+        if busy is not None:
+            busy.start()
+        try:
+            for i in range(args.runs):
+                runs.append(asyncio.run(one_run(base, ckpt, program, i, image)))
+                print(json.dumps({"run": i, **runs[-1]}), file=sys.stderr, flush=True)
+                if "error" in runs[-1] and not args.keep_going:
+                    break
+        finally:
+            beside = busy.stop() if busy is not None else None
     ready = [r for r in runs if "error" not in r]
     medians = {k: round(statistics.median(float(r[k]) for r in ready), 3) for k in (ready[0] if ready else {})}
     summary = {"engine": args.engine, "launcher": args.launcher, "ready": len(ready), "failed": len(runs) - len(ready)}
+    summary["busy_beside"] = beside
     print(json.dumps({**summary, "runs": runs, "median": medians}, indent=2))
     return 0 if len(ready) == len(runs) else 1
 

@@ -4,6 +4,7 @@ for the tests that need them."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,6 +24,11 @@ if TYPE_CHECKING:
 # a property test when the shared machine is busy, never because the property broke.
 settings.register_profile("hitch", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("hitch")
+
+# The certifications these tests run share the machine with the other tests (pytest -n): their quiet phases are
+# taken and read but do not refuse a timing for that load (rows say "unguarded"); tests/certify/test_quiet.py
+# loads the machine on purpose and asserts the refusal.
+os.environ.setdefault("HITCH_CERTIFY_QUIET_LOAD", "off")
 
 
 @pytest.fixture(scope="session")

@@ -321,6 +321,7 @@ def _until(pred: Any, timeout_s: float = 60.0) -> bool:
 
 
 @pytest.mark.exclusive_engine  # on the real engine: its load is this check's alone
+@pytest.mark.quiet
 @check(
     "agents.codex.cancel",
     description="cancel mid-stream ends the run and frees the slot",

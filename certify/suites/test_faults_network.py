@@ -224,6 +224,7 @@ def test_ignore_aborts_restarts_the_service(private_daemon: PrivateDaemon, certi
         daemon.stop_service(run.service_id)
 
 
+@pytest.mark.quiet
 @check(
     "faults.client_disconnect.upstream_aborted",
     description="client gone mid-stream: engine request aborted, permit freed",

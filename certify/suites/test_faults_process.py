@@ -20,7 +20,7 @@ import secrets
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,7 @@ from certify.kit.faults import (
 from certify.kit.probes import evidence_rows, session_lock, wait_until
 from certify.kit.requests import chat_body
 from certify.kit.streams import RawStream, hold_stream
+from certify.plugin import quiet_turn
 from certify.registry import check
 from certify.session import CertifyEnv, RunHandle
 from certify.timeline import span
@@ -169,6 +170,7 @@ class KillOutcome:
     again_status: int
     detect_ms: float
     reacquire_s: float
+    quiet: dict[str, Any] = field(default_factory=dict)  # the quiet phase its timings were taken in
 
 
 def _in_flight_stream(daemon: PrivateDaemon, run: RunHandle) -> RawStream:
@@ -179,11 +181,19 @@ def _in_flight_stream(daemon: PrivateDaemon, run: RunHandle) -> RawStream:
 
 
 @pytest.fixture(scope="module")
-def killed(private_daemon: PrivateDaemon) -> KillOutcome:
+def killed(private_daemon: PrivateDaemon, request: pytest.FixtureRequest) -> KillOutcome:
     daemon = private_daemon
     run = _warm_run(daemon)
     engine = _engine(daemon, run)
     before = _answered(daemon, run)
+    # the kill's timings (detection, the next epoch's start) are taken with the machine to itself
+    with quiet_turn(request.config, "engine killed") as phase:
+        outcome = _kill_in_flight(daemon, run, engine, before)
+    outcome.quiet = phase.detail()
+    return outcome
+
+
+def _kill_in_flight(daemon: PrivateDaemon, run: RunHandle, engine: EngineTarget, before: int) -> KillOutcome:
     stream_ = _in_flight_stream(daemon, run)
     try:
         t_kill = time.monotonic()
@@ -231,6 +241,7 @@ def test_engine_killed_in_flight(killed: KillOutcome, certify_record: Any) -> No
 )
 def test_engine_killed_service_failed(killed: KillOutcome, certify_record: Any) -> None:
     certify_record.metric("kill_to_failed_ms", round(killed.detect_ms, 1))
+    certify_record.detail("quiet_phase", killed.quiet)
     certify_record.detail("failed_event", killed.failed)
     certify_record.detail("client", killed.revoked)
     assert killed.failed.get("code") == "inference_process_exited"
@@ -243,6 +254,7 @@ def test_engine_killed_service_failed(killed: KillOutcome, certify_record: Any) 
 )
 def test_engine_killed_new_epoch(killed: KillOutcome, certify_record: Any) -> None:
     certify_record.metric("reacquire_after_kill_s", round(killed.reacquire_s, 2))
+    certify_record.detail("quiet_phase", killed.quiet)
     certify_record.detail("recovery_ms", round(killed.reacquire_s * 1000, 1))
     assert killed.again.service_id == killed.run.service_id and killed.again.epoch > killed.run.epoch
     assert killed.again_status == 200

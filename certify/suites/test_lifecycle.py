@@ -24,6 +24,7 @@ from certify.kit.daemon import PrivateDaemon
 from certify.kit.probes import kill_pid, wait_until
 from certify.kit.requests import chat_body
 from certify.kit.streams import client_gone
+from certify.plugin import quiet_turn
 from certify.registry import check
 from certify.session import CertifyEnv, RunHandle
 from fixtures.engine_faults import EngineTarget
@@ -118,6 +119,7 @@ def test_reuse_no_second_engine(reuse: dict[str, Any], certify_record: Any) -> N
 
 
 @pytest.mark.exclusive_engine
+@pytest.mark.quiet
 @check(
     "lifecycle.cancel.slot_freed",
     description="a cancelled stream frees its engine slot within 5 s",
@@ -148,9 +150,16 @@ def _warm_run(daemon: PrivateDaemon) -> RunHandle:
 
 
 @pytest.fixture(scope="module")
-def recovery(private_daemon: PrivateDaemon) -> dict[str, Any]:
+def recovery(private_daemon: PrivateDaemon, request: pytest.FixtureRequest) -> dict[str, Any]:
     daemon = private_daemon
     run = _warm_run(daemon)
+    # the restart's timing is taken with the machine to itself
+    with quiet_turn(request.config, "daemon recovery") as phase:
+        outcome = _recover(daemon, run)
+    return outcome | {"quiet_phase": phase.detail()}
+
+
+def _recover(daemon: PrivateDaemon, run: RunHandle) -> dict[str, Any]:
     engine = daemon.engine_target(run.service_id)
     assert engine is not None
     _, old_key = daemon.engine_endpoint(run.service_id)
@@ -195,6 +204,7 @@ def recovery(private_daemon: PrivateDaemon) -> dict[str, Any]:
 )
 def test_recovery_leftover_stopped(recovery: dict[str, Any], certify_record: Any) -> None:
     _record(certify_record, "recovery_restart_s", recovery["restart_s"])
+    certify_record.detail("quiet_phase", recovery["quiet_phase"])
     certify_record.detail("outcomes", recovery["outcomes"])
     assert recovery["engine_survived_daemon"], "the engine should outlive its daemon (else nothing was recovered)"
     assert [o["action"] for o in recovery["outcomes"]] == ["stopped"]
@@ -218,6 +228,7 @@ def test_recovery_new_epoch(recovery: dict[str, Any], certify_record: Any) -> No
 # -- idle stop (private daemon) --------------------------------------------------------------------------
 
 
+@pytest.mark.quiet
 @check(
     "lifecycle.idle.stop_after_ttl",
     description="an idle service is stopped within TTL + 10 s, its engine gone",

@@ -47,6 +47,7 @@ def _stream_then_close(env: CertifyEnv, prompt: str) -> tuple[bool, int, int]:
 
 
 @pytest.mark.exclusive_engine
+@pytest.mark.quiet
 @check(
     "protocol.cancel.stream",
     description="a stream closed mid-way leaves no running request; the next request succeeds",

@@ -19,6 +19,11 @@ Span kinds:
 ``engine`` says which engine a span used: ``session`` (the session's shared engine), ``private`` (a private
 daemon or engine a fault/lifecycle check started), ``none``; unknown for fixtures that only wait or prepare.
 ``cpu`` is the machine's CPU time over the session (``/proc/stat`` at its start and end), when readable.
+
+``quiet`` lists the session's quiet phases (:mod:`certify.quiet`): a timing taken with the machine to itself,
+the machine's busy cores read before and after it against the limit, and the verdict (``quiet``; ``refused``:
+the figure was not recorded; ``unguarded``: ``--quiet-load off``). ``cpu_outside_quiet`` is the machine's
+utilisation over the rest of the session (the part where checks overlap).
 """
 
 from __future__ import annotations
@@ -29,7 +34,14 @@ from pydantic import Field, model_validator
 
 from harness.contracts.base import Record
 
-__all__ = ["TIMELINE_SCHEMA_VERSION", "CertificationTimelineV1", "CpuUsageV1", "SpanEngine", "TimelineSpanV1"]
+__all__ = [
+    "TIMELINE_SCHEMA_VERSION",
+    "CertificationTimelineV1",
+    "CpuUsageV1",
+    "QuietPhaseV1",
+    "SpanEngine",
+    "TimelineSpanV1",
+]
 
 TIMELINE_SCHEMA_VERSION: Literal["1"] = "1"
 
@@ -69,6 +81,24 @@ class CpuUsageV1(Record):
     utilisation: float = Field(ge=0, description="0..1 of the whole machine")
 
 
+class QuietPhaseV1(Record):
+    """One quiet phase: a timing taken with the machine to itself (see the module doc)."""
+
+    name: str = Field(min_length=1, description="the check or fixture whose timing it took")
+    check: str | None = Field(default=None, description="the check whose setup or run took it")
+    worker: str = Field(min_length=1)
+    start: float = Field(ge=0, description="epoch seconds: the machine's turn taken")
+    end: float = Field(ge=0, description="epoch seconds: the after-reading done")
+    limit_cores: float | None = Field(default=None, description="most busy cores a quiet machine shows; None: off")
+    limit_setting: str = Field(description="--quiet-load: auto, off or a number")
+    before_cores: float | None = Field(default=None, description="busy cores read before the timing")
+    after_cores: float | None = Field(default=None, description="busy cores read after it")
+    waited_s: float = Field(ge=0, description="time spent waiting for the machine to settle")
+    cpu_s: float | None = Field(default=None, ge=0, description="the machine's CPU time over the phase")
+    verdict: Literal["quiet", "refused", "unguarded"]
+    reason: str = ""
+
+
 class CertificationTimelineV1(Record):
     schema_version: Literal["1"] = TIMELINE_SCHEMA_VERSION
     started_at: float = Field(ge=0, description="epoch seconds: the controlling process's session start")
@@ -76,6 +106,8 @@ class CertificationTimelineV1(Record):
     wall_s: float = Field(ge=0, description="ended_at - started_at")
     spans: list[TimelineSpanV1]
     cpu: CpuUsageV1 | None = None
+    quiet: list[QuietPhaseV1] = Field(default_factory=list)
+    cpu_outside_quiet: float | None = Field(default=None, ge=0, description="0..1: utilisation outside the quiet phases")
 
     @model_validator(mode="after")
     def _ordered(self) -> CertificationTimelineV1:

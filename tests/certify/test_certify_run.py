@@ -135,9 +135,34 @@ def _assert_timeline(results: dict[str, Any], out: Path, stdout: str) -> None:
     assert steps and all(any(inside(st, o) for o in spans if o.kind in ("fixture", "check")) for st in steps)
     assert any(s.kind == "wait" and s.name == "_shared_engine_turn" for s in spans)
     assert any(s.kind == "fixture" and s.name == "overhead" and s.scope == "module" for s in spans)  # the perf fixture
+    # the timings ran in quiet phases, read but not enforced here (the other tests load the machine: conftest)
+    quiet = {q.name: q for q in timeline.quiet}
+    assert {"perf overhead", "protocol.cancel.stream", "lifecycle.idle.stop_after_ttl"} <= set(quiet), quiet
+    assert all(q.verdict == "unguarded" and q.before_cores is not None and q.after_cores is not None for q in quiet.values())
+    assert quiet["perf overhead"].check is not None and quiet["perf overhead"].check.startswith("perf.")
     page = (out / "run.html").read_text()
-    assert 'data-chart="session-timeline"' in page and 'id="critical-path"' in page
+    assert 'data-chart="session-timeline"' in page and 'id="critical-path"' in page and 'id="quiet-phases"' in page
     assert "timeline: wall " in stdout and "critical path: " in stdout
+
+
+def test_timings_taken_on_a_loaded_machine_are_refused_and_their_figures_not_recorded(tmp_path: Path) -> None:
+    from tests.certify.test_quiet import burners
+
+    with burners():  # two cores kept busy: far above a quarter of a core, whatever else this machine runs
+        proc, out, _ = _certify(tmp_path, "-k", "test_perf or test_cancel_stream", env_extra={"HITCH_CERTIFY_QUIET_LOAD": "0.25"})
+    results: dict[str, Any] = json.loads((out / "results.json").read_text())
+    checks = {c["id"]: c for c in results["checks"]}
+    timed = ["perf.overhead.e2e_bound", "perf.overhead.ttft_bound", "protocol.cancel.stream"]
+    for cid in timed:
+        assert checks[cid]["status"] == "failed", checks[cid]
+        assert "timing refused" in checks[cid]["details"]["reason"], checks[cid]
+    assert "--quiet-load 0.25" in checks["perf.overhead.e2e_bound"]["details"]["reason"]
+    for name in ("gateway_added_latency_ms", "ttft_added_ms", "protocol.cancel.freed_s", "_overhead"):
+        assert results["metrics"].get(name) is None, name  # a declared figure that was not taken reads null
+    quiet = CertificationTimelineV1.model_validate(results["timeline"]).quiet
+    assert {q.name for q in quiet} >= {"perf overhead", "protocol.cancel.stream"}
+    assert all(q.verdict == "refused" and (q.before_cores or 0) > 0.25 for q in quiet)
+    assert proc.returncode == 1 and results["level"] == "failed"
 
 
 def test_a_deselected_required_check_fails_the_level(tmp_path: Path) -> None:

@@ -95,7 +95,8 @@ def test_the_installed_wheel_runs_a_contract_certification_to_a_signed_entry(tmp
 
     out = tmp_path / "report"
     argv = [str(python), "-m", "pytest", "--pyargs", "certify", "--engine", "fake", "--device", "cpu"]
-    argv += ["-n", "2", "-p", "no:cacheprovider", "--report-dir", str(out)]
+    # beside the other tests (conftest's HITCH_CERTIFY_QUIET_LOAD does not reach this env): timings read, not enforced
+    argv += ["-n", "2", "-p", "no:cacheprovider", "--report-dir", str(out), "--quiet-load", "off"]
     proc = subprocess.run(argv, cwd=outside, env=env, capture_output=True, text=True, timeout=1800, check=False)
     text = proc.stdout[-6000:] + proc.stderr[-3000:]
     assert proc.returncode == (0 if codex is not None else pytest.ExitCode.TESTS_FAILED), text

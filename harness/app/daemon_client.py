@@ -17,12 +17,17 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import filelock
+import httpcore
 import httpx
 import psutil
+from httpcore import NetworkStream
+from httpcore._backends.base import SOCKET_OPTION
+from httpcore._backends.sync import SyncStream
 
 from harness.app.requests import (
     AcquireRequest,
@@ -62,15 +67,34 @@ def _unavailable(paths: DaemonPaths, why: str) -> HitchError:
     )
 
 
-def _probe(sock: Path, paths: DaemonPaths) -> None:
-    """Connect once with a socket we close ourselves: a refused connect through httpx's UDS transport
-    leaks its socket (a stale socket file of a killed daemon refuses every connect)."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        probe.settimeout(5.0)
+class _UnixBackend(httpcore.SyncBackend):
+    """httpcore's sync network backend, except that a unix-socket connect that fails closes its socket: httpcore's
+    own leaves it open (a daemon that stopped, or is stopping, refuses the connect; the leaked socket's
+    ResourceWarning surfaced later in an unrelated caller and failed a certification's fixture)."""
+
+    def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Iterable[SOCKET_OPTION] | None = None
+    ) -> NetworkStream:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            probe.connect(str(sock))
+            for option in socket_options or ():
+                sock.setsockopt(*option)
+            sock.settimeout(timeout)
+            sock.connect(path)
+        except TimeoutError as exc:
+            sock.close()
+            raise httpcore.ConnectTimeout(str(exc)) from exc
         except OSError as exc:
-            raise _unavailable(paths, type(exc).__name__) from None
+            sock.close()
+            raise httpcore.ConnectError(str(exc) or type(exc).__name__) from exc
+        return SyncStream(sock)
+
+
+def _transport(sock: Path) -> httpx.HTTPTransport:
+    """Plain HTTP on the daemon's unix socket (no TLS context to build), through :class:`_UnixBackend`."""
+    transport = httpx.HTTPTransport(verify=False)
+    transport._pool = httpcore.ConnectionPool(uds=str(sock), network_backend=_UnixBackend())
+    return transport
 
 
 class DaemonClient:
@@ -94,17 +118,15 @@ class DaemonClient:
         sock = self.paths.socket
         if not sock.exists():
             raise _unavailable(self.paths, "no socket")
-        _probe(sock, self.paths)
         headers = {"Authorization": f"Bearer {self._token()}"}
-        transport = httpx.HTTPTransport(uds=str(sock), verify=False)  # plain HTTP on a unix socket: no TLS context to build
         try:
             with httpx.Client(
-                transport=transport, base_url="http://hitch-daemon", timeout=timeout_s or self.timeout_s, trust_env=False
+                transport=_transport(sock), base_url="http://hitch-daemon", timeout=timeout_s or self.timeout_s, trust_env=False
             ) as client:
                 payload = body.body() if isinstance(body, Request) else body
                 resp = client.request(method, path, json=payload, headers=headers)
         except httpx.TransportError as exc:
-            raise _unavailable(self.paths, type(exc).__name__) from exc
+            raise _unavailable(self.paths, f"{type(exc).__name__}: {exc}") from None
         try:
             return resp, resp.json()
         except ValueError:

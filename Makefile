@@ -59,8 +59,8 @@ harbor-venv: venv
 harbor-image: venv docker
 	-$(PY) scripts/ci/build_harbor_base_image.py
 
-# Everything above at once, in two lanes (system packages and Docker images; private venvs and prefixes), a line
-# per step and one summary (scripts/setup.py); a second run only checks, in seconds.
+# Everything above, two steps at a time (never two that use apt or the Docker engine at once), a line per step
+# and one summary (scripts/setup.py); a second run only checks, in seconds.
 setup: venv
 	$(PY) scripts/setup.py
 
@@ -99,8 +99,13 @@ check: lint typecheck fast
 # before the engine starts and cached beside it) on the best engine this machine can run (see
 # certify/options.py); the terminal summary says the level, why, and where the signed entry and the HTML
 # pages are. CERTIFY_MODEL=fixture:tiny certifies the random tiny checkpoint instead (plumbing only).
+# Its setup is the part of `make setup` a process-launched certification uses (on a fresh 2-core machine the
+# runtime's ~2 minutes are the whole wait: the rest installs beside it); CERTIFY_SETUP="sglang-image ..." adds
+# steps, e.g. for CERTIFY_ARGS="--launcher oci".
 CERTIFY_MODEL ?= fixture:smollm2
 CERTIFY_ARGS ?=
-certify: setup
+CERTIFY_SETUP ?= runtime docker codex harbor-image harbor-venv
+certify: venv
+	$(PY) scripts/setup.py --only $(CERTIFY_SETUP)
 	$(VENV)/bin/hitch local doctor --device cpu
 	$(VENV)/bin/pytest certify --device cpu --allow-uncertified --model $(CERTIFY_MODEL) -p no:cacheprovider -rfE $(CERTIFY_ARGS)

@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
-"""``make setup``'s driver: the independent installs in two lanes at once, a line per step, one summary.
+"""``make setup``'s driver: the independent installs two at a time, a line per step, one summary.
 
 Every step is a Makefile target (one definition of each install; each is idempotent, so a second setup only
-checks). They run in two lanes, so the machine's two cores and its network are both busy:
+checks). Two workers take the steps in the order below, each the first one whose prerequisites are done, so the
+machine's two cores and its network are both busy; a step that uses Debian's packages or the Docker engine
+(``system``: one ``apt-get``/``dpkg`` user at a time) waits while another system step runs. The generic-CPU SGLang
+runtime comes first: the real-SGLang image waits for it, and the two are the longest chain.
 
-- the system lane uses Debian's packages and the Docker engine (one ``apt-get``/``dpkg`` user at a time):
-  the Docker engine with the fake-engine and trial images, Chromium, Harbor's task base image, and the
-  real-SGLang image (which waits for the runtime from the other lane);
-- the download lane fills private venvs and prefixes: the generic-CPU SGLang runtime, Harbor's venv,
-  AIPerf's venv, the pinned Codex CLI.
+``--only STEP ...`` runs a subset: ``make certify`` asks for what a certification uses (the runtime, the Docker
+engine with its images, Harbor's base image and venv, the Codex CLI), ``make setup`` for everything.
 
 Each step's output goes to ``.hitch-ci/setup/<step>.log``; the terminal gets a line when a step starts and
 when it ends (seconds, and the size of what it installed), the log's tail when one fails, and a summary
@@ -39,10 +39,10 @@ LOGS = REPO / ".hitch-ci" / "setup"
 @dataclass
 class Step:
     name: str  # the Makefile target
-    lane: str
+    system: bool  # uses apt/dpkg or the Docker engine: one such step at a time
     what: str
     sizes: tuple[str, ...] = ()  # paths (``$HITCH_ROOT/...`` allowed) and ``image:LABEL=VALUE`` whose size is shown
-    after: tuple[str, ...] = ()  # steps of the other lane it waits for
+    after: tuple[str, ...] = ()  # steps it waits for
     optional: bool = False
     # filled in as it runs
     status: str = "waiting"
@@ -52,22 +52,23 @@ class Step:
 
 
 _FIXTURE = "image:dev.hitch.fixture-image="
-STEPS = [
+STEPS = [  # the order the workers take them in
+    Step("runtime", False, "generic-CPU SGLang runtime", ("$HITCH_ROOT/inference/runtimes",)),
     Step(
         "docker",
-        "system",
+        True,
         "Docker engine, fake-engine and trial images",
         (_FIXTURE + "fake-sglang", _FIXTURE + "eval-trial"),
         optional=True,
     ),
-    Step("browser", "system", "Debian's Chromium (report DOM tests)", optional=True),
-    Step("harbor-image", "system", "Harbor tasks' base image", (_FIXTURE + "harbor-base",), optional=True),
-    Step("sglang-image", "system", "real SGLang as a local image", ("image:dev.hitch.runtime-image",), ("runtime",), True),
-    Step("runtime", "download", "generic-CPU SGLang runtime", ("$HITCH_ROOT/inference/runtimes",)),
-    Step("harbor-venv", "download", "Harbor's private venv", ("$HITCH_ROOT/tools/harbor",)),
-    Step("aiperf", "download", "AIPerf's private venv", ("$HITCH_ROOT/tools/aiperf-0.13.0",), optional=True),
-    Step("codex", "download", "pinned Codex CLI", (".tools/codex",)),
+    Step("codex", True, "pinned Codex CLI", (".tools/codex",)),  # apt-get installs npm where it is missing
+    Step("browser", True, "Debian's Chromium (report DOM tests)", optional=True),
+    Step("harbor-image", True, "Harbor tasks' base image", (_FIXTURE + "harbor-base",), ("docker",), True),
+    Step("harbor-venv", False, "Harbor's private venv", ("$HITCH_ROOT/tools/harbor",)),
+    Step("sglang-image", True, "real SGLang as a local image", ("image:dev.hitch.runtime-image",), ("runtime", "docker"), True),
+    Step("aiperf", False, "AIPerf's private venv", ("$HITCH_ROOT/tools/aiperf-0.13.0",), optional=True),
 ]
+WORKERS = 2
 
 _print_mutex = threading.Lock()
 
@@ -120,13 +121,10 @@ def measure(step: Step) -> int | None:
 
 
 def run_step(step: Step, by_name: dict[str, Step]) -> None:
-    for dep in step.after:
-        by_name[dep].done.wait()
-    failed_deps = [d for d in step.after if by_name[d].status == "failed"]
+    failed_deps = [d for d in step.after if by_name[d].status in ("failed", "skipped")]
     if failed_deps:
         step.status = "skipped"
         say(f"- {step.name}: skipped ({', '.join(failed_deps)} failed)")
-        step.done.set()
         return
     LOGS.mkdir(parents=True, exist_ok=True)
     log = LOGS / f"{step.name}.log"
@@ -148,12 +146,44 @@ def run_step(step: Step, by_name: dict[str, Step]) -> None:
         with _print_mutex:
             for line in tail:
                 print(f"    {line}", flush=True)
-    step.done.set()
 
 
-def run_lane(steps: list[Step], by_name: dict[str, Step]) -> None:
-    for step in steps:
-        run_step(step, by_name)
+class Scheduler:
+    """Hands a worker the first waiting step whose prerequisites are done, never two system steps at once."""
+
+    def __init__(self, steps: list[Step], by_name: dict[str, Step]) -> None:
+        self.waiting = list(steps)
+        self.by_name = by_name
+        self.system_busy = False
+        self.cond = threading.Condition()
+
+    def _ready(self, step: Step) -> bool:
+        return all(self.by_name[d].done.is_set() for d in step.after) and not (step.system and self.system_busy)
+
+    def take(self) -> Step | None:
+        with self.cond:
+            while self.waiting:
+                step = next((s for s in self.waiting if self._ready(s)), None)
+                if step is not None:
+                    self.waiting.remove(step)
+                    self.system_busy = self.system_busy or step.system
+                    return step
+                self.cond.wait()
+            return None
+
+    def finished(self, step: Step) -> None:
+        with self.cond:
+            if step.system:
+                self.system_busy = False
+            step.done.set()
+            self.cond.notify_all()
+
+    def work(self) -> None:
+        while (step := self.take()) is not None:
+            try:
+                run_step(step, self.by_name)
+            finally:
+                self.finished(step)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -166,9 +196,9 @@ def main(argv: list[str] | None = None) -> int:
         if s not in steps:
             s.status = "not asked"
             s.done.set()
-    lanes = [[s for s in steps if s.lane == lane] for lane in ("system", "download")]
+    scheduler = Scheduler(steps, by_name)
     t0 = time.monotonic()
-    threads = [threading.Thread(target=run_lane, args=(lane, by_name), daemon=True) for lane in lanes if lane]
+    threads = [threading.Thread(target=scheduler.work, daemon=True) for _ in range(min(WORKERS, len(steps)))]
     for t in threads:
         t.start()
     for t in threads:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from certify.timeline import CpuSample, cpu_sample, record_quiet, worker_name
+from certify.timeline import CpuSample, cpu_between, cpu_sample, record_quiet, worker_name
 
 __all__ = [
     "SETTLE_S",
@@ -83,15 +83,15 @@ def parse_limit(value: str, cores: int) -> QuietLimit:
     return QuietLimit(number, text)
 
 
-def busy_cores(window_s: float = WINDOW_S, stat: Path | None = None) -> float | None:
+def busy_cores(window_s: float = WINDOW_S) -> float | None:
     """The machine's busy cores over one window, or None where ``/proc/stat`` cannot be read."""
-    first = cpu_sample() if stat is None else cpu_sample(stat)
+    first = cpu_sample()
     time.sleep(window_s)
-    last = cpu_sample() if stat is None else cpu_sample(stat)
-    if first is None or last is None or last.at <= first.at:
+    last = cpu_sample()
+    used = cpu_between(first, last)
+    if first is None or last is None or used is None:
         return None
-    used = (last.user_s - first.user_s) + (last.system_s - first.system_s)
-    return round(max(0.0, used) / (last.at - first.at), 3)
+    return round(sum(used) / (last.at - first.at), 3)
 
 
 def settle(limit: QuietLimit, wait_s: float = SETTLE_S, window_s: float = WINDOW_S) -> tuple[float | None, float]:
@@ -162,10 +162,9 @@ class QuietPhase:
     def close(self, waited_from: float) -> None:
         """The phase is over (whatever happened in it): its row joins the session's timeline."""
         self.end = time.time()
-        last = cpu_sample()
-        if self._first is not None and last is not None:
-            used = (last.user_s - self._first.user_s) + (last.system_s - self._first.system_s)
-            self.cpu_s = round(max(0.0, used), 3)
+        used = cpu_between(self._first, cpu_sample())
+        if used is not None:
+            self.cpu_s = round(sum(used), 3)
         record_quiet(self.row(), waited_from=waited_from)
 
     def _refuse(self, when: str, busy: float | None) -> None:

@@ -26,6 +26,7 @@ from harness.contracts.timeline import CertificationTimelineV1, CpuUsageV1, Quie
 __all__ = [
     "CpuSample",
     "build_timeline",
+    "cpu_between",
     "cpu_sample",
     "cpu_usage",
     "drain",
@@ -132,11 +133,19 @@ def cpu_sample(stat: Path = PROC_STAT) -> CpuSample | None:
     return CpuSample(time.time(), (user + nice) / ticks, system / ticks, cores)
 
 
-def cpu_usage(first: CpuSample | None, last: CpuSample | None) -> CpuUsageV1 | None:
-    """(user + system) / (wall x cores) between two samples; None without both or over no time."""
+def cpu_between(first: CpuSample | None, last: CpuSample | None) -> tuple[float, float] | None:
+    """The machine's (user, system) CPU seconds between two samples; None without both or over no time."""
     if first is None or last is None or last.at <= first.at:
         return None
-    user, system = max(0.0, last.user_s - first.user_s), max(0.0, last.system_s - first.system_s)
+    return max(0.0, last.user_s - first.user_s), max(0.0, last.system_s - first.system_s)
+
+
+def cpu_usage(first: CpuSample | None, last: CpuSample | None) -> CpuUsageV1 | None:
+    """(user + system) / (wall x cores) between two samples; None without both or over no time."""
+    used = cpu_between(first, last)
+    if first is None or last is None or used is None:
+        return None
+    user, system = used
     cores = max(first.cores, last.cores)
     return CpuUsageV1(
         cores=cores,

@@ -64,7 +64,7 @@ def test_a_loaded_machine_reads_busy_and_refuses_the_timing_with_its_reading() -
 
 
 def test_a_load_that_starts_during_the_timing_refuses_it_after() -> None:
-    phase = QuietPhase("a timing", QuietLimit(0.25, "0.25"))  # its before-reading is the test above's
+    phase = QuietPhase("a timing", QuietLimit(0.25, "0.25"))  # finish() alone: no before-reading is taken
     with burners(), pytest.raises(TimingRefused, match="after the measurement of a timing"):
         phase.finish(settle_s=0.0)
     assert phase.verdict == "refused" and (phase.after_cores or 0.0) > 0.25

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import secrets
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from certify.timeline import span
 from fixtures.checkpoint import tiny_checkpoint_cached
 from fixtures.fake_sglang.client import FakeControl
 from fixtures.images import built_image
+from harness.app import progress
 from harness.app.daemon_client import DaemonClient, ensure_daemon
 from harness.app.models import import_once, model_id_of
 from harness.app.requests import RunRequest, parse_request
@@ -257,7 +259,10 @@ def open_session(opts: CertifyOptions, session_key: str, worker: str, *, referen
     with span("session daemon start/check"):
         daemon = ensure_daemon(opts.root)
     with span("session engine start (first process) or join", engine="session"):  # the daemon's single-flight acquire
-        run = create_run(daemon, {**body, "run_id": f"certify-{session_key[:8]}-{worker}"})
+        run_id = f"certify-{session_key[:8]}-{worker}"
+        # the phases of a cold start on the terminal itself (pytest captures a fixture's own stderr)
+        with progress.watch(opts.root, run_id, out=sys.__stderr__ or sys.stderr):
+            run = create_run(daemon, {**body, "run_id": run_id})
     engine_url, engine_key = engine_endpoint(opts.root, run.service_id)
     ledger = secrets_ledger(opts, session_key)
     remember(ledger, "engine_key", engine_key)

@@ -41,7 +41,9 @@ from urllib.parse import urlsplit
 
 from multidict import CIMultiDict
 
-__all__ = ["EngineBodyEnded", "EnginePool", "EngineResponse", "EngineStreamIdle", "Sink"]
+from harness.errors import HitchError
+
+__all__ = ["EngineBodyEnded", "EnginePool", "EngineRelayStopped", "EngineResponse", "EngineStreamIdle", "Sink"]
 
 Sink = Callable[[bytes, float], bool]  # (payload, read time) -> pause reading?  May raise: the relay ends.
 Wake = Literal["end", "paused"]
@@ -65,6 +67,14 @@ class EngineBodyEnded(Exception):
 
 class EngineStreamIdle(Exception):
     """The engine sent nothing for the stream's idle timeout (time the gateway paused reading is not counted)."""
+
+
+class EngineRelayStopped(Exception):
+    """The gateway ends this answer itself (an operator stopped the run's service): ``error`` says why."""
+
+    def __init__(self, error: HitchError) -> None:
+        super().__init__(error.message)
+        self.error = error
 
 
 @functools.lru_cache(maxsize=64)
@@ -376,6 +386,13 @@ class EngineResponse:
             self._idle = self._loop.call_later(idle_s - silent, self._idle_check)
             return
         self._fail(EngineStreamIdle(f"the engine sent nothing for {idle_s * 1000:.0f} ms"))
+        self._conn.close()
+
+    def stop(self, exc: BaseException) -> None:
+        """End the answer now with ``exc`` (raised by the relay's next read) and close the engine connection."""
+        if self._phase in ("done", "broken"):
+            return
+        self._fail(exc)
         self._conn.close()
 
     # ---- the relay's side ----

@@ -41,7 +41,7 @@ from gateway.auth import bearer_token, engine_headers
 from gateway.bindings import Binding, BindingRegistry, UpstreamTarget
 from gateway.capture import CaptureLedger, CaptureMode, RequestCapture, RunCapture
 from gateway.deadlines import admit, deadline_spent, set_timeout, stream_idle_s
-from gateway.engine_http import EnginePool
+from gateway.engine_http import EnginePool, EngineRelayStopped, EngineResponse
 from gateway.evidence import EvidenceLog
 from gateway.intake import body_limit, read_body
 from gateway.metrics import GatewayMetrics, build_metrics_app
@@ -122,6 +122,7 @@ class Gateway:
         # per binding: exchanges begun (each one must end as exactly one evidence row) and handlers in flight
         self.begun: dict[str, int] = {}
         self.in_flight: dict[str, set[asyncio.Task[Any]]] = {}
+        self.streams: dict[str, dict[EngineResponse, asyncio.Task[Any]]] = {}  # streams relaying, per binding
         self.metrics.queue_gauges = self._queue_rows
         self._pool = EnginePool()
         # abandoned exchanges whose engine slot is being confirmed free (they hold their permit and their row)
@@ -187,12 +188,20 @@ class Gateway:
         if known is not None:
             await known[0].stop()
 
-    def abort(self, binding_id: str) -> int:
-        """Revoke the binding and cancel its requests in flight (a cancelled run); returns how many."""
+    def abort(self, binding_id: str, error: HitchError | None = None) -> int:
+        """Revoke the binding and end its requests in flight (a cancelled run); returns how many. With ``error``
+        (an operator's stop) a stream already relaying ends with that error as its terminal event, never a
+        silent cut; the other requests are cancelled."""
         self.registry.revoke(binding_id)
+        ended: set[asyncio.Task[Any]] = set()
+        if error is not None:
+            for upstream, task in list(self.streams.get(binding_id, {}).items()):
+                upstream.stop(EngineRelayStopped(error))
+                ended.add(task)
         tasks = list(self.in_flight.get(binding_id, ()))
         for task in tasks:
-            task.cancel()
+            if task not in ended:
+                task.cancel()
         return len(tasks)
 
     def revoke(self, binding_id: str) -> ModelEndpointBindingV1:
@@ -371,10 +380,14 @@ class Gateway:
             upstream = await open_upstream(self._pool, ex, prepared.body, headers, idle_s)
             if prepared.stream and upstream.status == 200 and upstream.content_type == "text/event-stream":
                 self.metrics.open_streams += 1
+                live = self.streams.setdefault(bid, {})
+                if task is not None:
+                    live[upstream] = task
                 try:
                     return await relay_stream(request, upstream, ex)
                 finally:
                     self.metrics.open_streams -= 1
+                    live.pop(upstream, None)
             return await relay_unary(upstream, ex, self.config.max_response_bytes)
         except HitchError as exc:
             ex.status = "failed" if forwarded else "rejected"

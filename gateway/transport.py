@@ -40,7 +40,7 @@ from multidict import CIMultiDict
 
 from gateway.bindings import Binding
 from gateway.capture import RequestCapture
-from gateway.engine_http import EngineBodyEnded, EnginePool, EngineResponse, EngineStreamIdle
+from gateway.engine_http import EngineBodyEnded, EnginePool, EngineRelayStopped, EngineResponse, EngineStreamIdle
 from gateway.replies import REQUEST_ID_HEADER, SERVER_NAME, stream_error_event
 from gateway.routes import RouteName
 from gateway.sse import Outcome, StreamObserver, Usage, unary_outcome
@@ -284,7 +284,7 @@ async def relay_stream(request: web.BaseRequest, upstream: EngineResponse, ex: E
             while True:  # pulled: the first read (the headers leave with it), or all of them for HTTP/1.0
                 try:
                     chunk = await upstream.read()
-                except (EngineBodyEnded, TimeoutError, EngineStreamIdle) as exc:
+                except (EngineBodyEnded, TimeoutError, EngineStreamIdle, EngineRelayStopped) as exc:
                     ex.upstream_broke(exc)
                     ended_by = _gateway_end(exc, ex)
                     broken = ended_by is None  # the engine's body ended early
@@ -313,7 +313,7 @@ async def relay_stream(request: web.BaseRequest, upstream: EngineResponse, ex: E
                 while True:
                     try:
                         paused = await upstream.pushed()
-                    except (EngineBodyEnded, TimeoutError, EngineStreamIdle) as exc:
+                    except (EngineBodyEnded, TimeoutError, EngineStreamIdle, EngineRelayStopped) as exc:
                         ex.upstream_broke(exc)
                         ended_by = _gateway_end(exc, ex)
                         break  # the engine's body ended early, or the gateway ends it
@@ -376,6 +376,8 @@ def _gateway_end(exc: BaseException, ex: Exchange) -> HitchError | None:
     lock's request timeout ended it: a broken stream, as before any deadline existed)."""
     if isinstance(exc, EngineStreamIdle):
         return HitchError("inference_stream_idle_timeout", str(exc), {})
+    if isinstance(exc, EngineRelayStopped):
+        return exc.error
     if isinstance(exc, TimeoutError) and ex.deadline_bound:
         return HitchError("inference_deadline_exceeded", "the run's deadline came while the engine was answering", {})
     return None

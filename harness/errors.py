@@ -105,6 +105,14 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     # spec §12.2 — lifecycle
     "inference_recovery_ambiguous": _e("lifecycle", False, 409, "inspect the leftover by hand; nothing was killed"),
     "inference_in_use": _e("lifecycle", False, 409, "wait for the leases to end or pass --force"),
+    # harness — an operator stopped the service (or the daemon) under a live run; the run ends cancelled
+    "inference_service_stopped": _e(
+        "lifecycle", False, 503, "an operator stopped the service (hitch local stop / daemon stop); start a new run"
+    ),
+    # harness — one service per inference id: another engine/launcher choice of this lock is held by someone
+    "inference_service_held": _e(
+        "lifecycle", False, 409, "ask for the engine/launcher it runs with, or stop its holders first (the message names them)"
+    ),
     # harness — runs (every terminal status but completed carries a code)
     "run_cancelled": _e("lifecycle", False, 409, "the run was cancelled (hitch run cancel, Ctrl-C); submit a new run id"),
     "run_interrupted": _e("lifecycle", True, 409, "the daemon ended while the run was live; submit a new run id"),

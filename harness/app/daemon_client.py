@@ -201,8 +201,10 @@ class DaemonClient:
     def release(self, lease_id: str) -> bool:
         return bool(self.request("POST", "/v1/release", ReleaseRequest(lease_id=lease_id))["released"])
 
-    def stop_service(self, service_id: str, force: bool = False) -> bool:
-        answer = self.request("POST", f"/v1/services/{service_id}/stop", StopServiceRequest(force=force), timeout_s=_LONG_S)
+    def stop_service(self, service_id: str, force: bool = False, by: str | None = None) -> bool:
+        """Stop a service; ``by`` names the stopping command in the records of the runs a forced stop ends."""
+        ask = StopServiceRequest(force=force, by=by)
+        answer = self.request("POST", f"/v1/services/{service_id}/stop", ask, timeout_s=_LONG_S)
         return bool(answer["stopped"])
 
     def unquarantine(self, service_id: str) -> bool:
@@ -229,8 +231,14 @@ class DaemonClient:
     def delete_run(self, run_id: str) -> dict[str, Any]:
         return self.request("DELETE", f"/v1/runs/{run_id}")
 
-    def shutdown(self, force: bool = True) -> None:
-        self.request("POST", "/v1/shutdown", ShutdownRequest(force=force))
+    def shutdown(self, force: bool = True, drain_timeout_s: float = 0.0, by: str | None = None) -> None:
+        """Ask the daemon to stop; without ``force`` it refuses (``inference_in_use``) while leases stay live."""
+        ask = ShutdownRequest(force=force, drain_timeout_s=drain_timeout_s, by=by)
+        self.request("POST", "/v1/shutdown", ask, timeout_s=drain_timeout_s + 30.0)
+
+    def progress(self, key: str) -> dict[str, Any]:
+        """``GET /v1/progress/{key}``: what the acquire shown under ``key`` (a run id) waits for now."""
+        return self.request("GET", f"/v1/progress/{key}", timeout_s=5.0)
 
 
 def daemon_running(root: HitchRoot) -> dict[str, Any] | None:
@@ -336,13 +344,16 @@ def _alive(pid: int, start_time: float) -> bool:
         return False
 
 
-def stop_daemon(root: HitchRoot, force: bool = True, timeout_s: float = 300.0) -> bool:
-    """Drain and stop the root's daemon; True once its process is gone, False when none was running."""
+def stop_daemon(
+    root: HitchRoot, force: bool = True, timeout_s: float = 300.0, drain_timeout_s: float = 0.0, by: str | None = None
+) -> bool:
+    """Stop the root's daemon; True once its process is gone, False when none was running. Without ``force`` the
+    daemon refuses while leases are live (after waiting ``drain_timeout_s`` for them): ``inference_in_use``."""
     paths = DaemonPaths(root)
     ident = _daemon_pid(paths)
     if daemon_running(root) is None:
         return False
-    DaemonClient(root).shutdown(force=force)
+    DaemonClient(root).shutdown(force=force, drain_timeout_s=drain_timeout_s, by=by)
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
         reap_spawned()

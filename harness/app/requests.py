@@ -87,10 +87,15 @@ class EmptyRequest(Request):
 
 class StopServiceRequest(Request):
     force: bool = Field(default=False, description="revoke live leases and stop anyway")
+    by: str | None = Field(default=None, max_length=200, description="the stopping command, as its runs' records name it")
 
 
 class ShutdownRequest(Request):
     force: bool = Field(default=True, description="stop services that still have leases")
+    drain_timeout_s: float = Field(
+        default=0.0, ge=0, le=86_400, description="without force: wait this long for live leases to end, then refuse"
+    )
+    by: str | None = Field(default=None, max_length=200, description="the stopping command, as its runs' records name it")
 
 
 class ReleaseRequest(Request):
@@ -138,6 +143,9 @@ class PrepareRequest(EngineSpec):
     runtime: str = Field(min_length=1, description="catalog name or runtime_id")
     context_tokens: int | None = Field(default=None, ge=1)
     device_choice: DeviceChoiceV1 | None = None
+    progress_key: str | None = Field(
+        default=None, pattern=RUN_ID_PATTERN, description="the key its phases are shown under (GET /v1/progress/{key})"
+    )
 
 
 class RunRequest(EngineSpec):

@@ -17,6 +17,7 @@ the fields that differ, and nothing runs.
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 from harness.app.requests import RunRequest
@@ -26,7 +27,7 @@ from harness.ids import digest_json
 from harness.paths import HitchRoot
 from harness.store import resolve_model_id
 
-__all__ = ["require_same_request", "run_identity"]
+__all__ = ["new_run_id", "require_same_request", "run_identity"]
 
 
 def _lock_inputs(root: HitchRoot, ask: RunRequest) -> Any:
@@ -69,3 +70,8 @@ def require_same_request(run_id: str, kept: RunRecordV1, identity: RunIdentityV1
         details["differs"] = differs
         message = f"run {run_id!r} was submitted with another request (it differs in: {', '.join(differs)})"
     raise HitchError("run_conflict", message, details)
+
+
+def new_run_id() -> str:
+    """A fresh random run id (``run-<16 hex>``): chosen by the caller, so its progress can be asked for by it."""
+    return "run-" + secrets.token_hex(8)

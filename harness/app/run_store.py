@@ -17,7 +17,15 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from harness.contracts.run import LIVE_STATUSES, RunErrorV1, RunIdentityV1, RunRecordV1, RunStatus, RunTransitionV1
+from harness.contracts.run import (
+    LIVE_STATUSES,
+    RunErrorV1,
+    RunIdentityV1,
+    RunRecordV1,
+    RunStatus,
+    RunStopV1,
+    RunTransitionV1,
+)
 from harness.errors import HitchError
 from harness.paths import HitchRoot, atomic_write_json, ensure_private_dir
 
@@ -90,7 +98,9 @@ class RunStore:
         update = {**updates, "status": status, "updated_at": now, "history": history}
         return self._write(RunRecordV1.model_validate({**record.model_dump(), **update}))
 
-    def finish(self, run_id: str, status: RunStatus, error: HitchError | None) -> RunRecordV1:
+    def finish(
+        self, run_id: str, status: RunStatus, error: HitchError | None, stopped_by: RunStopV1 | None = None
+    ) -> RunRecordV1:
         """End a run; a run already terminal keeps its first terminal status (returned as it is)."""
         record = self._require(run_id)
         if record.terminal:
@@ -104,6 +114,7 @@ class RunStore:
             "finished_at": now,
             "history": [*record.history, RunTransitionV1(status=status, at=now)],
             "error": None if error is None or status == "completed" else RunErrorV1(code=error.code, message=error.message),
+            "stopped_by": stopped_by,
         }
         return self._write(RunRecordV1.model_validate({**record.model_dump(), **update}))
 

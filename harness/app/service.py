@@ -14,6 +14,7 @@ commands to run first.
 from __future__ import annotations
 
 import json
+import secrets
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any, NoReturn
 
 from pydantic import Field
 
+from harness.app import progress
 from harness.app.choice import Choice, ChoiceRequest, resolve_choice
 from harness.app.daemon_client import ensure_daemon
 from harness.app.requests import PrepareRequest, RunRequest, parse_request
@@ -183,6 +185,7 @@ def prepare_service(
     context_tokens: int | None = None,
     offline: bool = False,
     root_flag: Path | None = None,
+    as_json: bool = False,
 ) -> tuple[Choice, dict[str, Any]]:
     """``hitch local prepare``: the choice, the runtime made ready (or refused offline), then the daemon (started on
     demand) starts the service once, probes it, seals and saves its lock; returns the choice and its answer."""
@@ -196,7 +199,11 @@ def prepare_service(
     # first: --offline names the pin/prepare commands before an unpinned image is refused
     ensure_runtime(root, rt, engine=ask.engine, offline=offline, prepare_argv=argv, root_flag=root_flag)
     request = prepare_request(choice, ask.model, ask.profile, run_image(rt, ask.engine, ask.launcher, ask.image), context_tokens)
-    return choice, ensure_daemon(root).prepare(request)
+    key = "prepare-" + secrets.token_hex(8)
+    request = request.model_copy(update={"progress_key": key})
+    client = ensure_daemon(root)
+    with progress.watch(root, key, as_json=as_json):  # the phases on stderr while the daemon starts and verifies
+        return choice, client.prepare(request)
 
 
 def serve_request(ask: ServiceAsk, **run: Any) -> RunRequest:

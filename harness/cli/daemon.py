@@ -66,10 +66,21 @@ def start_cmd(
     emit(common.as_json, payload, f"daemon {payload['pid']} serving {payload['root']} on {payload['socket']}")
 
 
-@app.command("stop", help="drain and stop every service, then stop the daemon")
+@app.command(
+    "stop",
+    help="stop every service, then the daemon; refused while runs hold a service (inference_in_use) unless "
+    "--drain-timeout lets them end first or --force ends them (cancelled, operator_stop)",
+)
 @cli_command
-def stop_cmd(common: Common = COMMON) -> None:
-    stopped = stop_daemon(common.hroot)
+def stop_cmd(
+    force: Annotated[bool, typer.Option("--force", help="end live runs (cancelled, operator_stop) and stop anyway")] = False,
+    drain_timeout: Annotated[
+        float, typer.Option("--drain-timeout", min=0, help="seconds to wait for live runs to end before refusing")
+    ] = 0.0,
+    common: Common = COMMON,
+) -> None:
+    by = "hitch daemon stop" + (" --force" if force else "")
+    stopped = stop_daemon(common.hroot, force=force, drain_timeout_s=drain_timeout, by=by)
     emit(common.as_json, {"kind": "daemon-stop", "stopped": stopped}, "daemon stopped" if stopped else "no daemon was running")
 
 

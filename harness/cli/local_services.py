@@ -32,7 +32,9 @@ def register(app: typer.Typer) -> None:
         common: Common = COMMON,
     ) -> None:
         ask = ServiceAsk.of(**dataclasses.asdict(svc))
-        chosen, result = prepare_service(common.hroot, ask, context_tokens=context, offline=offline, root_flag=common.root)
+        chosen, result = prepare_service(
+            common.hroot, ask, context_tokens=context, offline=offline, root_flag=common.root, as_json=common.as_json
+        )
         result.pop("schema_version", None)
         why = "; ".join(chosen.reasons[:1])
         emit(
@@ -95,7 +97,7 @@ def register(app: typer.Typer) -> None:
         stopped, busy = [], []
         for sid in targets:
             try:
-                if client.stop_service(sid, force=force):
+                if client.stop_service(sid, force=force, by=f"hitch local stop {sid}" + (" --force" if force else "")):
                     stopped.append(sid)
             except HitchError as err:
                 if err.code != "inference_in_use":

@@ -18,6 +18,7 @@ run ``interrupted``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import secrets
 import shutil
@@ -34,6 +35,7 @@ from harness.agents.codex_install import find_codex
 from harness.agents.codex_runner import CodexRun
 from harness.agents.evidence import run_inference_dir, write_harness_evidence, write_harness_input
 from harness.agents.model_call import TOKEN_ENV, build_request, call_model, parse_input
+from harness.app import progress
 from harness.app.daemon_client import DaemonClient, ensure_daemon
 from harness.app.profiles import (
     CODEX_FIELDS,
@@ -315,7 +317,8 @@ def start_run(hroot: HitchRoot, request: RunRequest, asked: HarnessInput, engine
     # created is ended (cancelled), never left running
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
-        run = client.create_run(request)
+        with progress.watch(hroot, str(request.run_id), as_json=as_json) if request.run_id else contextlib.nullcontext():
+            run = client.create_run(request)
     except BaseException:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         raise

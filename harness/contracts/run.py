@@ -28,6 +28,7 @@ __all__ = [
     "RunIdentityV1",
     "RunRecordV1",
     "RunStatus",
+    "RunStopV1",
     "RunTransitionV1",
 ]
 
@@ -45,6 +46,15 @@ class RunErrorV1(Record):
         if self.code not in ERROR_TABLE:
             raise ValueError(f"error code {self.code!r} is not in the error table")
         return self
+
+
+class RunStopV1(Record):
+    """Who ended a run that its owner did not end: an operator's stop of its service or of the daemon."""
+
+    reason: Literal["operator_stop"]
+    by: str = Field(description="the stopping command and its process (pid, uid), as the daemon saw its caller")
+    at: float
+    what: Literal["service", "daemon"]
 
 
 class RunTransitionV1(Record):
@@ -88,6 +98,7 @@ class RunRecordV1(Record):
         default=None, description="sha256 of runs/<id>/inference.ref.json, the sealed evidence set (once written)"
     )
     rerun_of: str | None = Field(default=None, description="the run this one reran (hitch run rerun), same lock")
+    stopped_by: RunStopV1 | None = Field(default=None, description="set when an operator's stop ended the run")
 
     @model_validator(mode="after")
     def _terminal_error(self) -> RunRecordV1:

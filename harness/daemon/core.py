@@ -8,6 +8,8 @@ a lease names the engine key *file*, never the key.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -18,6 +20,7 @@ from typing import Any
 from harness.contracts.events import LifecycleEventV1
 from harness.contracts.lock import InferenceLockV1
 from harness.docker_engine import docker_client
+from harness.engine.log_phase import engine_log_phase
 from harness.errors import HitchError
 from harness.paths import HitchRoot
 from harness.service.gpu_leases import GpuDeviceProvider, GpuLeases
@@ -30,7 +33,7 @@ from harness.service.state_store import ServiceStateStore
 
 _log = logging.getLogger(__name__)
 
-__all__ = ["DaemonConfig", "DaemonCore", "lease_json"]
+__all__ = ["DaemonConfig", "DaemonCore", "Wait", "lease_json"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,16 @@ class DaemonConfig:
     stop_timeout_s: float = 30.0
     recover_docker: bool = False  # also sweep this root's labelled containers at start
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Wait:
+    """An acquire in progress: the service it waits for, since when."""
+
+    service_id: str
+    inference_id: str
+    since: float
+    stage: str | None = None
 
 
 def lease_json(lease: LeaseHandle) -> dict[str, Any]:
@@ -97,6 +110,7 @@ class DaemonCore:
             root, self.starter, ResourceLedger(capacity), self.gpu_leases, idle_ttl_ms=cfg.idle_ttl_ms, events=self._event
         )
         self.leases: dict[str, LeaseHandle] = {}
+        self.waits: dict[str, Wait] = {}  # acquires in progress, by the key their progress is shown under
 
     def _event(self, event: LifecycleEventV1) -> None:
         ServiceStateStore(self.root, event.service_id).append_event(event)
@@ -124,8 +138,16 @@ class DaemonCore:
     # -- leases -------------------------------------------------------------------------------------
 
     async def acquire(
-        self, lock: InferenceLockV1, owner: str, choice: EngineChoice, cache_scope_owner: str | None = None
+        self,
+        lock: InferenceLockV1,
+        owner: str,
+        choice: EngineChoice,
+        cache_scope_owner: str | None = None,
+        progress: str | None = None,
+        stage: str | None = None,
     ) -> LeaseHandle:
+        """A lease for ``owner``; ``progress`` (default: the owner) is the key its wait is shown under, ``stage``
+        which start it is (prepare's ``probe`` or ``verify``; None: the service itself)."""
         key = service_key(lock, owner, cache_scope_owner)
         if is_quarantined(self.root, key.service_id):
             raise HitchError(
@@ -133,21 +155,96 @@ class DaemonCore:
                 f"service {key.service_id} is quarantined after an ambiguous recovery",
                 {"service_id": key.service_id, "quarantine": quarantine_record(self.root, key.service_id)},
             )
-        known = self.choices.get(lock.inference_id)
-        if known is not None and known != choice and any(s.inference_id == lock.inference_id for s in self.manager.services()):
-            raise HitchError(
-                "inference_parameter_conflict",
-                "this inference id already runs with another engine/launcher choice",
-                {"running": known.to_json(), "asked": choice.to_json()},
-            )
+        await self._replace_idle_choice(lock, choice)
         self.choices[lock.inference_id] = choice
-        lease = await self.manager.acquire(lock, owner, cache_scope_owner)
+        wait = Wait(key.service_id, lock.inference_id, time.time(), stage)
+        watch = progress or owner
+        self.waits[watch] = wait
+        try:
+            lease = await self.manager.acquire(lock, owner, cache_scope_owner)
+        finally:
+            if self.waits.get(watch) is wait:
+                del self.waits[watch]
         self.leases[lease.lease_id] = lease
         return lease
+
+    async def _replace_idle_choice(self, lock: InferenceLockV1, choice: EngineChoice) -> None:
+        """One service per inference id: an idle one of another engine/launcher choice is drained and replaced; one
+        that anybody holds (or is starting) keeps running and the ask is refused, naming who holds it."""
+        known = self.choices.get(lock.inference_id)
+        if known is None or known == choice:
+            return
+        running = [s for s in self.manager.services() if s.inference_id == lock.inference_id]
+        held = [s for s in running if s.owners or s.state == "starting"]
+        if held:
+            owners = sorted({o for s in held for o in s.owners})
+            who = ", ".join(owners) if owners else "a start in progress"
+            raise HitchError(
+                "inference_service_held",
+                f"this lock already runs as {known.engine}/{known.launcher} (service {held[0].service_id}, held by "
+                f"{who}); it cannot also run as {choice.engine}/{choice.launcher}",
+                {
+                    "service_id": held[0].service_id,
+                    "owners": owners,
+                    "running": known.to_json(),
+                    "asked": choice.to_json(),
+                    "stop_with": f"hitch local stop {held[0].service_id} --force",
+                },
+            )
+        for snap in running:
+            with contextlib.suppress(HitchError):  # gone or taken meanwhile: the manager's acquire decides
+                await self.manager.stop(snap.service_id, force=False)
+
+    def progress(self, key: str) -> dict[str, Any]:
+        """What the acquire shown under ``key`` waits for now: ``queued`` (behind whom), ``starting`` (elapsed, the
+        engine log's path and last line) or ``ready``; ``{"phase": None}`` when nothing waits under that key."""
+        wait = self.waits.get(key)
+        if wait is None:
+            return {"phase": None}
+        out: dict[str, Any] = {
+            "service_id": wait.service_id,
+            "inference_id": wait.inference_id,
+            "since": wait.since,
+            "stage": wait.stage,
+        }
+        behind = self.manager.admission_wait(wait.service_id)
+        snap = next((s for s in self.manager.services() if s.service_id == wait.service_id), None)
+        if behind is not None:
+            return {**out, "phase": "queued", "waiting_for": "resources", "behind": behind}
+        if snap is None or snap.state in ("draining", "failed"):
+            return {**out, "phase": "queued", "waiting_for": "the previous epoch's stop"}
+        if snap.state == "ready":
+            return {**out, "phase": "ready", "epoch": snap.epoch}
+        supervisor = self.starter.supervisors.get(wait.service_id)
+        log = supervisor.log_path if supervisor is not None else None
+        started = supervisor.started_at if supervisor is not None else None
+        return {
+            **out,
+            "phase": "starting",
+            "epoch": snap.epoch,
+            "elapsed_s": round(time.time() - started, 1) if started is not None else None,
+            "engine_log": str(log) if log is not None else None,
+            **engine_log_phase(log),
+        }
 
     async def release(self, lease_id: str) -> bool:
         self.leases.pop(lease_id, None)
         return await self.manager.release(lease_id)
+
+    async def drained(self, timeout_s: float) -> None:
+        """Return once no lease is live, waiting up to ``timeout_s``; refuse with ``inference_in_use`` (naming the
+        owners) when some still are: a normal ``daemon stop`` never cuts a run."""
+        end = time.monotonic() + timeout_s
+        while self.leases and time.monotonic() < end:
+            await asyncio.sleep(0.2)
+        if self.leases:
+            owners = sorted({lease.owner for lease in self.leases.values()})
+            raise HitchError(
+                "inference_in_use",
+                f"{len(self.leases)} live lease(s) (owners: {', '.join(owners)}); wait for them "
+                "(--drain-timeout S) or stop anyway (--force: their runs end cancelled)",
+                {"leases": len(self.leases), "owners": owners, "waited_s": timeout_s},
+            )
 
     async def stop_service(self, service_id: str, force: bool) -> bool:
         stopped = await self.manager.stop(service_id, force=force)

@@ -107,14 +107,16 @@ async def serve(root: HitchRoot, config: DaemonConfig) -> None:
     write_secret(paths.token, token)
     done = asyncio.Event()
     force = {"value": True}
+    stopped_by: dict[str, str | None] = {"by": None}
 
-    def shutdown(forced: bool) -> None:
+    def shutdown(forced: bool, by: str | None = None) -> None:
         force["value"] = forced
+        stopped_by["by"] = by
         done.set()
 
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, shutdown, True)
+        loop.add_signal_handler(sig, shutdown, True, None)
     runner = web.AppRunner(build_app(core, token, shutdown, runs), access_log=None)
     await runner.setup()
     sock = paths.socket
@@ -135,7 +137,7 @@ async def serve(root: HitchRoot, config: DaemonConfig) -> None:
     try:
         await done.wait()
         _log.info("daemon stopping: draining every service")
-        await runs.stop()
+        await runs.stop(by=stopped_by["by"])
         await core.manager.close(force=force["value"])
     finally:
         await runner.cleanup()

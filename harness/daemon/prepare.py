@@ -10,6 +10,14 @@ The same supervisor path as a real acquire, twice:
    (``inference_lock_mismatch`` otherwise) before it is saved. Every later start is checked the same way.
 
 A pool that cannot hold one full-context request fails prepare (``inference_capacity_exceeded``).
+
+A run that needs a lock not sealed yet prepares it on its way (:func:`prepare_for`, with the run as
+``successor``): the verified engine of step 2 *is* the run's engine. Prepare acquires the sealed lock in the
+successor's cache scope, and once the lock is saved the successor takes a lease on that same service before
+prepare releases its own (spec §5 rule 7: prepare stops only what no other owner holds). A lock's first use
+therefore costs two cold starts (probe, verified), and every later one a single start. The probe engine is not
+reused: the sealed lock must be shown to reproduce its pool when the numbers are passed explicitly, which is
+exactly what the second start verifies.
 ``validation.json`` records the draft id, the draft's and the probed values and the readiness timings.
 Files go to ``store/inference-locks/sha256/<inference hex>/{lock.json,validation.json}``, each written atomically.
 """
@@ -36,7 +44,7 @@ from harness.service.starter_supervisor import SupervisedService
 from harness.service.state_store import ServiceStateStore
 from harness.store import resolve_model, verify_model_files
 
-__all__ = ["prepare"]
+__all__ = ["prepare", "prepare_for"]
 
 
 def _service(lease: LeaseHandle) -> SupervisedService:
@@ -76,7 +84,17 @@ def _event(root: HitchRoot, lock: InferenceLockV1, owner: str, name: LifecycleEv
 
 
 async def prepare(core: Any, req: PrepareRequest) -> dict[str, Any]:
-    """Run the prepare flow on ``core`` (a :class:`~harness.daemon.core.DaemonCore`)."""
+    """Run the prepare flow on ``core`` (a :class:`~harness.daemon.core.DaemonCore`); its services stop after."""
+    result, _ = await prepare_for(core, req)
+    return result
+
+
+async def prepare_for(
+    core: Any, req: PrepareRequest, successor: str | None = None, progress: str | None = None
+) -> tuple[dict[str, Any], LeaseHandle | None]:
+    """Prepare, and with ``successor`` (a run's owner id) hand the verified service over to it: the returned lease
+    is the successor's, on the engine that verified the sealed lock. ``progress`` names whose wait the phases
+    are shown for (:meth:`~harness.daemon.core.DaemonCore.progress`)."""
     root: HitchRoot = core.root
     choice = req.engine_choice()
     device_choice = req.device_choice.model_dump(mode="json") if req.device_choice is not None else None
@@ -101,7 +119,9 @@ async def prepare(core: Any, req: PrepareRequest) -> dict[str, Any]:
     }
     _event(root, draft, owner, "inference.preparing", **preparing, probe=True)
     started = time.monotonic()
-    probe_lease: LeaseHandle = await core.acquire(draft, owner, dataclasses.replace(choice, probe=True))
+    probe_lease: LeaseHandle = await core.acquire(
+        draft, owner, dataclasses.replace(choice, probe=True), progress=progress, stage="probe"
+    )
     try:
         probed = probed_values(_service(probe_lease).readiness.engine_choices)
     finally:
@@ -109,7 +129,8 @@ async def prepare(core: Any, req: PrepareRequest) -> dict[str, Any]:
     lock = validate_lock(seal_probed(draft, probed).to_json_dict())
     if lock.inference_id != draft.inference_id:
         _event(root, lock, owner, "inference.preparing", **preparing, resealed_from=draft.inference_id, probed=probed)
-    lease: LeaseHandle = await core.acquire(lock, owner, choice)
+    lease: LeaseHandle = await core.acquire(lock, owner, choice, cache_scope_owner=successor, progress=progress, stage="verify")
+    handed: LeaseHandle | None = None
     try:
         report = _service(lease).readiness
         validation = {
@@ -148,10 +169,16 @@ async def prepare(core: Any, req: PrepareRequest) -> dict[str, Any]:
             "validated_at": time.time(),
         }
         lock_path, validation_path = save_sealed_lock(root, lock, validation)
+        if successor is not None:  # the same service (same lock, the successor's cache scope): ready, no start
+            handed = await core.acquire(lock, successor, choice, progress=progress)
     finally:
-        stopped = await _release_and_stop(core, lease)
+        if handed is not None:
+            await core.release(lease.lease_id)
+            stopped = False
+        else:
+            stopped = await _release_and_stop(core, lease)
     events = [e.event for e in ServiceStateStore(root, lease.service_id).events() if e.inference_id == lock.inference_id]
-    return {
+    result = {
         "inference_id": lock.inference_id,
         "draft_inference_id": draft.inference_id,
         "resealed": lock.inference_id != draft.inference_id,
@@ -167,4 +194,6 @@ async def prepare(core: Any, req: PrepareRequest) -> dict[str, Any]:
         "backend_certification": lock.execution.backend_certification,
         "profile": lock.profile,
         "events": events,
+        "handed_over_to": successor if handed is not None else None,
     }
+    return result, handed

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import secrets
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,16 +48,16 @@ from gateway.bindings import UpstreamTarget
 from gateway.capture import RunCapture
 from gateway.server import Gateway, GatewayConfig
 from harness.app.requests import EmptyRequest, FinishRunRequest, PrepareRequest, RunRequest
-from harness.app.run_identity import require_same_request, run_identity
+from harness.app.run_identity import new_run_id, require_same_request, run_identity
 from harness.app.run_store import RunStore
 from harness.contracts.binding import ModelEndpointBindingV1
 from harness.contracts.events import LifecycleEventV1
 from harness.contracts.evidence import ModelIdentityV1
 from harness.contracts.lock import InferenceLockV1
-from harness.contracts.run import RunRecordV1
+from harness.contracts.run import RunRecordV1, RunStopV1
 from harness.daemon.core import DaemonCore
 from harness.daemon.eval_access import EvalAccess
-from harness.daemon.prepare import prepare
+from harness.daemon.prepare import prepare_for
 from harness.daemon.replies import body_of, reply
 from harness.daemon.run_evidence import (
     EngineFacts,
@@ -79,6 +78,7 @@ from harness.lock import build_lock, load_sealed_lock, sealed_for_draft
 from harness.paths import ensure_private_dir
 from harness.runtimes import get_runtime
 from harness.service.ledger import trial_holder
+from harness.service.manager import LeaseHandle
 from harness.service.starter_supervisor import SupervisedService
 from harness.service.state_store import ServiceStateStore
 from harness.store import model_files_dir, resolve_model
@@ -148,13 +148,32 @@ class RunService:
         facts = GatewayFacts(rows_file=rows, begun=0, capture_state="complete", writer_failed=False, daemon_died=True)
         await self._write(record, lock, binding, facts, engine, reused_service=False, identity=identity)
 
-    async def stop(self) -> None:
-        """Daemon shutdown: every live run ends ``interrupted`` with its evidence, then the gateway stops."""
+    async def stop(self, by: str | None = None) -> None:
+        """Daemon shutdown: every live run ends with its evidence, then the gateway stops. An operator's forced
+        ``daemon stop`` (``by`` names it) ends them ``cancelled`` (``operator_stop``); a signal, ``interrupted``."""
+        if by is not None:
+            await self.end_for_operator(None, by)
         err = HitchError("run_interrupted", "the daemon was stopped while this run was live", {})
         for run_id in list(self.runs):
             await self.finish(run_id, "interrupted", err)
         await self.eval_access.close()
         await self.gateway.stop()
+
+    async def end_for_operator(self, service_id: str | None, by: str) -> list[str]:
+        """An operator stops ``service_id`` (None: the daemon) under live runs: each run's terminal record first
+        (``cancelled``, ``inference_service_stopped``, who and when), then its binding revoked, a stream in flight
+        ended with that error event, its lease released. Returns the runs ended."""
+        what = "daemon" if service_id is None else "service"
+        ended = []
+        for run_id, run in list(self.runs.items()):
+            if service_id is not None and run.service_id != service_id:
+                continue
+            stop = RunStopV1(reason="operator_stop", by=by, at=time.time(), what=what)
+            target = f"service {service_id}" if service_id is not None else "the daemon"
+            err = HitchError("inference_service_stopped", f"an operator stopped {target}", {"run_id": run_id})
+            await self.finish(run_id, "cancelled", err, stopped_by=stop)
+            ended.append(run_id)
+        return ended
 
     async def _service_fault(self, fault: ServiceFault) -> None:
         """The gateway stopped admitting to an epoch whose engine kept an aborted request's slot: fail it."""
@@ -180,17 +199,19 @@ class RunService:
         )
         return draft, False
 
-    async def _lock_for(self, ask: RunRequest) -> InferenceLockV1:
+    async def _lock_for(self, ask: RunRequest, run_id: str) -> tuple[InferenceLockV1, LeaseHandle | None]:
+        """The run's sealed lock; when it had to be prepared first, also the run's lease on the engine that verified
+        it (prepare hands its service over: one cold start fewer, :func:`~harness.daemon.prepare.prepare_for`)."""
         lock, pinned = self._requested_lock(ask)
         if pinned:
-            return lock
+            return lock, None
         sealed = sealed_for_draft(self.core.root, lock.inference_id)
-        if sealed is None:  # not prepared yet: prepare (start, verify, seal) first
-            service = ask.model_dump(include=_SERVICE_FIELDS, exclude_none=True)
-            prepare_ask = PrepareRequest.model_validate({**service, "model": ask.model, "runtime": ask.runtime})
-            result = await prepare(self.core, prepare_ask)
-            sealed = str(result["inference_id"])
-        return load_sealed_lock(self.core.root, sealed)
+        if sealed is not None:
+            return load_sealed_lock(self.core.root, sealed), None
+        service = ask.model_dump(include=_SERVICE_FIELDS, exclude_none=True)
+        prepare_ask = PrepareRequest.model_validate({**service, "model": ask.model, "runtime": ask.runtime})
+        result, lease = await prepare_for(self.core, prepare_ask, successor=run_id, progress=run_id)
+        return load_sealed_lock(self.core.root, str(result["inference_id"])), lease
 
     def _check_cancelled(self, run_id: str) -> None:
         record = self.store.read(run_id)
@@ -199,7 +220,7 @@ class RunService:
 
     async def create(self, ask: RunRequest) -> dict[str, Any]:
         """Admit a run; a run id already finished answers its record (``existing``) instead of running again."""
-        run_id = ask.run_id or "run-" + secrets.token_hex(8)
+        run_id = ask.run_id or new_run_id()
         trial = trial_of(ask.body())
         identity = run_identity(self.core.root, ask)
         existing = self.store.read(run_id)
@@ -231,13 +252,19 @@ class RunService:
     async def _bind(self, run: _Run, ask: RunRequest) -> dict[str, Any]:
         run_id, capture, choice = run.run_id, ask.capture, ask.engine_choice()
         self.store.advance(run_id, "preparing")
-        lock = run.lock = await self._lock_for(ask)
+        lock, handed = await self._lock_for(ask, run_id)
+        run.lock = lock
+        if handed is not None:  # the engine that verified the sealed lock is this run's: no other start
+            run.lease_id, run.service_id = handed.lease_id, handed.service_id
         self._check_cancelled(run_id)
-        before = {s.service_id for s in self.core.manager.services()}
-        lease = await self.core.acquire(lock, run_id, choice)
-        run.lease_id, run.service_id = lease.lease_id, lease.service_id
-        run.reused_service = lease.service_id in before
-        self._check_cancelled(run_id)
+        if handed is None:
+            before = {s.service_id for s in self.core.manager.services()}
+            lease = await self.core.acquire(lock, run_id, choice, progress=run_id)
+            run.lease_id, run.service_id = lease.lease_id, lease.service_id
+            run.reused_service = lease.service_id in before
+            self._check_cancelled(run_id)
+        else:
+            lease = handed
         if run.trial is not None:  # the service is ready: the trial's container waits its turn for CPU and RAM
             await hold(self.core.manager.ledger, run_id, run.trial, self._trial_waits)
             self._check_cancelled(run_id)
@@ -317,9 +344,12 @@ class RunService:
             **({"for_containers": True, "eval_network": net.name, "eval_network_id": net.network_id} if net is not None else {}),
         }
 
-    async def finish(self, run_id: str, status: str, error: HitchError | None) -> dict[str, Any]:
+    async def finish(
+        self, run_id: str, status: str, error: HitchError | None, stopped_by: RunStopV1 | None = None
+    ) -> dict[str, Any]:
         """End a run: terminal record, engine metrics, binding revoked (in-flight requests cancelled when the
-        run did not complete), lease released, evidence written. A run already terminal keeps its status."""
+        run did not complete; an operator's stop ends a stream with its error event), lease released, evidence
+        written. A run already terminal keeps its status."""
         run = self.runs.pop(run_id, None)
         if run is None:
             found = self.store.read(run_id)
@@ -330,7 +360,7 @@ class RunService:
             failure = await self._engine_failure(run, run.binding_id)
             if failure is not None:  # the engine failed under the run: that is its end, whatever its harness says
                 status, error = "failed", failure
-        record = self.store.finish(run_id, status, error)  # type: ignore[arg-type]
+        record = self.store.finish(run_id, status, error, stopped_by)  # type: ignore[arg-type]
         if run.engine_url is not None and run.engine_key is not None:
             _, metrics, errors = await scrape_engine(run.engine_url, run.engine_key, server_info=False)
             if metrics is not None:
@@ -341,7 +371,7 @@ class RunService:
             if record.status == "completed":
                 self.gateway.revoke(run.binding_id)
             else:
-                self.gateway.abort(run.binding_id)
+                self.gateway.abort(run.binding_id, error if stopped_by is not None else None)
             await self.gateway.settle_evidence(binding_id=run.binding_id)
             found_binding = self.gateway.registry.get(run.binding_id)
             binding = found_binding.record if found_binding is not None else None
@@ -353,6 +383,7 @@ class RunService:
         if run.binding_id is not None:  # its counts are in the evidence now; a long-lived daemon keeps none
             self.gateway.begun.pop(run.binding_id, None)
             self.gateway.in_flight.pop(run.binding_id, None)
+            self.gateway.streams.pop(run.binding_id, None)
         return {"run_id": run_id, "released": released, "record": record.to_json_dict()}
 
     async def _engine_failure(self, run: _Run, binding_id: str) -> HitchError | None:

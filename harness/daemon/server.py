@@ -15,7 +15,12 @@ route acts: an unknown or mistyped field is a ``usage_error`` and nothing happen
 - ``POST /v1/runs``, ``GET /v1/runs``, ``GET /v1/runs/{run_id}``, ``POST /v1/runs/{run_id}/finish``,
   ``POST /v1/runs/{run_id}/cancel``, ``DELETE /v1/runs/{run_id}`` — durable runs on the daemon's gateway
   (:mod:`harness.daemon.runs`);
-- ``POST /v1/shutdown`` — drain and stop every service, then exit.
+- ``GET  /v1/progress/{key}`` — what the acquire shown under ``key`` (a run id) waits for now: queued behind
+  whom, the engine starting (elapsed, its log's path and last line), ready (:meth:`DaemonCore.progress`);
+- ``POST /v1/shutdown`` ``{"force", "drain_timeout_s"}`` — stop every service, then exit. Without ``force`` it
+  drains: live leases end first (waited for up to ``drain_timeout_s``), or it is refused with
+  ``inference_in_use``; with ``force`` each live run ends ``cancelled`` (``operator_stop``) before its lease.
+  ``POST /v1/services/{id}/stop`` with ``force`` ends that service's runs the same way.
 
 The token is compared in constant time; a wrong or missing one is 401 and nothing else happens.
 """
@@ -37,8 +42,9 @@ from harness.app.requests import (
     ShutdownRequest,
     StopServiceRequest,
 )
+from harness.daemon.caller import caller_of
 from harness.daemon.core import DaemonCore, lease_json
-from harness.daemon.prepare import prepare
+from harness.daemon.prepare import prepare_for
 from harness.daemon.replies import body_of, error_reply, reply
 from harness.daemon.runs import RunService, run_routes
 from harness.errors import HitchError
@@ -51,7 +57,9 @@ _log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def build_app(core: DaemonCore, token: str, shutdown: Callable[[bool], None], runs: RunService | None = None) -> web.Application:
+def build_app(
+    core: DaemonCore, token: str, shutdown: Callable[[bool, str | None], None], runs: RunService | None = None
+) -> web.Application:
     expected = token.encode()
 
     @web.middleware
@@ -86,12 +94,19 @@ def build_app(core: DaemonCore, token: str, shutdown: Callable[[bool], None], ru
     async def services(_: web.Request) -> web.Response:
         return reply({"kind": "services", "services": core.services(), "quarantined": core.quarantined()})
 
+    @routes.get("/v1/progress/{key}")
+    async def progress(request: web.Request) -> web.Response:
+        return reply({"kind": "progress", "key": request.match_info["key"], **core.progress(request.match_info["key"])})
+
     @routes.post("/v1/services/{service_id}/stop")
     async def stop(request: web.Request) -> web.Response:
         ask = await body_of(request, StopServiceRequest)
         sid = request.match_info["service_id"]
+        ended: list[str] = []
+        if ask.force and runs is not None:  # each run's terminal record before its binding and lease go
+            ended = await runs.end_for_operator(sid, caller_of(request, ask.by))
         stopped = await core.stop_service(sid, force=ask.force)
-        return reply({"kind": "service-stop", "service_id": sid, "stopped": stopped})
+        return reply({"kind": "service-stop", "service_id": sid, "stopped": stopped, "runs_ended": ended})
 
     @routes.post("/v1/services/{service_id}/unquarantine")
     async def unquarantine(request: web.Request) -> web.Response:
@@ -114,12 +129,15 @@ def build_app(core: DaemonCore, token: str, shutdown: Callable[[bool], None], ru
     @routes.post("/v1/prepare")
     async def prepare_route(request: web.Request) -> web.Response:
         ask = await body_of(request, PrepareRequest)
-        return reply({"kind": "inference-prepare", **await prepare(core, ask)})
+        result, _ = await prepare_for(core, ask, progress=ask.progress_key)
+        return reply({"kind": "inference-prepare", **result})
 
     @routes.post("/v1/shutdown")
     async def shutdown_route(request: web.Request) -> web.Response:
         ask = await body_of(request, ShutdownRequest)
-        asyncio.get_running_loop().call_soon(shutdown, ask.force)
+        if not ask.force:  # a normal stop drains: live leases end first (or the stop is refused)
+            await core.drained(ask.drain_timeout_s)
+        asyncio.get_running_loop().call_soon(shutdown, ask.force, caller_of(request, ask.by) if ask.force else None)
         return reply({"kind": "daemon-shutdown", "accepted": True})
 
     app = web.Application(middlewares=[auth])

@@ -15,6 +15,9 @@ Guarantees, all on one event loop (the manager is not thread-safe, except ``on_f
   service is removed from the table (``draining``) before its stop begins, so an acquire racing the TTL
   either cancels the timer and reuses the service, or waits for the confirmed stop and starts a new
   epoch. Nothing is ever started twice for one key or left running untracked;
+- an idle service (ready, no lease, no waiting acquire) yields at once to a start that waits for resources it
+  holds: it drains (``inference.draining`` with ``yielded_to``) instead of holding them until its TTL; a service
+  with an owner never yields;
 - ``stop`` with live leases fails with ``inference_in_use`` unless ``force``, which revokes them;
 - a failure reported by the service (``on_failure``) removes it from the table at once and invalidates
   its leases; the failed service stops itself and its resources are released only once it confirms the
@@ -90,6 +93,7 @@ class _Service:
     failure: HitchError | None = None
     stop_error: HitchError | None = None
     released: asyncio.Event = field(default_factory=asyncio.Event)
+    idle_since: float | None = None
 
 
 def _as_hitch_error(exc: BaseException, what: str) -> HitchError:
@@ -134,6 +138,7 @@ class ServiceManager:
         self._epochs: dict[str, int] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._admitting: dict[str, _Service] = {}  # starts waiting in the ledger for resources to be free
 
     # -- public API --------------------------------------------------------------------------------
 
@@ -280,7 +285,12 @@ class ServiceManager:
         lock = svc.lock
         try:
             holder = f"{svc.key.service_id}#{svc.epoch}"
-            await self.ledger.admit(holder, demand_of(lock.resources), lock.execution.queue_timeout_ms / 1000)
+            self._admitting[svc.key.isolation_key] = svc
+            try:
+                self._yield_idle(svc)
+                await self.ledger.admit(holder, demand_of(lock.resources), lock.execution.queue_timeout_ms / 1000)
+            finally:
+                self._admitting.pop(svc.key.isolation_key, None)
             svc.holder = holder
             if lock.resources.gpu_count > 0:
                 if self.gpu_leases is None:
@@ -336,7 +346,56 @@ class ServiceManager:
             return
         if self._live.get(svc.key.isolation_key) is not svc:
             return
+        svc.idle_since = self.clock()
         svc.ttl = asyncio.get_running_loop().call_later(self._ttl_seconds(svc), self._ttl_fired, svc)
+        for waiting in list(self._admitting.values()):  # a start waits for resources: an idle service gives them now
+            self._yield_idle(waiting)
+
+    def _idle(self, svc: _Service) -> bool:
+        return svc.state == "ready" and not svc.leases and not svc.waiters and self._live.get(svc.key.isolation_key) is svc
+
+    def _yield_idle(self, waiting: _Service) -> None:
+        """Drain idle services, longest idle first, until what ``waiting`` needs fits in what is free or being
+        freed (services already stopping give theirs back once confirmed). Leased services are never touched."""
+        need = demand_of(waiting.lock.resources)
+        if need.fits_in(self.ledger.free) or not need.fits_in(self.ledger.capacity):
+            return
+        held = self.ledger.holders()
+        coming = self.ledger.free
+        for stopping in self._stopping.values():
+            if stopping.holder is not None and stopping.holder in held:
+                coming = coming.plus(held[stopping.holder])
+        idle = sorted(
+            (s for s in self._live.values() if s is not waiting and self._idle(s) and s.holder in held),
+            key=lambda s: s.idle_since or 0.0,
+        )
+        reachable = coming
+        for svc in idle:
+            reachable = reachable.plus(held[str(svc.holder)])
+        if not need.fits_in(reachable):
+            return  # leased services hold the rest: stopping idle ones would not let it start sooner
+        for svc in idle:
+            if need.fits_in(coming):
+                return
+            coming = coming.plus(held[str(svc.holder)])
+            self._begin_stop(svc, "draining", force=False, yielded_to=waiting.key.service_id)
+
+    def admission_wait(self, service_id: str) -> list[dict[str, Any]] | None:
+        """While a start of ``service_id`` waits for resources: who holds them (service, epoch, owners, idle or
+        stopping); None when it does not wait."""
+        waiting = self._find(self._admitting, service_id)
+        if waiting is None:
+            return None
+        by_holder = {s.holder: s for s in [*self._live.values(), *self._stopping.values()] if s.holder is not None}
+        out: list[dict[str, Any]] = []
+        for holder in sorted(self.ledger.holders()):
+            svc = by_holder.get(holder)
+            if svc is None:
+                out.append({"holder": holder})
+                continue
+            state = "idle" if self._idle(svc) else svc.state
+            out.append({"holder": holder, "service_id": svc.key.service_id, "state": state, "owners": self._owners(svc)})
+        return out
 
     def _cancel_ttl(self, svc: _Service) -> None:
         if svc.ttl is not None:
@@ -348,7 +407,9 @@ class ServiceManager:
         if svc.state == "ready" and not svc.leases and not svc.waiters and self._live.get(svc.key.isolation_key) is svc:
             self._begin_stop(svc, "draining", force=False)
 
-    def _begin_stop(self, svc: _Service, state: Literal["draining", "failed"], force: bool) -> None:
+    def _begin_stop(
+        self, svc: _Service, state: Literal["draining", "failed"], force: bool, yielded_to: str | None = None
+    ) -> None:
         """Take ``svc`` out of the table now (new acquires wait on it), revoke its leases, stop it."""
         self._cancel_ttl(svc)
         svc.state = state
@@ -364,7 +425,10 @@ class ServiceManager:
                 details.update(code=svc.failure.code, message=svc.failure.message)
             self._emit(svc, "inference.failed", MANAGER_OWNER, details)
         else:
-            self._emit(svc, "inference.draining", MANAGER_OWNER, {"force": force, "revoked_leases": revoked})
+            drain: dict[str, Any] = {"force": force, "revoked_leases": revoked}
+            if yielded_to is not None:  # idle, and a start waited for what it held
+                drain["yielded_to"] = yielded_to
+            self._emit(svc, "inference.draining", MANAGER_OWNER, drain)
         self._spawn(self._confirm_stop(svc, force))
 
     async def _confirm_stop(self, svc: _Service, force: bool) -> None:

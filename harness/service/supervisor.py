@@ -139,6 +139,8 @@ class ServiceSupervisor:
         self._monitor: asyncio.Task[None] | None = None
         self.failure: HitchError | None = None
         self.last_exit: ExitInfo | None = None
+        self.log_path: Path | None = None  # the engine's log of the current epoch (set once its launch is compiled)
+        self.started_at: float | None = None  # when the current epoch's start began (wall clock)
 
     # -- public state -------------------------------------------------------------------------------
 
@@ -234,6 +236,7 @@ class ServiceSupervisor:
                 )
             self._epoch = max(self._epoch, stored.epoch if stored is not None else 0) + 1
             self._created_at = time.time()
+            self.started_at = self._created_at
             self._record = None
             self._engine = None
             self._endpoint = None
@@ -245,6 +248,7 @@ class ServiceSupervisor:
             t0 = time.monotonic()
             try:
                 launch = self._prepare(port)
+                self.log_path = launch.spec.log_path
                 self._log_header(launch.spec.log_path)
                 self._cpu_cores = launch.spec.cpu_cores
                 self._engine = await self.launcher.start(launch.spec)

@@ -5,9 +5,9 @@ evaluation's first trial, certify's session) names the wait with a key (its run 
 :func:`watch` polls ``GET /v1/progress/{key}`` from a thread while the blocking call runs. What it shows:
 
 - ``inference.queued``: behind whom (the services holding the resources, their owners, idle or stopping);
-- ``inference.starting``: which start (the probe, the verified start of a new lock, or the service itself), how
-  long it has been going, what the engine is doing (from its log: loading weights, warming up, probing), the
-  engine log's path and its last line;
+- ``inference.preparing`` (a new lock's probe and verified starts) or ``inference.starting`` (the service's own
+  start): how long it has been going, what the engine is doing (from its log: loading weights, warming up,
+  probing), the engine log's path and its last line;
 - ``inference.ready``: the service is ready.
 
 A terminal gets one live line (rewritten in place); a pipe one line per change of phase or step; ``--json`` one
@@ -29,7 +29,7 @@ from harness.app.daemon_client import DaemonClient
 from harness.errors import HitchError
 from harness.paths import HitchRoot
 
-__all__ = ["describe", "watch"]
+__all__ = ["PhaseShower", "describe", "watch"]
 
 _EVENTS = {"queued": "inference.queued", "starting": "inference.starting", "ready": "inference.ready"}
 _STAGES = {"probe": "the probe start of a new lock", "verify": "the verified start of the sealed lock"}
@@ -70,7 +70,9 @@ def describe(state: dict[str, Any]) -> str:
     return str(phase)
 
 
-class _Shower:
+class PhaseShower:
+    """Renders progress answers on one stream: a live line (terminal), a line per change (pipe) or JSON lines."""
+
     def __init__(self, out: IO[str], as_json: bool) -> None:
         self.out = out
         self.as_json = as_json
@@ -81,12 +83,15 @@ class _Shower:
 
     def show(self, state: dict[str, Any]) -> None:
         phase = state.get("phase")
-        if phase is None:
-            return
+        if phase is None or (phase == "ready" and self.seen is None):
+            return  # nothing waited: a warm service says nothing
         mark = (phase, state.get("stage"), state.get("service_id"), state.get("step"))
         if self.as_json:
             if mark != self.seen:
-                event = {"event": _EVENTS.get(str(phase), str(phase)), **state}
+                name = _EVENTS.get(str(phase), str(phase))
+                if phase == "starting" and state.get("stage") in _STAGES:  # a lock's first use: its one-time setup
+                    name = "inference.preparing"
+                event = {"event": name, **state}
                 self.out.write(json.dumps(event, sort_keys=True) + "\n")
         elif self.live:
             line = describe(state)[:160]
@@ -113,7 +118,7 @@ def watch(
     root: HitchRoot, key: str, *, as_json: bool = False, out: IO[str] | None = None, interval_s: float = 0.5
 ) -> Iterator[None]:
     """Show the progress of the wait named ``key`` on ``out`` (stderr) until the ``with`` block ends."""
-    shower = _Shower(out if out is not None else sys.stderr, as_json)
+    shower = PhaseShower(out if out is not None else sys.stderr, as_json)
     stop = threading.Event()
 
     def poll() -> None:

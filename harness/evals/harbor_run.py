@@ -57,6 +57,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from harness.app import progress
 from harness.app.daemon_client import DaemonClient
 from harness.app.requests import TRIAL_WAIT_S, FinishRunRequest, RunErrorIn, RunRequest, parse_request
 from harness.app.run_store import RunStore
@@ -426,7 +427,8 @@ class HarborEvaluation:
         if self.eval_image is not None:
             body.update(for_containers=True, eval_image=self.eval_image)
         # answered once the service is ready and the trial's resources are held: it may wait its turn that long
-        run = self.client.create_run(parse_request(RunRequest, body), timeout_s=TRIAL_WAIT_S + 900.0)
+        with progress.watch(self.root, trial.run_id):  # a cold start's phases on stderr (silent once warm)
+            run = self.client.create_run(parse_request(RunRequest, body), timeout_s=TRIAL_WAIT_S + 900.0)
         if run.get("existing"):
             raise HitchError("run_conflict", f"run {trial.run_id} already ran; give another --eval-id", {"run_id": trial.run_id})
         return run

@@ -19,7 +19,7 @@ import pytest
 from harness.app.daemon_client import DaemonClient
 from harness.runtimes import get_runtime
 from tests.harness.daemon.conftest import FAST, as_json, hitch
-from tests.harness.daemon.test_serve import _chat, _serve, _stop
+from tests.harness.daemon.serve_support import chat, serve_process, stop_serve
 from tests.harness.engine.inputs import GENERIC_RUNTIME, ServiceInputs
 
 pytestmark = pytest.mark.integration
@@ -29,10 +29,10 @@ def test_a_forced_service_stop_under_serve_cancels_the_run_and_serve_exits_sayin
     inputs: ServiceInputs, tmp_path: Path
 ) -> None:
     as_json(hitch(inputs.root, "daemon", "start", "--json", *FAST))
-    proc, run, out, err = _serve(inputs.root, tmp_path, "--run-id", "op-serve")
+    proc, run, out, err = serve_process(inputs.root, tmp_path, "--run-id", "op-serve")
     try:
         token = Path(run["token_file"]).read_text().strip()
-        assert _chat(run, token).status_code == 200
+        assert chat(run, token).status_code == 200
         refused = hitch(inputs.root, "daemon", "stop", "--json")  # a normal stop never cuts a run
         assert refused.returncode == 9 and json.loads(refused.stdout)["error"]["code"] == "inference_in_use", refused.stdout
         assert json.loads(refused.stdout)["error"]["details"]["owners"] == ["op-serve"]
@@ -40,7 +40,7 @@ def test_a_forced_service_stop_under_serve_cancels_the_run_and_serve_exits_sayin
         assert stopped["stopped"] == [run["service_id"]]
         code = proc.wait(timeout=60)  # serve reads its run's record once a second
     finally:
-        _stop(proc)
+        stop_serve(proc)
     assert code == 9, err.read_text()  # the lifecycle category's exit code
     said = json.loads("\n".join(out.read_text().splitlines()[1:]))["error"]  # --json: the run, then the error
     assert said["code"] == "inference_service_stopped" and "hitch local stop" in said["message"] and "op-serve" in said["message"]
@@ -48,7 +48,7 @@ def test_a_forced_service_stop_under_serve_cancels_the_run_and_serve_exits_sayin
     assert record["status"] == "cancelled" and record["error"]["code"] == "inference_service_stopped"
     assert record["stopped_by"]["reason"] == "operator_stop" and record["stopped_by"]["what"] == "service"
     assert "hitch local stop" in record["stopped_by"]["by"]
-    after = _chat(run, token)
+    after = chat(run, token)
     assert after.status_code == 403 and after.json()["error"]["code"] == "inference_binding_revoked"
 
 

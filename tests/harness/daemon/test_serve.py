@@ -3,71 +3,26 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 import stat
-import subprocess
 import time
 from pathlib import Path
-from typing import Any
 
 import httpx
 import psutil
 import pytest
 
 from harness.app.daemon_client import DaemonClient
-from harness.paths import DaemonPaths, HitchRoot
-from tests.harness.daemon.conftest import FAST, HITCH, as_json, hitch
+from harness.paths import DaemonPaths
+from tests.harness.daemon.conftest import FAST, as_json, hitch
+from tests.harness.daemon.serve_support import WAIT_S, chat, serve_process, stop_serve
 from tests.harness.engine.inputs import ServiceInputs
 
 pytestmark = pytest.mark.integration
 
-_WAIT_S = 120.0
-
-
-def _serve(root: HitchRoot, tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[str], dict[str, Any], Path, Path]:
-    out, err = tmp_path / "serve.out", tmp_path / "serve.err"
-    argv = [*HITCH, "local", "serve", "local/tiny", "--device", "cpu", "--profile", "baseline", "--engine", "fake"]
-    with out.open("w") as out_f, err.open("w") as err_f:
-        proc = subprocess.Popen(
-            [*argv, *extra, "--json", "--root", str(root.path)],
-            stdout=out_f,
-            stderr=err_f,
-            text=True,
-            env={**os.environ, "COLUMNS": "200"},
-        )
-    end = time.monotonic() + _WAIT_S
-    while time.monotonic() < end:
-        lines = out.read_text().splitlines()
-        if lines:
-            return proc, json.loads(lines[0]), out, err
-        if proc.poll() is not None:
-            pytest.fail(f"serve exited {proc.returncode}: {err.read_text()}")
-        time.sleep(0.05)
-    proc.kill()
-    pytest.fail("serve printed nothing")
-
-
-def _chat(run: dict[str, Any], token: str) -> httpx.Response:
-    body = {"model": run["wire_model"], "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4}
-    return httpx.post(
-        f"{run['base_url']}/chat/completions",
-        json=body,
-        headers={"Authorization": f"Bearer {token}"},
-        timeout=30.0,
-        trust_env=False,
-    )
-
-
-def _stop(proc: subprocess.Popen[str]) -> int:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    return proc.wait(timeout=60)
-
 
 def test_serve_routes_through_the_gateway_and_sigterm_revokes_and_releases(inputs: ServiceInputs, tmp_path: Path) -> None:
     as_json(hitch(inputs.root, "daemon", "start", "--json", *FAST))
-    proc, run, out, err = _serve(inputs.root, tmp_path, "--run-id", "serve-test")
+    proc, run, out, err = serve_process(inputs.root, tmp_path, "--run-id", "serve-test")
     try:
         assert run["kind"] == "run" and run["run_id"] == "serve-test"
         assert run["base_url"].startswith("http://127.0.0.1:") and run["base_url"].endswith(f"/runs/{run['binding_id']}/v1")
@@ -75,7 +30,7 @@ def test_serve_routes_through_the_gateway_and_sigterm_revokes_and_releases(input
         assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
         assert stat.S_IMODE(token_file.parent.stat().st_mode) == 0o700
         token = token_file.read_text().strip()
-        ok = _chat(run, token)
+        ok = chat(run, token)
         assert ok.status_code == 200, ok.text
         assert ok.json()["choices"][0]["message"]["content"]
         origin = run["base_url"].split("/runs/")[0]
@@ -84,14 +39,14 @@ def test_serve_routes_through_the_gateway_and_sigterm_revokes_and_releases(input
         leases = [lease for s in DaemonClient(inputs.root).services()["services"] for lease in s["leases"]]
         assert [lease["owner"] for lease in leases] == ["serve-test"]
     finally:
-        code = _stop(proc)
+        code = stop_serve(proc)
     assert code == 0, err.read_text()
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert lines[-1]["kind"] == "run-delete" and lines[-1]["deleted"] is True and lines[-1]["released"] is True
     assert lines[-1]["signal"] == "SIGTERM"
     assert token not in out.read_text() and token not in err.read_text()
     assert token not in DaemonPaths(inputs.root).log.read_text()
-    revoked = _chat(run, token)
+    revoked = chat(run, token)
     assert revoked.status_code == 403 and revoked.json()["error"]["code"] == "inference_binding_revoked"
     assert not token_file.exists()
     status = as_json(hitch(inputs.root, "daemon", "status", "--json"))
@@ -109,16 +64,16 @@ def test_serve_routes_through_the_gateway_and_sigterm_revokes_and_releases(input
 
 def test_engine_death_revokes_the_binding(inputs: ServiceInputs, tmp_path: Path) -> None:
     as_json(hitch(inputs.root, "daemon", "start", "--json", *FAST))
-    proc, run, _, err = _serve(inputs.root, tmp_path)
+    proc, run, _, err = serve_process(inputs.root, tmp_path)
     try:
         token = Path(run["token_file"]).read_text().strip()
-        assert _chat(run, token).status_code == 200
+        assert chat(run, token).status_code == 200
         [service] = [s for s in DaemonClient(inputs.root).services()["services"] if s["service_id"] == run["service_id"]]
         psutil.Process(service["pid"]).kill()
-        end = time.monotonic() + _WAIT_S
+        end = time.monotonic() + WAIT_S
         codes: list[str] = []
         while time.monotonic() < end:
-            reply = _chat(run, token)  # the timeout bounds each attempt: an error, never a hang
+            reply = chat(run, token)  # the timeout bounds each attempt: an error, never a hang
             assert reply.status_code >= 400
             codes.append(reply.json()["error"]["code"])
             if codes[-1] == "inference_binding_revoked":
@@ -126,5 +81,5 @@ def test_engine_death_revokes_the_binding(inputs: ServiceInputs, tmp_path: Path)
             time.sleep(0.1)
         assert codes[-1] == "inference_binding_revoked", codes
     finally:
-        code = _stop(proc)
+        code = stop_serve(proc)
     assert code == 0, err.read_text()

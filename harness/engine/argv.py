@@ -98,10 +98,19 @@ class EngineArg:
         return [self.flag, str(self.value)]
 
 
-def engine_args(lock: InferenceLockV1, model_dir: Path, host: str, port: int, *, probe: bool = False) -> list[EngineArg]:
+def engine_args(
+    lock: InferenceLockV1,
+    model_dir: Path,
+    host: str,
+    port: int,
+    *,
+    probe: bool = False,
+    mem_fraction: float | None = None,
+) -> list[EngineArg]:
     """Every ServerArgs field ``lock`` pins, with its value; ``probe`` (prepare's first start of a draft) leaves
     the pool and prefill sizes to SGLang, which sizes them from the memory budget (``probe.py``). Every other
-    start passes the sealed numbers, which the engine must reproduce."""
+    start passes the sealed numbers, which the engine must reproduce. ``mem_fraction``: the budget this start
+    passes instead of the lock's (a sealed CPU start's, :func:`~harness.engine.memory_budget.start_fraction`)."""
     ex = lock.execution
     platform = ex.platform
     if not isinstance(platform, CpuPlatformV1 | CudaPlatformV1):
@@ -121,7 +130,7 @@ def engine_args(lock: InferenceLockV1, model_dir: Path, host: str, port: int, *,
         EngineArg("attention_backend", ex.attention_backend),
         EngineArg("sampling_backend", ex.sampling_backend),
         EngineArg("random_seed", lock.generation.seed),
-        EngineArg("mem_fraction_static", platform.mem_fraction_static),
+        EngineArg("mem_fraction_static", platform.mem_fraction_static if mem_fraction is None else mem_fraction),
         EngineArg("enable_metrics", True),
         # one JSON line per finished request on the engine's output (engine.log): its own figures (tokens, e2e and
         # first-token latency, queue entry) by request id, joined to the gateway's attempt rows (seed 004). Level 0
@@ -162,12 +171,19 @@ def engine_args(lock: InferenceLockV1, model_dir: Path, host: str, port: int, *,
 
 
 def engine_flags(
-    lock: InferenceLockV1, model_dir: Path, host: str, port: int, config_path: str, *, probe: bool = False
+    lock: InferenceLockV1,
+    model_dir: Path,
+    host: str,
+    port: int,
+    config_path: str,
+    *,
+    probe: bool = False,
+    mem_fraction: float | None = None,
 ) -> list[str]:
     """Every SGLang flag for ``lock`` (:func:`engine_args` rendered); ``config_path`` is the secrets YAML as the
     engine sees it (``--config`` is SGLang's file merge, not a ServerArgs field)."""
     flags = ["--config", config_path]
-    for arg in engine_args(lock, model_dir, host, port, probe=probe):
+    for arg in engine_args(lock, model_dir, host, port, probe=probe, mem_fraction=mem_fraction):
         flags += arg.render()
     return flags
 

@@ -15,10 +15,12 @@ from typing import Any, Literal
 
 from harness.contracts.lock import CpuPlatformV1, InferenceLockV1
 from harness.devices.cores import pick_cores
+from harness.devices.cpu import read_memory, read_numa_nodes
 from harness.engine.argv import EngineProgram, engine_flags, wire_model_name
 from harness.engine.environment import engine_environment
 from harness.engine.keys import EngineKeys, KeyFiles, issue_keys
 from harness.engine.launch_spec import OWNER_LABEL_PREFIX, LaunchSpec
+from harness.engine.memory_budget import start_fraction
 from harness.engine.verify import expected_server_info
 from harness.paths import HitchRoot
 
@@ -78,7 +80,9 @@ def prepare_launch(
     keys, files = issue_keys(root, service_id)
     # A process sees the host file; a container sees it where the OCI launcher mounts ``secret_files``.
     config_seen = str(files.config) if launcher == "process" else f"{CONTAINER_SECRETS_DIR}/{files.config.name}"
-    flags = engine_flags(lock, model_dir, host, port, config_seen, probe=probe)
+    # a sealed CPU start holds its sealed pool whatever the neighbours hold (memory_budget.py); the probe measures
+    fraction = None if probe or lock.execution.platform.backend != "cpu" else _cpu_fraction(lock, model_dir, launcher)
+    flags = engine_flags(lock, model_dir, host, port, config_seen, probe=probe, mem_fraction=fraction)
     env = engine_environment(lock, program.runtime_env, root.private_dir(service_id) / "home", gpu_uuid)
     spec = LaunchSpec(
         service_id=service_id,
@@ -103,6 +107,16 @@ def prepare_launch(
         keys=keys,
         key_files=files,
         wire_model=wire_model_name(lock.model_id),
-        expected=expected_server_info(lock, model_dir, port, host=host, probe=probe),
+        expected=expected_server_info(lock, model_dir, port, host=host, probe=probe, mem_fraction=fraction),
         program=program,
     )
+
+
+def _cpu_fraction(lock: InferenceLockV1, model_dir: Path, launcher: str) -> float:
+    """This start's memory budget (:func:`~harness.engine.memory_budget.start_fraction`) from the memory free now;
+    in a container, SGLang sees its cgroup's limit (the lock's ``memory_bytes``) as the most there is."""
+    _, available = read_memory(Path("/"))
+    nodes = max(1, len(read_numa_nodes(Path("/"))))
+    if launcher == "oci":
+        available, nodes = min(available, lock.resources.memory_bytes), 1
+    return start_fraction(lock, model_dir, available, nodes)

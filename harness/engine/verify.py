@@ -27,13 +27,19 @@ SCHEDULER_INFO_FIELDS = ("max_total_num_tokens",)
 
 
 def expected_server_info(
-    lock: InferenceLockV1, model_dir: Path, port: int, *, host: str = "127.0.0.1", probe: bool = False
+    lock: InferenceLockV1,
+    model_dir: Path,
+    port: int,
+    *,
+    host: str = "127.0.0.1",
+    probe: bool = False,
+    mem_fraction: float | None = None,
 ) -> dict[str, Any]:
     """Field → value the engine must report for ``lock``: every ServerArgs field the command line sets, from the
     same table as the flags (:func:`~harness.engine.argv.engine_args`), and the effective token pool. On
     prepare's ``probe`` start the pool and prefill sizes are SGLang's to choose: only the pool's being unset as
     an argument is checked (``harness/engine/probe.py`` reads what SGLang chose)."""
-    args = engine_args(lock, model_dir, host, port, probe=probe)
+    args = engine_args(lock, model_dir, host, port, probe=probe, mem_fraction=mem_fraction)
     expected: dict[str, Any] = {arg.field: arg.value for arg in args if arg.echoed}
     if not probe:
         expected["max_total_num_tokens"] = lock.execution.max_total_tokens

@@ -300,6 +300,19 @@ def test_a_capture_that_cannot_be_written_marks_the_evidence_incomplete(inputs: 
     assert _execution(root, "cap-2").complete and not (root.runs / "cap-2" / "inference" / "capture").exists()
 
 
+def test_a_forced_daemon_stop_mid_run_ends_it_cancelled_by_the_operator(inputs: ServiceInputs, tmp_path: Path) -> None:
+    root = inputs.root
+    as_json(hitch(root, "daemon", "start", "--json", *FAST))
+    proc, _, _ = _start_held_run(root, "forced-1", tmp_path)
+    as_json(hitch(root, "daemon", "stop", "--force", "--json"))
+    error = _error_of(proc)
+    record = _assert_ended(root, "forced-1", "cancelled", "inference_service_stopped")
+    assert record.stopped_by is not None and record.stopped_by.what == "daemon"
+    assert record.stopped_by.by.startswith("hitch daemon stop --force (pid ")
+    assert error["code"] == "inference_service_stopped", error  # what `hitch run` says is what the record says
+    assert _execution(root, "forced-1").status == "cancelled"
+
+
 def test_ctrl_c_while_the_run_is_being_prepared_still_ends_it_cancelled(inputs: ServiceInputs) -> None:
     root = inputs.root
     as_json(hitch(root, "daemon", "start", "--json", *FAST))
@@ -321,9 +334,11 @@ def test_ctrl_c_while_the_run_is_being_prepared_still_ends_it_cancelled(inputs: 
 
 def test_a_daemon_stopped_mid_run_ends_it_interrupted_with_its_evidence(inputs: ServiceInputs, tmp_path: Path) -> None:
     root = inputs.root
-    as_json(hitch(root, "daemon", "start", "--json", *FAST))
+    status = as_json(hitch(root, "daemon", "start", "--json", *FAST))
     proc, _, _ = _start_held_run(root, "stopped-1", tmp_path)
-    as_json(hitch(root, "daemon", "stop", "--json"))
+    refused = hitch(root, "daemon", "stop", "--json")  # a normal stop drains: never while a run holds a lease
+    assert json.loads(refused.stdout)["error"]["code"] == "inference_in_use"
+    os.kill(status["pid"], signal.SIGTERM)  # a signal (a host going down), not an operator's stop: interrupted
     assert _error_of(proc)["code"] == "run_interrupted"
     _assert_ended(root, "stopped-1", "interrupted", "run_interrupted")
     execution = _execution(root, "stopped-1")

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from certify.kit.correctness import MATCH_TOL
+from harness.contracts.certification import check_status
 
 __all__ = ["Difference", "EntryComparison", "check_changes", "compare_entries", "continuation_difference", "interval_figures"]
 
@@ -69,12 +70,14 @@ def _checks(predicate: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def check_changes(before: dict[str, Any], now: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """``(check id, status before, status now)`` for every check whose status differs (``absent`` when missing)."""
+    """``(check id, status before, status now)`` for every check whose status differs (``absent`` when missing).
+    Statuses as :func:`~harness.contracts.certification.check_status` reads them: a schema-3 ``passed`` that
+    recorded ``not_applicable`` is ``not_applicable``, so it is no change against a schema-4 entry."""
     was, is_ = _checks(before), _checks(now)
     out = []
     for cid in sorted(set(was) | set(is_)):
-        a = str(was[cid].get("status", "not_run")) if cid in was else "absent"
-        b = str(is_[cid].get("status", "not_run")) if cid in is_ else "absent"
+        a = check_status(was[cid]) if cid in was else "absent"
+        b = check_status(is_[cid]) if cid in is_ else "absent"
         if a != b:
             out.append((cid, a, b))
     return out

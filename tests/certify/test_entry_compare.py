@@ -104,3 +104,15 @@ def test_check_changes_lists_absent_checks_both_ways() -> None:
     result = compare_entries(_entry(), new)
     assert [(d.kind, d.item) for d in result.differences] == [("check", "protocol.chat.stream")]
     assert any(n.startswith("hardware.lock.served: not in the original entry") for n in result.notes)
+
+
+def test_a_schema_3_unshown_pass_and_a_schema_4_not_applicable_are_the_same_status() -> None:
+    from certify.entry_compare import check_changes
+
+    row = {"id": "agents.codex.real_tool_loop", "required": False, "duration_s": 1.0}
+    before = {"checks": [{**row, "status": "passed", "details": {"not_applicable": "no tool use"}}]}
+    now = {"checks": [{**row, "status": "not_applicable", "details": {"not_applicable": "0 tool round trips"}}]}
+    assert check_changes(before, now) == []
+    assert check_changes({"checks": [{**row, "status": "passed"}]}, now) == [
+        ("agents.codex.real_tool_loop", "passed", "not_applicable")
+    ]

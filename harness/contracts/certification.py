@@ -16,7 +16,9 @@ other metric stays a free name -> value pair.
 
 Schema 4 adds the check status ``not_applicable``: the check ran and measured that its subject cannot do what
 it measures (the model made no tool round trip, no request reached the engine); ``details.not_applicable``
-holds the measured reason. It is never ``passed`` and never counts toward a level. An entry of schema 2 or
+holds the measured reason. It is never ``passed`` and never counts toward a level. Schema 4 also writes the
+margins the entry is to be reproduced by (``margins``: per kind of figure, :mod:`harness.contracts.margins`), so
+a later tool decides a reproduction of it by the rule it was published with. An entry of schema 2 or
 3 that recorded such a check as ``passed`` with ``details.not_applicable`` reads as ``not_applicable``
 (:func:`check_status`), so readers never show it as a pass.
 
@@ -34,6 +36,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from harness.contracts.base import Record, Sha256
+from harness.contracts.margins import FigureKind, MarginV1
 
 __all__ = [
     "CHECK_ID_PATTERN",
@@ -210,6 +213,11 @@ class CertificationResultV1(Record):
     evidence: dict[EvidenceName, Sha256] = Field(description="<check id>/<file name> -> sha256 of the kept bytes")
     finished_at: str = Field(pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
     reproduces: ReproducesV1 | None = Field(default=None, description="set when this certification reproduced an entry")
+    margins: dict[FigureKind, MarginV1] | None = Field(
+        default=None,
+        description="schema 4: per kind of figure, the margin a reproduction of this entry is decided by "
+        "(same: the difference's 90 % interval within max(absolute, relative x this entry's estimate))",
+    )
 
     @model_validator(mode="after")
     def _headline_matches_the_version(self) -> CertificationResultV1:
@@ -224,6 +232,8 @@ class CertificationResultV1(Record):
             )
         if self.schema_version in ("2", "3") and any(c.status == "not_applicable" for c in self.checks):
             raise ValueError("the check status not_applicable exists since schema 4")
+        if self.schema_version in ("2", "3") and self.margins is not None:
+            raise ValueError("margins exist since schema 4")
         return self
 
 

@@ -24,6 +24,13 @@
 
 The verdict (:attr:`EntryComparison.verdict`): ``differs`` when there is any difference, else ``inconclusive``
 when a material figure is, else ``reproduced``.
+
+Across machines: the two entries' machine identities (:func:`harness.devices.fingerprint.machine_identity` of
+their ``hardware``: CPU, ISA, cores, memory, host, GPU and driver — not load) are compared too
+(:attr:`EntryComparison.machine`). On another machine a timing figure (latency, throughput, gateway time) is
+expected to move with the machine: each difference is attributed (:meth:`EntryComparison.causes`) to the machine
+(a timing figure, machines differ) or to the engine (everything else: a level, a check, a token, a logprob —
+or any timing figure on the same machine), and the answer says which.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from certify.kit.correctness import MATCH_TOL
 from harness.compare.decide import Decision, Overall, Question, decide, overall, se_of_interval
 from harness.contracts.certification import check_status
 from harness.contracts.margins import FigureKind, MarginV1
+from harness.devices.fingerprint import machine_identity
 from harness.errors import HitchError
 
 __all__ = [
@@ -47,8 +55,10 @@ __all__ = [
     "entry_margins",
     "figure_kind",
     "interval_figures",
+    "machine_differences",
 ]
 
+_TIMING = frozenset({"latency", "throughput", "gateway_time"})
 Kind = Literal["level", "check", "continuation", "logprob", "parity", "figure"]
 CONTINUATIONS = "correctness.continuations"
 
@@ -71,6 +81,7 @@ class EntryComparison:
     compared: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     figures: list[Decision] = field(default_factory=list)
+    machine: list[str] = field(default_factory=list)  # how the machine identities differ (empty: the same machine)
 
     @property
     def verdict(self) -> Overall:
@@ -88,9 +99,20 @@ class EntryComparison:
             if d.verdict == "inconclusive" and d.material
         ]
 
+    def causes(self) -> dict[str, list[str]]:
+        """Each difference's item under what it is attributed to: ``machine`` or ``engine`` (module docstring)."""
+        kinds = {d.name: d.kind for d in self.figures}
+        out: dict[str, list[str]] = {"machine": [], "engine": []}
+        for d in self.differences:
+            timing = d.kind == "figure" and kinds.get(d.item) in _TIMING
+            out["machine" if timing and self.machine else "engine"].append(d.item)
+        return out
+
     def to_json(self) -> dict[str, Any]:
         return {
             "verdict": self.verdict,
+            "machine": {"same": not self.machine, "differs": self.machine},
+            "causes": self.causes(),
             "differences": [d.to_json() for d in self.differences],
             "inconclusive": [d.name for d in self.figures if d.verdict == "inconclusive" and d.material],
             "to_decide": self.to_decide(),
@@ -143,7 +165,11 @@ def _figures(predicate: dict[str, Any], checks: set[str]) -> dict[str, dict[str,
 def figure_kind(name: str) -> FigureKind:
     """The kind of an entry's interval figure, by its name (every figure a suite records today is one of these)."""
     leaf = name.lower()
-    if any(word in leaf for word in ("residence", "added", "shift", "difference", "overhead")):
+    if leaf.startswith("perf.") and leaf.count(".") >= 3:
+        leaf = leaf.split(".", 3)[3]  # the figure under its check's id (perf.overhead.* names the suite, not the figure)
+    if "direct" in leaf:
+        return "latency"  # the engine's own time, measured without the gateway
+    if any(word in leaf for word in ("gateway", "residence", "added", "shift", "difference", "overhead")):
         return "gateway_time"
     if "rps" in leaf or "throughput" in leaf:
         return "throughput"
@@ -262,6 +288,20 @@ def _compare_parity(a: dict[str, Any], b: dict[str, Any], checks: set[str], out:
                     )  # fmt: skip
 
 
+def machine_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """How the two entries' machine identities differ, one line per field (empty: the same machine)."""
+
+    def flat(value: Any, path: str) -> dict[str, Any]:
+        if isinstance(value, dict):
+            return {k: v for key, sub in value.items() for k, v in flat(sub, f"{path}.{key}" if path else key).items()}
+        return {path: value}
+
+    ha, hb = a.get("hardware"), b.get("hardware")
+    fa = flat(machine_identity(ha if isinstance(ha, dict) else {}), "")
+    fb = flat(machine_identity(hb if isinstance(hb, dict) else {}), "")
+    return [f"{k}: {fa.get(k)} then {fb.get(k)}" for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k)]
+
+
 def compare_entries(original: dict[str, Any], new: dict[str, Any], *, selection: bool = False) -> EntryComparison:
     """Every difference between ``original``'s predicate and its reproduction ``new`` (see the module docstring).
 
@@ -302,4 +342,7 @@ def compare_entries(original: dict[str, Any], new: dict[str, Any], *, selection:
         _compare_continuations(original, new, out)
     _compare_parity(original, new, checks, out)
     _compare_figures(original, new, checks, out)
+    out.machine = machine_differences(original, new)
+    if out.machine:
+        out.notes.append(f"another machine ({len(out.machine)} identity field(s) differ): timing differences are the machine's")
     return out

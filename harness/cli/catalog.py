@@ -241,6 +241,11 @@ def reproduce(
     lines = [f"{verdict}: {entry} on this machine ({result.new_entry})"]
     lines += [f"  - {d.detail}" for d in result.comparison.differences]
     lines += [f"  to decide: {t}" for t in result.comparison.to_decide()]
+    if result.comparison.machine:
+        causes = result.comparison.causes()
+        machine, engine = ", ".join(causes["machine"]) or "none", ", ".join(causes["engine"]) or "none"
+        where = "; ".join(result.comparison.machine[:4])
+        lines.append(f"  another machine ({where}): the machine's: {machine}; the engine's: {engine}")
     lines += [f"  note: {n}" for n in result.comparison.notes]
     emit(common.as_json, {"kind": "catalog-reproduce", **result.to_json()}, "\n".join(lines))
     if verdict == "differs":

@@ -158,3 +158,58 @@ def test_a_schema_3_unshown_pass_and_a_schema_4_not_applicable_are_the_same_stat
     assert check_changes({"checks": [{**row, "status": "passed"}]}, now) == [
         ("agents.codex.real_tool_loop", "passed", "not_applicable")
     ]
+
+
+def test_figure_kinds_follow_the_figure_not_its_check() -> None:
+    from certify.entry_compare import figure_kind
+
+    assert figure_kind("perf.overhead.e2e_bound.unary.direct_e2e_ci_ms.p50") == "latency"
+    assert figure_kind("perf.overhead.e2e_bound.unary.added_ci_ms.p95") == "gateway_time"
+    assert figure_kind("perf.overhead.ttft_bound.itl_added_ci_ms.p95") == "gateway_time"
+    assert figure_kind("metrics.gateway_added_latency_ms.unary.residence_ms.p50") == "gateway_time"
+    assert figure_kind("metrics.gateway_latency_difference_ms.stream.p99") == "gateway_time"
+
+
+def _with_engine_figures(entry: dict[str, Any], scale: float, jitter: float = 0.0) -> dict[str, Any]:
+    """The entry with the engine's own E2E percentiles (as the perf suite records them), times ``scale``."""
+    out = copy.deepcopy(entry)
+    details = _check(out, "perf.overhead.e2e_bound")["details"]
+    for i, (p, ms) in enumerate((("p50", 250.0), ("p95", 262.0))):
+        centre = ms * scale * (1 + (jitter if i % 2 else -jitter))
+        details.setdefault("unary.direct_e2e_ci_ms", {})[p] = {
+            "estimate": centre, "low": centre - 1.5, "high": centre + 1.5, "n": 300, "reliable": True
+        }  # fmt: skip
+    return out
+
+
+def test_an_entry_against_a_ten_percent_slower_copy_differs_and_against_noise_is_reproduced() -> None:
+    original = _with_engine_figures(_entry(), 1.0)
+    slower = compare_entries(original, _with_engine_figures(_again(_entry()), 1.10))
+    assert slower.verdict == "differs"
+    assert sorted(d.item for d in slower.differences) == [
+        "perf.overhead.e2e_bound.unary.direct_e2e_ci_ms.p50", "perf.overhead.e2e_bound.unary.direct_e2e_ci_ms.p95"
+    ]  # fmt: skip
+    noise = compare_entries(original, _with_engine_figures(_again(_entry()), 1.0, jitter=0.004))
+    assert noise.verdict == "reproduced" and not noise.differences
+
+
+def _machine(entry: dict[str, Any], model: str, cores: int) -> dict[str, Any]:
+    cpu = {"vendor": "GenuineIntel", "model_name": model, "isa_flags": ["avx2"], "logical_cores": cores,
+           "physical_cores": cores, "numa_nodes": 1, "memory_total_bytes": 1 << 34}  # fmt: skip
+    return {**entry, "hardware": {"device": "cpu", "cpu": cpu, "host": {"hostname": "h", "os": "linux", "arch": "x86_64"}}}
+
+
+def test_on_another_machine_timing_differences_are_the_machine_s_and_a_token_is_the_engine_s() -> None:
+    original = _machine(_with_engine_figures(_entry(), 1.0), "Xeon 8480", 2)
+    elsewhere = _machine(_with_engine_figures(_again(_entry()), 1.10), "EPYC 9654", 8)
+    result = compare_entries(original, elsewhere)
+    assert result.verdict == "differs" and result.machine == [
+        "cpu.logical_cores: 2 then 8", "cpu.model_name: Xeon 8480 then EPYC 9654", "cpu.physical_cores: 2 then 8"
+    ]  # fmt: skip
+    assert result.causes() == {"machine": [d.item for d in result.differences], "engine": []}
+    _check(elsewhere, "correctness.continuations")["details"]["continuations"][0]["tokens"][0] = "b:7a"
+    causes = compare_entries(original, elsewhere).causes()
+    assert causes["engine"] == ["correctness.continuations/chat/0"] and len(causes["machine"]) == 2
+    same_machine = compare_entries(original, _machine(_with_engine_figures(_again(_entry()), 1.10), "Xeon 8480", 2))
+    assert same_machine.machine == [] and same_machine.causes()["machine"] == []  # the engine's, here
+    assert same_machine.to_json()["machine"] == {"same": True, "differs": []}

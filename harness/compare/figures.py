@@ -66,7 +66,8 @@ class Figure:
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "unit": self.unit, "kind": self.kind, "a": self.a, "b": self.b,
-                "difference": self.difference, "verdict": self.verdict, "method": self.method,
+                "difference": self.difference, "method": self.method,
+                "verdict": self.verdict if self.decision is not None else None,  # a model comparison decides nothing
                 "decision": self.decision.to_json() if self.decision is not None else None}  # fmt: skip
 
 

@@ -33,7 +33,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    StringConstraints,
+    model_serializer,
+    model_validator,
+)
 
 from harness.contracts.base import Record, Sha256
 from harness.contracts.margins import FigureKind, MarginV1
@@ -218,6 +227,14 @@ class CertificationResultV1(Record):
         description="schema 4: per kind of figure, the margin a reproduction of this entry is decided by "
         "(same: the difference's 90 % interval within max(absolute, relative x this entry's estimate))",
     )
+
+    @model_serializer(mode="wrap")
+    def _omit_absent_margins(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict[str, Any]:
+        # An entry before schema 4 has no margins: leaving the null out gives back the document it signed.
+        data: dict[str, Any] = handler(self)
+        if data.get("margins") is None:
+            data.pop("margins", None)
+        return data
 
     @model_validator(mode="after")
     def _headline_matches_the_version(self) -> CertificationResultV1:

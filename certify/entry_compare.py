@@ -14,9 +14,23 @@
   of the same token);
 - ``parity`` — ``correctness.parity.{api}`` diverges from the reference at another position, or its largest
   logprob gap to the reference moved by more than that tolerance;
-- ``figure`` — a figure with a 95 % interval (in the metrics, or in the details of a ``perf`` check) whose two
-  intervals do not overlap: beyond noise. A figure without an interval, or marked unreliable (too few samples),
-  is listed as a note, never as a difference.
+- ``figure`` — a figure with a 95 % interval (in the metrics, or in the details of a ``perf`` check) decided by
+  equivalence (:mod:`harness.compare.decide`): the difference of the two estimates, with the standard error of
+  the two intervals combined as independent, against the margin of the figure's kind written in the *original*
+  entry (``margins``; an entry before schema 4 has none and is decided by today's defaults, said in a note),
+  Holm-corrected over all the figures. ``differs`` is a difference; ``inconclusive`` leaves the verdict
+  ``inconclusive`` unless the figure is one the entries themselves mark unreliable (too few samples for that
+  percentile: shown and decided, not material).
+
+The verdict (:attr:`EntryComparison.verdict`): ``differs`` when there is any difference, else ``inconclusive``
+when a material figure is, else ``reproduced``.
+
+Across machines: the two entries' machine identities (:func:`harness.devices.fingerprint.machine_identity` of
+their ``hardware``: CPU, ISA, cores, memory, host, GPU and driver — not load) are compared too
+(:attr:`EntryComparison.machine`). On another machine a timing figure (latency, throughput, gateway time) is
+expected to move with the machine: each difference is attributed (:meth:`EntryComparison.causes`) to the machine
+(a timing figure, machines differ) or to the engine (everything else: a level, a check, a token, a logprob —
+or any timing figure on the same machine), and the answer says which.
 """
 
 from __future__ import annotations
@@ -26,9 +40,25 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from certify.kit.correctness import MATCH_TOL
+from harness.compare.decide import Decision, Overall, Question, decide, overall, se_of_interval
+from harness.contracts.certification import check_status
+from harness.contracts.margins import FigureKind, MarginV1
+from harness.devices.fingerprint import machine_identity
+from harness.errors import HitchError
 
-__all__ = ["Difference", "EntryComparison", "check_changes", "compare_entries", "continuation_difference", "interval_figures"]
+__all__ = [
+    "Difference",
+    "EntryComparison",
+    "check_changes",
+    "compare_entries",
+    "continuation_difference",
+    "entry_margins",
+    "figure_kind",
+    "interval_figures",
+    "machine_differences",
+]
 
+_TIMING = frozenset({"latency", "throughput", "gateway_time"})
 Kind = Literal["level", "check", "continuation", "logprob", "parity", "figure"]
 CONTINUATIONS = "correctness.continuations"
 
@@ -50,15 +80,43 @@ class EntryComparison:
     differences: list[Difference] = field(default_factory=list)
     compared: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    figures: list[Decision] = field(default_factory=list)
+    machine: list[str] = field(default_factory=list)  # how the machine identities differ (empty: the same machine)
+
+    @property
+    def verdict(self) -> Overall:
+        return overall(self.figures, other_differences=bool(self.differences))
 
     @property
     def reproduced(self) -> bool:
-        return not self.differences
+        return self.verdict == "reproduced"
+
+    def to_decide(self) -> list[str]:
+        """What would decide each material inconclusive figure."""
+        return [
+            f"{d.name}: {f'about {d.samples_needed} samples' if d.samples_needed else 'more samples'} in each entry ({d.why})"
+            for d in self.figures
+            if d.verdict == "inconclusive" and d.material
+        ]
+
+    def causes(self) -> dict[str, list[str]]:
+        """Each difference's item under what it is attributed to: ``machine`` or ``engine`` (module docstring)."""
+        kinds = {d.name: d.kind for d in self.figures}
+        out: dict[str, list[str]] = {"machine": [], "engine": []}
+        for d in self.differences:
+            timing = d.kind == "figure" and kinds.get(d.item) in _TIMING
+            out["machine" if timing and self.machine else "engine"].append(d.item)
+        return out
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "verdict": "reproduced" if self.reproduced else "differs",
+            "verdict": self.verdict,
+            "machine": {"same": not self.machine, "differs": self.machine},
+            "causes": self.causes(),
             "differences": [d.to_json() for d in self.differences],
+            "inconclusive": [d.name for d in self.figures if d.verdict == "inconclusive" and d.material],
+            "to_decide": self.to_decide(),
+            "figures": {d.name: d.to_json() for d in self.figures},
             "compared": self.compared,
             "notes": self.notes,
         }
@@ -69,12 +127,14 @@ def _checks(predicate: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def check_changes(before: dict[str, Any], now: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """``(check id, status before, status now)`` for every check whose status differs (``absent`` when missing)."""
+    """``(check id, status before, status now)`` for every check whose status differs (``absent`` when missing).
+    Statuses as :func:`~harness.contracts.certification.check_status` reads them: a schema-3 ``passed`` that
+    recorded ``not_applicable`` is ``not_applicable``, so it is no change against a schema-4 entry."""
     was, is_ = _checks(before), _checks(now)
     out = []
     for cid in sorted(set(was) | set(is_)):
-        a = str(was[cid].get("status", "not_run")) if cid in was else "absent"
-        b = str(is_[cid].get("status", "not_run")) if cid in is_ else "absent"
+        a = check_status(was[cid]) if cid in was else "absent"
+        b = check_status(is_[cid]) if cid in is_ else "absent"
         if a != b:
             out.append((cid, a, b))
     return out
@@ -102,26 +162,62 @@ def _figures(predicate: dict[str, Any], checks: set[str]) -> dict[str, dict[str,
     return found
 
 
+def figure_kind(name: str) -> FigureKind:
+    """The kind of an entry's interval figure, by its name (every figure a suite records today is one of these)."""
+    leaf = name.lower()
+    if leaf.startswith("perf.") and leaf.count(".") >= 3:
+        leaf = leaf.split(".", 3)[3]  # the figure under its check's id (perf.overhead.* names the suite, not the figure)
+    if "direct" in leaf:
+        return "latency"  # the engine's own time, measured without the gateway
+    if any(word in leaf for word in ("gateway", "residence", "added", "shift", "difference", "overhead")):
+        return "gateway_time"
+    if "rps" in leaf or "throughput" in leaf:
+        return "throughput"
+    if "tokens" in leaf:
+        return "token_count"
+    return "latency"
+
+
+def entry_margins(predicate: dict[str, Any]) -> dict[str, MarginV1] | None:
+    """The margins an entry was published with (schema 4), or None."""
+    raw = predicate.get("margins")
+    if not isinstance(raw, dict):
+        return None
+    return {str(k): MarginV1.model_validate(v) for k, v in raw.items()}
+
+
+def _question(name: str, x: dict[str, Any], y: dict[str, Any]) -> Question:
+    ex, ey = x.get("estimate"), y.get("estimate")
+    sx, sy = se_of_interval(x["low"], x["high"]), se_of_interval(y["low"], y["high"])
+    diff = float(ey) - float(ex) if _number(ex) and _number(ey) else None  # type: ignore[arg-type]
+    se = (sx**2 + sy**2) ** 0.5 if sx is not None and sy is not None else None
+    n = min(int(x.get("n") or 0), int(y.get("n") or 0))
+    reliable = x.get("reliable") is not False and y.get("reliable") is not False
+    why = "" if reliable else "too few samples for this percentile in the entries themselves"
+    return Question(name, figure_kind(name), diff, se, n, ex if _number(ex) else None, reliable, why)
+
+
 def _compare_figures(a: dict[str, Any], b: dict[str, Any], checks: set[str], out: EntryComparison) -> None:
     fa, fb = _figures(a, checks), _figures(b, checks)
     for name in sorted(set(fa) ^ set(fb)):
         out.notes.append(f"{name}: an interval in only one entry, not compared")
-    compared = 0
-    for name in sorted(set(fa) & set(fb)):
-        x, y = fa[name], fb[name]
-        if x.get("reliable") is False or y.get("reliable") is False:
-            out.notes.append(f"{name}: too few samples for a reliable interval, not compared")
-            continue
-        compared += 1
-        if x["high"] < y["low"] or y["high"] < x["low"]:
+    margins = entry_margins(a)
+    if margins is None:
+        out.notes.append("the original entry records no margins (before schema 4): decided by today's default margins")
+    questions = [_question(name, fa[name], fb[name]) for name in sorted(set(fa) & set(fb))]
+    out.figures = decide(questions, margins)
+    for d in out.figures:
+        if d.verdict == "differs":
+            x, y = fa[d.name], fb[d.name]
             out.differences.append(
                 Difference(
-                    "figure", name, [x["low"], x["high"]], [y["low"], y["high"]],
-                    f"{name}: [{x['low']:.4g}, {x['high']:.4g}] then [{y['low']:.4g}, {y['high']:.4g}]: the intervals do "
-                    "not overlap (beyond noise)",
+                    "figure", d.name, [x["low"], x["high"]], [y["low"], y["high"]],
+                    f"{d.name}: [{x['low']:.4g}, {x['high']:.4g}] then [{y['low']:.4g}, {y['high']:.4g}]: {d.why}",
                 )
             )  # fmt: skip
-    out.compared["figures"] = compared
+        elif d.verdict == "inconclusive" and not d.material:
+            out.notes.append(f"{d.name}: not decided, not material ({d.why}; {d.kind} margin {d.margin:.4g})")
+    out.compared["figures"] = len(questions)
 
 
 def _first_difference(a: Any, b: Any) -> int:
@@ -192,11 +288,31 @@ def _compare_parity(a: dict[str, Any], b: dict[str, Any], checks: set[str], out:
                     )  # fmt: skip
 
 
+def machine_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """How the two entries' machine identities differ, one line per field (empty: the same machine)."""
+
+    def flat(value: Any, path: str) -> dict[str, Any]:
+        if isinstance(value, dict):
+            return {k: v for key, sub in value.items() for k, v in flat(sub, f"{path}.{key}" if path else key).items()}
+        return {path: value}
+
+    ha, hb = a.get("hardware"), b.get("hardware")
+    fa = flat(machine_identity(ha if isinstance(ha, dict) else {}), "")
+    fb = flat(machine_identity(hb if isinstance(hb, dict) else {}), "")
+    return [f"{k}: {fa.get(k)} then {fb.get(k)}" for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k)]
+
+
 def compare_entries(original: dict[str, Any], new: dict[str, Any], *, selection: bool = False) -> EntryComparison:
     """Every difference between ``original``'s predicate and its reproduction ``new`` (see the module docstring).
 
     ``selection``: the reproduction ran only some checks (``-k``): only those that ran (not ``not_run``) are
-    compared, and the level is not."""
+    compared, and the level is not. One entry compared with itself is refused (``comparison_with_itself``)."""
+    if original == new:
+        raise HitchError(
+            "comparison_with_itself",
+            "an entry compared with itself: a reproduction is a second certification of its lock",
+            {"inference_id": original.get("inference_id"), "finished_at": original.get("finished_at")},
+        )
     out = EntryComparison()
     ran = {cid for cid, c in _checks(new).items() if c.get("status") != "not_run"}
     checks = ran if selection else set(_checks(original)) | set(_checks(new))
@@ -226,4 +342,7 @@ def compare_entries(original: dict[str, Any], new: dict[str, Any], *, selection:
         _compare_continuations(original, new, out)
     _compare_parity(original, new, checks, out)
     _compare_figures(original, new, checks, out)
+    out.machine = machine_differences(original, new)
+    if out.machine:
+        out.notes.append(f"another machine ({len(out.machine)} identity field(s) differ): timing differences are the machine's")
     return out

@@ -10,9 +10,12 @@
 ``contract``    every required check passed against the fake engine: the harness is proven, the hardware not;
 ``failed``      any required check failed, errored, was skipped, or did not run at all.
 
-A check that ran and found its behaviour not applicable to the model (declared by the model-fixture catalog,
-e.g. a random checkpoint never ends a turn) passes with ``details.not_applicable``; the reasons name it, so the
-entry says what was not shown instead of hiding it.
+A check that ran and measured that its subject cannot do what it measures (the model made no tool round trip,
+a random checkpoint never ends a turn, no request reached the engine) is ``not_applicable``, with the measured
+reason in ``details.not_applicable`` (the plugin turns a check that recorded that reason into this status). It is
+never a pass and never counts toward a level: a required one keeps a real engine's entry from ``certified``
+(``provisional``, the reason names it) and is named in a contract entry's reasons; it fails nothing, because
+the check did run and what it found is recorded.
 
 A skipped or missing required check is never a pass; a check whose result is not ``passed`` but that is not
 required only appears in the reasons.
@@ -33,7 +36,7 @@ from certify.registry import Check
 
 __all__ = ["CheckResult", "Evaluation", "Platform", "evaluate"]
 
-Status = Literal["passed", "failed", "skipped", "not_run"]
+Status = Literal["passed", "failed", "skipped", "not_run", "not_applicable"]
 Level = Literal["certified", "provisional", "contract", "failed"]
 
 
@@ -46,7 +49,7 @@ class CheckResult:
 
     def merge(self, other: CheckResult) -> CheckResult:
         """Two results for one id (a parametrized check, or xdist repeats): the worse status wins."""
-        order = ("failed", "not_run", "skipped", "passed")
+        order = ("failed", "not_run", "skipped", "not_applicable", "passed")
         worse = self.status if order.index(self.status) <= order.index(other.status) else other.status
         return CheckResult(self.id, worse, self.duration_s + other.duration_s, {**other.details, **self.details})
 
@@ -73,6 +76,7 @@ class Evaluation:
 def evaluate(declared: dict[str, Check], results: dict[str, CheckResult], platform: Platform) -> Evaluation:
     reasons: list[str] = []
     rows: list[dict[str, Any]] = []
+    not_shown: list[str] = []  # required checks not applicable: never toward a level
     failed = False
     if platform.session_error:
         failed = True
@@ -89,24 +93,30 @@ def evaluate(declared: dict[str, Check], results: dict[str, CheckResult], platfo
             if result.status != "not_run":
                 rows.append(_row(result, spec, required=False))
             continue
-        if result.status != "passed":
+        if result.status == "not_applicable":
+            why = result.details.get("not_applicable") or result.details.get("reason") or "no reason recorded"
+            reasons.append(f"{cid}: not applicable ({'required' if required else 'optional'}): {why}")
+            if required:
+                not_shown.append(cid)
+        elif result.status != "passed":
             if required:
                 failed = True
                 reasons.append(f"{cid}: required check {result.status}")
             else:
                 reasons.append(f"{cid}: optional check {result.status}")
-        elif result.details.get("not_applicable"):
-            reasons.append(f"{cid}: not applicable to this model: {result.details['not_applicable']}")
         rows.append(_row(result, spec, required=required))
     if failed:
         return Evaluation("failed", reasons, rows)
     if platform.engine == "fake":
         return Evaluation("contract", [*reasons, "fake engine: proves the harness, claims nothing about hardware"], rows)
     gate = gate_reasons(declared, results, platform.engine, platform.device)
-    limits = [*platform.platform_reasons, *platform.runtime_reasons, *(reason for reason, _ in gate)]
-    if platform.platform_certifiable and platform.runtime_certifiable and not gate:
+    unshown = [f"not certified while a required check is not applicable: {', '.join(not_shown)}"] if not_shown else []
+    limits = [*platform.platform_reasons, *platform.runtime_reasons, *(reason for reason, _ in gate), *unshown]
+    if platform.platform_certifiable and platform.runtime_certifiable and not gate and not unshown:
         return Evaluation("certified", reasons, rows)
     way = actions(list(platform.platform_reasons), list(platform.runtime_reasons), gate)
+    if not_shown:
+        way.append(f"certify a model that can show what {', '.join(not_shown)} measure(s)")
     return Evaluation("provisional", [*reasons, *limits] or ["platform or runtime not certifiable"], rows, way)
 
 
@@ -115,10 +125,9 @@ def _summary(result: CheckResult, spec: Check | None) -> str:
     reason = str(result.details.get("reason") or "").strip().split("\n", 1)[0].removeprefix("E ").strip()
     reason = reason.removeprefix("Skipped: ")  # pytest's own prefix of a skip's reason
     reason = reason.removeprefix(f"{result.id} ")  # a skip's "<id> does not apply to ..."
+    if result.status == "not_applicable":
+        return f"not shown: {result.details.get('not_applicable') or reason or 'no reason recorded'}"
     if result.status == "passed":
-        na = result.details.get("not_applicable")
-        if na:
-            return f"not shown for this model: {na}"
         return spec.summarize(result.details) if spec is not None else ""
     if result.status == "not_run":
         return "did not run"

@@ -64,12 +64,12 @@ def gate_reasons(declared: Mapping[str, Any], results: Mapping[str, Any], engine
         spec, result = declared.get(gate.check), results.get(gate.check)
         if spec is None or not spec.applies(engine, device):
             why = "it is not declared for this engine and device"
+        elif result is not None and result.status == "not_applicable":
+            why = f"the model cannot: {result.details.get('not_applicable')}"
         elif result is None or result.status != "passed":
             status = "did not run" if result is None else result.status
             reason = str((result.details if result is not None else {}).get("reason") or "").split("\n", 1)[0]
             why = f"{gate.check} {status}" + (f": {reason}" if reason else "")
-        elif result.details.get("not_applicable"):
-            why = f"the model cannot: {result.details['not_applicable']}"
         else:
             short = gate.short(result.details)
             if short is None:

@@ -39,6 +39,7 @@ from harness.contracts.certification import (
     EvidenceFileV1,
     ReproducesV1,
 )
+from harness.contracts.margins import DEFAULT_MARGINS
 from harness.contracts.timeline import CertificationTimelineV1
 from harness.devices import DoctorReportV1, fingerprint_of, run_doctor
 from harness.ids import digest_bytes
@@ -148,6 +149,7 @@ def build_predicate(
         evidence=evidence,
         finished_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         reproduces=_reproduces(opts),
+        margins=dict(DEFAULT_MARGINS),  # what a reproduction of this entry is decided by (harness.compare.decide)
     )
 
 

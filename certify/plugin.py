@@ -35,6 +35,7 @@ import pytest
 from certify.evaluate import CheckResult
 from certify.options import REPORT_ENV, SESSION_ENV, CertifyOptions, add_options, choose_engine, options_from
 from certify.quiet import QuietLimit, QuietPhase, TimingRefused, machine_turn, parse_limit, quiet_phase
+from certify.recorder import EndRecorder, Recorder, shown_status
 from certify.registry import SUITES, Check, all_checks, session_end_checks
 from certify.secrets_scan import forget
 from certify.timeline import CpuSample, build_timeline, cpu_sample, cpu_usage, drain, record
@@ -294,7 +295,8 @@ def record_report(state: CertifyState, report: pytest.TestReport) -> None:
             state.metrics.update(_unrefused(state.refused, cast("dict[str, Any]", value)))
         elif key == "certify_evidence":
             state.evidence.update(cast("dict[str, dict[str, Any]]", value))
-    if status != "passed":
+    status = shown_status(status, details)
+    if status not in ("passed", "not_applicable"):
         details["reason"] = _reason(report)
     result = CheckResult(str(cid), status, float(report.duration), details)  # type: ignore[arg-type]
     previous = state.results.get(result.id)
@@ -437,46 +439,9 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     return result
 
 
-@dataclass
-class Recorder:
-    item: pytest.Item
-
-    def metric(self, name: str, value: Any) -> None:
-        self.item.user_properties.append(("certify_metric", {name: value}))
-
-    def detail(self, key: str, value: Any) -> None:
-        self.item.user_properties.append(("certify_detail", {key: value}))
-
-    def evidence(self, name: str, data: bytes) -> str:
-        """Keep ``data`` in the run's evidence store and name it ``<check id>/<name>`` in the entry."""
-        from catalog.evidence import EVIDENCE_DIR, store_blob
-
-        cid = check_id_of(self.item)
-        if cid is None:
-            raise RuntimeError(f"{self.item.nodeid}: evidence recorded outside a certification check")
-        digest = store_blob(resolved_options(self.item.config).report_dir / EVIDENCE_DIR, data)
-        entry = {"name": f"{cid}/{name}", "check": cid, "digest": digest, "size": len(data)}
-        self.item.user_properties.append(("certify_evidence", {entry["name"]: entry}))
-        return digest
-
-
 @pytest.fixture
 def certify_record(request: pytest.FixtureRequest) -> Recorder:
     return Recorder(request.node)
-
-
-@dataclass
-class EndRecorder:
-    """What a session-end check records (its details and metrics), as :class:`Recorder` does for a test."""
-
-    details: dict[str, Any] = field(default_factory=dict)
-    metrics: dict[str, Any] = field(default_factory=dict)
-
-    def metric(self, name: str, value: Any) -> None:
-        self.metrics[name] = value
-
-    def detail(self, key: str, value: Any) -> None:
-        self.details[key] = value
 
 
 def run_session_end_checks(state: CertifyState, opts: CertifyOptions, checks: list[tuple[Check, Any]]) -> list[str]:
@@ -509,6 +474,7 @@ def run_session_end_checks(state: CertifyState, opts: CertifyOptions, checks: li
                     status = "failed"
                     recorder.details["reason"] = f"{type(exc).__name__}: {exc}"[:1000]
                     failed.append(f"{spec.id} (at session end) failed: {recorder.details['reason']}")
+            status = shown_status(status, recorder.details)
             state.metrics.update(recorder.metrics)
             state.spans.append(
                 record("check", spec.id, wall_start, time.time(), phase="session_end", check=spec.id, engine="none", keep=False)

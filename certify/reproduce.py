@@ -12,8 +12,9 @@ In order:
    its own report directory (its output in ``reproduce.log`` there); ``-k`` runs a selection of the checks,
    exactly as pytest selects them, and then only those are compared.
 4. The new entry (signed like any other, naming the entry it reproduces) is compared with the original
-   (:func:`certify.entry_compare.compare_entries`); the verdict is ``reproduced`` or ``differs`` with every
-   difference, written to ``reproduction.json`` beside the new entry.
+   (:func:`certify.entry_compare.compare_entries`); the verdict is ``reproduced``, ``differs`` (with every
+   difference) or ``inconclusive`` (with what would decide it), written to ``reproduction.json`` beside the new
+   entry. Reproducing an entry with itself is refused (``comparison_with_itself``).
 
 The canary (:mod:`certify.canary`) reads its check changes from the same comparison.
 """

@@ -126,6 +126,9 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
         "integrity", False, 409, "a file of the run's sealed evidence set changed or is gone; `hitch run verify ID` names it"
     ),
     "run_not_rerunnable": _e("input", False, 409, "rerun a finished run that kept its harness input (hitch run ... --prompt)"),
+    "comparison_with_itself": _e(
+        "input", False, 400, "compare two different runs, evaluations or entries (a reproduction is a second measurement)"
+    ),
     "runs_not_comparable": _e(
         "compatibility", False, 409, "compare runs of the same model, inference id, hardware and cache condition"
     ),

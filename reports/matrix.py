@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from markupsafe import Markup
 
 from catalog.signing import verify_envelope
+from harness.contracts.certification import check_status
 from harness.errors import HitchError
 from reports.figures import ms, number
 from reports.render import write_page
@@ -161,7 +162,7 @@ def _figures(predicate: Mapping[str, Any]) -> dict[str, Any]:
     elif isinstance(headline, Mapping) and number(headline.get("p50")) is not None:
         legacy = f"{float(headline['p50']):+.1f} ms black-box difference (schema 2, no interval)"
     return {
-        "passed": sum(1 for c in checks if c.get("status") == "passed"),
+        "passed": sum(1 for c in checks if check_status(c) == "passed"),
         "total": len(checks),
         "residence": residence,
         "overhead_verdict": verdict,
@@ -237,7 +238,7 @@ def _matrix_rows(rows: list[dict[str, Any]], out_dir: Path) -> tuple[list[dict[s
             **{k: rec[k] for k in (*MATRIX_KEY, "runtime_name", "engine")},
             "model_label": _model_label(rec),
             "statuses": {
-                str(c.get("id")): str(c.get("status")) for c in rec["predicate"].get("checks") or [] if isinstance(c, Mapping)
+                str(c.get("id")): check_status(c) for c in rec["predicate"].get("checks") or [] if isinstance(c, Mapping)
             },
         }
         for rec in reversed(records)

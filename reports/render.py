@@ -25,7 +25,7 @@ from markupsafe import Markup
 from harness.errors import HitchError
 from harness.paths import atomic_write_bytes, resolve_root
 
-__all__ = ["STATUS_CLASSES", "environment", "flatten", "fmt_num", "local_paths", "redact_paths", "write_page"]
+__all__ = ["STATUS_CLASSES", "STATUS_WORDS", "environment", "flatten", "fmt_num", "local_paths", "redact_paths", "write_page"]
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 STATUS_CLASSES = {
@@ -35,8 +35,11 @@ STATUS_CLASSES = {
     "contract": "info",
     "skipped": "warn",
     "not_run": "warn",
+    "not_applicable": "warn",
     "failed": "bad",
 }
+# how a check status reads on a page: a check not applicable showed nothing, and says so
+STATUS_WORDS = {"not_applicable": "not shown", "not_run": "not run"}
 
 
 def fmt_num(value: Any, digits: int = 2) -> str:
@@ -90,6 +93,7 @@ def environment() -> jinja2.Environment:
         )
         env.filters["num"] = fmt_num
         env.filters["badge"] = _badge
+        env.filters["status_word"] = lambda status: STATUS_WORDS.get(str(status), str(status))
         env.filters["dotbreak"] = _dotbreak
         _ENV = env
     return _ENV

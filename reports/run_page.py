@@ -24,6 +24,7 @@ from typing import Any
 import pandas as pd
 from markupsafe import Markup
 
+from harness.contracts.certification import check_status
 from harness.errors import HitchError
 from reports.figures import PERCENTILES, duration_words, number
 from reports.overhead_view import overhead_section
@@ -35,7 +36,7 @@ from reports.verdict import verdict
 __all__ = ["SUITES", "build_run_page"]
 
 SUITES = ("hardware", "protocol", "correctness", "faults", "security", "lifecycle", "perf", "agents")
-STATUSES = ("passed", "failed", "skipped", "not_run")
+STATUSES = ("passed", "failed", "skipped", "not_run", "not_applicable")
 # DESIGN §6 lifecycle lines: a cancelled request frees its slot within 5 s; idle stop within TTL + 10 s.
 EVIDENCE_DIR = "evidence"  # the run's evidence store beside the page (catalog.evidence)
 EVIDENCE_PREVIEW_BYTES = 2048
@@ -60,7 +61,7 @@ def _checks(results: Mapping[str, Any]) -> dict[str, Any]:
     df = pd.DataFrame(
         {
             "id": [c["id"] for c in raw],
-            "status": [str(c.get("status", "not_run")) for c in raw],
+            "status": [check_status(c) for c in raw],
             "required": [bool(c.get("required", False)) for c in raw],
             "duration_s": [number(c.get("duration_s")) for c in raw],
             "sentence": [str(c.get("summary") or "") for c in raw],

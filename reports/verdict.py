@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from harness.contracts.certification import check_status
 from reports.figures import ms
 
 __all__ = ["SUITE_CLAIMS", "verdict"]
@@ -50,13 +51,12 @@ def _not_shown(checks: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     limits, failures and checks that never ran."""
     groups: dict[str, list[dict[str, str]]] = {}
     for c in checks:
-        status = str(c.get("status"))
+        status = check_status(c)
         details = c.get("details") if isinstance(c.get("details"), Mapping) else {}
-        na = (details or {}).get("not_applicable")
-        if status == "passed" and not na:
+        if status == "passed":
             continue
-        if na:
-            head, why = "not applicable to this model", str(na)
+        if status == "not_applicable":
+            head, why = "not applicable to this model", str((details or {}).get("not_applicable") or _reason_of(c))
         elif status == "skipped":
             reason = _reason_of(c)
             head, _, why = reason.partition(": ")
@@ -95,7 +95,7 @@ def _shown(checks: Sequence[Mapping[str, Any]], suites: Sequence[str]) -> list[d
         mine = [c for c in checks if str(c.get("id", "")).split(".", 1)[0] == suite]
         if not mine:
             continue
-        passed = sum(1 for c in mine if c.get("status") == "passed")
+        passed = sum(1 for c in mine if check_status(c) == "passed")
         rows.append({"suite": suite, "passed": passed, "total": len(mine), "claim": SUITE_CLAIMS.get(suite, "")})
     return rows
 

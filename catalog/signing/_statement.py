@@ -31,9 +31,13 @@ __all__ = [
 ]
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
-# predicateType per predicate schema_version: new entries are v3 (schema 3: the decided overhead figure);
-# entries signed as v2 stay verifiable and readable
-PREDICATE_TYPES = {"2": "https://hitch.dev/certification/v2", "3": "https://hitch.dev/certification/v3"}
+# predicateType per predicate schema_version: new entries are v4 (schema 4: the not_applicable check status and
+# the reproduction margins); entries signed as v2 or v3 stay verifiable and readable
+PREDICATE_TYPES = {
+    "2": "https://hitch.dev/certification/v2",
+    "3": "https://hitch.dev/certification/v3",
+    "4": "https://hitch.dev/certification/v4",
+}
 PREDICATE_TYPE = PREDICATE_TYPES[PREDICATE_SCHEMA_VERSION]
 LEVELS = ("certified", "provisional", "contract", "failed")
 

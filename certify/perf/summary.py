@@ -157,6 +157,8 @@ def summarize(rounds: list[Round], plan: Plan, retries: dict[str, int], permits:
         section: dict[str, Any] = {
             "direct": {f"{p}_ms": v for p, v in direct.items()} | {"rps_c32": med(di_rps)} | _tokens(rounds, kind, "direct")
         }
+        # the engine's own E2E percentiles with their intervals: what a reproduction decides an engine change on
+        section["direct"]["e2e_ci_ms"] = added_intervals(None, pooled(rounds, kind, "direct", "e2e"), QS, scale=1000.0)
         if kind == "stream":
             section["direct"]["ttft_ms"] = _direct(rounds, kind, "ttft")
             section["direct"]["itl_ms"] = _direct(rounds, kind, "itl")

@@ -184,6 +184,7 @@ def test_added_latency_within_bound(overhead: dict[str, Any], certify_record: An
     for kind in KINDS:
         gw, direct = res[kind]["gateway"], res[kind]["direct"]
         certify_record.detail(f"{kind}.direct_ms", {p: round(direct[f"{p}_ms"], 3) for p in ("p50", "p95", "p99")})
+        certify_record.detail(f"{kind}.direct_e2e_ci_ms", _intervals_detail(direct["e2e_ci_ms"]))
         certify_record.detail(f"{kind}.added_ms", {p: round(v, 3) for p, v in gw["added_latency_ms"].items()})
         certify_record.detail(f"{kind}.added_ci_ms", _intervals_detail(gw["added_latency_ci_ms"]))
         certify_record.detail(f"{kind}.residence_ci_ms", _intervals_detail(gw["residence_ci_ms"]))

@@ -223,24 +223,32 @@ def reproduce(
     common: Common = COMMON,
 ) -> None:
     """Verify the entry, require its model and runtime here by digest, certify its exact lock and profile again,
-    and compare level, check outcomes, greedy continuations, logprob gaps and every figure by its interval.
+    and compare level, check outcomes, greedy continuations, logprob gaps and every figure against its margin.
 
-    Exit 0: reproduced; exit 10: differs (every difference listed)."""
+    Exit 0: reproduced; exit 10: differs (every difference listed); exit 11: inconclusive (what would decide it)."""
     import time
 
     from certify.options import REPO
     from certify.reproduce import reproduce as run_reproduction
-    from harness.compare.figures import DIFFERS_EXIT_CODE
+    from harness.compare.figures import DIFFERS_EXIT_CODE, INCONCLUSIVE_EXIT_CODE
 
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     out = (report_dir or REPO / "reports" / "out" / f"{stamp}-reproduce").expanduser().resolve()
     result = run_reproduction(
         common.hroot, entry, _keys(keys), out, select=select, fake_faults=tuple(fake_fault or ()), sign_key=sign_key
     )
-    verdict = "reproduced" if result.reproduced else "differs"
+    verdict = result.comparison.verdict
     lines = [f"{verdict}: {entry} on this machine ({result.new_entry})"]
     lines += [f"  - {d.detail}" for d in result.comparison.differences]
+    lines += [f"  to decide: {t}" for t in result.comparison.to_decide()]
+    if result.comparison.machine:
+        causes = result.comparison.causes()
+        machine, engine = ", ".join(causes["machine"]) or "none", ", ".join(causes["engine"]) or "none"
+        where = "; ".join(result.comparison.machine[:4])
+        lines.append(f"  another machine ({where}): the machine's: {machine}; the engine's: {engine}")
     lines += [f"  note: {n}" for n in result.comparison.notes]
     emit(common.as_json, {"kind": "catalog-reproduce", **result.to_json()}, "\n".join(lines))
-    if not result.reproduced:
+    if verdict == "differs":
         raise typer.Exit(DIFFERS_EXIT_CODE)
+    if verdict == "inconclusive":
+        raise typer.Exit(INCONCLUSIVE_EXIT_CODE)

@@ -16,7 +16,7 @@ from typing import Any
 
 from harness.errors import HitchError
 
-__all__ = ["STRICT_CONDITIONS", "Condition", "require_comparable"]
+__all__ = ["STRICT_CONDITIONS", "Condition", "refuse_itself", "require_comparable"]
 
 STRICT_CONDITIONS = ("model_id", "inference_id", "hardware", "cache_condition")
 
@@ -44,4 +44,14 @@ def require_comparable(kind: str, a: str, b: str, conditions: Sequence[Condition
             "runs_not_comparable",
             f"{kind}s {a} and {b} are not comparable: {names} differ{'s' if len(differ) == 1 else ''}",
             {"a": a, "b": b, "differ": [c.to_json() for c in differ], "conditions": [c.to_json() for c in conditions]},
+        )
+
+
+def refuse_itself(kind: str, a: str, b: str) -> None:
+    """Raise ``comparison_with_itself`` when both sides are one measurement (``kind``: run | evaluation | entry)."""
+    if a == b:
+        raise HitchError(
+            "comparison_with_itself",
+            f"{kind} {a} compared with itself: one measurement decides nothing about reproducing it",
+            {"a": a, "b": b},
         )

@@ -7,15 +7,23 @@ started its own service, ``warm`` when it found one running), and every trial mu
 
 Figures: trials solved (reward >= 1.0, Harbor's full credit) with Wilson intervals; the per-trial reward,
 requests, input and output tokens and agent time (bootstrap intervals of the medians); and the per-request
-figures of all trials' attempt rows pooled.
+figures of all trials' attempt rows pooled; all decided together by equivalence
+(:func:`harness.compare.figures.decide_figures`). The outcome of each task, side by side (trials solved of
+trials run), is listed with the tasks whose outcome changed.
+
+``--across-models``: the model may differ, every other condition of the trials' runs must match
+(:mod:`harness.compare.across_models`); the answer is a model comparison (figures with intervals and the
+per-task outcome changes), never a reproduction verdict.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import ValidationError
 
-from harness.compare.conditions import Condition, require_comparable
-from harness.compare.figures import Figure, proportion_figure, sample_figure
+from harness.compare.conditions import Condition, refuse_itself, require_comparable
+from harness.compare.figures import Figure, decide_figures, proportion_figure, sample_figure
 from harness.compare.runs import Comparison, RunSide, load_run_side, row_figures
 from harness.contracts.evaluation import EvaluationRecordV1
 from harness.errors import HitchError
@@ -95,22 +103,58 @@ def _per_trial(ea: EvaluationRecordV1, eb: EvaluationRecordV1) -> list[Figure]:
 
     return [
         proportion_figure("trials_solved", solved(ea), solved(eb)),
-        sample_figure("reward", "reward", rewards(ea), rewards(eb)),
-        sample_figure("requests_per_trial", "requests", usage(ea, "requests"), usage(eb, "requests")),
-        sample_figure("input_tokens_per_trial", "tokens", usage(ea, "input_tokens"), usage(eb, "input_tokens")),
-        sample_figure("output_tokens_per_trial", "tokens", usage(ea, "output_tokens"), usage(eb, "output_tokens")),
-        sample_figure("agent_execution_s", "s", agent_s(ea), agent_s(eb)),
+        sample_figure("reward", "reward", "count", rewards(ea), rewards(eb)),
+        sample_figure("requests_per_trial", "requests", "count", usage(ea, "requests"), usage(eb, "requests")),
+        sample_figure("input_tokens_per_trial", "tokens", "token_count", usage(ea, "input_tokens"), usage(eb, "input_tokens")),
+        sample_figure("output_tokens_per_trial", "tokens", "token_count", usage(ea, "output_tokens"), usage(eb, "output_tokens")),
+        sample_figure("agent_execution_s", "s", "agent_time", agent_s(ea), agent_s(eb)),
     ]
 
 
-def compare_evals(root: HitchRoot, a_id: str, b_id: str) -> Comparison:
-    """Compare two evaluations (``runs_not_comparable`` when a strict condition differs)."""
+def _task_outcomes(ea: EvaluationRecordV1, eb: EvaluationRecordV1) -> list[dict[str, Any]]:
+    """Per task: trials solved of trials run on each side, and whether the outcome changed."""
+
+    def by_task(e: EvaluationRecordV1) -> dict[str, tuple[int, int]]:
+        out: dict[str, tuple[int, int]] = {}
+        for t in e.trials:
+            solved, n = out.get(t.task, (0, 0))
+            out[t.task] = (solved + int(t.reward is not None and t.reward >= SOLVED_REWARD), n + 1)
+        return out
+
+    ta, tb = by_task(ea), by_task(eb)
+    rows = []
+    for task in sorted(set(ta) | set(tb)):
+        a, b = ta.get(task), tb.get(task)
+        share = [None if x is None else x[0] / x[1] for x in (a, b)]
+        rows.append({"task": task, "a": a and {"solved": a[0], "trials": a[1]}, "b": b and {"solved": b[0], "trials": b[1]},
+                     "changed": share[0] != share[1]})  # fmt: skip
+    return rows
+
+
+def compare_evals(root: HitchRoot, a_id: str, b_id: str, *, across_models: bool = False) -> Comparison:
+    """Compare two evaluations (``runs_not_comparable`` when a strict condition differs; with ``across_models``
+    the model may differ and the answer is a model comparison)."""
+    refuse_itself("evaluation", a_id, b_id)
     ea, eb = load_evaluation(root, a_id), load_evaluation(root, b_id)
     notes: list[str] = []
     sa, sb = _sides(root, ea, notes), _sides(root, eb, notes)
-    conditions = _conditions(ea, sa, eb, sb)
-    require_comparable("evaluation", a_id, b_id, conditions)
+    if across_models:
+        from harness.compare.across_models import model_conditions, require_models_comparable
+
+        for name in ("model_id", "inference_id", "hardware"):  # each side's trials agree among themselves
+            _one({_facts(s)[name] for s in sa}, name, ea.evaluation_id)
+            _one({_facts(s)[name] for s in sb}, name, eb.evaluation_id)
+        conditions, derived = model_conditions(sa[0], sb[0])
+        require_models_comparable("evaluation", a_id, b_id, conditions)
+        notes += derived
+    else:
+        conditions = _conditions(ea, sa, eb, sb)
+        require_comparable("evaluation", a_id, b_id, conditions)
     for side in (*sa, *sb):
         notes.extend(side.notes)
     pooled = row_figures([r for s in sa for r in s.rows], [r for s in sb for r in s.rows])
-    return Comparison("evaluation", a_id, b_id, conditions, [*_per_trial(ea, eb), *pooled], notes)
+    figures = [*_per_trial(ea, eb), *pooled]
+    tasks = _task_outcomes(ea, eb)
+    if across_models:
+        return Comparison("evaluation", a_id, b_id, conditions, figures, notes, True, tasks)
+    return Comparison("evaluation", a_id, b_id, conditions, decide_figures(figures), notes, False, tasks)

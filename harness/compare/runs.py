@@ -5,11 +5,19 @@ re-hashed first by :func:`harness.run_ref.verify_run`: a changed set is ``run_ev
 compared; a run written before refs existed is compared with a note), its execution evidence (any schema
 version) and its attempt rows. The figures come from the rows of requests that reached an answer (completed
 or incomplete): end-to-end latency, time to first token (streams), the engine's share, input and output
-tokens; plus the request count by status as a note.
+tokens; plus the request count by status as a note. They are decided together by equivalence
+(:func:`harness.compare.figures.decide_figures`): the overall verdict is ``reproduced``, ``differs`` or
+``inconclusive`` (with how many samples would decide it). A run compared with itself is refused
+(``comparison_with_itself``): it would show nothing but its own identity.
+
+``--across-models`` (:func:`compare_runs` with ``across_models=True``, spec §6.3's model comparison): the model
+may differ; every other strict condition must match (:mod:`harness.compare.across_models`); the output is the
+per-figure differences with their intervals, never a reproduction verdict.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,10 +25,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from harness.compare.conditions import Condition, require_comparable
-from harness.compare.figures import Figure, sample_figure
+from harness.compare.conditions import Condition, refuse_itself, require_comparable
+from harness.compare.decide import ALPHA, CORRECTION, Overall, overall
+from harness.compare.figures import Figure, decide_figures, sample_figure
 from harness.contracts.events import RequestEvidenceV1
 from harness.contracts.evidence import ExecutionEvidenceSchema1, InferenceExecutionEvidenceV1, parse_execution_evidence
+from harness.contracts.lock import InferenceLockV1
+from harness.contracts.margins import DEFAULT_MARGINS, FigureKind
 from harness.contracts.run import RunRecordV1
 from harness.devices.fingerprint import machine_identity
 from harness.errors import HitchError
@@ -32,12 +43,12 @@ __all__ = ["Comparison", "RunSide", "compare_runs", "load_run_side", "row_figure
 
 _ANSWERED = frozenset({"completed", "incomplete"})
 # (figure name, unit, row field); a row without the field (a unary request's TTFT) adds no sample
-ROW_FIGURES = (
-    ("e2e_ms", "ms", "e2e_ms"),
-    ("ttft_ms", "ms", "ttft_ms"),
-    ("engine_ms", "ms", "engine_ms"),
-    ("input_tokens", "tokens", "input_tokens"),
-    ("output_tokens", "tokens", "output_tokens"),
+ROW_FIGURES: tuple[tuple[str, str, FigureKind, str], ...] = (
+    ("e2e_ms", "ms", "latency", "e2e_ms"),
+    ("ttft_ms", "ms", "latency", "ttft_ms"),
+    ("engine_ms", "ms", "latency", "engine_ms"),
+    ("input_tokens", "tokens", "token_count", "input_tokens"),
+    ("output_tokens", "tokens", "token_count", "output_tokens"),
 )
 
 
@@ -49,6 +60,7 @@ class RunSide:
     model_id: str
     rows: list[RequestEvidenceV1]
     notes: list[str] = field(default_factory=list)
+    lock: InferenceLockV1 | None = None  # the run's sealed lock, where it kept one
 
     @property
     def hardware(self) -> str:
@@ -93,7 +105,10 @@ def load_run_side(root: HitchRoot, run_id: str) -> RunSide:
     attempts = run_dir / "inference" / "attempts.jsonl"
     if attempts.is_file():
         rows = [RequestEvidenceV1.model_validate_json(line) for line in attempts.read_text(encoding="utf-8").splitlines() if line]
-    return RunSide(run_id, record, execution, model_id or "unknown", rows, notes)
+    lock = None
+    with contextlib.suppress(OSError, ValidationError):
+        lock = InferenceLockV1.model_validate_json((run_dir / "inference" / "lock.json").read_bytes())
+    return RunSide(run_id, record, execution, model_id or "unknown", rows, notes, lock)
 
 
 def run_conditions(a: RunSide, b: RunSide) -> list[Condition]:
@@ -112,10 +127,10 @@ def _samples(rows: list[RequestEvidenceV1], attr: str) -> list[float]:
 def row_figures(a_rows: list[RequestEvidenceV1], b_rows: list[RequestEvidenceV1]) -> list[Figure]:
     """The per-request figures of two sets of attempt rows (see :data:`ROW_FIGURES`)."""
     out = []
-    for name, unit, attr in ROW_FIGURES:
+    for name, unit, kind, attr in ROW_FIGURES:
         a, b = _samples(a_rows, attr), _samples(b_rows, attr)
         if a or b:
-            out.append(sample_figure(name, unit, a, b))
+            out.append(sample_figure(name, unit, kind, a, b))
     return out
 
 
@@ -125,8 +140,10 @@ class Comparison:
     a: str
     b: str
     conditions: list[Condition]
-    figures: list[Figure]
+    figures: list[Figure]  # decided (decide_figures), except in a model comparison
     notes: list[str] = field(default_factory=list)
+    across_models: bool = False
+    tasks: list[dict[str, Any]] = field(default_factory=list)  # per-task outcomes (evaluations)
 
     @property
     def differences(self) -> list[str]:
@@ -136,17 +153,59 @@ class Comparison:
     def differs(self) -> bool:
         return bool(self.differences)
 
+    @property
+    def undecided(self) -> list[Figure]:
+        return [f for f in self.figures if f.verdict == "inconclusive" and f.decision is not None and f.decision.material]
+
+    @property
+    def verdict(self) -> Overall | None:
+        """The reproduction verdict; None for a model comparison (it never is one)."""
+        if self.across_models:
+            return None
+        return overall([f.decision for f in self.figures if f.decision is not None])
+
+    def to_decide(self) -> list[str]:
+        """What would decide each inconclusive figure, in words."""
+        out = []
+        for f in self.undecided:
+            d = f.decision
+            assert d is not None
+            more = f"about {d.samples_needed} samples a side" if d.samples_needed else "more samples a side"
+            out.append(f"{f.name}: {more} ({d.why})")
+        return out
+
     def to_json(self) -> dict[str, Any]:
-        return {
+        body: dict[str, Any] = {
             "a": self.a,
             "b": self.b,
             "comparable": True,
+            "mode": "models" if self.across_models else "reproduction",
             "conditions": [c.to_json() for c in self.conditions],
             "figures": [f.to_json() for f in self.figures],
-            "differs": self.differs,
-            "differences": self.differences,
             "notes": self.notes,
         }
+        if self.across_models:
+            return {**body, "tasks": self.tasks}
+        return {
+            **body,
+            "verdict": self.verdict,
+            "differs": self.differs,
+            "differences": self.differences,
+            "inconclusive": [f.name for f in self.undecided],
+            "to_decide": self.to_decide(),
+            "rule": rule_json(),
+            **({"tasks": self.tasks} if self.tasks else {}),
+        }
+
+
+def rule_json() -> dict[str, Any]:
+    """The decision rule, as a comparison's JSON states it."""
+    return {
+        "alpha": ALPHA,
+        "correction": CORRECTION,
+        "same": "the difference's 90 % interval within the margin",
+        "margins": {k: m.to_json_dict() for k, m in DEFAULT_MARGINS.items()},
+    }
 
 
 def _statuses(rows: list[RequestEvidenceV1]) -> dict[str, int]:
@@ -156,10 +215,18 @@ def _statuses(rows: list[RequestEvidenceV1]) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
-def compare_runs(root: HitchRoot, a_id: str, b_id: str) -> Comparison:
-    """Compare two finished runs (``runs_not_comparable`` when a strict condition differs)."""
+def compare_runs(root: HitchRoot, a_id: str, b_id: str, *, across_models: bool = False) -> Comparison:
+    """Compare two finished runs (``runs_not_comparable`` when a strict condition differs; with
+    ``across_models`` the model may differ and the answer is a model comparison)."""
+    refuse_itself("run", a_id, b_id)
     a, b = load_run_side(root, a_id), load_run_side(root, b_id)
+    notes = [*a.notes, *b.notes, f"requests by status: {a_id} {_statuses(a.rows)}, {b_id} {_statuses(b.rows)}"]
+    if across_models:
+        from harness.compare.across_models import model_conditions, require_models_comparable
+
+        conditions, derived = model_conditions(a, b)
+        require_models_comparable("run", a_id, b_id, conditions)
+        return Comparison("run", a_id, b_id, conditions, row_figures(a.rows, b.rows), [*notes, *derived], True)
     conditions = run_conditions(a, b)
     require_comparable("run", a_id, b_id, conditions)
-    notes = [*a.notes, *b.notes, f"requests by status: {a_id} {_statuses(a.rows)}, {b_id} {_statuses(b.rows)}"]
-    return Comparison("run", a_id, b_id, conditions, row_figures(a.rows, b.rows), notes)
+    return Comparison("run", a_id, b_id, conditions, decide_figures(row_figures(a.rows, b.rows)), notes)

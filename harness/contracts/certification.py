@@ -14,6 +14,14 @@ its intervals. Schema 2 entries hold that difference itself as ``gateway_added_l
 (:class:`LegacyAddedLatencyV1`); readers say so instead of presenting it as what the gateway adds. Every
 other metric stays a free name -> value pair.
 
+Schema 4 adds the check status ``not_applicable``: the check ran and measured that its subject cannot do what
+it measures (the model made no tool round trip, no request reached the engine); ``details.not_applicable``
+holds the measured reason. It is never ``passed`` and never counts toward a level. Schema 4 also writes the
+margins the entry is to be reproduced by (``margins``: per kind of figure, :mod:`harness.contracts.margins`), so
+a later tool decides a reproduction of it by the rule it was published with. An entry of schema 2 or
+3 that recorded such a check as ``passed`` with ``details.not_applicable`` reads as ``not_applicable``
+(:func:`check_status`), so readers never show it as a pass.
+
 Evidence (DESIGN §6, CONVENTIONS 12): ``evidence`` maps ``<check id>/<file name>`` to the sha256 of the bytes
 the check recorded; the bytes themselves are kept content-addressed beside the entry
 (``evidence/sha256-<hex>``) with an :class:`EvidenceIndexV1` (``evidence/index.json``), so whoever verifies
@@ -22,11 +30,22 @@ the entry can open every file it names.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    StringConstraints,
+    model_serializer,
+    model_validator,
+)
 
 from harness.contracts.base import Record, Sha256
+from harness.contracts.margins import FigureKind, MarginV1
 
 __all__ = [
     "CHECK_ID_PATTERN",
@@ -36,6 +55,7 @@ __all__ = [
     "CertificationMetricsV1",
     "CertificationModelV1",
     "CertificationResultV1",
+    "CheckStatus",
     "EvidenceFileV1",
     "EvidenceIndexV1",
     "GatewayAddedLatencyV1",
@@ -45,9 +65,10 @@ __all__ = [
     "LegacyAddedLatencyV1",
     "PairedShiftV1",
     "ReproducesV1",
+    "check_status",
 ]
 
-PREDICATE_SCHEMA_VERSION: Literal["3"] = "3"
+PREDICATE_SCHEMA_VERSION: Literal["4"] = "4"
 
 CertificationLevel = Literal["certified", "provisional", "contract", "failed"]
 CHECK_ID_PATTERN = r"^(hardware|protocol|correctness|faults|security|lifecycle|perf|agents)\.[a-z0-9_.]+$"
@@ -55,9 +76,25 @@ _EVIDENCE_KEY = r"^(hardware|protocol|correctness|faults|security|lifecycle|perf
 EvidenceName = Annotated[str, StringConstraints(pattern=_EVIDENCE_KEY)]
 
 
+CheckStatus = Literal["passed", "failed", "skipped", "not_run", "not_applicable"]
+
+
+def check_status(check: Mapping[str, Any]) -> str:
+    """A check row's status as every reader must take it: an entry before schema 4 recorded a check that found
+    its subject unable as ``passed`` with ``details.not_applicable``; that reads ``not_applicable``."""
+    status = str(check.get("status", "not_run"))
+    details = check.get("details")
+    if status == "passed" and isinstance(details, Mapping) and details.get("not_applicable"):
+        return "not_applicable"
+    return status
+
+
 class CertificationCheckV1(Record):
     id: str = Field(pattern=CHECK_ID_PATTERN)
-    status: Literal["passed", "failed", "skipped", "not_run"]
+    status: CheckStatus = Field(
+        description="not_applicable (schema 4): the check ran and measured that its subject cannot do what it "
+        "measures; details.not_applicable says why. Never a pass."
+    )
     required: bool
     duration_s: float = Field(ge=0)
     summary: str | None = Field(
@@ -159,7 +196,7 @@ class ReproducesV1(Record):
 
 
 class CertificationResultV1(Record):
-    schema_version: Literal["2", "3"] = PREDICATE_SCHEMA_VERSION
+    schema_version: Literal["2", "3", "4"] = PREDICATE_SCHEMA_VERSION
     level: CertificationLevel
     reasons: list[str]
     to_certify: list[str] = Field(
@@ -185,6 +222,19 @@ class CertificationResultV1(Record):
     evidence: dict[EvidenceName, Sha256] = Field(description="<check id>/<file name> -> sha256 of the kept bytes")
     finished_at: str = Field(pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
     reproduces: ReproducesV1 | None = Field(default=None, description="set when this certification reproduced an entry")
+    margins: dict[FigureKind, MarginV1] | None = Field(
+        default=None,
+        description="schema 4: per kind of figure, the margin a reproduction of this entry is decided by "
+        "(same: the difference's 90 % interval within max(absolute, relative x this entry's estimate))",
+    )
+
+    @model_serializer(mode="wrap")
+    def _omit_absent_margins(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict[str, Any]:
+        # An entry before schema 4 has no margins: leaving the null out gives back the document it signed.
+        data: dict[str, Any] = handler(self)
+        if data.get("margins") is None:
+            data.pop("margins", None)
+        return data
 
     @model_validator(mode="after")
     def _headline_matches_the_version(self) -> CertificationResultV1:
@@ -197,6 +247,10 @@ class CertificationResultV1(Record):
                 "gateway_added_latency_ms is the decided figure since schema 3; the black-box difference is "
                 "gateway_latency_difference_ms"
             )
+        if self.schema_version in ("2", "3") and any(c.status == "not_applicable" for c in self.checks):
+            raise ValueError("the check status not_applicable exists since schema 4")
+        if self.schema_version in ("2", "3") and self.margins is not None:
+            raise ValueError("margins exist since schema 4")
         return self
 
 

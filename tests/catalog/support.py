@@ -1,4 +1,4 @@
-"""A predicate as the evaluator writes it (DESIGN §6, schema 3), and one signed under schema 2, for the catalog tests."""
+"""A predicate as the evaluator writes it (DESIGN §6, schema 4), and one signed under schema 2, for the catalog tests."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ def make_predicate(level: str = "contract") -> dict[str, Any]:
     from tests.reports.sample_data import overhead_metrics
 
     return {
-        "schema_version": "3",
+        "schema_version": "4",
         "level": level,
         "reasons": ["fake engine: proves the harness only"],
         "to_certify": [],

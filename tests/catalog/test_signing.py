@@ -28,10 +28,11 @@ from catalog.signing import (
     verify_envelope,
     write_entry,
 )
+from harness.contracts.certification import check_status
 from harness.errors import HitchError
 from harness.ids import canonical_json
 from harness.paths import HitchRoot
-from tests.catalog.support import LOCK, MODEL, RUNTIME, make_v2_predicate
+from tests.catalog.support import LOCK, MODEL, RUNTIME, make_predicate, make_v2_predicate
 
 
 def _signed(predicate: dict[str, Any], key: KeyPair) -> dict[str, Any]:
@@ -98,10 +99,18 @@ def test_an_entry_signed_under_schema_2_still_verifies_and_reads_as_it_was_signe
     assert verified.predicate["metrics"] == {"gateway_added_latency_ms": {"p50": 1.5, "p95": 3.25, "p99": 4.0}}
 
 
+def test_an_entry_signed_under_schema_3_still_verifies_and_its_unshown_check_reads_not_applicable(key: KeyPair) -> None:
+    old = make_predicate() | {"schema_version": "3"}
+    old["checks"] = [{**old["checks"][0], "details": {"not_applicable": "random weights"}}]  # schema 3's way
+    verified = verify_envelope(_signed_as_is(_statement(old, PREDICATE_TYPES["3"]), key), key.public_key.parent)
+    assert verified.predicate == old and verified.statement["predicateType"].endswith("/v3")
+    assert check_status(verified.predicate["checks"][0]) == "not_applicable"
+
+
 def test_the_headline_s_meaning_is_bound_to_the_schema_version(predicate: dict[str, Any], key: KeyPair) -> None:
     """Schema 3's headline is the decided figure: a bare difference there, or a decided figure under schema 2,
     is refused; a predicateType that does not match the schema version does not verify."""
-    assert predicate["schema_version"] == "3" and _signed(predicate, key)  # the decided figure signs
+    assert predicate["schema_version"] == "4" and _signed(predicate, key)  # the decided figure signs
     legacy = {"p50": 33.9, "p95": -18.1, "p99": -63.6}
     for bad in (
         {**predicate, "metrics": {"gateway_added_latency_ms": legacy}},
@@ -111,7 +120,7 @@ def test_the_headline_s_meaning_is_bound_to_the_schema_version(predicate: dict[s
             _signed(bad, key)
         assert info.value.code == "catalog_entry_invalid" and "gateway_added_latency_ms" in info.value.message
     forged = _signed_as_is(_statement(predicate, PREDICATE_TYPES["2"]), key)
-    _refused(forged, key.public_key.parent, "does not match schema_version 3")
+    _refused(forged, key.public_key.parent, "does not match schema_version 4")
 
 
 def test_keyid_is_sha256_of_raw_public_key(key: KeyPair) -> None:

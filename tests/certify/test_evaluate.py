@@ -99,17 +99,29 @@ def test_check_ids_need_a_suite_prefix_and_suites_declare_unique_ids() -> None:
     assert declared and all(cid.split(".", 1)[0] == c.suite for cid, c in declared.items())
 
 
-def test_a_check_not_applicable_to_the_model_passes_and_is_named_in_the_reasons() -> None:
+def test_a_check_not_applicable_is_never_a_pass_and_keeps_a_real_engine_from_certified() -> None:
     why = "random weights: the end-of-turn token is never chosen"
-    results = _results() | {"protocol.chat.basic": CheckResult("protocol.chat.basic", "passed", details={"not_applicable": why})}
+    na = CheckResult("protocol.chat.basic", "not_applicable", details={"not_applicable": why})
+    results = _results() | {"protocol.chat.basic": na}
     ev = evaluate(DECLARED, results, _platform())
-    assert ev.level == "certified"
-    assert f"protocol.chat.basic: not applicable to this model: {why}" in ev.reasons
+    assert ev.level == "provisional"  # certifiable platform and runtime: only the check keeps it from certified
+    assert f"protocol.chat.basic: not applicable (required): {why}" in ev.reasons
+    assert "not certified while a required check is not applicable: protocol.chat.basic" in ev.reasons
     row = next(c for c in ev.checks if c["id"] == "protocol.chat.basic")
-    assert row["details"] == {"not_applicable": why} and row["summary"] == f"not shown for this model: {why}"
+    assert row["status"] == "not_applicable" and row["summary"] == f"not shown: {why}"
+    assert any("protocol.chat.basic" in a for a in ev.to_certify)
+    # on the fake engine it fails nothing, and is named
+    fake = results | {"faults.fake.crash": CheckResult("faults.fake.crash", "passed")}
+    assert evaluate(DECLARED, fake, _platform(engine="fake")).level == "contract"
     # a failed check stays failed whatever it says about applicability
     results["protocol.chat.basic"] = CheckResult("protocol.chat.basic", "failed", details={"not_applicable": why})
     assert evaluate(DECLARED, results, _platform()).level == "failed"
+
+
+def test_two_results_of_one_check_merge_to_not_applicable_over_passed_and_under_skipped() -> None:
+    passed, na, skipped = (CheckResult("protocol.chat.basic", s) for s in ("passed", "not_applicable", "skipped"))
+    assert passed.merge(na).status == "not_applicable" and na.merge(passed).status == "not_applicable"
+    assert na.merge(skipped).status == "skipped"
 
 
 # -- the release gate (certify.gate) and the rows' sentences -------------------------------------------
@@ -130,7 +142,7 @@ def _gate_unmet(results: dict[str, CheckResult], platform: Platform | None = Non
          "the model made 1 tool round trip(s) and left the file unchanged"),
         (CheckResult(LOOP, "passed", details={"tool_round_trips": 3, "file_changed": False}),
          "the model made 3 tool round trip(s) and left the file unchanged"),
-        (CheckResult(LOOP, "passed", details={"tool_round_trips": 0, "not_applicable": "135M parameters: no tool use"}),
+        (CheckResult(LOOP, "not_applicable", details={"tool_round_trips": 0, "not_applicable": "135M parameters: no tool use"}),
          "the model cannot: 135M parameters: no tool use"),
     ],
     ids=["not-run", "skipped", "one-round-trip", "file-unchanged", "model-cannot"],

@@ -60,7 +60,7 @@ def test_a_session_whose_real_engine_codex_loop_did_not_run_is_not_certified_and
 def test_a_loop_the_model_could_not_drive_is_named_on_the_page(tmp_path: Path) -> None:
     why = "SmolLM2-135M calls no tool: it answers in prose"
     loop = CheckResult(
-        LOOP, "passed", 300.0, {"tool_round_trips": 0, "file_changed": False, "requests": 1, "not_applicable": why}
+        LOOP, "not_applicable", 300.0, {"tool_round_trips": 0, "file_changed": False, "requests": 1, "not_applicable": why}
     )
     level, summary = _page(_session(loop=loop), tmp_path)
     assert level == "provisional"

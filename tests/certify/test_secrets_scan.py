@@ -15,7 +15,8 @@ import pytest
 
 from certify.evaluate import CheckResult
 from certify.options import CertifyOptions
-from certify.plugin import CertifyState, EndRecorder, run_session_end_checks
+from certify.plugin import CertifyState, run_session_end_checks
+from certify.recorder import EndRecorder
 from certify.registry import Check, session_end_checks
 from certify.secrets_scan import remember, scan_files, session_secrets
 from certify.session import SessionEnd, secrets_ledger

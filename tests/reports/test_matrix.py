@@ -209,3 +209,19 @@ def test_the_matrix_names_the_model(tmp_path: Path) -> None:
     assert "HuggingFaceTB/SmolLM2-135M-Instruct, Q4_1 GGUF" in named and sd.digest("model")[:23] in named
     bare = next(r for r in rows if ">throughput<" in r)
     assert "model-name" not in bare and sd.digest("model")[:23] in bare
+
+
+def test_a_check_not_applicable_is_not_counted_as_passed_and_reads_not_shown(tmp_path: Path) -> None:
+    private, keys = sd.signing_key(tmp_path)
+    entries = tmp_path / "entries"
+    pred = sd.predicate()
+    na = {"id": "agents.codex.real_tool_loop", "status": "not_applicable", "required": False, "duration_s": 1.0,
+          "summary": "not shown: 0 tool round trips", "details": {"not_applicable": "0 tool round trips"}}  # fmt: skip
+    pred = {**pred, "schema_version": "4", "checks": [*pred["checks"], na]}
+    sd.sign_entry(entries, private, pred)
+    html = build_matrix(entries, keys, tmp_path / "out").read_text()
+    passed = sum(1 for c in pred["checks"] if c["status"] == "passed")
+    assert f"{passed}/{len(pred['checks'])}" in html  # the check is in the total, never among the passed
+    compare = (tmp_path / "out" / "compare.html").read_text()
+    row = next(r for r in re.findall(r'<tr class="compare-check">.*?</tr>', compare, re.S) if "real_tool_loop" in r)
+    assert '<span class="badge warn">not shown</span>' in row

@@ -133,7 +133,9 @@ def test_the_summary_comes_first_and_says_the_level_the_way_what_was_and_was_not
     assert "CPU lacks AMX" in reasons and "optional check skipped" not in reasons  # a check's reason is under "not shown"
     assert "<li>run on an x86_64 CPU with Intel AMX" in summary[summary.index('id="way"') :]
     shown = re.findall(r'<tr data-suite="(\w+)"><th>\w+</th><td class="num"><span class="badge \w+">(\d+/\d+)</span>', summary)
-    assert shown == [("protocol", "1/1"), ("correctness", "1/1"), ("agents", "0/2")]
+    assert shown == [("protocol", "1/1"), ("correctness", "0/1"), ("agents", "0/2")]  # not applicable: not a pass
+    row = re.search(r'<tr class="check-row" data-status="not_applicable".*?</tr>', html, re.S)
+    assert row and '<span class="badge warn">not shown</span>' in row.group(0)  # a schema-3 row reads as not shown
     groups = re.findall(r'data-head="([^"]+)"><details><summary>[^<]* — (\d+) checks?</summary>', summary)
     assert groups == [("not applicable to this model", "1"), ("does not apply to engine=fake device=cpu", "2")]
     assert "Gateway overhead" in summary and "§15.4 within" in summary

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from harness.compare.figures import DIFFERS_EXIT_CODE
+from harness.compare.decide import MIN_SAMPLES
+from harness.compare.figures import DIFFERS_EXIT_CODE, INCONCLUSIVE_EXIT_CODE
 from harness.contracts.evidence import InferenceExecutionEvidenceV1
 from harness.contracts.lock import InferenceLockV1
 from harness.contracts.run import RunRecordV1
@@ -121,22 +122,31 @@ def test_runs_are_sealed_verified_and_compared_under_the_strict_conditions(input
     ok = as_json(hitch(root, "run", "verify", "ra", "--json"))
     assert ok["ok"] and ok["ref_digest"] == record.ref_digest and len(ok["checked"]) == len(REF_FILE_NAMES) + 1 + 3
 
-    # compare: comparable, one request a side is too few for a verdict, nothing differs
-    same = as_json(hitch(root, "run", "compare", "rb", "rc", "--json"))
-    assert same["comparable"] and not same["differs"] and {c["name"] for c in same["conditions"]} == {
+    # compare: comparable, but one request a side decides nothing: inconclusive, its own exit code, and what would
+    # decide it (how many samples a side)
+    one = as_json(hitch(root, "run", "compare", "rb", "rc", "--json"), INCONCLUSIVE_EXIT_CODE)
+    assert one["comparable"] and not one["differs"] and {c["name"] for c in one["conditions"]} == {
         "model_id", "inference_id", "hardware", "cache_condition"
     }  # fmt: skip
-    assert same["figures"] and {f["verdict"] for f in same["figures"]} == {"too_few"}
+    assert one["verdict"] == "inconclusive" and one["figures"] and {f["verdict"] for f in one["figures"]} == {"inconclusive"}
+    assert one["inconclusive"] == [f["name"] for f in one["figures"]] and len(one["to_decide"]) == len(one["figures"])
+    assert all(f["decision"]["samples_needed"] >= MIN_SAMPLES for f in one["figures"])
+    assert one["rule"]["correction"] == "holm" and one["rule"]["alpha"] == 0.05
+    human = hitch(root, "run", "compare", "rb", "rc")
+    assert human.returncode == INCONCLUSIVE_EXIT_CODE and "INCONCLUSIVE" in human.stdout and "samples a side" in human.stdout
+    # a run compared with itself is refused
+    assert _error(hitch(root, "run", "compare", "rb", "rb", "--json"), 2)["code"] == "comparison_with_itself"
 
-    # twelve requests a side, one side 50 ms slower: e2e_ms differs beyond noise, exit DIFFERS_EXIT_CODE
+    # twelve requests a side, one side 50 ms slower: e2e_ms differs beyond its margin, exit DIFFERS_EXIT_CODE
     _variant(root, "ra", "fast", _rows([50.0 + (i % 4) for i in range(12)]))
     _variant(root, "ra", "slow", _rows([100.0 + (i % 4) for i in range(12)]))
     _variant(root, "ra", "fast2", _rows([50.5 + (i % 4) for i in range(12)]))
     differs = as_json(hitch(root, "run", "compare", "fast", "slow", "--json"), DIFFERS_EXIT_CODE)
-    assert differs["differs"] and differs["differences"] == ["e2e_ms"]
+    assert differs["verdict"] == "differs" and differs["differences"] == ["e2e_ms"]
     e2e = next(f for f in differs["figures"] if f["name"] == "e2e_ms")
     assert e2e["difference"]["low"] > 40 and e2e["a"]["n"] == e2e["b"]["n"] == 12
-    assert not as_json(hitch(root, "run", "compare", "fast", "fast2", "--json"))["differs"]
+    same = as_json(hitch(root, "run", "compare", "fast", "fast2", "--json"))  # half a ms apart: within 5 %
+    assert same["verdict"] == "reproduced" and {f["verdict"] for f in same["figures"]} == {"same"}
 
     # a condition that differs (ra started the service, rb reused it): refused before any figure, naming it
     err = _error(hitch(root, "run", "compare", "ra", "rb", "--json"), 4)
@@ -147,10 +157,14 @@ def test_runs_are_sealed_verified_and_compared_under_the_strict_conditions(input
     _evaluation(root, "ev-a", [("rb", 1.0)])
     _evaluation(root, "ev-b", [("rc", 0.0)])
     _evaluation(root, "ev-cold", [("ra", 1.0)])
-    evals = as_json(hitch(root, "eval", "compare", "ev-a", "ev-b", "--json"))
+    evals = as_json(hitch(root, "eval", "compare", "ev-a", "ev-b", "--json"), INCONCLUSIVE_EXIT_CODE)
     solved = next(f for f in evals["figures"] if f["name"] == "trials_solved")
-    assert solved["method"] == "wilson" and (solved["a"]["successes"], solved["b"]["successes"]) == (1, 0)
-    assert solved["verdict"] == "same" and not evals["differs"]  # one trial a side: the intervals overlap
+    assert solved["method"] == "agresti-caffo" and (solved["a"]["successes"], solved["b"]["successes"]) == (1, 0)
+    assert solved["verdict"] == "inconclusive" and not evals["differs"]  # one trial a side decides nothing
+    assert evals["tasks"] == [{"task": "task", "a": {"solved": 1, "trials": 1}, "b": {"solved": 0, "trials": 1}, "changed": True}]
+    across = as_json(hitch(root, "eval", "compare", "ev-a", "ev-b", "--across-models", "--json"))
+    assert across["mode"] == "models" and "verdict" not in across and across["tasks"][0]["changed"] is True
+    assert _error(hitch(root, "eval", "compare", "ev-a", "ev-a", "--json"), 2)["code"] == "comparison_with_itself"
     err = _error(hitch(root, "eval", "compare", "ev-cold", "ev-b", "--json"), 4)
     assert err["code"] == "runs_not_comparable" and [c["name"] for c in err["details"]["differ"]] == ["cache_condition"]
     assert _error(hitch(root, "eval", "compare", "ev-a", "nope", "--json"), 2)["code"] == "evaluation_not_found"
@@ -196,3 +210,57 @@ def test_the_engine_naming_another_model_never_changes_the_verified_identity(inp
     forged = {**execution.to_json_dict(), "model_identity": {**identity.to_json_dict(), "effective_id": "sha256:" + "0" * 64}}
     with pytest.raises(ValueError, match="model identity is the lock's"):
         InferenceExecutionEvidenceV1.model_validate(forged)
+
+
+def _second_model(root: HitchRoot, model_dir: Path, into: Path) -> None:
+    """Another checkpoint with the tiny one's shape (one byte of its generation config differs: another model_id,
+    the same derived lock sizes), imported as ``local/tiny2``."""
+    shutil.copytree(model_dir, into, symlinks=False)
+    config = into / "generation_config.json"
+    config.chmod(0o644)
+    config.write_text(config.read_text() + " ")
+    as_json(hitch(root, "models", "add", str(into), "--name", "tiny2", "--json"))
+
+
+def _hardware(run_dir: Path) -> None:
+    path = run_dir / "inference" / "execution.json"
+    execution = json.loads(path.read_text())
+    execution["hardware"]["cpu"]["model_name"] = "another CPU"
+    path.write_text(json.dumps(execution))
+
+
+def test_two_models_are_compared_across_models_and_any_other_difference_is_refused(inputs: ServiceInputs, tmp_path: Path) -> None:
+    root = inputs.root
+    _second_model(root, inputs.model_dir, tmp_path / "tiny2")
+    as_json(hitch(root, "daemon", "start", "--json", *FAST))
+    _run(root, "m1")
+    as_json(
+        hitch(root, "run", "--harness", "model-call", "--model", "local/tiny2", "--device", "cpu", "--engine", "fake",
+              "--prompt", "hello", "--max-output-tokens", "8", "--run-id", "m2", "--json")
+    )  # fmt: skip
+    as_json(
+        hitch(root, "run", "--harness", "model-call", "--model", "local/tiny2", "--device", "cpu", "--engine", "fake",
+              "--profile", "throughput", "--prompt", "hello", "--max-output-tokens", "8", "--run-id", "m3", "--json")
+    )  # fmt: skip
+    stop_quietly(root)
+
+    # the strict comparison refuses another model; the model comparison answers, with no verdict
+    assert _error(hitch(root, "run", "compare", "m1", "m2", "--json"), 4)["code"] == "runs_not_comparable"
+    models = as_json(hitch(root, "run", "compare", "m1", "m2", "--across-models", "--json"))
+    assert models["mode"] == "models" and "verdict" not in models and "differs" not in models
+    assert {c["name"] for c in models["conditions"]} == {
+        "runtime_id", "profile", "sampling", "serving_config", "protocol", "hardware", "cache_condition"
+    } and all(c["same"] for c in models["conditions"])  # fmt: skip
+    e2e = next(f for f in models["figures"] if f["name"] == "e2e_ms")
+    assert e2e["decision"] is None and e2e["verdict"] is None and set(e2e["difference"]) >= {"estimate", "low", "high"}
+    assert any(n.startswith("models: ") for n in models["notes"])
+    human = hitch(root, "run", "compare", "m1", "m2", "--across-models")
+    assert human.returncode == 0 and "a model comparison" in human.stdout and "REPRODUCED" not in human.stdout
+
+    # another serving configuration (the throughput profile), or another machine: refused, naming it
+    err = _error(hitch(root, "run", "compare", "m1", "m3", "--across-models", "--json"), 4)
+    assert err["code"] == "runs_not_comparable" and err["details"]["across_models"]
+    assert {"profile", "serving_config"} <= {c["name"] for c in err["details"]["differ"]} and "profile" in err["message"]
+    _variant(root, "m2", "m2-elsewhere", _hardware)
+    err = _error(hitch(root, "run", "compare", "m1", "m2-elsewhere", "--across-models", "--json"), 4)
+    assert [c["name"] for c in err["details"]["differ"]] == ["hardware"]

@@ -216,8 +216,30 @@ class HitchError(Exception):
         }
 
     def human(self) -> str:
+        """The message, each detail as readable lines (lists as items, dicts as ``key: value``), the hint."""
         lines = [f"error[{self.code}]: {self.message}"]
         for key, value in sorted(self.details.items()):
-            lines.append(f"  {key}: {value}")
+            lines.extend(_detail_lines(str(key), value, "  "))
         lines.append(f"  hint: {self.spec.hint}")
         return "\n".join(lines)
+
+
+def _inline(value: Any) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {_inline(v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_inline(v) for v in value)
+    return "-" if value is None else str(value)
+
+
+def _detail_lines(key: str, value: Any, indent: str) -> list[str]:
+    """One detail for a person: a scalar or a list of scalars on one line; a dict or a list holding dicts or lists
+    one entry a line below its key."""
+    if isinstance(value, dict) and value:
+        out = [f"{indent}{key}:"]
+        for k, v in value.items():
+            out.extend(_detail_lines(str(k), v, indent + "  "))
+        return out
+    if isinstance(value, (list, tuple)) and any(isinstance(v, (dict, list, tuple)) for v in value):
+        return [f"{indent}{key}:"] + [f"{indent}  - {_inline(v)}" for v in value]
+    return [f"{indent}{key}: {_inline(value)}"]

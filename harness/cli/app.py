@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -23,6 +24,8 @@ from harness.cli import (
     runtime,
     serve,
 )
+from harness.cli.output import report_error
+from harness.errors import HitchError
 from harness.settings import env_name
 
 app = typer.Typer(no_args_is_help=True, help="Hitch local inference: certification and benchmark harness")
@@ -42,8 +45,34 @@ run.register(app)
 
 
 def main() -> None:
-    _root_from_argv(sys.argv[1:])
-    app()
+    argv = sys.argv[1:]
+    _root_from_argv(argv)
+    try:
+        code = app(standalone_mode=False)
+    except typer.Abort:
+        sys.stderr.write("Aborted!\n")
+        sys.exit(1)
+    except Exception as exc:  # the parser's refusals: one error form (and code) with every other
+        if not _parser_error(exc):
+            raise
+        ctx = getattr(exc, "ctx", None)
+        if type(exc).__name__ == "NoArgsIsHelpError" and ctx is not None:  # `hitch local`: the group's help
+            sys.stderr.write(ctx.get_help() + "\n")
+            sys.exit(2)
+        sys.exit(report_error(_usage_error(exc, ctx), "--json" in argv))
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _parser_error(exc: Exception) -> bool:
+    """A refusal of the command-line parser (Click's ``ClickException``, vendored by newer Typer releases)."""
+    return any(cls.__name__ == "ClickException" for cls in type(exc).__mro__) and hasattr(exc, "format_message")
+
+
+def _usage_error(exc: Exception, ctx: Any) -> HitchError:
+    """The parser's refusal (an unknown option, a missing argument, a value of the wrong type) as the table's
+    ``usage_error``, naming the command so its ``--help`` is one step away."""
+    command = str(ctx.command_path) if ctx is not None else "hitch"
+    return HitchError("usage_error", str(exc.format_message()), {"command": command})  # type: ignore[attr-defined]
 
 
 def _root_from_argv(argv: list[str]) -> None:

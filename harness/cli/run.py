@@ -60,9 +60,7 @@ from harness.lock import claims_parallel_tool_calls, load_sealed_lock
 from harness.paths import HitchRoot
 from harness.store import resolve_model
 
-__all__ = ["HarnessInput", "register", "start_run", "submission_of"]
-
-_HARNESSES = ("model-call", "codex")
+__all__ = ["HarnessInput", "check_prompt", "register", "start_run", "submission_of"]
 
 
 def submission_of(prompt: str, max_output_tokens: int | None, agent_args: list[str], workdir: Path | None) -> dict[str, Any]:
@@ -73,6 +71,18 @@ def submission_of(prompt: str, max_output_tokens: int | None, agent_args: list[s
         "agent_args": agent_args,
         "workdir": str(workdir.resolve()) if workdir is not None else None,
     }
+
+
+def check_prompt(prompt: str) -> None:
+    """model-call's ``--prompt``: text, or a JSON input list of text messages; refused before anything is admitted
+    (``usage_error`` naming the option; a non-text part stays ``inference_modality_unsupported``)."""
+    try:
+        build_request("-", parse_input(prompt), 1)
+    except HitchError as exc:
+        if exc.code != "inference_protocol_unsupported":
+            raise
+        why = f" ({exc.__cause__})" if exc.__cause__ is not None else ""
+        raise HitchError("usage_error", f"--prompt: {exc.message}{why}", {"option": "--prompt", **exc.details}) from None
 
 
 def _codex_preflight(hroot: HitchRoot, request: RunRequest, engine: str) -> None:
@@ -257,13 +267,10 @@ def register(app: typer.Typer) -> None:
             return
         if harness is None or prompt is None:
             raise HitchError("usage_error", "hitch run needs --harness and --prompt (or: hitch run cancel|show ID)", {})
-        if harness not in _HARNESSES:
-            raise HitchError(
-                "inference_harness_unsupported", f"harness {harness!r} is not supported", {"choices": list(_HARNESSES)}
-            )
         if harness == "model-call" and agent_arg:
             raise HitchError("usage_error", "--agent-arg is for codex", {})
-        opt.check_capture(capture)
+        if harness == "model-call":
+            check_prompt(prompt)
         if fake_fault and svc.engine != "fake":
             raise HitchError("usage_error", "--fake-fault is for --engine fake", {})
         hroot = common.hroot

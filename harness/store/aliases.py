@@ -7,6 +7,7 @@ concurrent ``models add`` never lose each other's alias.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from pathlib import Path
@@ -84,10 +85,27 @@ def set_alias(root: HitchRoot, alias: str, model_id: str) -> str | None:
         return previous
 
 
+def _did_you_mean(root: HitchRoot, name: str) -> str | None:
+    """The known alias closest to ``name`` (a typo, or an alias given without ``local/``), as a reference."""
+    known = read_aliases(root)
+    if name in known:
+        return LOCAL_PREFIX + name
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return LOCAL_PREFIX + close[0] if close else None
+
+
+def _not_found(ref: str, message: str, suggestion: str | None) -> HitchError:
+    details: dict[str, str] = {"ref": ref}
+    if suggestion is not None:
+        details["did_you_mean"] = suggestion
+    return HitchError("local_model_not_found", message + (f" (did you mean {suggestion}?)" if suggestion else ""), details)
+
+
 def resolve_model_id(root: HitchRoot, ref: str) -> str:
     """``local/ALIAS`` or ``local/sha256:<hex>`` -> model_id (not yet checked to be published)."""
     if not ref.startswith(LOCAL_PREFIX):
-        raise HitchError("local_model_not_found", f"{ref!r} is not a local model reference (local/ALIAS or local/sha256:<hex>)")
+        near = _did_you_mean(root, ref) if ALIAS_RE.match(ref) else None
+        raise _not_found(ref, f"{ref!r} is not a local model reference (local/ALIAS or local/sha256:<hex>)", near)
     name = ref[len(LOCAL_PREFIX) :]
     if name.startswith("sha256:"):
         if not is_sha256_id(name):
@@ -96,7 +114,7 @@ def resolve_model_id(root: HitchRoot, ref: str) -> str:
     validate_alias(name)
     model_id = read_aliases(root).get(name)
     if model_id is None:
-        raise HitchError("local_model_not_found", f"no model is aliased {name!r}", {"ref": ref})
+        raise _not_found(ref, f"no model is aliased {name!r} ({ref})", _did_you_mean(root, name))
     return model_id
 
 

@@ -108,7 +108,7 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     # harness — runs (every terminal status but completed carries a code)
     "run_cancelled": _e("lifecycle", False, 409, "the run was cancelled (hitch run cancel, Ctrl-C); submit a new run id"),
     "run_interrupted": _e("lifecycle", True, 409, "the daemon ended while the run was live; submit a new run id"),
-    "run_not_found": _e("input", False, 404, "see runs/ under the root for the known run ids"),
+    "run_not_found": _e("input", False, 404, "`hitch run list` shows the runs of this root"),
     "run_in_progress": _e("lifecycle", True, 409, "the run id is live; wait for it or `hitch run cancel ID`"),
     "evaluation_not_found": _e("input", False, 404, "see evals/ under the root for the known evaluation ids"),
     "evaluation_not_regradable": _e(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
@@ -18,11 +18,13 @@ from harness.cli import (
     fixtures,
     local,
     local_services,
+    local_views,
     models,
     report,
     run,
     runtime,
     serve,
+    version,
 )
 from harness.cli.output import report_error
 from harness.errors import HitchError
@@ -32,6 +34,7 @@ app = typer.Typer(no_args_is_help=True, help="Hitch local inference: certificati
 app.add_typer(models.app, name="models", help="content-addressed checkpoint store")
 app.add_typer(runtime.app, name="runtime", help="pinned SGLang runtimes")
 local_services.register(local.app)
+local_views.register(local.app)
 serve.register(local.app)
 app.add_typer(local.app, name="local", help="locks, doctor and local services")
 app.add_typer(daemon.app, name="daemon", help="the per-root daemon that owns engine services")
@@ -42,13 +45,30 @@ app.add_typer(catalog.app, name="catalog", help="signed catalog entries (DSSE, E
 app.add_typer(evals.app, name="eval", help="agent evaluations on a local model (Harbor)")
 app.add_typer(bundle.app, name="bundle", help="evidence bundles of runs, evaluations and entries")
 run.register(app)
+app.command("version", help="the version, commit and schema versions (also: hitch --version)")(version.version_cmd)
+
+
+def _version_flag(value: bool) -> None:
+    if value:
+        version.print_version()
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    show_version: Annotated[
+        bool,
+        typer.Option("--version", is_eager=True, callback=_version_flag, help="print the version, commit and schema versions"),
+    ] = False,
+) -> None:
+    """Hitch local inference: certification and benchmark harness"""
 
 
 def main() -> None:
     argv = sys.argv[1:]
     _root_from_argv(argv)
     try:
-        code = app(standalone_mode=False)
+        code = app(standalone_mode=False, prog_name="hitch")
     except typer.Abort:
         sys.stderr.write("Aborted!\n")
         sys.exit(1)

@@ -49,7 +49,7 @@ from harness.app.run_identity import require_same_request, run_identity
 from harness.app.run_store import RunStore
 from harness.app.runs import RunService, end_run, run_service_request
 from harness.cli import options as opt
-from harness.cli import run_rerun, run_sealed
+from harness.cli import run_rerun, run_sealed, run_views
 from harness.cli.compare import register_run_compare
 from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.contracts.agent_profile import FieldRuleV1, HarnessKeyV1
@@ -184,17 +184,9 @@ def _cancelled_record(hroot: HitchRoot, run_id: str) -> dict[str, Any]:
     return out
 
 
-def _stored_record(hroot: HitchRoot, run_id: str) -> dict[str, Any]:
-    record = RunStore(hroot).read(run_id)
-    if record is None:
-        raise HitchError("run_not_found", f"no run {run_id!r} in this root", {"run_id": run_id})
-    return record.to_json_dict()
-
-
-# `run cancel ID` and `run show ID` differ only in how they get the run's record
+# `run cancel ID` answers the record the daemon kept; `run show ID` and `run list`: harness.cli.run_views
 _RECORD_COMMANDS: tuple[tuple[str, str, Callable[[HitchRoot, str], dict[str, Any]]], ...] = (
     ("cancel", "cancel a live run: binding revoked, requests in flight ended, lease released", _cancelled_record),
-    ("show", "the durable record of a run (runs/<id>/run.json)", _stored_record),
 )
 
 
@@ -215,12 +207,14 @@ def register(app: typer.Typer) -> None:
     run_app = typer.Typer(
         invoke_without_command=True,
         no_args_is_help=False,
-        help="run a harness (model-call | codex) once on a local model, with evidence under runs/; `run cancel ID`",
+        help="run a harness (model-call | codex) once on a local model, with evidence under runs/; `run list`, "
+        "`run show ID`, `run cancel ID`",
     )
     app.add_typer(run_app, name="run")
 
     for name, help_text, record_of in _RECORD_COMMANDS:
         _add_record_command(run_app, name, help_text, record_of)
+    run_views.register(run_app)
     run_sealed.register(run_app)
     run_rerun.register(run_app)
     register_run_compare(run_app)

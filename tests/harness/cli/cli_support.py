@@ -14,10 +14,11 @@ from harness.paths import HitchRoot
 HITCH = [sys.executable, "-c", "from harness.cli.app import main; main()"]
 
 
-def hitch(root: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    """``hitch ARGS --root ROOT`` (no Docker: a test of the CLI never reaches one by accident)."""
+def hitch(root: Path | None, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """``hitch ARGS --root ROOT``, or without ``--root`` when ``root`` is None (no Docker: a test of the CLI
+    never reaches one by accident)."""
     return subprocess.run(
-        [*HITCH, *args, "--root", str(root)],
+        [*HITCH, *args, *(("--root", str(root)) if root is not None else ())],
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -138,6 +138,9 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     "harness_run_failed": _e("infrastructure", False, 502, "see the harness's events in the run's evidence"),
     "local_model_invalid": _e("input", False, 400, "fix the checkpoint directory and import again"),
     "local_model_alias_invalid": _e("input", False, 400, "aliases are [a-z0-9][a-z0-9._-]{0,63}"),
+    "local_model_alias_taken": _e(
+        "input", False, 409, "pass --force to move the alias, or choose another --name; `hitch models list` shows them"
+    ),
     "local_model_source_changed": _e("input", True, 409, "the source changed during import; import again"),
     "inference_lock_invalid": _e("input", False, 400, "fix the lock fields; unknown fields are refused"),
     "inference_runtime_unpinned": _e("capability", False, 400, "use a runtime whose digest is pinned"),

@@ -17,6 +17,7 @@ import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any, TypeVar, get_type_hints
 
 import typer
@@ -45,6 +46,7 @@ __all__ = [
     "check_capture",
     "check_choice",
     "check_inputs",
+    "check_path",
     "grouped",
 ]
 
@@ -129,6 +131,14 @@ def check_inputs(given: dict[str, Any]) -> None:
         seconds = given.get(name)
         if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and not seconds > 0:
             raise HitchError("usage_error", f"{flag} {seconds}: must be above 0", {"option": flag, "value": seconds})
+
+
+def check_path(path: Path, what: str = "file") -> Path:
+    """``path``, or ``usage_error`` "no such file: PATH" before anything reads it (never a signature, lock or disk
+    error for a file that is simply not there)."""
+    if not path.exists():
+        raise HitchError("usage_error", f"no such {what}: {path}", {"path": str(path)})
+    return path
 
 
 def check_capture(capture: str) -> None:

@@ -50,7 +50,14 @@ class Common:
 
     @property
     def hroot(self) -> HitchRoot:
-        return HitchRoot.at(self.root)
+        """The root; one that exists and is not a directory is refused, naming where it came from."""
+        root = HitchRoot.at(self.root)
+        if root.path.exists() and not root.path.is_dir():
+            given = "--root" if self.root is not None else "HITCH_ROOT"
+            raise HitchError(
+                "usage_error", f"{given} {root.path} is not a directory (a Hitch root is one)", {"root": str(root.path)}
+            )
+        return root
 
 
 COMMON = Common()

@@ -28,6 +28,7 @@ __all__ = [
     "ModelAliasIndexV1",
     "alias_mutex",
     "read_aliases",
+    "remove_alias",
     "resolve_model",
     "resolve_model_id",
     "set_alias",
@@ -73,16 +74,37 @@ def read_aliases(root: HitchRoot) -> dict[str, str]:
     return dict(_load(root.aliases_file).aliases)
 
 
-def set_alias(root: HitchRoot, alias: str, model_id: str) -> str | None:
-    """Point ``alias`` at ``model_id``; returns the model it pointed to before (or None)."""
+def set_alias(root: HitchRoot, alias: str, model_id: str, *, move: bool = True) -> str | None:
+    """Point ``alias`` at ``model_id``; returns the model it pointed to before (or None). With ``move=False`` an
+    alias that names another model is left as it is: ``local_model_alias_taken`` (``hitch models add`` without
+    ``--force``)."""
     validate_alias(alias)
     with alias_mutex(root):
         index = _load(root.aliases_file)
         previous = index.aliases.get(alias)
+        if previous is not None and previous != model_id and not move:
+            raise HitchError(
+                "local_model_alias_taken",
+                f"alias {alias} points at {previous}; moving it to {model_id} needs --force",
+                {"alias": alias, "from": previous, "to": model_id},
+            )
         if previous != model_id:
             aliases = {**index.aliases, alias: model_id}
             atomic_write_json(root.aliases_file, ModelAliasIndexV1(aliases=dict(sorted(aliases.items()))).to_json_dict())
         return previous
+
+
+def remove_alias(root: HitchRoot, alias: str) -> str:
+    """Drop ``alias`` (the model stays in the store until ``models gc``); the model it named."""
+    validate_alias(alias)
+    with alias_mutex(root):
+        index = _load(root.aliases_file)
+        model_id = index.aliases.get(alias)
+        if model_id is None:
+            raise _not_found(f"local/{alias}", f"no model is aliased {alias!r}", _did_you_mean(root, alias))
+        aliases = {a: m for a, m in index.aliases.items() if a != alias}
+        atomic_write_json(root.aliases_file, ModelAliasIndexV1(aliases=aliases).to_json_dict())
+        return model_id
 
 
 def _did_you_mean(root: HitchRoot, name: str) -> str | None:

@@ -13,6 +13,7 @@ import typer
 from harness.app.choice import ChoiceRequest, resolve_choice
 from harness.app.engine_preview import engine_preview
 from harness.cli import options as opt
+from harness.cli import progress
 from harness.cli.doctor_cmd import doctor
 from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.contracts.lock import InferenceLockV1
@@ -138,7 +139,10 @@ def argv_cmd(
 ) -> None:
     root = common.hroot
     reader = (HitchRoot.at(parser_root) if parser_root else root) if check else None
-    payload = engine_preview(root, _read_lock(path), probe=probe, gpu=gpu, parser_root=reader)
+    lock = _read_lock(path)
+    shown = "having SGLang's parser read the command line" if check else "compiling the command line"
+    with progress.step(shown, as_json=common.as_json or not check):
+        payload = engine_preview(root, lock, probe=probe, gpu=gpu, parser_root=reader)
     checked = payload["checked"]
     lines = [
         f"runtime: {payload['runtime']}  inference_id: {payload['inference_id']}"

@@ -5,7 +5,12 @@ file is named as missing."""
 
 from __future__ import annotations
 
+import ast
 import json
+import os
+import pty
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -88,3 +93,47 @@ def test_bench_overhead_json_is_one_document_and_progress_goes_to_stderr(tmp_pat
     out = ok_json(proc)  # the whole of stdout parses as one document
     assert out["kind"] == "bench-overhead" and out["figures"]["engine"] == "fake" and out["figures"]["concurrency"] == 2
     assert "wrote" in proc.stderr
+
+
+def test_hitch_help_imports_no_command_area() -> None:
+    """``hitch --help`` lists the areas from their names and help alone: none of their modules, no contracts."""
+    code = (
+        "import sys\n"
+        "sys.argv = ['hitch', '--help']\n"
+        "from harness.cli.app import main\n"
+        "try:\n    main()\nexcept SystemExit as exc:\n    assert exc.code == 0, exc.code\n"
+        "areas = ('harness.cli.', 'harness.contracts', 'harness.app', 'pydantic')\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith(areas))\n"
+        "sys.stderr.write(repr(loaded))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "local     locks, doctor" in proc.stdout
+    loaded = ast.literal_eval(proc.stderr.strip().splitlines()[-1])
+    assert set(loaded) <= {"harness.cli.app", "harness.cli.options", "harness.cli.output", "harness.cli.version"}, loaded
+
+
+def test_a_slow_step_shows_a_live_line_on_a_terminal_only() -> None:
+    """``progress.step`` writes its line to a terminal's stderr and nothing elsewhere (stdout never)."""
+    code = (
+        "from harness.cli import progress\n"
+        "with progress.step('building the thing'):\n    pass\n"
+        "with progress.step('quiet', as_json=True):\n    pass\n"
+    )
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: stdin, stdout and stderr are the terminal
+        os.execv(sys.executable, [sys.executable, "-c", code])
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        seen += chunk
+    assert os.waitpid(pid, 0)[1] == 0
+    text = seen.decode()
+    assert text.startswith("building the thing ...") and "\rbuilding the thing ... done (" in text and "quiet" not in text
+    piped = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert piped.stdout == piped.stderr == ""

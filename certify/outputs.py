@@ -10,7 +10,6 @@ session started it). Returns the lines the terminal summary prints.
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,7 @@ from catalog.signing import (
     write_entry,
 )
 from certify.evaluate import CheckResult, Evaluation, Platform, evaluate
-from certify.options import REPO, CertifyOptions
+from certify.options import CertifyOptions
 from certify.registry import all_checks
 from harness.app.daemon_client import DaemonClient, daemon_running, stop_daemon
 from harness.contracts.certification import (
@@ -44,6 +43,7 @@ from harness.contracts.timeline import CertificationTimelineV1
 from harness.devices import DoctorReportV1, fingerprint_of, run_doctor
 from harness.ids import digest_bytes
 from harness.paths import atomic_write_json
+from harness.project import project_commit
 from harness.runtimes import get_runtime
 from reports.builder import build_matrix, build_run_page
 from reports.timeline import timeline_summary
@@ -51,15 +51,6 @@ from reports.timeline import timeline_summary
 __all__ = ["SUITE_VERSION", "finish_session", "machine_facts", "project_commit"]
 
 SUITE_VERSION = "1"
-
-
-def project_commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True, timeout=10).stdout
-        return out.stdout.strip() + ("-dirty" if dirty.strip() else "")
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
 
 
 def machine_facts(device: str) -> tuple[dict[str, Any], DoctorReportV1]:

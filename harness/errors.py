@@ -116,7 +116,7 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     # harness — runs (every terminal status but completed carries a code)
     "run_cancelled": _e("lifecycle", False, 409, "the run was cancelled (hitch run cancel, Ctrl-C); submit a new run id"),
     "run_interrupted": _e("lifecycle", True, 409, "the daemon ended while the run was live; submit a new run id"),
-    "run_not_found": _e("input", False, 404, "see runs/ under the root for the known run ids"),
+    "run_not_found": _e("input", False, 404, "`hitch run list` shows the runs of this root"),
     "run_in_progress": _e("lifecycle", True, 409, "the run id is live; wait for it or `hitch run cancel ID`"),
     "evaluation_not_found": _e("input", False, 404, "see evals/ under the root for the known evaluation ids"),
     "evaluation_not_regradable": _e(
@@ -149,6 +149,9 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     "harness_run_failed": _e("infrastructure", False, 502, "see the harness's events in the run's evidence"),
     "local_model_invalid": _e("input", False, 400, "fix the checkpoint directory and import again"),
     "local_model_alias_invalid": _e("input", False, 400, "aliases are [a-z0-9][a-z0-9._-]{0,63}"),
+    "local_model_alias_taken": _e(
+        "input", False, 409, "pass --force to move the alias, or choose another --name; `hitch models list` shows them"
+    ),
     "local_model_source_changed": _e("input", True, 409, "the source changed during import; import again"),
     "inference_lock_invalid": _e("input", False, 400, "fix the lock fields; unknown fields are refused"),
     "inference_runtime_unpinned": _e("capability", False, 400, "use a runtime whose digest is pinned"),
@@ -227,8 +230,30 @@ class HitchError(Exception):
         }
 
     def human(self) -> str:
+        """The message, each detail as readable lines (lists as items, dicts as ``key: value``), the hint."""
         lines = [f"error[{self.code}]: {self.message}"]
         for key, value in sorted(self.details.items()):
-            lines.append(f"  {key}: {value}")
+            lines.extend(_detail_lines(str(key), value, "  "))
         lines.append(f"  hint: {self.spec.hint}")
         return "\n".join(lines)
+
+
+def _inline(value: Any) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {_inline(v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_inline(v) for v in value)
+    return "-" if value is None else str(value)
+
+
+def _detail_lines(key: str, value: Any, indent: str) -> list[str]:
+    """One detail for a person: a scalar or a list of scalars on one line; a dict or a list holding dicts or lists
+    one entry a line below its key."""
+    if isinstance(value, dict) and value:
+        out = [f"{indent}{key}:"]
+        for k, v in value.items():
+            out.extend(_detail_lines(str(k), v, indent + "  "))
+        return out
+    if isinstance(value, (list, tuple)) and any(isinstance(v, (dict, list, tuple)) for v in value):
+        return [f"{indent}{key}:"] + [f"{indent}  - {_inline(v)}" for v in value]
+    return [f"{indent}{key}: {_inline(value)}"]

@@ -7,20 +7,35 @@ process (``python -m certify.perf|external|load``), importing none of them.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from harness.app.load_schedule import APIS, LoadSchedule, parse_run_time, targets_for
-from harness.cli.output import COMMON, Common, cli_command
+from harness.cli import options as opt
+from harness.cli.options import check_choice
+from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.errors import HitchError
 from harness.settings import env_name
 
 app = typer.Typer(no_args_is_help=True, help="benchmarks (figures, not pass/fail)")
+
+
+def _script(argv: list[str], as_json: bool, figures: Path, kind: str) -> int:
+    """Run a benchmark script. With ``--json`` its progress and tables go to stderr and stdout holds one JSON
+    document: the figures file it wrote. ``--root`` reaches it as HITCH_ROOT (set by ``main`` for the process)."""
+    if not as_json:
+        return subprocess.call(argv)
+    code = subprocess.call(argv, stdout=sys.stderr.fileno())
+    if code == 0:
+        emit(True, {"kind": kind, "figures_file": str(figures), "figures": json.loads(figures.read_text(encoding="utf-8"))})
+    return code
 
 
 @app.command(
@@ -29,15 +44,20 @@ app = typer.Typer(no_args_is_help=True, help="benchmarks (figures, not pass/fail
     help="gateway vs direct vs bare reference proxy (certify.perf); extra options go to python -m certify.perf: "
     "--rounds, --requests, --max-tokens, --fake-itl-ms, --profile-gateway ... (see --help there)",
 )
+@cli_command
 def overhead(
     ctx: typer.Context,
     out: Annotated[Path | None, typer.Option("--out", help="write the figures as JSON here")] = None,
-    engine: Annotated[str, typer.Option("--engine", help="fake | sglang")] = "fake",
+    engine: opt.Engine = "sglang",
+    common: Common = COMMON,
 ) -> None:
+    _ = common.hroot  # a --root that is not a directory is refused before the benchmark starts
     argv = [sys.executable, "-m", "certify.perf", "--engine", engine, *ctx.args]
-    if out is not None:
-        argv += ["--out", str(out)]
-    raise typer.Exit(subprocess.call(argv))
+    with tempfile.TemporaryDirectory(prefix="hitch-bench-") as scratch:
+        figures = out if out is not None else Path(scratch) / "overhead.json"
+        if out is not None or common.as_json:
+            argv += ["--out", str(figures)]
+        raise typer.Exit(_script(argv, common.as_json, figures, "bench-overhead"))
 
 
 @app.command(
@@ -52,16 +72,18 @@ def overhead(
     "spins a core, so keep to the fake engine or few requests beside a CPU engine). Extra options go to "
     "certify.external (see --help there)",
 )
+@cli_command
 def external(
     ctx: typer.Context,
     out: Annotated[Path, typer.Option("--out", help="folder for the native outputs and summary.json")],
     tool: Annotated[str, typer.Option("--tool", help="bench_serving | aiperf")] = "bench_serving",
-    engine: Annotated[str, typer.Option("--engine", help="fake | sglang")] = "fake",
+    engine: opt.Engine = "sglang",
+    common: Common = COMMON,
 ) -> None:
-    if tool not in ("bench_serving", "aiperf"):
-        raise typer.BadParameter("bench_serving or aiperf", param_hint="--tool")
+    check_choice("--tool", tool, ("bench_serving", "aiperf"))
+    _ = common.hroot  # a --root that is not a directory is refused before the benchmark starts
     argv = [sys.executable, "-m", "certify.external", "--tool", tool, "--engine", engine, "--out", str(out), *ctx.args]
-    raise typer.Exit(subprocess.call(argv))
+    raise typer.Exit(_script(argv, common.as_json, out / "summary.json", "bench-external"))
 
 
 @app.command(
@@ -74,7 +96,7 @@ def load(
     users: Annotated[int, typer.Option("--users", help="concurrent locust users")] = 16,
     spawn_rate: Annotated[float, typer.Option("--spawn-rate", help="users started per second")] = 8.0,
     run_time: Annotated[str, typer.Option("--run-time", help="per target: 30, 30s, 2m, 1m30s")] = "30s",
-    engine: Annotated[str, typer.Option("--engine", help="fake | sglang (the engine started here)")] = "fake",
+    engine: opt.Engine = "sglang",
     stream: Annotated[bool, typer.Option("--stream/--no-stream", help="SSE (TTFT and ITL recorded) or not")] = True,
     api: Annotated[str, typer.Option("--api", help="chat | responses")] = "chat",
     max_tokens: Annotated[int, typer.Option("--max-tokens", help="output budget per request")] = 16,
@@ -90,8 +112,6 @@ def load(
 ) -> None:
     # Bad values are usage errors here, before any process starts; the benchmark re-checks them.
     targets_for(target)
-    if engine not in ("fake", "sglang"):
-        raise HitchError("usage_error", "engine must be fake or sglang", {"engine": engine})
     if api not in APIS:
         raise HitchError("usage_error", f"api must be one of {', '.join(APIS)}", {"api": api})
     LoadSchedule(

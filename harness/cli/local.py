@@ -10,15 +10,17 @@ from typing import Annotated
 
 import typer
 
+from harness.app.choice import ChoiceRequest, resolve_choice
 from harness.app.engine_preview import engine_preview
 from harness.cli import options as opt
+from harness.cli import progress
 from harness.cli.doctor_cmd import doctor
 from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.contracts.lock import InferenceLockV1
 from harness.devices import probe_cpu
 from harness.errors import HitchError
-from harness.lock import ProfileShort, build_lock, served_device, validate_lock
-from harness.paths import HitchRoot
+from harness.lock import ProfileShort, ServedDevice, build_lock, served_device, validate_lock
+from harness.paths import HitchRoot, atomic_write_bytes
 from harness.runtimes import default_runtime, get_runtime
 from harness.store import resolve_model
 
@@ -26,11 +28,15 @@ app = typer.Typer(no_args_is_help=True, help="locks, doctor and local services")
 app.command("doctor", help="read-only: what this machine can certify, and why not")(doctor)
 
 
-@app.command("lock", help="print the draft InferenceLockV1 and its inference_id (nothing starts)")
+@app.command(
+    "lock",
+    help="the draft InferenceLockV1 for a model and its inference_id (nothing starts): a summary, the lock itself "
+    "with --json, or written to --out FILE",
+)
 @cli_command
 def lock_cmd(
     model: opt.ModelArg,
-    device: Annotated[str, typer.Option("--device", help="cpu | cuda (metal parses but is not served)")] = "cpu",
+    device: opt.Device = "auto",
     profile: opt.Profile = "baseline",
     runtime: opt.Runtime = None,
     context: opt.Context = None,
@@ -42,13 +48,12 @@ def lock_cmd(
             "never for agent runs (a different inference id)",
         ),
     ] = False,
+    out: Annotated[Path | None, typer.Option("--out", help="write the lock (what check-lock and argv read) to this file")] = None,
     common: Common = COMMON,
 ) -> None:
-    dev = served_device(device)
-    if profile not in ("baseline", "throughput"):
-        raise HitchError("usage_error", f"unknown profile {profile!r}", {"choices": ["baseline", "throughput"]})
     prof: ProfileShort = "baseline" if profile == "baseline" else "throughput"
     manifest = resolve_model(common.hroot, model)
+    dev = _lock_device(device, runtime)
     rt = get_runtime(runtime) if runtime else default_runtime(dev)
     lock = build_lock(
         manifest,
@@ -59,11 +64,34 @@ def lock_cmd(
         context_tokens=context,
         benchmark=benchmark,
     )
-    emit(
-        common.as_json,
-        {"kind": "inference-lock-draft", "inference_id": lock.inference_id, "runtime": rt.name, "lock": lock.to_json_dict()},
-        f"inference_id: {lock.inference_id}\nruntime: {rt.name}\n" + json.dumps(lock.to_json_dict(), indent=2),
-    )
+    if out is not None:
+        atomic_write_bytes(out, (json.dumps(lock.to_json_dict(), indent=2, sort_keys=True) + "\n").encode())
+    payload = {"kind": "inference-lock-draft", "inference_id": lock.inference_id, "runtime": rt.name, "lock": lock.to_json_dict()}
+    if out is not None:
+        payload["written"] = str(out)
+    gen = lock.generation
+    human = [
+        f"draft lock for {model} (a summary, not a lock file: --out FILE writes the lock, --json prints it)",
+        f"  inference_id: {lock.inference_id}",
+        f"  device:       {dev}" + (" (auto)" if device == "auto" else ""),
+        f"  runtime:      {rt.name}",
+        f"  profile:      {lock.profile}",
+        f"  context:      {lock.execution.context_tokens_per_request} tokens per request; output budget "
+        f"{gen.max_output_tokens} tokens",
+        f"  sampling:     {'greedy (temperature 0)' if gen.temperature == 0 else f'temperature {gen.temperature}'}, "
+        f"top_p {gen.top_p}, top_k {gen.top_k}, seed {gen.seed}; {gen.override_policy}: a request may omit these "
+        "fields or send the lock's values, any other value is refused",
+    ]
+    if out is not None:
+        human.append(f"written: {out}")
+    emit(common.as_json, payload, "\n".join(human))
+
+
+def _lock_device(device: str, runtime: str | None) -> ServedDevice:
+    """``--device`` for a draft lock: auto is the one device rule's pick (the runtime's device when one is named)."""
+    if device != "auto":
+        return served_device(device)
+    return resolve_choice(ChoiceRequest(device="auto", runtime=runtime, engine="sglang", allow_uncertified=True)).device
 
 
 @app.command("check-lock", help="strictly validate a lock file (unknown fields, cross-backend fields, id)")
@@ -78,6 +106,7 @@ def check_lock_cmd(
 
 def _read_lock(path: Path) -> InferenceLockV1:
     """A lock file, or what ``hitch local lock --json`` prints (the lock under ``lock``), strictly validated."""
+    opt.check_path(path)
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
@@ -110,7 +139,10 @@ def argv_cmd(
 ) -> None:
     root = common.hroot
     reader = (HitchRoot.at(parser_root) if parser_root else root) if check else None
-    payload = engine_preview(root, _read_lock(path), probe=probe, gpu=gpu, parser_root=reader)
+    lock = _read_lock(path)
+    shown = "having SGLang's parser read the command line" if check else "compiling the command line"
+    with progress.step(shown, as_json=common.as_json or not check):
+        payload = engine_preview(root, lock, probe=probe, gpu=gpu, parser_root=reader)
     checked = payload["checked"]
     lines = [
         f"runtime: {payload['runtime']}  inference_id: {payload['inference_id']}"

@@ -16,6 +16,7 @@ import typer
 from harness.app.daemon_client import DaemonClient, daemon_running, ensure_daemon
 from harness.app.service import ServiceAsk, prepare_service
 from harness.cli import options as opt
+from harness.cli.local_views import status_payload
 from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.errors import HitchError
 
@@ -43,43 +44,15 @@ def register(app: typer.Typer) -> None:
             f"inference_id: {result['inference_id']}\nlock: {result['lock_path']}\ndevice: {chosen.device} ({why})",
         )
 
-    @app.command("status", help="services of this root (state, epoch, leases, inference_id; no secrets) and the resources held")
+    @app.command(
+        "status",
+        help="services of this root: model alias, engine, launcher, device, engine URL, uptime, owners and runs "
+        "(no secrets), and the resources held",
+    )
     @cli_command
     def status_cmd(common: Common = COMMON) -> None:
-        hroot = common.hroot
-        status = daemon_running(hroot)
-        if status is None:
-            emit(
-                common.as_json,
-                {"kind": "local-status", "daemon_running": False, "services": [], "quarantined": []},
-                "no daemon is running",
-            )
-            return
-        payload = {
-            "kind": "local-status",
-            "daemon_running": True,
-            "daemon_pid": status.get("pid"),
-            "services": status.get("services", []),
-            "quarantined": status.get("quarantined", []),
-            "gpus": status.get("gpus", []),
-            "resources": status.get("resources"),
-        }
-        lines = [
-            f"{s['service_id']} {s['state']} epoch {s['epoch']} {s['inference_id']} leases {len(s['leases'])}"
-            for s in payload["services"]
-        ]
-        lines += [
-            f"trial {h['run_id']}: {h['held']['cpu_quota_millis'] / 1000:g} cpus, {h['held']['memory_bytes'] >> 20} MiB"
-            for h in (payload["resources"] or {}).get("holders", [])
-            if h["kind"] == "trial"
-        ]
-        lines += [f"{q.get('service_id')} QUARANTINED: {q.get('reason')}" for q in payload["quarantined"]]
-        lines += [
-            f"GPU {g.get('uuid')} used by processes Hitch did not start (pids {g.get('foreign_pids') or 'unknown'}): not leased"
-            for g in payload["gpus"]
-            if g.get("state") == "foreign"
-        ]
-        emit(common.as_json, payload, "\n".join(lines) or "no services")
+        payload, human = status_payload(common.hroot)
+        emit(common.as_json, payload, human)
 
     @app.command("stop", help="stop SERVICE (default: every service of this root); live leases need --force")
     @cli_command

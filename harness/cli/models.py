@@ -12,6 +12,7 @@ import typer
 
 from catalog.model_fixtures import fixture_for_model_id
 from harness.cli import options as opt
+from harness.cli import units
 from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.contracts.base import parse_record
 from harness.contracts.model import LocalModelManifestV1
@@ -24,12 +25,15 @@ from harness.store import (
     model_files_dir,
     read_aliases,
     read_manifest,
+    remove_alias,
     resolve_model,
     run_gc,
     verify_model_files,
 )
 
 app = typer.Typer(no_args_is_help=True, help="models commands")
+alias_app = typer.Typer(no_args_is_help=True, help="model aliases (pointers for people, never identity)")
+app.add_typer(alias_app, name="alias")
 
 
 def _fixture_facts(files_dir: Path, manifest: LocalModelManifestV1) -> dict[str, Any]:
@@ -85,13 +89,17 @@ def add(
             help="SGLang's tool-call parser for this model (e.g. hermes, llama3), or none; default: from the chat template",
         ),
     ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="move --name when it already names another model (it is never moved silently)")
+    ] = False,
     common: Common = COMMON,
 ) -> None:
     """Import a local checkpoint directory into the store and alias it."""
     hroot = common.hroot
+    opt.check_path(directory, "directory")
     show_bar = not common.as_json and sys.stderr.isatty()
     with RichImportProgress() if show_bar else contextlib.nullcontext() as bar:
-        result = import_model(hroot, directory, name, progress=bar, tool_call_parser=tool_call_parser)
+        result = import_model(hroot, directory, name, progress=bar, tool_call_parser=tool_call_parser, move_alias=force)
     payload = {
         "model_id": result.model_id,
         "alias": result.alias,
@@ -103,7 +111,7 @@ def add(
     }
     lines = [f"{'already in the store' if result.already_present else 'imported'}: {result.model_id}"]
     if result.previous_model_id and result.previous_model_id != result.model_id:
-        lines.append(f"alias {result.alias}: {result.previous_model_id} -> {result.model_id}")
+        lines.append(f"alias {result.alias} moved: {result.previous_model_id} -> {result.model_id}")
     else:
         lines.append(f"alias {result.alias} -> {result.model_id}")
     lines.append(f"tool-call parser: {result.manifest.chat_template.tool_call_parser or 'none (its locks claim no tool calls)'}")
@@ -130,10 +138,11 @@ def list_(common: Common = COMMON) -> None:
     hroot = common.hroot
     by_model = _aliases_by_model(read_aliases(hroot))
     models = [_summary(read_manifest(hroot, m).to_json_dict(), by_model.get(m, [])) for m in list_model_ids(hroot)]
-    human = "\n".join(
-        f"{m['model_id']}  {','.join(m['aliases']) or '-'}  {'/'.join(m['architectures'])}  {m['size_bytes']} bytes"
-        for m in models
-    )
+    rows = [("MODEL", "ALIASES", "ARCHITECTURE", "SIZE")] + [
+        (m["model_id"], ",".join(m["aliases"]) or "-", "/".join(m["architectures"]), units.size(m["size_bytes"])) for m in models
+    ]
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    human = "\n".join("  ".join(r[i].ljust(widths[i]) for i in range(4)).rstrip() for r in rows) if models else ""
     emit(common.as_json, {"models": models}, human or "no models; add one with `hitch models add DIR --name ALIAS`")
 
 
@@ -170,7 +179,7 @@ def inspect(
             f"architecture: {'/'.join(arch.architectures)} ({arch.model_type}), dtype {arch.torch_dtype}, "
             f"quantization {arch.quantization or 'none'}",
             f"weights: {len(manifest.weights.shards)} shard(s), {manifest.weights.tensor_count} tensors, "
-            f"{manifest.weights.total_tensor_bytes} bytes",
+            f"{units.size(manifest.weights.total_tensor_bytes)}",
             f"chat template: {manifest.chat_template.source}",
             f"files: {len(manifest.files)} in {payload['files_dir']}",
             f"verified: {'yes' if verify else 'not checked (use --verify)'}",
@@ -197,3 +206,19 @@ def gc(
     lines += [f"  {c}" for c in candidates] or ["  nothing"]
     lines += [f"kept {m}: {', '.join(r)}" for m, r in sorted(plan.kept.items())]
     emit(common.as_json, payload, "\n".join(lines))
+
+
+@alias_app.command("rm")
+@cli_command
+def alias_rm(
+    name: Annotated[str, typer.Argument(help="the alias (ALIAS or local/ALIAS)")],
+    common: Common = COMMON,
+) -> None:
+    """Remove an alias; the model stays in the store (`hitch models gc` collects what nothing references)."""
+    alias = name.removeprefix("local/")
+    model_id = remove_alias(common.hroot, alias)
+    emit(
+        common.as_json,
+        {"kind": "model-alias-removed", "alias": alias, "model_id": model_id},
+        f"alias {alias} removed (it named {model_id}; the model stays until `hitch models gc`)",
+    )

@@ -12,10 +12,12 @@ as the flags.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any, TypeVar, get_type_hints
 
 import typer
@@ -42,20 +44,23 @@ __all__ = [
     "UnsetDevice",
     "UnsetProfile",
     "check_capture",
+    "check_choice",
+    "check_inputs",
+    "check_path",
     "grouped",
 ]
 
 R = TypeVar("R")
 
 _MODEL_HELP = "local/ALIAS or local/sha256:<hex>"
-_DEVICE_HELP = "auto | cpu | cuda (auto: certified CUDA, else certified CPU, else refused)"
+_DEVICE_HELP = "auto | cpu | cuda; default auto: certified CUDA, else certified CPU, else refused"
 _PROFILE_HELP = "baseline | throughput"
 
 ModelArg = Annotated[str, typer.Argument(help=_MODEL_HELP)]
 Model = Annotated[str | None, typer.Option("--model", help=_MODEL_HELP)]
 Inference = Annotated[str | None, typer.Option("--inference", help="a prepared inference id sha256:<hex>")]
 Device = Annotated[str, typer.Option("--device", help=_DEVICE_HELP)]
-UnsetDevice = Annotated[str | None, typer.Option("--device", help=_DEVICE_HELP + "; default auto")]
+UnsetDevice = Annotated[str | None, typer.Option("--device", help=_DEVICE_HELP)]
 AllowUncertified = Annotated[
     bool,
     typer.Option(
@@ -65,8 +70,8 @@ AllowUncertified = Annotated[
 ]
 Profile = Annotated[str, typer.Option("--profile", help=_PROFILE_HELP)]
 UnsetProfile = Annotated[str | None, typer.Option("--profile", help=_PROFILE_HELP)]
-Engine = Annotated[str, typer.Option("--engine", help="sglang | fake (contract runs)")]
-Launcher = Annotated[str, typer.Option("--launcher", help="process | oci")]
+Engine = Annotated[str, typer.Option("--engine", help="sglang | fake (contract runs); default sglang")]
+Launcher = Annotated[str, typer.Option("--launcher", help="process | oci; default process")]
 Image = Annotated[str | None, typer.Option("--image", help="oci: image ID or digest (default: the runtime's pin)")]
 Runtime = Annotated[str | None, typer.Option("--runtime", help="catalog name or runtime_id")]
 Offline = Annotated[bool, typer.Option("--offline", help="never install or pull; fail with the commands to run")]
@@ -74,11 +79,72 @@ Context = Annotated[int | None, typer.Option("--context", help="context tokens p
 Capture = Annotated[str, typer.Option("--capture", help="off | metadata | full (payloads 0600 under the run)")]
 _CAPTURE_MODES = ("off", "metadata", "full")
 
+# The option values every command checks the same way, by parameter name, before it does anything
+# (:func:`check_inputs`, applied by ``cli_command``): the flag as the user types it and its choices. The
+# choices are the contracts' (tests/harness/cli/test_input_errors.py holds them equal); a catalog serves no
+# metal runtime in this version, so ``--device`` never offers it.
+CHOICES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "device": ("--device", ("auto", "cpu", "cuda")),
+    "engine": ("--engine", ("sglang", "fake")),
+    "launcher": ("--launcher", ("process", "oci")),
+    "profile": ("--profile", ("baseline", "throughput")),
+    "capture": ("--capture", _CAPTURE_MODES),
+    "harness": ("--harness", ("model-call", "codex")),
+}
+# Numbers that must be at least 1 (counts, tokens, bytes) or above 0 (seconds).
+AT_LEAST_ONE: dict[str, str] = {
+    "max_output_tokens": "--max-output-tokens",
+    "context": "--context",
+    "capture_max_bytes": "--capture-max-bytes",
+}
+ABOVE_ZERO: dict[str, str] = {"deadline_s": "--deadline-s"}
+# what people type for a choice by another name
+_SYNONYMS = {"gpu": "cuda", "nvidia": "cuda", "docker": "oci", "container": "oci", "real": "sglang"}
+
+
+def check_choice(flag: str, value: str, choices: tuple[str, ...]) -> None:
+    """Refuse ``value`` unless it is one of ``choices``: ``usage_error`` naming them, with a did-you-mean."""
+    if value in choices:
+        return
+    close = [_SYNONYMS[value.lower()]] if _SYNONYMS.get(value.lower()) in choices else []
+    close = close or difflib.get_close_matches(value.lower(), choices, n=1, cutoff=0.5)
+    why = f"{flag} {value}: not served by this version" if value == "metal" else f"{flag} {value} is not known"
+    message = f"{why}; choose {'|'.join(choices)}" + (f" (did you mean {close[0]}?)" if close else "")
+    details: dict[str, Any] = {"option": flag, "value": value, "choices": list(choices)}
+    if close:
+        details["did_you_mean"] = close[0]
+    raise HitchError("usage_error", message, details)
+
+
+def check_inputs(given: dict[str, Any]) -> None:
+    """Check the option values a command was given (by parameter name: :data:`CHOICES`, :data:`AT_LEAST_ONE`,
+    :data:`ABOVE_ZERO`) before it admits or starts anything; a bad one is ``usage_error`` naming the flag."""
+    for name, (flag, choices) in CHOICES.items():
+        value = given.get(name)
+        if isinstance(value, str):
+            check_choice(flag, value, choices)
+    for name, flag in AT_LEAST_ONE.items():
+        number = given.get(name)
+        if isinstance(number, int) and not isinstance(number, bool) and number < 1:
+            raise HitchError("usage_error", f"{flag} {number}: must be at least 1", {"option": flag, "value": number})
+    for name, flag in ABOVE_ZERO.items():
+        seconds = given.get(name)
+        if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and not seconds > 0:
+            raise HitchError("usage_error", f"{flag} {seconds}: must be above 0", {"option": flag, "value": seconds})
+
+
+def check_path(path: Path, what: str = "file") -> Path:
+    """``path``, or ``usage_error`` "no such file: PATH" before anything reads it (never a signature, lock or disk
+    error for a file that is simply not there)."""
+    if not path.exists():
+        raise HitchError("usage_error", f"no such {what}: {path}", {"path": str(path)})
+    return path
+
 
 def check_capture(capture: str) -> None:
     """Refuse an unknown ``--capture`` mode with the error table's code before anything starts."""
-    if capture not in _CAPTURE_MODES:
-        raise HitchError("usage_error", "--capture is off|metadata|full", {"capture": capture})
+    flag, choices = CHOICES["capture"]
+    check_choice(flag, capture, choices)
 
 
 @dataclass(frozen=True)

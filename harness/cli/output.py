@@ -16,7 +16,7 @@ from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
 
-from harness.cli.options import grouped
+from harness.cli.options import check_inputs, grouped
 from harness.errors import HitchError
 from harness.paths import HitchRoot
 
@@ -28,6 +28,7 @@ __all__ = [
     "RootOpt",
     "cli_command",
     "emit",
+    "report_error",
 ]
 
 JSON_SCHEMA_VERSION = "1"
@@ -49,7 +50,14 @@ class Common:
 
     @property
     def hroot(self) -> HitchRoot:
-        return HitchRoot.at(self.root)
+        """The root; one that exists and is not a directory is refused, naming where it came from."""
+        root = HitchRoot.at(self.root)
+        if root.path.exists() and not root.path.is_dir():
+            given = "--root" if self.root is not None else "HITCH_ROOT"
+            raise HitchError(
+                "usage_error", f"{given} {root.path} is not a directory (a Hitch root is one)", {"root": str(root.path)}
+            )
+        return root
 
 
 COMMON = Common()
@@ -78,21 +86,28 @@ def _wants_json(kwargs: dict[str, Any]) -> bool:
 
 
 def cli_command(fn: Callable[P, R]) -> Callable[P, R]:
-    """Wrap a command: an options dataclass parameter stands for its fields' flags (:func:`grouped`); a
-    HitchError becomes JSON or human output and the table's exit code."""
+    """Wrap a command: an options dataclass parameter stands for its fields' flags (:func:`grouped`); the
+    option values every command checks alike are checked first (:func:`harness.cli.options.check_inputs`), so a
+    bad one starts nothing; a HitchError becomes JSON or human output and the table's exit code."""
     command = grouped(fn)
 
     @functools.wraps(command)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
+            check_inputs(kwargs)
             return command(*args, **kwargs)
         except HitchError as exc:
-            if _wants_json(kwargs):
-                sys.stdout.write(
-                    json.dumps({"schema_version": JSON_SCHEMA_VERSION, "error": exc.to_dict()}, indent=2, sort_keys=True) + "\n"
-                )
-            else:
-                sys.stderr.write(exc.human() + "\n")
-            raise typer.Exit(exc.exit_code) from None
+            raise typer.Exit(report_error(exc, _wants_json(kwargs))) from None
 
     return wrapper
+
+
+def report_error(exc: HitchError, as_json: bool) -> int:
+    """Print ``exc`` (JSON on stdout, else its human form on stderr); the exit code its table row gives."""
+    if as_json:
+        sys.stdout.write(
+            json.dumps({"schema_version": JSON_SCHEMA_VERSION, "error": exc.to_dict()}, indent=2, sort_keys=True) + "\n"
+        )
+    else:
+        sys.stderr.write(exc.human() + "\n")
+    return exc.exit_code

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from harness.cli.output import JsonOpt, cli_command, emit
+from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.errors import HitchError
 
 app = typer.Typer(no_args_is_help=True, help="self-contained HTML reports")
@@ -37,11 +37,16 @@ def build(
     keys: Annotated[Path, typer.Option("--keys", help="trusted public keys")] = DEFAULT_KEYS,
     results: Annotated[Path | None, typer.Option("--results", help="a run's results.json")] = None,
     load: Annotated[Path | None, typer.Option("--load", help="directory of locust CSV files")] = None,
-    as_json: JsonOpt = False,
+    common: Common = COMMON,
 ) -> None:
-    """Build the pages for whichever inputs are given; prints the paths written."""
+    """Build the pages for whichever inputs are given; prints the paths written. Exits 2
+    (report_input_invalid) when an entry was rejected: the pages are written and list each rejection."""
     # imported here: every `hitch` command loads this module, pandas (~0.4 s) only `hitch report` needs
     from reports.builder import build_load_page, build_matrix, build_run_page
+    from reports.matrix import collect_entries
+
+    as_json = common.as_json
+    _ = common.hroot  # a --root that is not a directory is refused like everywhere else
 
     if entries is None and results is None and load is None:
         raise HitchError("report_input_invalid", "give at least one of --entries, --results, --load")
@@ -54,4 +59,12 @@ def build(
         pages["run"] = str(build_run_page(_load_results(results), out))
     if load is not None:
         pages["load"] = str(build_load_page(load, out))
+    rejected = collect_entries(entries, keys)[1] if entries is not None else []
+    if rejected:
+        raise HitchError(
+            "report_input_invalid",
+            f"{len(rejected)} entr{'y was' if len(rejected) == 1 else 'ies were'} rejected (the matrix page lists "
+            f"{'it' if len(rejected) == 1 else 'them'}); the pages were written",
+            {"rejected": [{"file": r.file, "code": r.code, "reason": r.reason} for r in rejected], "pages": pages},
+        )
     emit(as_json, {"pages": pages}, "\n".join(f"{kind}: {path}" for kind, path in pages.items()))

@@ -51,7 +51,7 @@ from harness.app.run_identity import require_same_request, run_identity
 from harness.app.run_store import RunStore
 from harness.app.runs import RunService, end_run, run_service_request
 from harness.cli import options as opt
-from harness.cli import run_rerun, run_sealed
+from harness.cli import run_rerun, run_sealed, run_views
 from harness.cli.compare import register_run_compare
 from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.contracts.agent_profile import FieldRuleV1, HarnessKeyV1
@@ -62,9 +62,7 @@ from harness.lock import claims_parallel_tool_calls, load_sealed_lock
 from harness.paths import HitchRoot
 from harness.store import resolve_model
 
-__all__ = ["HarnessInput", "register", "start_run", "submission_of"]
-
-_HARNESSES = ("model-call", "codex")
+__all__ = ["HarnessInput", "check_prompt", "register", "start_run", "submission_of"]
 
 
 def submission_of(prompt: str, max_output_tokens: int | None, agent_args: list[str], workdir: Path | None) -> dict[str, Any]:
@@ -75,6 +73,18 @@ def submission_of(prompt: str, max_output_tokens: int | None, agent_args: list[s
         "agent_args": agent_args,
         "workdir": str(workdir.resolve()) if workdir is not None else None,
     }
+
+
+def check_prompt(prompt: str) -> None:
+    """model-call's ``--prompt``: text, or a JSON input list of text messages; refused before anything is admitted
+    (``usage_error`` naming the option; a non-text part stays ``inference_modality_unsupported``)."""
+    try:
+        build_request("-", parse_input(prompt), 1)
+    except HitchError as exc:
+        if exc.code != "inference_protocol_unsupported":
+            raise
+        why = f" ({exc.__cause__})" if exc.__cause__ is not None else ""
+        raise HitchError("usage_error", f"--prompt: {exc.message}{why}", {"option": "--prompt", **exc.details}) from None
 
 
 def _codex_preflight(hroot: HitchRoot, request: RunRequest, engine: str) -> None:
@@ -176,17 +186,9 @@ def _cancelled_record(hroot: HitchRoot, run_id: str) -> dict[str, Any]:
     return out
 
 
-def _stored_record(hroot: HitchRoot, run_id: str) -> dict[str, Any]:
-    record = RunStore(hroot).read(run_id)
-    if record is None:
-        raise HitchError("run_not_found", f"no run {run_id!r} in this root", {"run_id": run_id})
-    return record.to_json_dict()
-
-
-# `run cancel ID` and `run show ID` differ only in how they get the run's record
+# `run cancel ID` answers the record the daemon kept; `run show ID` and `run list`: harness.cli.run_views
 _RECORD_COMMANDS: tuple[tuple[str, str, Callable[[HitchRoot, str], dict[str, Any]]], ...] = (
     ("cancel", "cancel a live run: binding revoked, requests in flight ended, lease released", _cancelled_record),
-    ("show", "the durable record of a run (runs/<id>/run.json)", _stored_record),
 )
 
 
@@ -207,12 +209,14 @@ def register(app: typer.Typer) -> None:
     run_app = typer.Typer(
         invoke_without_command=True,
         no_args_is_help=False,
-        help="run a harness (model-call | codex) once on a local model, with evidence under runs/; `run cancel ID`",
+        help="run a harness (model-call | codex) once on a local model, with evidence under runs/; `run list`, "
+        "`run show ID`, `run cancel ID`",
     )
     app.add_typer(run_app, name="run")
 
     for name, help_text, record_of in _RECORD_COMMANDS:
         _add_record_command(run_app, name, help_text, record_of)
+    run_views.register(run_app)
     run_sealed.register(run_app)
     run_rerun.register(run_app)
     register_run_compare(run_app)
@@ -259,13 +263,10 @@ def register(app: typer.Typer) -> None:
             return
         if harness is None or prompt is None:
             raise HitchError("usage_error", "hitch run needs --harness and --prompt (or: hitch run cancel|show ID)", {})
-        if harness not in _HARNESSES:
-            raise HitchError(
-                "inference_harness_unsupported", f"harness {harness!r} is not supported", {"choices": list(_HARNESSES)}
-            )
         if harness == "model-call" and agent_arg:
             raise HitchError("usage_error", "--agent-arg is for codex", {})
-        opt.check_capture(capture)
+        if harness == "model-call":
+            check_prompt(prompt)
         if fake_fault and svc.engine != "fake":
             raise HitchError("usage_error", "--fake-fault is for --engine fake", {})
         hroot = common.hroot

@@ -7,7 +7,14 @@ engine loads), ``store/models/sha256/<hex>/manifest.json`` (:class:`LocalModelMa
 
 from __future__ import annotations
 
-from harness.store.aliases import read_aliases, resolve_model, resolve_model_id, set_alias, validate_alias
+from harness.store.aliases import (
+    read_aliases,
+    remove_alias,
+    resolve_model,
+    resolve_model_id,
+    set_alias,
+    validate_alias,
+)
 from harness.store.gc import GcPlan, plan_gc, run_gc
 from harness.store.hashing import FileDigest, hash_file
 from harness.store.importer import ImportResult, import_model
@@ -28,6 +35,7 @@ __all__ = [
     "plan_gc",
     "read_aliases",
     "read_manifest",
+    "remove_alias",
     "resolve_model",
     "resolve_model_id",
     "run_gc",

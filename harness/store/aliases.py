@@ -7,6 +7,7 @@ concurrent ``models add`` never lose each other's alias.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from pathlib import Path
@@ -27,6 +28,7 @@ __all__ = [
     "ModelAliasIndexV1",
     "alias_mutex",
     "read_aliases",
+    "remove_alias",
     "resolve_model",
     "resolve_model_id",
     "set_alias",
@@ -72,22 +74,60 @@ def read_aliases(root: HitchRoot) -> dict[str, str]:
     return dict(_load(root.aliases_file).aliases)
 
 
-def set_alias(root: HitchRoot, alias: str, model_id: str) -> str | None:
-    """Point ``alias`` at ``model_id``; returns the model it pointed to before (or None)."""
+def set_alias(root: HitchRoot, alias: str, model_id: str, *, move: bool = True) -> str | None:
+    """Point ``alias`` at ``model_id``; returns the model it pointed to before (or None). With ``move=False`` an
+    alias that names another model is left as it is: ``local_model_alias_taken`` (``hitch models add`` without
+    ``--force``)."""
     validate_alias(alias)
     with alias_mutex(root):
         index = _load(root.aliases_file)
         previous = index.aliases.get(alias)
+        if previous is not None and previous != model_id and not move:
+            raise HitchError(
+                "local_model_alias_taken",
+                f"alias {alias} points at {previous}; moving it to {model_id} needs --force",
+                {"alias": alias, "from": previous, "to": model_id},
+            )
         if previous != model_id:
             aliases = {**index.aliases, alias: model_id}
             atomic_write_json(root.aliases_file, ModelAliasIndexV1(aliases=dict(sorted(aliases.items()))).to_json_dict())
         return previous
 
 
+def remove_alias(root: HitchRoot, alias: str) -> str:
+    """Drop ``alias`` (the model stays in the store until ``models gc``); the model it named."""
+    validate_alias(alias)
+    with alias_mutex(root):
+        index = _load(root.aliases_file)
+        model_id = index.aliases.get(alias)
+        if model_id is None:
+            raise _not_found(f"local/{alias}", f"no model is aliased {alias!r}", _did_you_mean(root, alias))
+        aliases = {a: m for a, m in index.aliases.items() if a != alias}
+        atomic_write_json(root.aliases_file, ModelAliasIndexV1(aliases=aliases).to_json_dict())
+        return model_id
+
+
+def _did_you_mean(root: HitchRoot, name: str) -> str | None:
+    """The known alias closest to ``name`` (a typo, or an alias given without ``local/``), as a reference."""
+    known = read_aliases(root)
+    if name in known:
+        return LOCAL_PREFIX + name
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return LOCAL_PREFIX + close[0] if close else None
+
+
+def _not_found(ref: str, message: str, suggestion: str | None) -> HitchError:
+    details: dict[str, str] = {"ref": ref}
+    if suggestion is not None:
+        details["did_you_mean"] = suggestion
+    return HitchError("local_model_not_found", message + (f" (did you mean {suggestion}?)" if suggestion else ""), details)
+
+
 def resolve_model_id(root: HitchRoot, ref: str) -> str:
     """``local/ALIAS`` or ``local/sha256:<hex>`` -> model_id (not yet checked to be published)."""
     if not ref.startswith(LOCAL_PREFIX):
-        raise HitchError("local_model_not_found", f"{ref!r} is not a local model reference (local/ALIAS or local/sha256:<hex>)")
+        near = _did_you_mean(root, ref) if ALIAS_RE.match(ref) else None
+        raise _not_found(ref, f"{ref!r} is not a local model reference (local/ALIAS or local/sha256:<hex>)", near)
     name = ref[len(LOCAL_PREFIX) :]
     if name.startswith("sha256:"):
         if not is_sha256_id(name):
@@ -96,7 +136,7 @@ def resolve_model_id(root: HitchRoot, ref: str) -> str:
     validate_alias(name)
     model_id = read_aliases(root).get(name)
     if model_id is None:
-        raise HitchError("local_model_not_found", f"no model is aliased {name!r}", {"ref": ref})
+        raise _not_found(ref, f"no model is aliased {name!r} ({ref})", _did_you_mean(root, name))
     return model_id
 
 

@@ -115,7 +115,9 @@ def _verify_copy(files_dir: Path, digests: dict[str, hashing.FileDigest], progre
             raise HitchError("storage_write_failed", f"the staged copy of {rel} does not match its source", {"file": rel})
 
 
-def _publish(root: HitchRoot, stage: StagingDir, manifest: LocalModelManifestV1, alias: str) -> tuple[bool, str | None]:
+def _publish(
+    root: HitchRoot, stage: StagingDir, manifest: LocalModelManifestV1, alias: str, move_alias: bool
+) -> tuple[bool, str | None]:
     model_id = manifest.model_id
     files_dir, mpath = model_files_dir(root, model_id), manifest_path(root, model_id)
     with model_mutex(root, model_id):
@@ -138,7 +140,7 @@ def _publish(root: HitchRoot, stage: StagingDir, manifest: LocalModelManifestV1,
                 remove_tree(files_dir)
                 raise
         # Under the model lock, so GC cannot delete the object between publish and alias.
-        previous = set_alias(root, alias, model_id)
+        previous = set_alias(root, alias, model_id, move=move_alias)
     return already, previous
 
 
@@ -159,9 +161,11 @@ def import_model(
     provenance: ModelProvenance | None = None,
     on_file_copied: FileHook | None = None,
     tool_call_parser: str | None = None,
+    move_alias: bool = True,
 ) -> ImportResult:
     """Import the checkpoint directory ``src`` and point ``alias`` at it. ``tool_call_parser`` (a parser name,
-    or ``none``) overrides the one the chat template shows.
+    or ``none``) overrides the one the chat template shows. ``move_alias=False`` refuses to move an alias that
+    names another model (``local_model_alias_taken``; the model is published all the same, unaliased).
 
     ``on_file_copied`` is called with each relative path right after its copy (tests use
     it to change the source mid-import; nothing else should need it).
@@ -181,7 +185,7 @@ def import_model(
             _verify_copy(stage.files, digests, progress)
             facts = check_checkpoint(stage.files, sorted(digests))
             manifest = build_manifest(facts, digests, provenance, tool_call_parser)
-            already, previous = _publish(root, stage, manifest, alias)
+            already, previous = _publish(root, stage, manifest, alias, move_alias)
     except HitchError:
         raise
     except (OSError, KeyboardInterrupt) as exc:

@@ -102,7 +102,7 @@ if ((dry_run)); then
     *) alias=certify-model; src="$model" ;;
   esac
   if [[ -n "$src" ]]; then
-    "$hitch" models add "$src" --name "$alias" || die "importing $model failed"
+    "$hitch" models add "$src" --name "$alias" --force || die "importing $model failed"  # the alias names this run's model
   fi
 
   step "lock (draft: device cuda, runtime $runtime)"

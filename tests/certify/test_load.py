@@ -155,7 +155,8 @@ def _rows(path: Path) -> dict[tuple[str, str], dict[str, str]]:
 @pytest.mark.integration
 def test_both_targets_stream(tmp_path: Path) -> None:
     out = tmp_path / "load"
-    args = ["--target", "both", "--users", "3", "--spawn-rate", "3", "--run-time", "3", "--out", str(out), "--json"]
+    args = ["--target", "both", "--users", "3", "--spawn-rate", "3", "--run-time", "3", "--engine", "fake", "--out", str(out),
+            "--json"]  # fmt: skip
     proc = _hitch("bench", "load", *args)
     assert proc.returncode == 0, proc.stderr[-3000:]
     printed = json.loads(proc.stdout)
@@ -179,7 +180,8 @@ def test_both_targets_stream(tmp_path: Path) -> None:
 @pytest.mark.integration
 def test_gateway_responses_non_stream(tmp_path: Path) -> None:
     out = tmp_path / "load"
-    args = ["--target", "gateway", "--api", "responses", "--no-stream", "--users", "2", "--spawn-rate", "2", "--run-time", "2"]
+    args = ["--target", "gateway", "--api", "responses", "--no-stream", "--users", "2", "--spawn-rate", "2", "--run-time", "2",
+            "--engine", "fake"]  # fmt: skip
     proc = _hitch("bench", "load", *args, "--out", str(out))
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())

@@ -75,3 +75,21 @@ def test_every_code_raised_in_the_code_base_is_in_the_table() -> None:
             used.update(pattern.findall(path.read_text()))
     assert used, "the scan found no HitchError uses"
     assert used - set(ERROR_TABLE) == set()
+
+
+def test_human_details_are_readable_lines_never_python_reprs() -> None:
+    err = HitchError(
+        "usage_error",
+        "bad",
+        {"choices": ["auto", "cpu"], "problems": [{"loc": "engine", "msg": "x"}], "where": {"a": 1, "b": None}},
+    )
+    assert err.human().splitlines() == [
+        "error[usage_error]: bad",
+        "  choices: auto, cpu",
+        "  problems:",
+        "    - loc: engine, msg: x",
+        "  where:",
+        "    a: 1",
+        "    b: -",
+        "  hint: see --help",
+    ]

@@ -256,8 +256,13 @@ def test_codex_without_a_certified_profile_is_refused_before_any_service(inputs:
 
 
 def test_an_unknown_alias_is_refused_first(inputs: ServiceInputs) -> None:
-    # even with a device that does not exist: the alias is the first thing a run checks
-    proc = hitch(inputs.root, "run", "--harness", "model-call", "--model", "local/nope", "--device", "metal",
+    # even with a device this machine cannot serve: the alias is the first thing a run looks up
+    proc = hitch(inputs.root, "run", "--harness", "model-call", "--model", "local/nope", "--device", "cuda",
                  "--prompt", "x", "--json")  # fmt: skip
     assert json.loads(proc.stdout)["error"]["code"] == "local_model_not_found"
+    _nothing_started(inputs.root)
+    # an option value no command accepts is refused before that, as a usage error
+    proc = hitch(inputs.root, "run", "--harness", "model-call", "--model", "local/nope", "--device", "metal",
+                 "--prompt", "x", "--json")  # fmt: skip
+    assert proc.returncode == 2 and json.loads(proc.stdout)["error"]["code"] == "usage_error"
     _nothing_started(inputs.root)

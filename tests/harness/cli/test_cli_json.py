@@ -108,8 +108,8 @@ def test_local_argv_prints_the_command_line_a_cuda_lock_compiles_to(imported: tu
 def test_metal_and_unpinned_cuda_are_refused(imported: tuple[Path, str]) -> None:
     root, _ = imported
     metal = _run(root, "local", "lock", "local/tiny", "--device", "metal", "--json")
-    assert json.loads(metal.stdout)["error"]["code"] == "inference_device_unsupported"
-    assert metal.returncode == 4
+    assert json.loads(metal.stdout)["error"]["code"] == "usage_error"  # no catalog runtime serves metal
+    assert metal.returncode == 2
     cuda = _run(root, "local", "lock", "local/tiny", "--device", "cuda", "--runtime", "sglang-0.5.16-cuda", "--json")
     assert json.loads(cuda.stdout)["error"]["code"] == "inference_runtime_unpinned"
     # the default CUDA runtime is the hash-pinned python-env one: its lock builds

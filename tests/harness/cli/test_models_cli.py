@@ -63,11 +63,47 @@ def test_add_list_inspect_json(tmp_path: Path, root: Path) -> None:
         assert data["verified"] is True and data["aliases"] == ["coder"]
 
 
-def test_add_human_output_reports_repointed_alias(tmp_path: Path, root: Path) -> None:
+def test_an_alias_moves_only_with_force_and_says_from_what_to_what(tmp_path: Path, root: Path) -> None:
     first = _json(_hitch(root, "add", str(write_checkpoint(tmp_path / "a", seed=1)), "--name", "coder", "--json"))
-    proc = _hitch(root, "add", str(write_checkpoint(tmp_path / "b", seed=2)), "--name", "coder")
+    other = str(write_checkpoint(tmp_path / "b", seed=2))
+    refused = _hitch(root, "add", other, "--name", "coder", "--json")
+    assert refused.returncode == 2, refused.stdout
+    err = json.loads(refused.stdout)["error"]
+    assert err["code"] == "local_model_alias_taken" and err["details"]["from"] == first["model_id"]
+    assert err["details"]["to"] != first["model_id"] and "--force" in err["message"]
+    assert _json(_hitch(root, "inspect", "local/coder", "--json"))["model_id"] == first["model_id"]  # not moved
+    again = _hitch(root, "add", str(tmp_path / "a"), "--name", "coder")  # the same model again: nothing moves
+    assert again.returncode == 0 and "moved" not in again.stdout
+    proc = _hitch(root, "add", other, "--name", "coder", "--force")
     assert proc.returncode == 0, proc.stderr
-    assert f"alias coder: {first['model_id']} -> sha256:" in proc.stdout
+    assert f"alias coder moved: {first['model_id']} -> {err['details']['to']}" in proc.stdout
+    assert _json(_hitch(root, "inspect", "local/coder", "--json"))["model_id"] == err["details"]["to"]
+
+
+def test_alias_rm_removes_the_alias_and_keeps_the_model(tmp_path: Path, root: Path) -> None:
+    added = _json(_hitch(root, "add", str(write_checkpoint(tmp_path / "a", seed=1)), "--name", "coder", "--json"))
+    typo = _hitch(root, "alias", "rm", "codr", "--json")
+    assert typo.returncode == 2 and json.loads(typo.stdout)["error"]["details"]["did_you_mean"] == "local/coder"
+    out = _json(_hitch(root, "alias", "rm", "local/coder", "--json"))
+    assert out["alias"] == "coder" and out["model_id"] == added["model_id"]
+    listed = _json(_hitch(root, "list", "--json"))["models"]
+    assert [(m["model_id"], m["aliases"]) for m in listed] == [(added["model_id"], [])]
+    gone = _hitch(root, "inspect", "local/coder", "--json")
+    assert gone.returncode == 2 and json.loads(gone.stdout)["error"]["code"] == "local_model_not_found"
+
+
+def test_list_has_a_header_and_human_sizes(tmp_path: Path, root: Path) -> None:
+    _json(_hitch(root, "add", str(write_checkpoint(tmp_path / "a", seed=1)), "--name", "coder", "--json"))
+    header, row = _hitch(root, "list").stdout.splitlines()
+    assert header.split() == ["MODEL", "ALIASES", "ARCHITECTURE", "SIZE"]
+    assert row.split()[1] == "coder" and row.split()[-1] in ("B", "kB", "MB", "GB")
+
+
+def test_add_of_a_missing_directory_names_it(tmp_path: Path, root: Path) -> None:
+    proc = _hitch(root, "add", str(tmp_path / "nope"), "--name", "x", "--json")
+    assert proc.returncode == 2
+    err = json.loads(proc.stdout)["error"]
+    assert err["message"] == f"no such directory: {tmp_path / 'nope'}" and "disk" not in err["hint"]
 
 
 def test_add_rejected_checkpoint_exit_code_and_json_error(tmp_path: Path, root: Path) -> None:

@@ -81,5 +81,6 @@ def test_run_and_serve_refuse_an_unknown_capture_mode_before_anything_starts(tmp
         out = CliRunner().invoke(app, [*argv, "--json", "--root", str(tmp_path / "root")])
         assert out.exit_code == 2, out.output
         error = json.loads(out.output)["error"]
-        assert (error["code"], error["details"]) == ("usage_error", {"capture": "everything"}), argv
+        details = {"option": "--capture", "value": "everything", "choices": ["off", "metadata", "full"]}
+        assert (error["code"], error["details"]) == ("usage_error", details), argv
     assert not (tmp_path / "root").exists()  # refused before a root, a daemon or a service

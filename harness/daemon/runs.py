@@ -2,7 +2,9 @@
 
 :class:`RunService` owns the daemon's one :class:`~gateway.server.Gateway` (loopback, a free port chosen by
 the kernel, its state in the root's private ``inference/gateway/`` directory, 0700) and the live runs.
-``POST /v1/runs`` admits a run (``runs/<id>/run.json``: ``admitted``), prepares its lock and acquires the service
+``POST /v1/runs`` checks the run's harness against the lock it asks for, as the CLI does
+(:func:`harness.app.harness_admission.admit_harness`: ``inference_harness_unsupported`` before anything is
+written or started), admits the run (``runs/<id>/run.json``: ``admitted``), prepares its lock and acquires the service
 with the run as lease owner (``preparing``), reads the engine's ``/server_info`` (keys removed) and
 ``/metrics``, and registers the run on the gateway with its own capture (``running``); the upstream comes only
 from the manager's service record, the engine key from the service's 0600 key file, and the answer names the
@@ -48,6 +50,7 @@ from gateway.aborts import ServiceFault
 from gateway.bindings import UpstreamTarget
 from gateway.capture import RunCapture
 from gateway.server import Gateway, GatewayConfig
+from harness.app.harness_admission import admit_harness
 from harness.app.requests import EmptyRequest, FinishRunRequest, PrepareRequest, RunRequest
 from harness.app.run_identity import require_same_request, run_identity
 from harness.app.run_store import RunStore
@@ -110,7 +113,7 @@ class _Run:
 # what run.json keeps of the request (as it was given; no secret), and what a prepare of its service takes
 _REQUEST_FIELDS = {
     "model", "inference_id", "device", "profile", "runtime", "engine", "launcher", "fake_flags", "image", "capture_max_bytes",
-    "device_choice", "for_containers", "eval_image", "trial", "deadline_s", "rerun_of",
+    "device_choice", "for_containers", "eval_image", "trial", "deadline_s", "rerun_of", "harness_artifact", "certifying",
 }  # fmt: skip
 _SERVICE_FIELDS = {"device", "profile", "engine", "launcher", "image", "fake_flags", "device_choice"}
 
@@ -209,6 +212,8 @@ class RunService:
             raise HitchError("run_in_progress", f"run {run_id!r} is live", {"run_id": run_id})
         if existing is not None:
             return {"run_id": run_id, "existing": True, "record": existing.to_json_dict()}
+        # the door's own check, as the CLI's: a harness without a passing profile for this lock admits no run
+        await asyncio.to_thread(admit_harness, self.core.root, ask)
         if trial is not None:  # before anything starts: the service plus this one trial must fit this machine
             require_room_for_one(self.core.manager.ledger, self._requested_lock(ask)[0], trial)
         if ask.for_containers:  # before anything else starts: containers must reach the gateway where we listen

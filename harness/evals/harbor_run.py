@@ -73,7 +73,7 @@ from harness.contracts.evaluation import (
 from harness.contracts.run import RunErrorV1
 from harness.docker_engine import docker_client
 from harness.errors import ENGINE_FAILURE_CODES, HitchError
-from harness.evals.harbor_agents import NO_MODEL_AGENTS, TERMINUS
+from harness.evals.harbor_agents import NO_MODEL_AGENTS, TERMINUS, agent_artifact
 from harness.evals.harbor_install import HarborInstall
 from harness.evals.harbor_process import DriverProcess
 from harness.evals.trial_resources import resources_of
@@ -182,6 +182,7 @@ class EvalOptions:
     agent_timeout_s: float | None = None  # instead of each task's [agent] timeout_sec (Harbor's override_timeout_sec)
     infra_retries: int = 1  # runs again of a trial whose engine failed (same lock, new run)
     agent_profile_id: str | None = None  # the compatibility profile the agent was admitted with (harbor_agents)
+    certifying: bool = False  # the trials certify the agent (pytest certify): the daemon admits them without a profile
 
 
 @dataclass
@@ -420,6 +421,12 @@ class HarborEvaluation:
             trial=trial.resources.to_json_dict(),
             submission={"task": str(trial.task), "agent_kwargs": self.options.agent_kwargs, "attempt": trial.attempt},
         )
+        if self.options.certifying:
+            body["certifying"] = True
+        elif self.options.agent not in NO_MODEL_AGENTS:  # the daemon admits the run by this artifact's profile
+            harbor_version = str(self.install.versions.get("harbor", "unknown"))
+            claim = agent_artifact(self.options.agent, harbor_version, self.options.agent_paths)
+            body["harness_artifact"] = claim.model_dump(mode="json")
         budget = trial_budget_s(trial.task, self.options.agent_timeout_s)
         if budget is not None:
             body["deadline_s"] = budget

@@ -52,6 +52,7 @@ from harness.cli import run_rerun, run_sealed
 from harness.cli.compare import register_run_compare
 from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.contracts.agent_profile import FieldRuleV1, HarnessKeyV1
+from harness.contracts.binding import ModelEndpointBindingV1
 from harness.contracts.lock import InferenceLockV1
 from harness.errors import ERROR_TABLE, HitchError
 from harness.ids import digest_bytes
@@ -101,7 +102,8 @@ def _run_harness(
         if lock.protocol.api != "responses":
             raise HitchError("inference_harness_unsupported", "model-call needs a Responses lock", {"api": lock.protocol.api})
         body = build_request(run["wire_model"], parse_input(prompt), lock.generation.max_output_tokens, max_output_tokens)
-        res = call_model(run["base_url"], body, env={TOKEN_ENV: token})
+        issued = ModelEndpointBindingV1.model_validate(run["binding"])
+        res = call_model(run["base_url"], body, binding=issued, env={TOKEN_ENV: token})
         outcome = {
             "harness": "model-call",
             "status": res.status,

@@ -318,6 +318,7 @@ class RunService:
             "base_url": record.base_url,
             "wire_model": record.wire_model,
             "token_file": record.token_ref,
+            "binding": record.to_json_dict(),  # the issued binding: a harness calls its base URL only (spec §10.1)
             "capture": capture,
             **({"for_containers": True, "eval_network": net.name, "eval_network_id": net.network_id} if net is not None else {}),
         }

@@ -108,12 +108,26 @@ def run_cmd(
     ] = 1,
     svc: opt.RunServiceOptions = opt.DEFAULT_RUN_SERVICE,
     eval_id: Annotated[str | None, typer.Option("--eval-id", help="the evaluation's id (default: random)")] = None,
+    model_capture: Annotated[
+        str, typer.Option("--model-capture", help="off | metadata | full: what each trial's run captures (0600, under the run)")
+    ] = "metadata",
+    require_model_capture: Annotated[
+        bool,
+        typer.Option(
+            "--require-model-capture",
+            help="a trial whose capture is incomplete fails the evaluation closed (no later trial starts; exit non-zero)",
+        ),
+    ] = False,
     fake_script: Annotated[
         Path | None, typer.Option("--fake-script", hidden=True, help="--engine fake only: scripted model turns (JSON lines)")
     ] = None,
     common: Common = COMMON,
 ) -> None:
     model_connection(agent, env)  # a topology the gateway cannot serve is refused before anything starts
+    if model_capture not in ("off", "metadata", "full"):
+        raise HitchError("usage_error", "--model-capture is off|metadata|full", {"model_capture": model_capture})
+    if require_model_capture and model_capture == "off":
+        raise HitchError("usage_error", "--require-model-capture needs --model-capture metadata or full", {})
     known_agent(agent)  # so is an agent no compatibility profile can exist for
     if fake_script is not None and svc.engine != "fake":
         raise HitchError("usage_error", "--fake-script is for --engine fake", {})
@@ -122,7 +136,7 @@ def run_cmd(
     found = task_dirs(tasks)
     ask = RunService.of(**dataclasses.asdict(svc), model=model, inference=inference)
     flags = ["--fake-script", str(fake_script.resolve())] if fake_script is not None else []
-    request = run_service_request(hroot, ask, common.root, capture="metadata", fake_flags=flags)
+    request = run_service_request(hroot, ask, common.root, capture=model_capture, fake_flags=flags)
     paths = [p.resolve() for p in agent_path or []]
     version = str(install.versions.get("harbor", "unknown"))
     model_id = served_model_id(hroot, request)
@@ -130,6 +144,7 @@ def run_cmd(
     options = EvalOptions(
         found, agent, env, attempts, concurrent, _kwargs(agent_kwarg or []), eval_id, agent_paths=paths,
         infra_retries=infra_retries, agent_profile_id=profile.profile_id if profile is not None else None,
+        require_model_capture=require_model_capture,
     )  # fmt: skip
     evaluation = HarborEvaluation(hroot, install, ensure_daemon(hroot), request, options)
 

@@ -130,6 +130,17 @@ class EvaluationRecordV1(Record):
     regrade_of: str | None = Field(
         default=None, description="the evaluation whose kept trial outputs this one re-scored (verifier only, no model)"
     )
+    model_capture: Literal["off", "metadata", "full"] | None = Field(
+        default=None, description="the capture mode of every trial's run (--model-capture); null in older records"
+    )
+    require_model_capture: bool = Field(
+        default=False, description="a trial whose capture was incomplete failed the evaluation (--require-model-capture)"
+    )
+    error: RunErrorV1 | None = Field(
+        default=None,
+        description="set when the evaluation failed closed (inference_capture_incomplete under --require-model-capture): "
+        "no trial started after the one named, live ones were cancelled",
+    )
 
 
 class TrialSlotV1(Record):
@@ -151,6 +162,7 @@ class EvaluationPlanV1(Record):
     infra_retries: int = Field(ge=0)
     agent_profile_id: Sha256 | None = Field(description="the compatibility profile the agent was admitted with")
     eval_image: str | None
+    require_model_capture: bool = Field(default=False, description="--require-model-capture (false in older plans)")
     run_body: dict[str, Any] = Field(description="the runs' request (engine, launcher, capture, ...); no secret")
     inference_id: Sha256 | None = Field(description="the lock every trial runs, once the first trial's run sealed it")
     slots: list[TrialSlotV1]

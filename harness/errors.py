@@ -114,6 +114,9 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     "run_not_found": _e("input", False, 404, "see runs/ under the root for the known run ids"),
     "run_in_progress": _e("lifecycle", True, 409, "the run id is live; wait for it or `hitch run cancel ID`"),
     "evaluation_not_found": _e("input", False, 404, "see evals/ under the root for the known evaluation ids"),
+    "eval_verifier_credentials_missing": _e(
+        "input", False, 400, "export the variables the tasks' verifiers need (named in details), or use local verifiers"
+    ),
     "evaluation_not_regradable": _e(
         "input", False, 409, 'regrade tasks whose verifier reads declared artifacts ([verifier] environment_mode = "separate")'
     ),

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import queue
 import re
 import secrets
@@ -76,6 +77,7 @@ from harness.errors import ENGINE_FAILURE_CODES, HitchError
 from harness.evals.harbor_agents import NO_MODEL_AGENTS, TERMINUS, agent_artifact
 from harness.evals.harbor_install import HarborInstall
 from harness.evals.harbor_process import DriverProcess
+from harness.evals.harbor_verifier import verifiers_of
 from harness.evals.trial_resources import resources_of
 from harness.lock import load_sealed_lock
 from harness.paths import HitchRoot, atomic_write_json, ensure_private_dir
@@ -225,6 +227,8 @@ class HarborEvaluation:
         if options.require_model_capture and request.capture == "off":
             raise HitchError("usage_error", "--require-model-capture needs --model-capture metadata or full", {})
         self.connection = model_connection(options.agent, options.environment)
+        # before anything starts: a verifier whose credentials are missing would fail only after the model ran
+        self.verifiers = verifiers_of(list(dict.fromkeys(options.tasks)), os.environ)
         self.root, self.install, self.client, self.options = root, install, client, options
         self.request = request
         self.evaluation_id = options.evaluation_id or "eval-" + secrets.token_hex(6)
@@ -390,6 +394,8 @@ class HarborEvaluation:
             trials=[latest[slot] for slot in sorted(latest)],
             resumed=self.resumed,
             model_capture=self.request.capture,
+            verifiers=self.verifiers,
+            offline=all(v.locality == "local" for v in self.verifiers),
             require_model_capture=self.options.require_model_capture,
             error=RunErrorV1(code=failed_closed.code, message=failed_closed.message) if failed_closed is not None else None,
         )

@@ -52,6 +52,8 @@ def test_model_capture_full_is_what_each_trials_run_captures(inputs: ServiceInpu
             "--model-capture", "full", "--require-model-capture", "--json"]  # fmt: skip
     record = EvaluationRecordV1.model_validate(as_json(hitch(inputs.root, *argv))["record"])
     assert record.model_capture == "full" and record.require_model_capture and record.error is None
+    # create-file's verifier is its test script, handed no credential: local, so the evaluation may claim offline
+    assert [(v.role, v.locality) for v in record.verifiers or []] == [("tests", "local")] and record.offline
     (trial,) = record.trials
     assert trial.status == "completed" and trial.usage is not None and trial.usage.evidence_complete
     run = json.loads((inputs.root.runs / trial.run_id / "run.json").read_text())

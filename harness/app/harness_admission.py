@@ -33,10 +33,16 @@ from harness.paths import HitchRoot
 from harness.runtimes import get_runtime
 from harness.store import resolve_model
 
-__all__ = ["HARBOR_PREFIX", "LockSurface", "admit_harness", "lock_surface"]
+__all__ = ["HARBOR_PREFIX", "LockSurface", "admit_harness", "lock_surface", "needs_tool_calls"]
 
 HARBOR_PREFIX = "harbor:"
 _CHOICES = ["model-call", "codex", "harbor:<agent>"]
+_TOOL_CALLING = frozenset({"codex"})  # harnesses whose every turn may carry function tools
+
+
+def needs_tool_calls(harness: str | None) -> bool:
+    """Whether ``harness`` needs the engine's tool calls (spec §9.1 step 5: probed as the caller needs)."""
+    return harness in _TOOL_CALLING
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,9 @@
 the kernel, its state in the root's private ``inference/gateway/`` directory, 0700) and the live runs.
 ``POST /v1/runs`` checks the run's harness against the lock it asks for, as the CLI does
 (:func:`harness.app.harness_admission.admit_harness`: ``inference_harness_unsupported`` before anything is
-written or started), admits the run (``runs/<id>/run.json``: ``admitted``), prepares its lock and acquires the service
+written or started), admits the run (``runs/<id>/run.json``: ``admitted``; a harness that needs tool calls, Codex,
+on a lock that claims them gets the service's epoch probed with a forced call first,
+:func:`harness.engine.readiness.probe_tool_call`), prepares its lock and acquires the service
 with the run as lease owner (``preparing``), reads the engine's ``/server_info`` (keys removed) and
 ``/metrics``, and registers the run on the gateway with its own capture (``running``); the upstream comes only
 from the manager's service record, the engine key from the service's 0600 key file, and the answer names the
@@ -50,7 +52,7 @@ from gateway.aborts import ServiceFault
 from gateway.bindings import UpstreamTarget
 from gateway.capture import RunCapture
 from gateway.server import Gateway, GatewayConfig
-from harness.app.harness_admission import admit_harness
+from harness.app.harness_admission import admit_harness, needs_tool_calls
 from harness.app.requests import EmptyRequest, FinishRunRequest, PrepareRequest, RunRequest
 from harness.app.run_identity import require_same_request, run_identity
 from harness.app.run_store import RunStore
@@ -76,6 +78,7 @@ from harness.daemon.run_infra import engine_failure
 from harness.daemon.trial_reservation import TrialReservation, hold, require_room_for_one, trial_of
 from harness.devices import probe_cpu
 from harness.devices.fingerprint import hardware_fingerprint
+from harness.engine.readiness import probe_tool_call
 from harness.errors import HitchError
 from harness.launch.process import isolation_facts
 from harness.lock import build_lock, load_sealed_lock, sealed_for_draft
@@ -89,6 +92,7 @@ from harness.store import model_files_dir, resolve_model
 __all__ = ["REVOKING_EVENTS", "RunService", "run_routes"]
 
 REVOKING_EVENTS = frozenset({"inference.failed", "inference.draining", "inference.stopped"})
+_TOOL_PROBE_TIMEOUT_S = 300.0  # a forced call of up to 64 tokens on a loaded CPU engine
 
 
 @dataclass
@@ -130,6 +134,7 @@ class RunService:
         self._hardware: dict[str, dict[str, Any]] = {}
         self.eval_access = EvalAccess(core.root.path, self.gateway)
         self._trial_waits: dict[str, asyncio.Task[None]] = {}  # runs whose trial waits its turn in the ledger
+        self._tool_probed: dict[tuple[str, int], float] = {}  # (service, epoch) -> seconds its tool-call probe took
         self.gateway.aborts.on_service_fault = self._service_fault
 
     async def start(self) -> None:
@@ -255,6 +260,8 @@ class RunService:
         except OSError as exc:
             raise HitchError("inference_process_exited", "the engine key file is gone", {}) from exc
         process = await service.verified_process()
+        if needs_tool_calls(ask.harness) and lock.protocol.tool_calls:
+            await self._probe_tool_calls(endpoint.service_id, endpoint.epoch, endpoint.base_url, engine_key, endpoint.wire_model)
         target = UpstreamTarget(
             base_url=endpoint.base_url,
             engine_key=engine_key,
@@ -322,6 +329,14 @@ class RunService:
             "capture": capture,
             **({"for_containers": True, "eval_network": net.name, "eval_network_id": net.network_id} if net is not None else {}),
         }
+
+    async def _probe_tool_calls(self, service_id: str, epoch: int, base_url: str, engine_key: str, wire_model: str) -> None:
+        """A caller that needs tool calls of a lock that claims them: the service's epoch answers a forced call
+        (once per epoch; spec §9.1 step 5), else the run fails ``inference_engine_unhealthy`` before it is bound."""
+        if (service_id, epoch) in self._tool_probed:
+            return
+        seconds = await probe_tool_call(base_url, engine_key, wire_model, _TOOL_PROBE_TIMEOUT_S)
+        self._tool_probed[(service_id, epoch)] = seconds
 
     async def finish(self, run_id: str, status: str, error: HitchError | None) -> dict[str, Any]:
         """End a run: terminal record, engine metrics, binding revoked (in-flight requests cancelled when the

@@ -14,14 +14,17 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from harness.app.daemon_client import DaemonClient
 from harness.app.profiles import CODEX_FIELDS, ProfileStore, codex_key_of, result
+from harness.app.requests import FinishRunRequest, RunRequest, parse_request
 from harness.app.run_store import RunStore
 from harness.daemon.core import DaemonConfig, DaemonCore
 from harness.daemon.runs import RunService
 from harness.daemon.server import build_app
-from harness.errors import ERROR_TABLE
+from harness.errors import ERROR_TABLE, HitchError
 from harness.paths import HitchRoot
 from harness.runtimes import get_runtime
+from tests.harness.daemon.conftest import FAST, as_json, hitch
 from tests.harness.engine.inputs import GENERIC_RUNTIME, ServiceInputs
 
 TOKEN = "t" * 64
@@ -96,3 +99,23 @@ def test_a_request_that_is_not_a_harness_artifact_is_a_usage_error(tmp_path: Pat
     root = HitchRoot(tmp_path / "root")
     status, answer, _ = _post(root, _run("codex", "r-bad", harness_artifact={"artifact": "x", "version": "1"}))
     assert status == 400 and answer["error"]["code"] == "usage_error", answer
+
+
+def test_a_run_that_needs_tool_calls_is_refused_on_an_engine_that_cannot_make_them(inputs: ServiceInputs) -> None:
+    """Spec §9.1 step 5, as the caller needs: a Codex run (here one that certifies Codex, so no profile is
+    asked) on a lock that claims tool calls gets the service's epoch probed with a forced call; an engine that
+    hands calls back as text fails the run before it is bound. A model-call run needs no tool calls: on the
+    same engine it binds."""
+    root = inputs.root
+    as_json(hitch(root, "daemon", "start", "--json", *FAST))
+    client = DaemonClient(root)
+    flags = ["--fault", "unparsed_tool_calls"]
+    with pytest.raises(HitchError) as caught:
+        client.create_run(parse_request(RunRequest, _run("codex", "r-tools", certifying=True, fake_flags=flags)))
+    assert caught.value.code == "inference_engine_unhealthy" and caught.value.details["step"] == "tool_call"
+    record = RunStore(root).read("r-tools")
+    assert record is not None and record.status == "failed" and record.binding_id is None
+    assert record.error is not None and record.error.code == "inference_engine_unhealthy"
+    text = client.create_run(parse_request(RunRequest, _run("model-call", "r-text", fake_flags=flags)))
+    assert text["status"] == "running"
+    client.finish_run("r-text", FinishRunRequest(status="completed"))

@@ -126,6 +126,13 @@ def _ledger(data: bytes, rows: list[dict[str, Any]], begun: int) -> AttemptLedge
     def total(name: str) -> int:
         return sum(int(row[name]) for row in rows if isinstance(row.get(name), int))
 
+    # a count an attempt that reached the engine does not carry is "unavailable", never a silent zero
+    generated = [r for r in rows if r.get("route") != "/v1/models" and r.get("status") != "rejected"]
+    counts = ("input_tokens", "cached_tokens", "output_tokens", "reasoning_tokens")
+    unavailable = {name: n for name in counts if (n := sum(1 for r in generated if not isinstance(r.get(name), int)))}
+    timed = [r for r in generated if isinstance(r.get("output_tokens"), int) and isinstance(r.get("e2e_ms"), int | float)]
+    seconds = sum(float(r["e2e_ms"]) for r in timed) / 1000.0
+    per_s = round(sum(int(r["output_tokens"]) for r in timed) / seconds, 3) if seconds > 0 else None
     return AttemptLedgerV1(
         file="attempts.jsonl",
         digest="sha256:" + hashlib.sha256(data).hexdigest(),
@@ -136,6 +143,8 @@ def _ledger(data: bytes, rows: list[dict[str, Any]], begun: int) -> AttemptLedge
         cached_tokens=total("cached_tokens"),
         output_tokens=total("output_tokens"),
         reasoning_tokens=total("reasoning_tokens"),
+        unavailable=unavailable,
+        output_tokens_per_s=per_s,
     )
 
 

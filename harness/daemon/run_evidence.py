@@ -1,6 +1,6 @@
 """The daemon's part of a run's evidence under ``runs/<run-id>/inference/``.
 
-Owns :class:`EngineFacts` (the engine's ``/server_info`` with every key removed, and its ``/metrics`` text,
+Owns :class:`EngineFacts` (the allow-listed observations of the engine's ``/server_info``, and its ``/metrics`` text,
 read with the engine key the daemon holds) and :func:`write_execution_evidence`: the sealed lock, model and
 runtime manifests, the run's attempt rows copied from the gateway (``attempts.jsonl``) with their digest,
 the serving metrics at run start and end, the engine's own figures of each attempt joined by request id
@@ -35,7 +35,7 @@ from harness.contracts.evidence import (
 from harness.contracts.lock import InferenceLockV1
 from harness.contracts.run import RunRecordV1
 from harness.daemon.engine_requests import write_engine_requests
-from harness.engine.redaction import redact
+from harness.engine.redaction import observations, redact
 from harness.engine.sglang import ENGINE_LOG
 from harness.ids import digest_json
 from harness.paths import HitchRoot, atomic_write_bytes, atomic_write_json, ensure_private_dir
@@ -81,7 +81,7 @@ async def scrape_engine(
             try:
                 resp = await client.get("/server_info", headers=headers)
                 if resp.status_code == 200 and isinstance(resp.json(), dict):
-                    info = redact(resp.json(), (engine_key, *secrets))
+                    info = observations(resp.json(), (engine_key, *secrets))  # an allow-list, never minus a deny-list
                 else:
                     errors.append(f"/server_info answered HTTP {resp.status_code}")
             except (httpx.HTTPError, ValueError) as exc:

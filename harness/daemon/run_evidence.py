@@ -46,6 +46,7 @@ from harness.store import read_manifest
 __all__ = [
     "EngineFacts",
     "GatewayFacts",
+    "attempt_ledger",
     "facts_after_death",
     "model_identity",
     "redact",
@@ -118,7 +119,8 @@ def _copy_rows(src: Path, dst: Path) -> tuple[bytes, list[dict[str, Any]]]:
     return data, rows
 
 
-def _ledger(data: bytes, rows: list[dict[str, Any]], begun: int) -> AttemptLedgerV1:
+def attempt_ledger(data: bytes, rows: list[dict[str, Any]], begun: int) -> AttemptLedgerV1:
+    """The run's attempt ledger from its rows file (``data``, as copied) and rows: totals, unavailable counts, tokens/s."""
     by_status: dict[str, int] = {}
     for row in rows:
         by_status[str(row.get("status"))] = by_status.get(str(row.get("status")), 0) + 1
@@ -232,7 +234,7 @@ def write_execution_evidence(
     atomic_write_json(out / "model.json", read_manifest(root, lock.model_id).to_json_dict())
     atomic_write_json(out / "runtime.json", get_runtime(lock.runtime_id).to_json_dict())
     data, rows = _copy_rows(gateway.rows_file, out / "attempts.jsonl")
-    ledger = _ledger(data, rows, gateway.begun)
+    ledger = attempt_ledger(data, rows, gateway.begun)
     engine_requests = write_engine_requests(out, rows, root.service_dir(binding.service_id) / ENGINE_LOG)
     checks = [
         _check("attempts_recorded", ledger.rows == ledger.begun and not gateway.daemon_died, _attempts_detail(ledger, gateway)),

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from harness.contracts.evidence import AttemptLedgerV1
-from harness.daemon.run_evidence import _ledger
+from harness.daemon.run_evidence import attempt_ledger
 
 
 def _row(status: str, route: str = "/v1/responses", **counts: Any) -> dict[str, Any]:
@@ -19,7 +19,7 @@ def _row(status: str, route: str = "/v1/responses", **counts: Any) -> dict[str, 
 
 def _ledger_of(rows: list[dict[str, Any]]) -> AttemptLedgerV1:
     data = b"".join(json.dumps(r).encode() + b"\n" for r in rows)
-    return _ledger(data, rows, begun=len(rows))
+    return attempt_ledger(data, rows, begun=len(rows))
 
 
 FULL = {"input_tokens": 10, "cached_tokens": 0, "output_tokens": 8, "reasoning_tokens": 0, "e2e_ms": 2000.0}

@@ -27,9 +27,8 @@ The tool-call probe (spec §9.1 step 5: Responses, SSE *and tool calls, as the c
 daemon, for a Codex run): a non-streaming ``/v1/responses`` request that names one probe tool in
 ``tool_choice``, whose answer must carry a ``function_call`` item of that tool with a JSON-object ``arguments``
 (SGLang's grammar forces the call's start; the model writes its arguments; the lock's parser must hand it back
-structured) within ``TOOL_PROBE_OUTPUT_TOKENS``. It is not part of every start: on SGLang 0.5.23 the grammar
-does not constrain the arguments, so a model that cannot write a call (``fixture:tiny``'s random weights) fails it,
-though such an engine serves text correctly.
+structured) within ``TOOL_PROBE_OUTPUT_TOKENS``; the probe tool is ``strict`` with enum-bound arguments, so the
+grammar holds the whole call. It runs per caller that needs it, not at every start, as the spec words it.
 
 Each probe's reply is read to its end (a stream too), never left for the engine to discover. Failing the
 deadline is ``inference_start_timeout`` (an engine that never went idle says so, with its counts); a wrong
@@ -74,11 +73,20 @@ PROBE_OUTPUT_TOKENS = 8
 TOOL_PROBE_OUTPUT_TOKENS = 64  # a hermes call of the probe tool is about 25 tokens; SmolLM2 needs the margin
 TOOL_PROBE_NAME = "hitch_readiness_probe"
 _TOOL_PROBE_INPUT = "Call the tool."
+# ``strict`` asks SGLang to hold the arguments to the schema (xgrammar) and the enum bounds the one value, so the
+# forced call ends within the budget whatever the weights (without it, SGLang 0.5.23 constrains only the call's
+# start, and a random checkpoint writes its arguments until the budget runs out)
 _TOOL_PROBE_TOOL = {
     "type": "function",
     "name": TOOL_PROBE_NAME,
-    "description": "Report that the engine is ready.",
-    "parameters": {"type": "object", "properties": {"ready": {"type": "boolean"}}, "required": ["ready"]},
+    "description": "Report the engine's state.",
+    "parameters": {
+        "type": "object",
+        "properties": {"state": {"type": "string", "enum": ["ready"]}},
+        "required": ["state"],
+        "additionalProperties": False,
+    },
+    "strict": True,
 }
 RESPONSES_BUDGET_OFFSET = 2  # SGLang: max_new_tokens = max_output_tokens - 2 on /v1/responses
 _POLL_S = 0.1
@@ -280,7 +288,8 @@ async def _tool_call(client: httpx.AsyncClient, api_key: str, wire_model: str, d
         "temperature": 0.0,
         "stream": False,
     }
-    resp = await client.post("/v1/responses", json=body, headers=_bearer(api_key), timeout=deadline.timeout(120.0))
+    # one request of up to 64 tokens: on a loaded CPU engine it may take most of the bound, which is the caller's
+    resp = await client.post("/v1/responses", json=body, headers=_bearer(api_key), timeout=deadline.timeout(deadline.seconds))
     if resp.status_code != 200:
         raise _unhealthy("tool_call", f"HTTP {resp.status_code}", status=resp.status_code, body=_excerpt(resp))
     answer = resp.json()

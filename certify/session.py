@@ -39,6 +39,7 @@ from harness.app.daemon_client import DaemonClient, ensure_daemon
 from harness.app.models import import_once, model_id_of
 from harness.app.requests import RunRequest, parse_request
 from harness.app.service import engine_endpoint, engine_start, ensure_runtime, run_image
+from harness.contracts.binding import ModelEndpointBindingV1
 from harness.contracts.runtime import InferenceRuntimeManifestV1
 from harness.errors import HitchError
 from harness.paths import HitchRoot, atomic_write_json, ensure_private_dir, write_secret
@@ -69,6 +70,7 @@ class RunHandle:
     base_url: str  # the gateway's OpenAI base URL for this run (ends in /v1)
     wire_model: str
     token: str = field(repr=False)
+    binding: ModelEndpointBindingV1 | None = None  # the record the daemon issued (model-call checks against it)
 
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"}
@@ -208,6 +210,7 @@ def create_run(daemon: DaemonClient, body: dict[str, Any]) -> RunHandle:
         base_url=run["base_url"],
         wire_model=run["wire_model"],
         token=token,
+        binding=ModelEndpointBindingV1.model_validate(run["binding"]),
     )
 
 

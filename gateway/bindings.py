@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 
 from gateway.capture import RunCapture
 from gateway.context_check import ContextChecker
-from harness.contracts.binding import ModelEndpointBindingV1
+from harness.contracts.binding import BindingCapabilitiesV1, ModelEndpointBindingV1
 from harness.contracts.lock import InferenceLockV1
 from harness.contracts.service import ProcessIdentityV1
 from harness.errors import HitchError
@@ -210,7 +210,16 @@ class BindingRegistry:
         token = _TOKEN_PREFIX + secrets.token_urlsafe(32)
         token_path = ensure_private_dir(self._private_dir) / f"{binding_id}.token"
         write_secret(token_path, token)
+        protocol = target.lock.protocol
+        capabilities = BindingCapabilitiesV1(
+            streaming=protocol.streaming,
+            tool_calls=protocol.tool_calls,
+            parallel_tool_calls=protocol.parallel_tool_calls,
+            input_modalities=list(protocol.input_modalities),
+        )
         record = ModelEndpointBindingV1(
+            api=protocol.api,
+            capabilities=capabilities,
             binding_id=binding_id,
             run_id=run_id,
             service_id=target.service_id,

@@ -98,6 +98,9 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     # spec §12.2 — routing
     "inference_binding_revoked": _e("routing", False, 403, "register a new run"),
     "inference_route_unavailable": _e("routing", False, 404, "only /v1/responses, /v1/chat/completions, /v1/models exist"),
+    "inference_binding_mismatch": _e(
+        "routing", False, 400, "call the base URL, API and wire model of the binding the daemon issued for this run"
+    ),
     # spec §12.2 — evidence
     "inference_capture_incomplete": _e("evidence", False, 500, "the capture is partial; rerun with capture on"),
     # spec §12.2 — deployment
@@ -119,6 +122,9 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     "run_not_found": _e("input", False, 404, "`hitch run list` shows the runs of this root"),
     "run_in_progress": _e("lifecycle", True, 409, "the run id is live; wait for it or `hitch run cancel ID`"),
     "evaluation_not_found": _e("input", False, 404, "see evals/ under the root for the known evaluation ids"),
+    "eval_verifier_credentials_missing": _e(
+        "input", False, 400, "export the variables the tasks' verifiers need (named in details), or use local verifiers"
+    ),
     "evaluation_not_regradable": _e(
         "input", False, 409, 'regrade tasks whose verifier reads declared artifacts ([verifier] environment_mode = "separate")'
     ),

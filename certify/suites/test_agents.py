@@ -134,7 +134,8 @@ def test_model_call_text(certify_env: CertifyEnv, certify_record: Any) -> None:
     # a run of its own: its evidence file counts the physical requests (the engine is shared under xdist)
     run, lock = certify_env.new_run(), _lock(certify_env)
     body = build_request(run.wire_model, "Say hello.", lock.generation.max_output_tokens, 16)
-    res = call_model(run.base_url, body, env={TOKEN_ENV: run.token})
+    assert run.binding is not None
+    res = call_model(run.base_url, body, binding=run.binding, env={TOKEN_ENV: run.token})
     certify_record.detail("status", res.status)
     certify_record.metric("output_tokens", res.usage.get("output_tokens"))
     assert res.status in ("completed", "incomplete")

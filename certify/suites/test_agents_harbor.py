@@ -189,7 +189,7 @@ def _in_container(env: CertifyEnv, harbor: HarborInstall) -> dict[str, Any]:
             kwargs["max_tokens"] = 32
         options = EvalOptions(
             [TASKS / "create-file"], agent=SHELL_AGENT, k=2, n_concurrent=2, evaluation_id=f"cert-inside-{tag}",
-            agent_kwargs=kwargs, eval_image=image, agent_paths=[REPO],
+            agent_kwargs=kwargs, eval_image=image, agent_paths=[REPO], certifying=True,
         )  # fmt: skip
         evaluation = HarborEvaluation(env.root, harbor, env.daemon, body, options)
         record = evaluation.run()
@@ -250,7 +250,11 @@ def _cancel_mid_request(env: CertifyEnv, harbor: HarborInstall, control: FakeCon
     out: dict[str, Any] = {"session": [env.run.service_id, env.run.epoch]}
     try:
         options = EvalOptions(
-            [TASKS / "fix-one-line", TASKS / "create-file"], k=1, n_concurrent=2, evaluation_id=f"cert-cancel-{tag}"
+            [TASKS / "fix-one-line", TASKS / "create-file"],
+            k=1,
+            n_concurrent=2,
+            evaluation_id=f"cert-cancel-{tag}",
+            certifying=True,
         )
         evaluation = HarborEvaluation(env.root, harbor, env.daemon, _pinned(env), options)
         victim = evaluation.trials[0].name
@@ -311,7 +315,7 @@ def _real_model(env: CertifyEnv, harbor: HarborInstall) -> dict[str, Any]:
     tag = secrets.token_hex(4)
     options = EvalOptions(
         [TASKS / "create-file", TASKS / "read-then-write"], k=1, n_concurrent=2, evaluation_id=f"cert-real-{tag}",
-        agent_kwargs={"max_turns": 4}, agent_timeout_s=REAL_AGENT_TIMEOUT_S,
+        agent_kwargs={"max_turns": 4}, agent_timeout_s=REAL_AGENT_TIMEOUT_S, certifying=True,
     )  # fmt: skip
     record = HarborEvaluation(env.root, harbor, env.daemon, _pinned(env), options).run()
     return {"record": record.to_json_dict(), "session": [env.run.service_id, env.run.epoch]}
@@ -338,7 +342,7 @@ def _cancel_held_real(env: CertifyEnv, harbor: HarborInstall) -> dict[str, Any]:
     def evaluation(task: str) -> HarborEvaluation:
         options = EvalOptions(
             [TASKS / task], k=1, n_concurrent=1, evaluation_id=f"cert-cancel-{task}-{tag}",
-            agent_kwargs={"max_turns": 4}, agent_timeout_s=REAL_AGENT_TIMEOUT_S,
+            agent_kwargs={"max_turns": 4}, agent_timeout_s=REAL_AGENT_TIMEOUT_S, certifying=True,
         )  # fmt: skip
         return HarborEvaluation(env.root, harbor, env.daemon, _pinned(env), options)
 

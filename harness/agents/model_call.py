@@ -1,7 +1,8 @@
 """The ``model-call`` harness: exactly one Responses request through a run's binding (spec §10.3, §10.4, §15.2).
 
 Owns :func:`build_request` (checks the input and budget before anything is sent) and :func:`call_model` (one
-``POST {base_url}/responses``, unary, no tools, no retries; the token comes from ``HITCH_LOCAL_MODEL_TOKEN``).
+``POST {base_url}/responses``, unary, no tools, no retries; the token comes from ``HITCH_LOCAL_MODEL_TOKEN``;
+the base URL and model must be those of the binding the daemon issued for the run, :func:`require_binding`).
 
 - Input is a prompt string or the JSON input list of message items; tools, images (any non-text part),
   and action items (function calls and outputs, computer/shell calls, ...) are refused with
@@ -23,10 +24,11 @@ from typing import Any
 
 import httpx
 
+from harness.contracts.binding import ModelEndpointBindingV1
 from harness.errors import ERROR_TABLE, HitchError
 from harness.settings import env_name, settings
 
-__all__ = ["TOKEN_ENV", "ModelCallResult", "build_request", "call_model", "parse_input"]
+__all__ = ["TOKEN_ENV", "ModelCallResult", "build_request", "call_model", "parse_input", "require_binding"]
 
 TOKEN_ENV = env_name("local_model_token")
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
@@ -156,15 +158,39 @@ def _parse(body: Any, request_body: dict[str, Any]) -> ModelCallResult:
     )
 
 
+def require_binding(base_url: str, body: Mapping[str, Any], binding: ModelEndpointBindingV1) -> None:
+    """``base_url`` and ``body`` must be those of ``binding``, the one the daemon issued for the run (spec §10.1: a
+    URL never comes from a run's own JSON): an active managed-local Responses binding, its base URL, its wire
+    model, its credential variable; ``inference_binding_mismatch`` (or ``_revoked``) before anything is sent."""
+    if binding.state != "active":
+        raise HitchError("inference_binding_revoked", f"binding {binding.binding_id} is {binding.state}", {})
+    problems = {
+        "base_url": (base_url.rstrip("/"), binding.base_url.rstrip("/")),
+        "api": ("responses", binding.api),
+        "model": (body.get("model"), binding.wire_model),
+        "credential_env_name": (TOKEN_ENV, binding.credential_env_name),
+    }
+    differs = {name: {"given": given, "binding": issued} for name, (given, issued) in problems.items() if given != issued}
+    if differs:
+        raise HitchError(
+            "inference_binding_mismatch",
+            f"model-call's {', '.join(differs)} is not the issued binding's ({binding.binding_id})",
+            {"binding_id": binding.binding_id, "differs": differs},
+        )
+
+
 def call_model(
     base_url: str,
     body: dict[str, Any],
     *,
+    binding: ModelEndpointBindingV1,
     env: Mapping[str, str] | None = None,
     timeout_s: float = 600.0,
     transport: httpx.BaseTransport | None = None,
 ) -> ModelCallResult:
-    """One request, no retries; the token is read from ``HITCH_LOCAL_MODEL_TOKEN`` of ``env``."""
+    """One request, no retries, to ``base_url`` when it is ``binding``'s (:func:`require_binding`); the token is
+    read from ``HITCH_LOCAL_MODEL_TOKEN`` of ``env``."""
+    require_binding(base_url, body, binding)
     secret = settings(env).local_model_token
     token = secret.reveal() if secret is not None else ""
     if not token:

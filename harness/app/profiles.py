@@ -40,6 +40,7 @@ __all__ = [
     "HARBOR_TERMINUS_FIELDS",
     "MODEL_CALL_FIELDS",
     "MODEL_CALL_VERSION",
+    "NO_MODEL_AGENTS",
     "ProfileStore",
     "codex_key",
     "codex_key_of",
@@ -50,6 +51,7 @@ __all__ = [
 ]
 
 MODEL_CALL_VERSION = "1"
+NO_MODEL_AGENTS = frozenset({"oracle", "nop"})  # Harbor agents that call no model: nothing to be compatible with
 
 
 FIELD_RULES_PATH = Path(__file__).with_name("field_rules.json")

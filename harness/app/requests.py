@@ -45,6 +45,7 @@ __all__ = [
     "EmptyRequest",
     "EngineSpec",
     "FinishRunRequest",
+    "HarnessArtifactIn",
     "PrepareRequest",
     "ReleaseRequest",
     "Request",
@@ -148,12 +149,28 @@ class PrepareRequest(EngineSpec):
     )
 
 
+class HarnessArtifactIn(Request):
+    """The exact harness a run's owner runs (it alone can see it): its compatibility profile is looked up by it."""
+
+    artifact: str = Field(min_length=1, description="e.g. npm:@openai/codex@0.171.0, harbor@0.25.0:terminus-2")
+    version: str = Field(min_length=1)
+    protocol: Literal["responses", "chat-completions"]
+
+
 class RunRequest(EngineSpec):
     """A run on the daemon's gateway: a sealed ``inference_id``, or a model, device, profile and runtime (prepared
     first when it has no sealed lock yet)."""
 
     run_id: str | None = Field(default=None, pattern=RUN_ID_PATTERN, description="default: random")
     harness: str | None = Field(default=None, description="model-call | codex | harbor:<agent>; none for local serve")
+    harness_artifact: HarnessArtifactIn | None = Field(
+        default=None, description="codex, a Harbor agent that calls a model: the artifact its profile is keyed by"
+    )
+    certifying: bool = Field(
+        default=False,
+        description="the run certifies its harness (pytest certify): admitted without a recorded profile, and kept so "
+        "in run.json",
+    )
     capture: CaptureMode = "metadata"
     capture_max_bytes: int | None = Field(default=None, ge=1, le=CAPTURE_MAX_BYTES)
     for_containers: bool = Field(default=False, description="serve eval containers on hitch's eval network")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -23,12 +24,13 @@ from harness.app.runs import RunService, run_service_request, served_model_id
 from harness.cli import options as opt
 from harness.cli.compare import register_eval_compare
 from harness.cli.output import COMMON, Common, cli_command, emit
-from harness.contracts.evaluation import TrialOutcomeV1
+from harness.contracts.evaluation import EvaluationRecordV1, TrialOutcomeV1
 from harness.errors import HitchError
 from harness.evals.harbor_agents import known_agent, require_agent
 from harness.evals.harbor_install import install_harbor, require_harbor
 from harness.evals.harbor_regrade import regrade_evaluation
 from harness.evals.harbor_run import EvalOptions, HarborEvaluation, model_connection, read_plan, task_dirs
+from harness.evals.harbor_verifier import verifiers_of
 from harness.runtimes import get_runtime
 
 app = typer.Typer(no_args_is_help=True, help="agent evaluations on a local model")
@@ -108,21 +110,36 @@ def run_cmd(
     ] = 1,
     svc: opt.RunServiceOptions = opt.DEFAULT_RUN_SERVICE,
     eval_id: Annotated[str | None, typer.Option("--eval-id", help="the evaluation's id (default: random)")] = None,
+    model_capture: Annotated[
+        str, typer.Option("--model-capture", help="off | metadata | full: what each trial's run captures (0600, under the run)")
+    ] = "metadata",
+    require_model_capture: Annotated[
+        bool,
+        typer.Option(
+            "--require-model-capture",
+            help="a trial whose capture is incomplete fails the evaluation closed (no later trial starts; exit non-zero)",
+        ),
+    ] = False,
     fake_script: Annotated[
         Path | None, typer.Option("--fake-script", hidden=True, help="--engine fake only: scripted model turns (JSON lines)")
     ] = None,
     common: Common = COMMON,
 ) -> None:
     model_connection(agent, env)  # a topology the gateway cannot serve is refused before anything starts
+    if model_capture not in ("off", "metadata", "full"):
+        raise HitchError("usage_error", "--model-capture is off|metadata|full", {"model_capture": model_capture})
+    if require_model_capture and model_capture == "off":
+        raise HitchError("usage_error", "--require-model-capture needs --model-capture metadata or full", {})
     known_agent(agent)  # so is an agent no compatibility profile can exist for
     if fake_script is not None and svc.engine != "fake":
         raise HitchError("usage_error", "--fake-script is for --engine fake", {})
     hroot = common.hroot
     install = require_harbor(hroot)
     found = task_dirs(tasks)
+    verifiers_of(found, os.environ)  # a verifier's missing credential fails before any service, run or container
     ask = RunService.of(**dataclasses.asdict(svc), model=model, inference=inference)
     flags = ["--fake-script", str(fake_script.resolve())] if fake_script is not None else []
-    request = run_service_request(hroot, ask, common.root, capture="metadata", fake_flags=flags)
+    request = run_service_request(hroot, ask, common.root, capture=model_capture, fake_flags=flags)
     paths = [p.resolve() for p in agent_path or []]
     version = str(install.versions.get("harbor", "unknown"))
     model_id = served_model_id(hroot, request)
@@ -130,6 +147,7 @@ def run_cmd(
     options = EvalOptions(
         found, agent, env, attempts, concurrent, _kwargs(agent_kwarg or []), eval_id, agent_paths=paths,
         infra_retries=infra_retries, agent_profile_id=profile.profile_id if profile is not None else None,
+        require_model_capture=require_model_capture,
     )  # fmt: skip
     evaluation = HarborEvaluation(hroot, install, ensure_daemon(hroot), request, options)
 
@@ -143,7 +161,14 @@ def run_cmd(
     ]
     path = evaluation.dir / "evaluation.json"
     payload = {"kind": "harbor-evaluation", "path": str(path), "record": record.to_json_dict()}
-    emit(common.as_json, payload, "\n".join([*lines, f"(evaluation {record.evaluation_id}: {path})"]))
+    emit(common.as_json, payload, "\n".join([*lines, _locality(record), f"(evaluation {record.evaluation_id}: {path})"]))
+
+
+def _locality(record: EvaluationRecordV1) -> str:
+    """Spec §11.1's words: the candidate is local; the verifier is local, or not local / unknown."""
+    remote = sorted({v.task for v in record.verifiers or [] if v.locality != "local"})
+    verifier = f"not local or unknown ({', '.join(remote)})" if remote else "local"
+    return f"candidate: local; verifier: {verifier}; runs offline: {'yes' if record.offline else 'no'}"
 
 
 @harbor_app.command("resume", help="run again an evaluation's trials that have no terminal result, on the same lock")

@@ -37,16 +37,15 @@ from harness.agents.evidence import run_inference_dir, write_harness_evidence, w
 from harness.agents.model_call import TOKEN_ENV, build_request, call_model, parse_input
 from harness.app import progress
 from harness.app.daemon_client import DaemonClient, ensure_daemon
+from harness.app.harness_admission import admit_harness
 from harness.app.profiles import (
     CODEX_FIELDS,
     MODEL_CALL_FIELDS,
     ProfileStore,
     codex_key,
-    codex_key_of,
     model_call_key,
-    require_lock_values,
 )
-from harness.app.requests import RunRequest
+from harness.app.requests import HarnessArtifactIn, RunRequest
 from harness.app.run_identity import require_same_request, run_identity
 from harness.app.run_store import RunStore
 from harness.app.runs import RunService, end_run, run_service_request
@@ -55,12 +54,12 @@ from harness.cli import run_rerun, run_sealed, run_views
 from harness.cli.compare import register_run_compare
 from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.contracts.agent_profile import FieldRuleV1, HarnessKeyV1
+from harness.contracts.binding import ModelEndpointBindingV1
 from harness.contracts.lock import InferenceLockV1
 from harness.errors import ERROR_TABLE, HitchError
 from harness.ids import digest_bytes
-from harness.lock import claims_parallel_tool_calls, load_sealed_lock
+from harness.lock import load_sealed_lock
 from harness.paths import HitchRoot
-from harness.store import resolve_model
 
 __all__ = ["HarnessInput", "check_prompt", "register", "start_run", "submission_of"]
 
@@ -87,19 +86,15 @@ def check_prompt(prompt: str) -> None:
         raise HitchError("usage_error", f"--prompt: {exc.message}{why}", {"option": "--prompt", **exc.details}) from None
 
 
-def _codex_preflight(hroot: HitchRoot, request: RunRequest, engine: str) -> None:
-    """Codex needs a passing compatibility profile for this runtime and model, and a lock whose fixed request
-    fields match what it always sends (``parallel_tool_calls``): checked before the run is created."""
-    install = find_codex()
-    if request.inference_id:
-        lock = load_sealed_lock(hroot, request.inference_id)
-        model_id, parallel = lock.model_id, lock.protocol.parallel_tool_calls
-    else:  # the lock is not sealed yet: it will claim what the model's tool-call parser hands back
-        manifest = resolve_model(hroot, str(request.model))
-        model_id, parallel = manifest.model_id, claims_parallel_tool_calls(manifest.chat_template.tool_call_parser)
-    key = codex_key_of(str(request.runtime), model_id, install.artifact, install.version)
-    require_lock_values(key, CODEX_FIELDS, parallel)
-    ProfileStore(hroot).require_passing(key, engine)
+def _admitted(hroot: HitchRoot, request: RunRequest) -> RunRequest:
+    """The request naming the harness's exact artifact (Codex: the installed one), admitted by the rule the daemon
+    applies too (:func:`harness.app.harness_admission.admit_harness`): checked before the run is created."""
+    if request.harness == "codex":
+        install = find_codex()
+        claim = HarnessArtifactIn(artifact=install.artifact, version=install.version, protocol="responses")
+        request = request.model_copy(update={"harness_artifact": claim})
+    admit_harness(hroot, request)
+    return request
 
 
 def _run_harness(
@@ -119,7 +114,8 @@ def _run_harness(
         if lock.protocol.api != "responses":
             raise HitchError("inference_harness_unsupported", "model-call needs a Responses lock", {"api": lock.protocol.api})
         body = build_request(run["wire_model"], parse_input(prompt), lock.generation.max_output_tokens, max_output_tokens)
-        res = call_model(run["base_url"], body, env={TOKEN_ENV: token})
+        issued = ModelEndpointBindingV1.model_validate(run["binding"])
+        res = call_model(run["base_url"], body, binding=issued, env={TOKEN_ENV: token})
         outcome = {
             "harness": "model-call",
             "status": res.status,
@@ -311,8 +307,8 @@ class HarnessInput:
 def start_run(hroot: HitchRoot, request: RunRequest, asked: HarnessInput, engine: str, as_json: bool) -> None:
     """Create the run ``request`` describes through the daemon and run the harness on it (``hitch run``, ``hitch
     run rerun``)."""
-    if asked.harness == "codex":  # before any service starts: a missing harness or an uncertified profile fails fast
-        _codex_preflight(hroot, request, engine)
+    # before any service starts: a missing harness or an uncertified profile fails fast
+    request = _admitted(hroot, request)
     client: DaemonClient = ensure_daemon(hroot)  # before blocking: a daemon spawned here must not inherit the mask
     # Ctrl-C while the run is being created is taken right after, inside _execute, so the run it
     # created is ended (cancelled), never left running

@@ -32,6 +32,7 @@ from harness.contracts.run import RunErrorV1
 __all__ = [
     "EvaluationPlanV1",
     "EvaluationRecordV1",
+    "TaskVerifierV1",
     "TrialOutcomeV1",
     "TrialResourcesV1",
     "TrialServiceV1",
@@ -103,6 +104,27 @@ class TrialOutcomeV1(Record):
         return self
 
 
+class TaskVerifierV1(Record):
+    """Who scores one task's trials (spec §11.1: the verifier is a role of its own; hitch never redirects it)."""
+
+    task: str
+    role: Literal["tests", "model-judge"] = Field(
+        description="tests: the task's test script alone scores a trial; model-judge: the verifier is handed a "
+        "credential ([verifier] env), so it calls a model of its own"
+    )
+    locality: Literal["local", "remote-or-unknown"] = Field(
+        description="local: it calls no model; remote-or-unknown: a judge whose model hitch neither serves nor knows"
+    )
+    credential_env: list[str] = Field(description="the names (never the values) of the credentials it is handed")
+    network_mode: str | None = Field(description="[verifier] network_mode as the task declares it; null: not declared")
+
+    @model_validator(mode="after")
+    def _local_only_without_a_judge(self) -> Self:
+        if (self.locality == "local") != (self.role == "tests") or (self.role == "tests") != (not self.credential_env):
+            raise ValueError("a verifier is local exactly when it is the tests alone, handed no credential")
+        return self
+
+
 class EvaluationRecordV1(Record):
     schema_version: Literal["1"] = "1"
     evaluation_id: str
@@ -130,6 +152,33 @@ class EvaluationRecordV1(Record):
     regrade_of: str | None = Field(
         default=None, description="the evaluation whose kept trial outputs this one re-scored (verifier only, no model)"
     )
+    model_capture: Literal["off", "metadata", "full"] | None = Field(
+        default=None, description="the capture mode of every trial's run (--model-capture); null in older records"
+    )
+    require_model_capture: bool = Field(
+        default=False, description="a trial whose capture was incomplete failed the evaluation (--require-model-capture)"
+    )
+    candidate_locality: Literal["local"] = Field(
+        default="local", description="the candidate's model: always this host's engine, through the gateway"
+    )
+    verifiers: list[TaskVerifierV1] | None = Field(
+        default=None, description="each task's verifier role and locality; null in older records"
+    )
+    offline: bool = Field(
+        default=False,
+        description="the evaluation can run offline: the candidate and every verifier are local (never claimed otherwise)",
+    )
+    error: RunErrorV1 | None = Field(
+        default=None,
+        description="set when the evaluation failed closed (inference_capture_incomplete under --require-model-capture): "
+        "no trial started after the one named, live ones were cancelled",
+    )
+
+    @model_validator(mode="after")
+    def _offline_only_when_every_verifier_is_local(self) -> Self:
+        if self.offline and (self.verifiers is None or any(v.locality != "local" for v in self.verifiers)):
+            raise ValueError("offline is claimed only when every verifier is local too")
+        return self
 
 
 class TrialSlotV1(Record):
@@ -151,6 +200,7 @@ class EvaluationPlanV1(Record):
     infra_retries: int = Field(ge=0)
     agent_profile_id: Sha256 | None = Field(description="the compatibility profile the agent was admitted with")
     eval_image: str | None
+    require_model_capture: bool = Field(default=False, description="--require-model-capture (false in older plans)")
     run_body: dict[str, Any] = Field(description="the runs' request (engine, launcher, capture, ...); no secret")
     inference_id: Sha256 | None = Field(description="the lock every trial runs, once the first trial's run sealed it")
     slots: list[TrialSlotV1]

@@ -64,6 +64,18 @@ class AttemptLedgerV1(Record):
     cached_tokens: int = Field(ge=0)
     output_tokens: int = Field(ge=0)
     reasoning_tokens: int = Field(ge=0)
+    unavailable: dict[Literal["input_tokens", "cached_tokens", "output_tokens", "reasoning_tokens"], int] = Field(
+        default_factory=dict,
+        description="count -> rows of attempts that reached the engine (not /v1/models, not rejected) without it (the "
+        "engine's usage never arrived, or it does not report that count): the total leaves them out and says so here; "
+        "absent when every such row carried it (and in files written before it existed)",
+    )
+    output_tokens_per_s: float | None = Field(
+        default=None,
+        ge=0,
+        description="the run's output tokens over the end-to-end seconds of the attempts that reported both (each "
+        "attempt's own time: concurrent ones are not merged); null when none did (and in older files)",
+    )
 
 
 class ServingMetricsV1(Record):

@@ -14,7 +14,14 @@ from pydantic import Field, SerializerFunctionWrapHandler, StringConstraints, mo
 
 from harness.contracts.base import Record, Sha256
 
-__all__ = ["InferenceRuntimeManifestV1", "OciPackage", "PackageFile", "PythonEnvPackage", "RuntimePackage"]
+__all__ = [
+    "InferenceRuntimeManifestV1",
+    "OciPackage",
+    "PackageFile",
+    "PythonEnvPackage",
+    "RuntimeLicensesV1",
+    "RuntimePackage",
+]
 
 
 def _without_null(data: dict[str, Any], key: str) -> dict[str, Any]:
@@ -63,6 +70,18 @@ class PythonEnvPackage(Record):
 RuntimePackage = Annotated[OciPackage | PythonEnvPackage, Field(discriminator="kind")]
 
 
+class RuntimeLicensesV1(Record):
+    """The licences a runtime carries (spec §7.1.5: kept with the SGLang and image dependency licences, as the model's
+    is kept in its manifest's provenance). Stated by the catalog; a licence is a statement, not a verified fact."""
+
+    engine: str = Field(description="SGLang's licence (SPDX)")
+    dependencies: dict[str, str] = Field(
+        default_factory=dict,
+        description="the main packages the runtime bundles -> their licence as their wheels declare it (SPDX or LicenseRef)",
+    )
+    image: str | None = Field(default=None, description="oci: the image's own terms as a whole; null: not established")
+
+
 class InferenceRuntimeManifestV1(Record):
     schema_version: Literal["1"] = "1"
     runtime_id: Sha256
@@ -83,7 +102,12 @@ class InferenceRuntimeManifestV1(Record):
     pinned_by: Literal["operator"] | None = Field(
         default=None, description="operator: pinned by `hitch runtime pin` (an overlay under HITCH_ROOT), not the catalog"
     )
+    licenses: RuntimeLicensesV1 | None = Field(
+        default=None,
+        description="the licences the catalog states for it; not part of runtime_id (the package's digest or lock already "
+        "pins the bytes they describe); absent when the catalog states none (and in older manifests)",
+    )
 
     @model_serializer(mode="wrap")
     def _omit_catalog_pin(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return _without_null(handler(self), "pinned_by")
+        return _without_null(_without_null(handler(self), "pinned_by"), "licenses")

@@ -1,6 +1,6 @@
 """The daemon's part of a run's evidence under ``runs/<run-id>/inference/``.
 
-Owns :class:`EngineFacts` (the engine's ``/server_info`` with every key removed, and its ``/metrics`` text,
+Owns :class:`EngineFacts` (the allow-listed observations of the engine's ``/server_info``, and its ``/metrics`` text,
 read with the engine key the daemon holds) and :func:`write_execution_evidence`: the sealed lock, model and
 runtime manifests, the run's attempt rows copied from the gateway (``attempts.jsonl``) with their digest,
 the serving metrics at run start and end, the engine's own figures of each attempt joined by request id
@@ -35,7 +35,7 @@ from harness.contracts.evidence import (
 from harness.contracts.lock import InferenceLockV1
 from harness.contracts.run import RunRecordV1
 from harness.daemon.engine_requests import write_engine_requests
-from harness.engine.redaction import redact
+from harness.engine.redaction import observations, redact
 from harness.engine.sglang import ENGINE_LOG
 from harness.ids import digest_json
 from harness.paths import HitchRoot, atomic_write_bytes, atomic_write_json, ensure_private_dir
@@ -46,6 +46,7 @@ from harness.store import read_manifest
 __all__ = [
     "EngineFacts",
     "GatewayFacts",
+    "attempt_ledger",
     "facts_after_death",
     "model_identity",
     "redact",
@@ -81,7 +82,7 @@ async def scrape_engine(
             try:
                 resp = await client.get("/server_info", headers=headers)
                 if resp.status_code == 200 and isinstance(resp.json(), dict):
-                    info = redact(resp.json(), (engine_key, *secrets))
+                    info = observations(resp.json(), (engine_key, *secrets))  # an allow-list, never minus a deny-list
                 else:
                     errors.append(f"/server_info answered HTTP {resp.status_code}")
             except (httpx.HTTPError, ValueError) as exc:
@@ -118,7 +119,8 @@ def _copy_rows(src: Path, dst: Path) -> tuple[bytes, list[dict[str, Any]]]:
     return data, rows
 
 
-def _ledger(data: bytes, rows: list[dict[str, Any]], begun: int) -> AttemptLedgerV1:
+def attempt_ledger(data: bytes, rows: list[dict[str, Any]], begun: int) -> AttemptLedgerV1:
+    """The run's attempt ledger from its rows file (``data``, as copied) and rows: totals, unavailable counts, tokens/s."""
     by_status: dict[str, int] = {}
     for row in rows:
         by_status[str(row.get("status"))] = by_status.get(str(row.get("status")), 0) + 1
@@ -126,6 +128,13 @@ def _ledger(data: bytes, rows: list[dict[str, Any]], begun: int) -> AttemptLedge
     def total(name: str) -> int:
         return sum(int(row[name]) for row in rows if isinstance(row.get(name), int))
 
+    # a count an attempt that reached the engine does not carry is "unavailable", never a silent zero
+    generated = [r for r in rows if r.get("route") != "/v1/models" and r.get("status") != "rejected"]
+    counts = ("input_tokens", "cached_tokens", "output_tokens", "reasoning_tokens")
+    unavailable = {name: n for name in counts if (n := sum(1 for r in generated if not isinstance(r.get(name), int)))}
+    timed = [r for r in generated if isinstance(r.get("output_tokens"), int) and isinstance(r.get("e2e_ms"), int | float)]
+    seconds = sum(float(r["e2e_ms"]) for r in timed) / 1000.0
+    per_s = round(sum(int(r["output_tokens"]) for r in timed) / seconds, 3) if seconds > 0 else None
     return AttemptLedgerV1(
         file="attempts.jsonl",
         digest="sha256:" + hashlib.sha256(data).hexdigest(),
@@ -136,6 +145,8 @@ def _ledger(data: bytes, rows: list[dict[str, Any]], begun: int) -> AttemptLedge
         cached_tokens=total("cached_tokens"),
         output_tokens=total("output_tokens"),
         reasoning_tokens=total("reasoning_tokens"),
+        unavailable=unavailable,
+        output_tokens_per_s=per_s,
     )
 
 
@@ -223,7 +234,7 @@ def write_execution_evidence(
     atomic_write_json(out / "model.json", read_manifest(root, lock.model_id).to_json_dict())
     atomic_write_json(out / "runtime.json", get_runtime(lock.runtime_id).to_json_dict())
     data, rows = _copy_rows(gateway.rows_file, out / "attempts.jsonl")
-    ledger = _ledger(data, rows, gateway.begun)
+    ledger = attempt_ledger(data, rows, gateway.begun)
     engine_requests = write_engine_requests(out, rows, root.service_dir(binding.service_id) / ENGINE_LOG)
     checks = [
         _check("attempts_recorded", ledger.rows == ledger.begun and not gateway.daemon_died, _attempts_detail(ledger, gateway)),

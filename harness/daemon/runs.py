@@ -2,7 +2,11 @@
 
 :class:`RunService` owns the daemon's one :class:`~gateway.server.Gateway` (loopback, a free port chosen by
 the kernel, its state in the root's private ``inference/gateway/`` directory, 0700) and the live runs.
-``POST /v1/runs`` admits a run (``runs/<id>/run.json``: ``admitted``), prepares its lock and acquires the service
+``POST /v1/runs`` checks the run's harness against the lock it asks for, as the CLI does
+(:func:`harness.app.harness_admission.admit_harness`: ``inference_harness_unsupported`` before anything is
+written or started), admits the run (``runs/<id>/run.json``: ``admitted``; a harness that needs tool calls, Codex,
+on a lock that claims them gets the service's epoch probed with a forced call first,
+:func:`harness.engine.readiness.probe_tool_call`), prepares its lock and acquires the service
 with the run as lease owner (``preparing``), reads the engine's ``/server_info`` (keys removed) and
 ``/metrics``, and registers the run on the gateway with its own capture (``running``); the upstream comes only
 from the manager's service record, the engine key from the service's 0600 key file, and the answer names the
@@ -47,6 +51,7 @@ from gateway.aborts import ServiceFault
 from gateway.bindings import UpstreamTarget
 from gateway.capture import RunCapture
 from gateway.server import Gateway, GatewayConfig
+from harness.app.harness_admission import admit_harness, needs_tool_calls
 from harness.app.requests import EmptyRequest, FinishRunRequest, PrepareRequest, RunRequest
 from harness.app.run_identity import new_run_id, require_same_request, run_identity
 from harness.app.run_store import RunStore
@@ -72,6 +77,7 @@ from harness.daemon.run_infra import engine_failure
 from harness.daemon.trial_reservation import TrialReservation, hold, require_room_for_one, trial_of
 from harness.devices import probe_cpu
 from harness.devices.fingerprint import hardware_fingerprint
+from harness.engine.readiness import probe_tool_call
 from harness.errors import HitchError
 from harness.launch.process import isolation_facts
 from harness.lock import build_lock, load_sealed_lock, sealed_for_draft
@@ -86,6 +92,7 @@ from harness.store import model_files_dir, resolve_model
 __all__ = ["REVOKING_EVENTS", "RunService", "run_routes"]
 
 REVOKING_EVENTS = frozenset({"inference.failed", "inference.draining", "inference.stopped"})
+_TOOL_PROBE_TIMEOUT_S = 300.0  # a forced call of up to 64 tokens on a loaded CPU engine
 
 
 @dataclass
@@ -110,7 +117,7 @@ class _Run:
 # what run.json keeps of the request (as it was given; no secret), and what a prepare of its service takes
 _REQUEST_FIELDS = {
     "model", "inference_id", "device", "profile", "runtime", "engine", "launcher", "fake_flags", "image", "capture_max_bytes",
-    "device_choice", "for_containers", "eval_image", "trial", "deadline_s", "rerun_of",
+    "device_choice", "for_containers", "eval_image", "trial", "deadline_s", "rerun_of", "harness_artifact", "certifying",
 }  # fmt: skip
 _SERVICE_FIELDS = {"device", "profile", "engine", "launcher", "image", "fake_flags", "device_choice"}
 
@@ -127,6 +134,7 @@ class RunService:
         self._hardware: dict[str, dict[str, Any]] = {}
         self.eval_access = EvalAccess(core.root.path, self.gateway)
         self._trial_waits: dict[str, asyncio.Task[None]] = {}  # runs whose trial waits its turn in the ledger
+        self._tool_probed: dict[tuple[str, int], float] = {}  # (service, epoch) -> seconds its tool-call probe took
         self.gateway.aborts.on_service_fault = self._service_fault
 
     async def start(self) -> None:
@@ -230,6 +238,8 @@ class RunService:
             raise HitchError("run_in_progress", f"run {run_id!r} is live", {"run_id": run_id})
         if existing is not None:
             return {"run_id": run_id, "existing": True, "record": existing.to_json_dict()}
+        # the door's own check, as the CLI's: a harness without a passing profile for this lock admits no run
+        await asyncio.to_thread(admit_harness, self.core.root, ask)
         if trial is not None:  # before anything starts: the service plus this one trial must fit this machine
             require_room_for_one(self.core.manager.ledger, self._requested_lock(ask)[0], trial)
         if ask.for_containers:  # before anything else starts: containers must reach the gateway where we listen
@@ -277,6 +287,8 @@ class RunService:
         except OSError as exc:
             raise HitchError("inference_process_exited", "the engine key file is gone", {}) from exc
         process = await service.verified_process()
+        if needs_tool_calls(ask.harness) and lock.protocol.tool_calls:
+            await self._probe_tool_calls(endpoint.service_id, endpoint.epoch, endpoint.base_url, engine_key, endpoint.wire_model)
         target = UpstreamTarget(
             base_url=endpoint.base_url,
             engine_key=engine_key,
@@ -340,9 +352,18 @@ class RunService:
             "base_url": record.base_url,
             "wire_model": record.wire_model,
             "token_file": record.token_ref,
+            "binding": record.to_json_dict(),  # the issued binding: a harness calls its base URL only (spec §10.1)
             "capture": capture,
             **({"for_containers": True, "eval_network": net.name, "eval_network_id": net.network_id} if net is not None else {}),
         }
+
+    async def _probe_tool_calls(self, service_id: str, epoch: int, base_url: str, engine_key: str, wire_model: str) -> None:
+        """A caller that needs tool calls of a lock that claims them: the service's epoch answers a forced call
+        (once per epoch; spec §9.1 step 5), else the run fails ``inference_engine_unhealthy`` before it is bound."""
+        if (service_id, epoch) in self._tool_probed:
+            return
+        seconds = await probe_tool_call(base_url, engine_key, wire_model, _TOOL_PROBE_TIMEOUT_S)
+        self._tool_probed[(service_id, epoch)] = seconds
 
     async def finish(
         self, run_id: str, status: str, error: HitchError | None, stopped_by: RunStopV1 | None = None

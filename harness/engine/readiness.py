@@ -22,6 +22,14 @@ The probe sequence, in order, all before one deadline:
    requests* (SGLang's own messages, ``_FLUSH_PENDING``) is retried after the next idle wait, within the
    deadline; any other refusal fails readiness with the engine's message in the error's details.
 
+The tool-call probe (spec §9.1 step 5: Responses, SSE *and tool calls, as the caller needs*) is
+:func:`probe_tool_call`, asked per acquire by a caller that needs tool calls of a lock that claims them (the
+daemon, for a Codex run): a non-streaming ``/v1/responses`` request that names one probe tool in
+``tool_choice``, whose answer must carry a ``function_call`` item of that tool with a JSON-object ``arguments``
+(SGLang's grammar forces the call's start; the model writes its arguments; the lock's parser must hand it back
+structured) within ``TOOL_PROBE_OUTPUT_TOKENS``; the probe tool is ``strict`` with enum-bound arguments, so the
+grammar holds the whole call. It runs per caller that needs it, not at every start, as the spec words it.
+
 Each probe's reply is read to its end (a stream too), never left for the engine to discover. Failing the
 deadline is ``inference_start_timeout`` (an engine that never went idle says so, with its counts); a wrong
 answer to a probe is ``inference_engine_unhealthy``. Error details carry status codes and short body
@@ -31,6 +39,7 @@ excerpts, never keys.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -48,9 +57,12 @@ from harness.errors import HitchError
 __all__ = [
     "PROBE_OUTPUT_TOKENS",
     "RESPONSES_BUDGET_OFFSET",
+    "TOOL_PROBE_NAME",
+    "TOOL_PROBE_OUTPUT_TOKENS",
     "ListenerCheck",
     "ReadinessReport",
     "flush_when_idle",
+    "probe_tool_call",
     "wait_ready",
 ]
 
@@ -58,6 +70,24 @@ __all__ = [
 ListenerCheck = Callable[[], Awaitable[str]]
 
 PROBE_OUTPUT_TOKENS = 8
+TOOL_PROBE_OUTPUT_TOKENS = 64  # a hermes call of the probe tool is about 25 tokens; SmolLM2 needs the margin
+TOOL_PROBE_NAME = "hitch_readiness_probe"
+_TOOL_PROBE_INPUT = "Call the tool."
+# ``strict`` asks SGLang to hold the arguments to the schema (xgrammar) and the enum bounds the one value, so the
+# forced call ends within the budget whatever the weights (without it, SGLang 0.5.23 constrains only the call's
+# start, and a random checkpoint writes its arguments until the budget runs out)
+_TOOL_PROBE_TOOL = {
+    "type": "function",
+    "name": TOOL_PROBE_NAME,
+    "description": "Report the engine's state.",
+    "parameters": {
+        "type": "object",
+        "properties": {"state": {"type": "string", "enum": ["ready"]}},
+        "required": ["state"],
+        "additionalProperties": False,
+    },
+    "strict": True,
+}
 RESPONSES_BUDGET_OFFSET = 2  # SGLang: max_new_tokens = max_output_tokens - 2 on /v1/responses
 _POLL_S = 0.1
 _PROBE_INPUT = "Reply with one short word."
@@ -246,6 +276,49 @@ async def _responses_stream(client: httpx.AsyncClient, keys: EngineKeys, wire_mo
             "the SSE stream did not run from response.created to its completion",
             events=events[:2] + events[-3:],
         )
+
+
+async def _tool_call(client: httpx.AsyncClient, api_key: str, wire_model: str, deadline: _Deadline) -> None:
+    body = {
+        "model": wire_model,
+        "input": _TOOL_PROBE_INPUT,
+        "tools": [_TOOL_PROBE_TOOL],
+        "tool_choice": {"type": "function", "name": TOOL_PROBE_NAME},
+        "max_output_tokens": TOOL_PROBE_OUTPUT_TOKENS + RESPONSES_BUDGET_OFFSET,
+        "temperature": 0.0,
+        "stream": False,
+    }
+    # one request of up to 64 tokens: on a loaded CPU engine it may take most of the bound, which is the caller's
+    resp = await client.post("/v1/responses", json=body, headers=_bearer(api_key), timeout=deadline.timeout(deadline.seconds))
+    if resp.status_code != 200:
+        raise _unhealthy("tool_call", f"HTTP {resp.status_code}", status=resp.status_code, body=_excerpt(resp))
+    answer = resp.json()
+    output = answer.get("output") if isinstance(answer, dict) else None
+    calls = [i for i in output or [] if isinstance(i, dict) and i.get("type") == "function_call"]
+    if not calls or calls[0].get("name") != TOOL_PROBE_NAME:
+        raise _unhealthy(
+            "tool_call",
+            f"the lock claims tool calls, and a call forced to {TOOL_PROBE_NAME} came back without one",
+            items=[i.get("type") for i in output or [] if isinstance(i, dict)],
+            body=_excerpt(resp),
+        )
+    try:
+        arguments = json.loads(str(calls[0].get("arguments")))
+    except ValueError:
+        arguments = None
+    if not isinstance(arguments, dict):
+        raise _unhealthy("tool_call", "the forced call's arguments are not a JSON object", body=_excerpt(resp))
+
+
+async def probe_tool_call(base_url: str, api_key: str, wire_model: str, timeout_s: float) -> float:
+    """The tool-call probe on its own (see the module docstring); the seconds it took, or a HitchError."""
+    deadline = _Deadline(timeout_s)
+    try:
+        async with httpx.AsyncClient(base_url=base_url, trust_env=False) as client:
+            await _tool_call(client, api_key, wire_model, deadline)
+    except httpx.HTTPError as exc:
+        raise _unhealthy("tool_call", type(exc).__name__) from exc
+    return round(deadline.since(), 3)
 
 
 async def _engine_load(client: httpx.AsyncClient, keys: EngineKeys, deadline: _Deadline) -> EngineLoad | None:

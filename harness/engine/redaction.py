@@ -16,6 +16,12 @@ applied together:
 
 :class:`LineRedactor` applies them to a byte stream a line at a time (a key is never split across two
 writes); :func:`redact` applies them to a JSON-like value and also drops fields with secret names.
+
+What run evidence keeps of ``/server_info`` is an allow-list of observations, never "everything but the secrets"
+(spec, preamble: version, backend, dtype and KV dtype, attention and sampling backends, context, the actual token
+pool, the concurrency; plus the served identity and the other values a lock fixes, so the evidence can be held
+against the lock): :func:`observations` keeps :data:`SERVER_INFO_OBSERVATIONS` only, and redacts their values
+too. A field SGLang adds later (or a secret under a name no rule knows) is not kept until it is named here.
 """
 
 from __future__ import annotations
@@ -25,7 +31,16 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["REDACTED", "LineRedactor", "redact", "redact_text", "secret_name", "secret_values"]
+__all__ = [
+    "REDACTED",
+    "SERVER_INFO_OBSERVATIONS",
+    "LineRedactor",
+    "observations",
+    "redact",
+    "redact_text",
+    "secret_name",
+    "secret_values",
+]
 
 REDACTED = "<redacted>"
 _MIN_SECRET_LEN = 16
@@ -123,3 +138,40 @@ class LineRedactor:
     def finish(self) -> bytes:
         rest, self._pending = self._pending, b""
         return self._redact(rest) if rest else b""
+
+
+# the /server_info fields run evidence keeps (SGLang 0.5.23 names): every one an observation, none a secret
+SERVER_INFO_OBSERVATIONS = (
+    "version",
+    "model_path",
+    "served_model_name",
+    "device",
+    "dtype",
+    "kv_cache_dtype",
+    "quantization",
+    "load_format",
+    "attention_backend",
+    "sampling_backend",
+    "context_length",
+    "max_total_num_tokens",
+    "max_running_requests",
+    "max_queued_requests",
+    "max_prefill_tokens",
+    "chunked_prefill_size",
+    "mem_fraction_static",
+    "disable_radix_cache",
+    "random_seed",
+    "enable_deterministic_inference",
+    "tool_call_parser",
+    "reasoning_parser",
+    "tp_size",
+    "dp_size",
+    "pp_size",
+)
+
+
+def observations(info: dict[str, Any], secrets: tuple[str, ...]) -> dict[str, Any]:
+    """The allow-listed observations of a ``/server_info`` answer (those it reports), their values redacted."""
+    kept = {name: info[name] for name in SERVER_INFO_OBSERVATIONS if name in info}
+    out: dict[str, Any] = redact(kept, secrets)
+    return out

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from harness.app.profiles import HARBOR_SHELL_AGENT_FIELDS, HARBOR_TERMINUS_FIELDS, ProfileStore, result
+from harness.app.profiles import HARBOR_SHELL_AGENT_FIELDS, HARBOR_TERMINUS_FIELDS, NO_MODEL_AGENTS, ProfileStore, result
+from harness.app.requests import HarnessArtifactIn
 from harness.contracts.agent_profile import FieldRuleV1, HarnessCompatibilityProfileV1, HarnessKeyV1
 from harness.errors import HitchError
 from harness.ids import digest_bytes
@@ -34,6 +35,7 @@ __all__ = [
     "NO_MODEL_AGENTS",
     "SHELL_AGENT",
     "TERMINUS",
+    "agent_artifact",
     "agent_key",
     "known_agent",
     "record_agent_result",
@@ -42,7 +44,6 @@ __all__ = [
 
 TERMINUS = "terminus-2"
 SHELL_AGENT = "fixtures.harbor_agents.shell_agent:ShellAgent"
-NO_MODEL_AGENTS = frozenset({"oracle", "nop"})
 
 
 @dataclass(frozen=True)
@@ -87,21 +88,27 @@ def _module_file(agent: str, agent_paths: Sequence[Path]) -> Path:
     )
 
 
-def agent_key(agent: str, harbor_version: str, runtime_id: str, model_id: str, agent_paths: Sequence[Path]) -> HarnessKeyV1:
-    """The profile key of ``agent`` as Harbor ``harbor_version`` runs it against this runtime and model."""
+def agent_artifact(agent: str, harbor_version: str, agent_paths: Sequence[Path]) -> HarnessArtifactIn:
+    """The exact artifact of ``agent`` as Harbor ``harbor_version`` runs it (what its profile is keyed by)."""
     known = known_agent(agent)
     if known is None:
         raise _unsupported(agent, "calls no model: it has no compatibility profile")
     artifact = f"harbor@{harbor_version}:{agent}"
     if ":" in agent:  # module:Class: the code itself is the artifact
         artifact += "#" + digest_bytes(_module_file(agent, agent_paths).read_bytes())
+    return HarnessArtifactIn(artifact=artifact, version=harbor_version, protocol=known.protocol)
+
+
+def agent_key(agent: str, harbor_version: str, runtime_id: str, model_id: str, agent_paths: Sequence[Path]) -> HarnessKeyV1:
+    """The profile key of ``agent`` as Harbor ``harbor_version`` runs it against this runtime and model."""
+    claim = agent_artifact(agent, harbor_version, agent_paths)
     return HarnessKeyV1(
         harness="harbor-agent",
-        artifact=artifact,
-        version=harbor_version,
+        artifact=claim.artifact,
+        version=claim.version,
         runtime_id=runtime_id,
         model_profile=model_id,
-        protocol=known.protocol,
+        protocol=claim.protocol,
     )
 
 

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import queue
 import re
 import secrets
@@ -74,9 +75,10 @@ from harness.contracts.evaluation import (
 from harness.contracts.run import RunErrorV1
 from harness.docker_engine import docker_client
 from harness.errors import ENGINE_FAILURE_CODES, HitchError
-from harness.evals.harbor_agents import NO_MODEL_AGENTS, TERMINUS
+from harness.evals.harbor_agents import NO_MODEL_AGENTS, TERMINUS, agent_artifact
 from harness.evals.harbor_install import HarborInstall
 from harness.evals.harbor_process import DriverProcess
+from harness.evals.harbor_verifier import verifiers_of
 from harness.evals.trial_resources import resources_of
 from harness.lock import load_sealed_lock
 from harness.paths import HitchRoot, atomic_write_json, ensure_private_dir
@@ -183,6 +185,8 @@ class EvalOptions:
     agent_timeout_s: float | None = None  # instead of each task's [agent] timeout_sec (Harbor's override_timeout_sec)
     infra_retries: int = 1  # runs again of a trial whose engine failed (same lock, new run)
     agent_profile_id: str | None = None  # the compatibility profile the agent was admitted with (harbor_agents)
+    certifying: bool = False  # the trials certify the agent (pytest certify): the daemon admits them without a profile
+    require_model_capture: bool = False  # a trial whose capture (its run's evidence) is incomplete fails the evaluation
 
 
 @dataclass
@@ -221,7 +225,11 @@ class HarborEvaluation:
                 "-k and -n are at least 1, the infrastructure retries at least 0",
                 {"k": options.k, "n": options.n_concurrent, "infra_retries": options.infra_retries},
             )
+        if options.require_model_capture and request.capture == "off":
+            raise HitchError("usage_error", "--require-model-capture needs --model-capture metadata or full", {})
         self.connection = model_connection(options.agent, options.environment)
+        # before anything starts: a verifier whose credentials are missing would fail only after the model ran
+        self.verifiers = verifiers_of(list(dict.fromkeys(options.tasks)), os.environ)
         self.root, self.install, self.client, self.options = root, install, client, options
         self.request = request
         self.evaluation_id = options.evaluation_id or "eval-" + secrets.token_hex(6)
@@ -283,6 +291,7 @@ class HarborEvaluation:
             agent_timeout_s=plan.agent_timeout_s,
             infra_retries=plan.infra_retries,
             agent_profile_id=plan.agent_profile_id,
+            require_model_capture=plan.require_model_capture,
         )
         body = dict(plan.run_body)
         if plan.inference_id is not None:  # the same lock: sealed in this root, else refused before anything starts
@@ -304,6 +313,7 @@ class HarborEvaluation:
             infra_retries=o.infra_retries,
             agent_profile_id=o.agent_profile_id,
             eval_image=o.eval_image,
+            require_model_capture=o.require_model_capture,
             run_body={k: v for k, v in self.request.body().items() if k not in ("run_id", "harness")},
             inference_id=self.inference_id,
             slots=[TrialSlotV1(slot=n, task=str(task), attempt=i) for n, (task, i) in enumerate(slots)],
@@ -334,6 +344,7 @@ class HarborEvaluation:
         pending: deque[Trial] = deque(self.trials)
         binding: dict[str, Trial] = {}
         live: dict[str, Trial] = {}
+        failed_closed: HitchError | None = None
         try:
             while pending or binding or live:
                 self._bind_more(pending, binding, live)
@@ -355,6 +366,10 @@ class HarborEvaluation:
                         del live[name]
                         trial.result = event
                         self._finish(trial, _trial_error(event))
+                        failed_closed = self._capture_failure(trial)
+                        if failed_closed is not None:  # fail closed: no trial starts after it, live ones end
+                            self._abort(binding, live)
+                            break
                         retry = self._retry_of(trial)
                         if retry is not None:
                             pending.appendleft(retry)
@@ -379,10 +394,30 @@ class HarborEvaluation:
             finished_at=time.time(),
             trials=[latest[slot] for slot in sorted(latest)],
             resumed=self.resumed,
+            model_capture=self.request.capture,
+            verifiers=self.verifiers,
+            offline=all(v.locality == "local" for v in self.verifiers),
+            require_model_capture=self.options.require_model_capture,
+            error=RunErrorV1(code=failed_closed.code, message=failed_closed.message) if failed_closed is not None else None,
         )
         ensure_private_dir(self.dir)
         atomic_write_json(self.dir / "evaluation.json", record.to_json_dict())
+        if failed_closed is not None:
+            raise HitchError(failed_closed.code, failed_closed.message, {**failed_closed.details, "evaluation": str(self.dir)})
         return record
+
+    def _capture_failure(self, trial: Trial) -> HitchError | None:
+        """Under ``require_model_capture``: the error that ends the evaluation when ``trial``'s run reached the model
+        and its capture (the run's evidence) is not complete; else None."""
+        usage = trial.outcome.usage if trial.outcome is not None else None
+        if not self.options.require_model_capture or usage is None or usage.evidence_complete:
+            return None
+        return HitchError(
+            "inference_capture_incomplete",
+            f"trial {trial.name}'s model capture ({self.request.capture}) is incomplete and --require-model-capture is set: "
+            "the evaluation failed closed (no later trial started)",
+            {"trial": trial.name, "run_id": trial.run_id, "capture": self.request.capture},
+        )
 
     # -- binding runs --------------------------------------------------------------------------------------
 
@@ -421,6 +456,12 @@ class HarborEvaluation:
             trial=trial.resources.to_json_dict(),
             submission={"task": str(trial.task), "agent_kwargs": self.options.agent_kwargs, "attempt": trial.attempt},
         )
+        if self.options.certifying:
+            body["certifying"] = True
+        elif self.options.agent not in NO_MODEL_AGENTS:  # the daemon admits the run by this artifact's profile
+            harbor_version = str(self.install.versions.get("harbor", "unknown"))
+            claim = agent_artifact(self.options.agent, harbor_version, self.options.agent_paths)
+            body["harness_artifact"] = claim.model_dump(mode="json")
         budget = trial_budget_s(trial.task, self.options.agent_timeout_s)
         if budget is not None:
             body["deadline_s"] = budget

@@ -6,7 +6,8 @@ runtime's shipped files (requirements + shim) out of ``catalog/runtimes/<name>/`
 
 ``runtime_id = digest_json(entry without runtime_id)``: an oci package contributes its
 image digest, a python-env package the sha256 of its requirements file and of every shipped file,
-so editing the shim or the requirements yields a new runtime.
+so editing the shim or the requirements yields a new runtime. An entry's ``licenses`` (spec §7.1.5) are
+recorded in its manifest but left out of ``runtime_id``: they describe the pinned bytes, they are not bytes.
 """
 
 from __future__ import annotations
@@ -76,6 +77,12 @@ class _PythonEnvEntry(_Strict):
     pythonpath: list[_Rel] = Field(default_factory=list)
 
 
+class _Licenses(_Strict):
+    engine: str = Field(min_length=1)
+    dependencies: dict[str, Annotated[str, StringConstraints(min_length=1)]] = Field(default_factory=dict)
+    image: str | None = None
+
+
 class _Entry(_Strict):
     name: Annotated[str, StringConstraints(pattern=_NAME)]
     engine: Literal["sglang"] = "sglang"
@@ -88,6 +95,7 @@ class _Entry(_Strict):
     cuda_version: str | None = None
     launch_env: dict[str, str] = Field(default_factory=dict)
     package: Annotated[_OciEntry | _PythonEnvEntry, Field(discriminator="kind")]
+    licenses: _Licenses | None = None
 
 
 class _Catalog(_Strict):
@@ -229,6 +237,10 @@ def _manifest(entry: _Entry, catalog_path: Path, pin: RuntimePinV1 | None = None
     if operator:  # absent otherwise, so every catalog-pinned runtime keeps its runtime_id
         fields["pinned_by"] = "operator"
     fields["runtime_id"] = digest_json(fields)
+    if entry.licenses is not None:  # after the id: a licence statement describes the pinned bytes, it is not one of them
+        if entry.licenses.image is not None and not isinstance(pkg, _OciEntry):
+            raise _fail(f"runtime {entry.name}: an image licence is for an oci package", {})
+        fields["licenses"] = entry.licenses.model_dump(exclude_none=True)
     try:
         return InferenceRuntimeManifestV1.model_validate(fields)
     except ValidationError as exc:  # pragma: no cover - the entry model already refuses these

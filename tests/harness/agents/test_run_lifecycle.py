@@ -27,6 +27,7 @@ from harness.app.daemon_client import DaemonClient
 from harness.contracts.events import RequestEvidenceV1
 from harness.contracts.evidence import InferenceExecutionEvidenceV1
 from harness.contracts.run import RunRecordV1
+from harness.engine.redaction import SERVER_INFO_OBSERVATIONS
 from harness.errors import ERROR_TABLE
 from harness.paths import DaemonPaths, HitchRoot
 from tests.harness.daemon.conftest import FAST, HITCH, as_json, hitch, inputs, leak_guard
@@ -165,7 +166,7 @@ def test_completed_run_evidence_is_derived_from_the_attempt_rows_and_only_the_sa
     # the engine's own facts (no key anywhere), the machine, the binding, the serving metrics at both ends
     info = execution.observed["server_info"]
     assert info["served_model_name"] == execution.binding.wire_model
-    assert not {"api_key", "admin_api_key"} & set(info) and "<redacted>" in info["launch_command"]
+    assert set(info) <= set(SERVER_INFO_OBSERVATIONS) and "launch_command" not in info  # an allow-list
     keys = [p.read_text().strip() for p in root.private.rglob("*api-key")]
     # prepare's probe start and the sealed start each had their own engine and admin keys
     assert len(keys) == 4 and not [k for k in keys if k in (ev / "execution.json").read_text()]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.engine.redaction import redact
+from harness.engine.redaction import SERVER_INFO_OBSERVATIONS, observations, redact
 
 _ARGS = Path(__file__).resolve().parents[3] / "fixtures" / "fake_sglang" / "server_args_0_5_23.json"
 
@@ -24,3 +24,19 @@ def test_redact_drops_secret_fields_and_secret_values_of_sglang_server_info() ->
         assert kept in out, kept
     assert out["launch_command"].endswith("--api-key <redacted> --admin-api-key=<redacted> --max-total-tokens 2048")
     assert out["nested"] == [{"note": "the key is <redacted>"}]
+
+
+def test_run_evidence_keeps_an_allow_list_of_observations_of_server_info() -> None:
+    """Spec (preamble): run evidence keeps only allow-listed observations of /server_info — a field SGLang adds, or
+    a secret under a name no redaction rule knows, is not kept; the kept values are redacted too."""
+    info = json.loads(_ARGS.read_text())
+    info.update(
+        version="0.5.23", api_key="hek-1234", admin_api_key="hak-5678", launch_command="--api-key hek-1234",
+        new_field_in_a_later_sglang="hek-1234", opaque="sk-not-named-as-secret", served_model_name="hek-1234",
+    )  # fmt: skip
+    out = observations(info, ("hek-1234", "hak-5678"))
+    assert set(out) <= set(SERVER_INFO_OBSERVATIONS)
+    assert {"version", "device", "dtype", "kv_cache_dtype", "attention_backend", "sampling_backend", "context_length",
+            "max_running_requests", "model_path"} <= set(out)  # fmt: skip
+    assert not {"launch_command", "new_field_in_a_later_sglang", "opaque", "api_key"} & set(out)
+    assert "hek-1234" not in json.dumps(out) and out["served_model_name"] == "<redacted>"

@@ -151,6 +151,7 @@ def test_cancelling_one_trial_leaves_the_other_reward_intact(inputs: ServiceInpu
                             "fake_flags": ["--fake-script", str(scripted_turns(tmp_path))]}  # fmt: skip
     harbor = harbor_install(root)
     assert harbor is not None
+    certified_agent(root, TERMINUS)  # the daemon admits each trial's run by the agent's profile
     options = EvalOptions([CREATE_FILE], k=2, n_concurrent=2, evaluation_id=f"ev-{how}", agent_timeout_s=240.0)
     as_json(hitch(root, "daemon", "start", "--json", *FAST))
     evaluation = HarborEvaluation(root, harbor, DaemonClient(root), parse_request(RunRequest, body), options)
@@ -235,6 +236,7 @@ def test_trials_beyond_the_machine_wait_their_turn_and_their_reservations_show_i
     as_json(hitch(root, "daemon", "start", "--json", *FAST, "--capacity-memory", str(room_for_one)))
     harbor = harbor_install(root)
     assert harbor is not None
+    certified_agent(root, TERMINUS)  # the daemon admits each trial's run by the agent's profile
     options = EvalOptions([CREATE_FILE], k=3, n_concurrent=3, evaluation_id="ev-turns")
     evaluation = HarborEvaluation(root, harbor, DaemonClient(root), _fake_body(scripted_turns(tmp_path, 48)), options)
     waiting = evaluation.trials[2].run_id
@@ -286,6 +288,7 @@ def test_an_engine_killed_under_a_trial_fails_that_attempt_and_the_trial_runs_ag
     as_json(hitch(root, "daemon", "start", "--json", *FAST))
     harbor = harbor_install(root)
     assert harbor is not None
+    certified_agent(root, TERMINUS)  # the daemon admits each trial's run by the agent's profile
     options = EvalOptions([CREATE_FILE], k=1, n_concurrent=1, evaluation_id="ev-crash", agent_timeout_s=240.0)
     evaluation = HarborEvaluation(root, harbor, DaemonClient(root), _fake_body(scripted_turns(tmp_path, 32)), options)
     killed: list[int] = []

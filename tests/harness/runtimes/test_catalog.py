@@ -71,12 +71,50 @@ def test_the_default_runtime_is_one_the_launcher_can_start(catalog_copy: Path) -
     assert default_runtime("cuda", catalog_copy, launcher="process").name == "sglang-0.5.23-cuda"
 
 
-def test_runtime_id_is_the_digest_of_everything_else() -> None:
+def test_runtime_id_is_the_digest_of_everything_else_but_its_licences() -> None:
     for m in load_catalog():
         body = m.to_json_dict()
         rid = body.pop("runtime_id")
+        body.pop("licenses", None)
         assert rid == digest_json(body)
     assert load_catalog() == load_catalog()
+
+
+def test_every_runtime_records_its_engine_and_bundled_licences() -> None:
+    """Spec §7.1.5: SGLang's licence and the bundled packages' (as their wheels declare them) are kept with the
+    runtime, as the model's is kept in its manifest."""
+    found = _by_name()
+    for manifest in found.values():
+        assert manifest.licenses is not None and manifest.licenses.engine == "Apache-2.0", manifest.name
+    for name in (GENERIC, "sglang-0.5.23-cuda", GENERIC_OCI):
+        deps = found[name].licenses.dependencies  # type: ignore[union-attr]
+        assert "BSD-3-Clause" in deps["torch"] and deps["triton"] == "MIT"
+    assert found["sglang-0.5.23-cuda"].licenses.dependencies["nvidia-cublas"] == "LicenseRef-NVIDIA-Proprietary"  # type: ignore[union-attr]
+
+
+def test_licences_never_change_a_runtime_id_and_older_manifests_load(catalog_copy: Path) -> None:
+    before = {m.name: m.runtime_id for m in load_catalog(catalog_copy)}
+    text = catalog_copy.read_text()
+    stripped = re.sub(r"\n\[runtime\.licenses\]\n(?:[a-z]+ = .*\n)+", "\n", text)
+    assert "licenses" not in stripped.replace("# `licenses`", "")
+    catalog_copy.write_text(stripped)
+    without = load_catalog(catalog_copy)
+    assert {m.name: m.runtime_id for m in without} == before
+    assert all(m.licenses is None and "licenses" not in m.to_json_dict() for m in without)
+    old = without[0].to_json_dict()  # a manifest.json written before licences existed
+    assert InferenceRuntimeManifestV1.model_validate(old).licenses is None
+
+
+def test_an_image_licence_on_a_python_env_runtime_is_refused(catalog_copy: Path) -> None:
+    text = catalog_copy.read_text()
+    old = '[runtime.licenses]\nengine = "Apache-2.0"\ndependencies = { torch'
+    assert old in text
+    catalog_copy.write_text(
+        text.replace(old, '[runtime.licenses]\nimage = "MIT"\nengine = "Apache-2.0"\ndependencies = { torch', 1)
+    )
+    with pytest.raises(HitchError) as err:
+        load_catalog(catalog_copy)
+    assert err.value.code == "runtime_catalog_invalid" and "image licence" in err.value.message
 
 
 def test_committed_lock_is_fully_hash_pinned_and_has_no_cuda_only_kernels() -> None:

@@ -98,6 +98,12 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     # spec §12.2 — routing
     "inference_binding_revoked": _e("routing", False, 403, "register a new run"),
     "inference_route_unavailable": _e("routing", False, 404, "only /v1/responses, /v1/chat/completions, /v1/models exist"),
+    "inference_route_unsupported": _e(
+        "routing",
+        False,
+        404,
+        "a Responses route this server does not offer (compaction, stored responses): use POST /v1/responses",
+    ),
     # spec §12.2 — evidence
     "inference_capture_incomplete": _e("evidence", False, 500, "the capture is partial; rerun with capture on"),
     # spec §12.2 — deployment

@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.sse import TEXT_DELTAS
 from harness.contracts.lock import InferenceLockV1
 
 __all__ = ["LOGPROBS_INCLUDE", "ResponseFacts", "ResponsesCompletion", "response_facts"]
@@ -58,6 +59,8 @@ _MARKERS = (
     b"response.created", b"response.queued", b"response.in_progress", b"response.completed", b"response.incomplete",
     b"response.failed", b"_item.", b"_part.",
 )  # fmt: skip
+# The head of a text delta event (JSON escapes newlines, so such an event holds no blank line before its end).
+_DELTA_HEADS = tuple(b"event: " + name.encode() + b"\n" for name in sorted(TEXT_DELTAS))
 _ENDED = frozenset({"completed", "incomplete"})
 _ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 _PLAIN_TEXT: dict[str, Any] = {"format": {"type": "text"}}
@@ -198,6 +201,9 @@ class ResponsesCompletion:
     def feed(self, chunk: bytes) -> bytes:
         """The bytes to relay for one engine read (possibly empty: an event's end has not arrived)."""
         if self._off:
+            return chunk
+        if not self._pending and chunk.startswith(_DELTA_HEADS) and chunk.find(b"\n\n") == len(chunk) - 2:
+            self._passed += 1  # one whole text delta (SGLang writes one event per write): the hot path
             return chunk
         if not self._pending and chunk.endswith(b"\n\n") and not any(m in chunk for m in _MARKERS) and b"\r" not in chunk:
             self._passed += chunk.count(b"\n\n")

@@ -307,5 +307,9 @@ def test_responses_conformance(certify_env: CertifyEnv, certify_record: Any) -> 
     certify_record.detail("passed", sorted(k for k, v in cases.items() if v["status"] == "passed"))
     certify_record.detail("refused", sorted(k for k, v in cases.items() if v["status"] == "refused"))
     certify_record.detail("model_cannot_show", sorted(k for k, v in cases.items() if v["status"] == "not_applicable"))
+    counts = {
+        status: sum(v["status"] == status for v in cases.values()) for status in ("passed", "refused", "not_applicable", "failed")
+    }
+    certify_record.metric("protocol.conformance.responses", {"cases": len(cases), **counts})
     failed = {k: v.get("problems") for k, v in cases.items() if v["status"] == "failed"}
     assert not failed, f"Open Responses cases failed: {json.dumps(failed)[:2000]}"

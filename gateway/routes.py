@@ -49,9 +49,11 @@ def _tail(raw_path: str) -> str | None:
 def unsupported_route(method: str, raw_path: str) -> str | None:
     """For a Responses API route this server does not offer, the refusal's message; else None."""
     tail = _tail(raw_path)
-    if tail is None or not tail.startswith(_RESPONSES_SUB) or ".." in tail or "//" in tail:
+    if tail is None or not tail.startswith(_RESPONSES_SUB):
         return None
     what = tail[len(_RESPONSES_SUB) :]
+    if any(seg in ("", ".", "..") for seg in what.split("/")):
+        return None  # an empty or dot segment is a path trick, not an API route
     if len(what) > 64 or not all(c.isalnum() or c in "_-/" for c in what):
         what = "..."  # the caller's path is echoed only when short and plain
     if what == "compact":

@@ -101,3 +101,17 @@ def test_an_error_body_or_crlf_framing_is_relayed_untouched() -> None:
     assert c.body(error) is error and c.filled == set()
     crlf = _stream()[0].replace(b"\n", b"\r\n")
     assert c.feed(crlf) == crlf and c.feed(_stream()[0]) == _stream()[0]
+
+
+def test_only_clean_responses_subroutes_are_named_unsupported() -> None:
+    from gateway.routes import match_route, unsupported_route
+
+    p = "/runs/abc123/v1/responses"
+    assert unsupported_route("POST", p + "/compact") is not None and "compaction" in str(
+        unsupported_route("POST", p + "/compact")
+    )
+    assert unsupported_route("GET", p + "/resp_1/input_items") is not None
+    for trick in ("/", "/./x", "/../models", "/a//b", "/x?y=1", "/%63ompact"):
+        assert unsupported_route("POST", p + trick) is None, trick  # a path trick stays "no such route"
+    assert unsupported_route("POST", p) is None and match_route("POST", p) is not None
+    assert unsupported_route("POST", "/v1/responses/compact") is None  # not under a run

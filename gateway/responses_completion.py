@@ -95,12 +95,13 @@ def response_facts(body: dict[str, Any], lock: InferenceLockV1) -> ResponseFacts
 class ResponsesCompletion:
     """Completes one Responses answer: a unary body (:meth:`body`) or a stream (:meth:`feed`, :meth:`flush`)."""
 
-    __slots__ = ("_changes", "_clock", "_facts", "_last_seq", "_off", "_passed", "_pending", "_resource", "filled")
+    __slots__ = ("_changes", "_clock", "_facts", "_last_seq", "_off", "_passed", "_pending", "_resource", "filled", "relayed")
 
     def __init__(self, facts: ResponseFacts, clock: Any = time.time) -> None:
         self._facts = facts
         self._clock = clock
         self.filled: set[str] = set()  # the names of the fields the gateway added or filled
+        self.relayed = False  # an answer of the engine went through (body or feed)
         self._pending = b""  # an event whose end has not arrived yet
         self._last_seq: int | None = None  # the last sequence_number decoded
         self._passed = 0  # events passed undecoded since then
@@ -186,6 +187,7 @@ class ResponsesCompletion:
 
     def body(self, data: bytes) -> bytes:
         """A unary answer: the completed resource, or ``data`` itself when it is not a response object."""
+        self.relayed = True
         try:
             obj = json.loads(data)
         except ValueError:
@@ -200,6 +202,7 @@ class ResponsesCompletion:
 
     def feed(self, chunk: bytes) -> bytes:
         """The bytes to relay for one engine read (possibly empty: an event's end has not arrived)."""
+        self.relayed = True
         if self._off:
             return chunk
         if not self._pending and chunk.startswith(_DELTA_HEADS) and chunk.find(b"\n\n") == len(chunk) - 2:

@@ -133,7 +133,7 @@ class Exchange:
             "admitted_seq": self.admitted_seq,
             "abort_confirm_ms": self.abort_confirm_ms,
             "abort_outcome": self.abort_outcome,
-            "completed_fields": None if self.completion is None else sorted(self.completion.filled),
+            "completed_fields": sorted(self.completion.filled) if self.completion and self.completion.relayed else None,
         }
 
     @property

@@ -186,3 +186,11 @@ def test_image_and_file_input_stay_a_clear_400(engine: Engine, gateway: GatewayT
     error = r.json()["error"]
     assert error["code"] == "inference_modality_unsupported" and part in error["message"]
     assert engine.posts() == []
+
+
+def test_a_refused_responses_request_names_no_completion(engine: Engine, gateway: GatewayThread) -> None:
+    rec = gateway.register("run-a", target_for(engine, make_lock(context=256)))
+    r = httpx.post(rec.base_url + "/responses", json=_body(False, input="hello " * 400), headers=_auth(rec), timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"  # after the policy passed
+    [row] = evidence_rows(gateway, rec.binding_id)
+    assert row["completed_fields"] is None and row["status"] == "rejected"

@@ -40,6 +40,7 @@ from typing import Any
 
 from gateway.intake import parse_object
 from gateway.request_shape import check_chat_message, check_chat_shape, check_item, check_responses_shape
+from gateway.responses_completion import ResponseFacts, response_facts
 from gateway.routes import RouteName
 from gateway.sglang_view import chat_messages, responses_messages, template_tools
 from harness.contracts.lock import BenchmarkControl, InferenceLockV1
@@ -91,6 +92,7 @@ class PreparedRequest:
     responses: bool = False  # SGLang folds system messages on Responses for templates without inline system
     template_kwargs: dict[str, Any] | None = None  # extra template variables SGLang passes (reasoning_effort)
     benchmark_controls: dict[str, bool | int] | None = None  # controls used at other than SGLang's default
+    response_facts: ResponseFacts | None = None  # Responses: what completes the answer (gateway.responses_completion)
 
 
 def _conflict(message: str, **details: Any) -> HitchError:
@@ -371,7 +373,8 @@ def _prepare(route: RouteName, raw: bytes, body: dict[str, Any], lock: Inference
         controls = _benchmark_controls(body, lock, budget)
     out = _rewrite(raw, given, body) if changed else raw
     kwargs = None if effort is None else {"reasoning_effort": effort}
-    return PreparedRequest(out, stream, budget, messages, tools, responses, kwargs, controls)
+    facts = response_facts(given, lock) if responses else None
+    return PreparedRequest(out, stream, budget, messages, tools, responses, kwargs, controls, facts)
 
 
 def _rewrite(raw: bytes, given: dict[str, Any], body: dict[str, Any]) -> bytes:

@@ -47,7 +47,8 @@ from gateway.intake import body_limit, read_body
 from gateway.metrics import GatewayMetrics, build_metrics_app
 from gateway.policy import apply_policy
 from gateway.replies import REQUEST_ID_HEADER, SERVER_NAME, error_reply, hitch_error_reply, json_reply
-from gateway.routes import match_route
+from gateway.responses_completion import ResponsesCompletion
+from gateway.routes import match_route, unsupported_route
 from gateway.transport import Exchange, open_upstream, relay_stream, relay_unary
 from gateway.writer import BackgroundWriter
 from harness.contracts.binding import ModelEndpointBindingV1
@@ -318,6 +319,9 @@ class Gateway:
         route = match_route(request.method, request.raw_path)
         if route is None:
             self.metrics.not_found += 1
+            unsupported = unsupported_route(request.method, request.raw_path)
+            if unsupported is not None:  # a Responses API route this server does not offer: said so
+                return error_reply("inference_route_unsupported", unsupported)
             return error_reply("inference_route_unavailable", "no such route on this gateway")
         try:
             binding = self.registry.resolve(route.binding_id, bearer_token(request.headers.get("Authorization")))
@@ -350,6 +354,8 @@ class Gateway:
             prepared = apply_policy(route.name, raw, target.lock, target.wire_model)
             ex.stream, ex.max_output_tokens = prepared.stream, prepared.max_output_tokens
             ex.benchmark_controls = prepared.benchmark_controls
+            if prepared.response_facts is not None:
+                ex.completion = ResponsesCompletion(prepared.response_facts)
             checker = binding.checker
             args = (
                 prepared.messages, prepared.tools, prepared.max_output_tokens, context, prepared.responses,

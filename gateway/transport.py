@@ -41,7 +41,8 @@ from multidict import CIMultiDict
 from gateway.bindings import Binding
 from gateway.capture import RequestCapture
 from gateway.engine_http import EngineBodyEnded, EnginePool, EngineRelayStopped, EngineResponse, EngineStreamIdle
-from gateway.replies import REQUEST_ID_HEADER, SERVER_NAME, stream_error_event
+from gateway.replies import OPENAI_CODES, REQUEST_ID_HEADER, SERVER_NAME, stream_error_event
+from gateway.responses_completion import ResponsesCompletion
 from gateway.routes import RouteName
 from gateway.sse import Outcome, StreamObserver, Usage, unary_outcome
 from harness.errors import HitchError
@@ -87,6 +88,7 @@ class Exchange:
     admitted_seq: int | None = None  # the n-th admission of the service's queue
     abort_confirm_ms: float | None = None  # abandoned: from the engine connection's close to its slot shown free
     abort_outcome: str | None = None  # abandoned: free | unconfirmed | engine_gone (gateway.slot_probe.SlotVerdict)
+    completion: ResponsesCompletion | None = None  # Responses: completes the answer to the Open Responses schema
 
     def apply(self, outcome: Outcome) -> None:
         self.settled = True
@@ -131,6 +133,7 @@ class Exchange:
             "admitted_seq": self.admitted_seq,
             "abort_confirm_ms": self.abort_confirm_ms,
             "abort_outcome": self.abort_outcome,
+            "completed_fields": sorted(self.completion.filled) if self.completion and self.completion.relayed else None,
         }
 
     @property
@@ -246,7 +249,9 @@ async def relay_unary(upstream: EngineResponse, ex: Exchange, max_bytes: int) ->
     ex.http_status = upstream.status
     ex.ended_at = time.perf_counter()
     if ex.capture is not None:
-        ex.capture.response(data)
+        ex.capture.response(data)  # the engine's bytes
+    if ex.completion is not None and upstream.status == 200:
+        data = ex.completion.body(data)
     return web.Response(body=data, status=upstream.status, headers=_client_headers(upstream, ex.request_id))
 
 
@@ -269,9 +274,10 @@ async def relay_stream(request: web.BaseRequest, upstream: EngineResponse, ex: E
     api: Literal["chat", "responses"] = "chat" if ex.route == "/v1/chat/completions" else "responses"
     observer = StreamObserver(api)
     capture = ex.capture
+    completion = ex.completion
     resp = _StreamResponse(status=upstream.status, headers=_client_headers(upstream, ex.request_id))
     ex.http_status = upstream.status
-    clean = broken = False
+    clean = broken = sent = False
     ended_by: HitchError | None = None  # the gateway ends the stream itself: idle timeout, the run's deadline
     clock = time.perf_counter
     try:
@@ -293,20 +299,25 @@ async def relay_stream(request: web.BaseRequest, upstream: EngineResponse, ex: E
                     clean = ex.engine_done = True
                     ex.upstream_done_at = upstream.ended_at
                     break
-                await resp.write(chunk)
-                observer.feed(chunk, upstream.read_at)  # fed only once written (what it saw was relayed), with the read's time
                 if capture is not None:
-                    capture.response(chunk)
-                if fast:
+                    capture.response(chunk)  # the engine's bytes
+                out = chunk if completion is None else completion.feed(chunk)
+                if out:
+                    await resp.write(out)
+                    observer.feed(out, upstream.read_at)  # fed only once written (what it saw was relayed), with the read's time
+                    sent = True
+                if fast and sent:  # the headers left: later reads go straight to the socket
                     break
             if fast and not clean and not broken and ended_by is None:
                 transport = request.transport
 
                 def sink(chunk: bytes, now: float) -> bool:
-                    _write_chunk(transport, chunk)  # ConnectionResetError: the client went away
-                    observer.feed(chunk, now)
                     if capture is not None:
-                        capture.response(chunk)
+                        capture.response(chunk)  # the engine's bytes
+                    out = chunk if completion is None else completion.feed(chunk)
+                    if out:
+                        _write_chunk(transport, out)  # ConnectionResetError: the client went away
+                        observer.feed(out, now)
                     return protocol.writing_paused  # the client reads slower than the engine writes
 
                 upstream.push(sink)
@@ -334,13 +345,21 @@ async def relay_stream(request: web.BaseRequest, upstream: EngineResponse, ex: E
             else:
                 ex.engine_rid, ex.usage = observer.engine_rid, observer.usage
             raise
+        tail = b"" if completion is None else completion.flush()
+        if tail:  # an event held for its end when the engine's body ended: relayed as the engine sent it
+            await resp.write(tail)
+            observer.feed(tail, clock())
         if ended_by is not None:
             if observer.done:  # the engine's terminal event was relayed before it went quiet: that stands
                 ended_by = None
                 ex.engine_done = True
                 outcome = observer.terminal_outcome()
             else:
-                event = stream_error_event(api, ended_by.code, ended_by.message, observer.engine_rid)
+                if completion is not None:
+                    wire = OPENAI_CODES.get(ended_by.code, ended_by.code)
+                    event = completion.failed_event(wire, ended_by.message, observer.engine_rid)
+                else:
+                    event = stream_error_event(api, ended_by.code, ended_by.message, observer.engine_rid)
                 await resp.write(event)
                 if capture is not None:
                     capture.response(event)

@@ -101,6 +101,12 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     "inference_binding_mismatch": _e(
         "routing", False, 400, "call the base URL, API and wire model of the binding the daemon issued for this run"
     ),
+    "inference_route_unsupported": _e(
+        "routing",
+        False,
+        404,
+        "a Responses route this server does not offer (compaction, stored responses): use POST /v1/responses",
+    ),
     # spec §12.2 — evidence
     "inference_capture_incomplete": _e("evidence", False, 500, "the capture is partial; rerun with capture on"),
     # spec §12.2 — deployment

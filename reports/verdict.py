@@ -20,7 +20,7 @@ __all__ = ["SUITE_CLAIMS", "verdict"]
 # each suite's claim, in one line (what a pass of all its checks shows)
 SUITE_CLAIMS = {
     "hardware": "runs on the requested device with the locked settings; the machine is recorded",
-    "protocol": "Responses and Chat Completions through the gateway, with exact usage and budgets",
+    "protocol": "Responses (to the Open Responses schema) and Chat Completions through the gateway, with exact usage and budgets",
     "correctness": "generates what the checkpoint generates under the reference implementation",
     "faults": "broken streams, crashes, hangs, memory kills: clear errors, then recovery",
     "security": "the gateway is the only door, open only to its run; no secret leaks",

@@ -31,6 +31,8 @@ from certify.session import CertifyEnv, RunHandle, SessionEnd
 from harness.service.state_store import ServiceStateStore
 
 ROUTE_CODE = "inference_route_unavailable"
+# a Responses API route the server does not offer (stored responses, compaction) says so with its own code
+UNSUPPORTED_CODE = "inference_route_unsupported"
 TOKEN_CODE = "inference_token_invalid"
 
 # Reference sglang-http-api.md §1.1-1.3 (health/info, inference, admin), as paths on the engine.
@@ -141,7 +143,8 @@ def test_engine_routes_404(certify_env: CertifyEnv, certify_record: Any) -> None
                 for method in ("GET", "POST"):
                     status, got = client.request(method, target, headers, body if method == "POST" else None)
                     probes += 1
-                    problem = _error_code(status, got, 404, ROUTE_CODE)
+                    code = UNSUPPORTED_CODE if target.startswith(client.prefix + "/v1/responses/") else ROUTE_CODE
+                    problem = _error_code(status, got, 404, code)
                     if problem:
                         wrong.append(f"{method} {target}: {problem}")
     finally:

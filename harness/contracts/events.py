@@ -97,3 +97,10 @@ class RequestEvidenceV1(Record):
         description="an abandoned request: the engine showed its slot free, never did within the lock's "
         "abort_confirm_timeout_ms (the service epoch then entered fault handling), or was gone; null otherwise",
     )
+    completed_fields: list[str] | None = Field(
+        default=None,
+        description="a Responses answer: the fields the gateway added to it, or whose schema-forbidden null it "
+        "replaced, to conform to the Open Responses schema (gateway.responses_completion; the engine's own bytes "
+        "are what capture keeps); [] when the engine's answer needed nothing; null on other routes or when no "
+        "answer was relayed",
+    )

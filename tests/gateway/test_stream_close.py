@@ -56,10 +56,20 @@ def _chat_pieces(finish: str) -> list[bytes]:
 
 
 def _responses_pieces() -> list[bytes]:
-    resp = {"id": "resp_1", "object": "response", "status": "in_progress", "model": "tiny-wire", "output": []}
+    # every field the Open Responses schema requires, so the gateway's completion leaves these bytes as they are
+    resp = {
+        "id": "resp_1", "object": "response", "created_at": 1, "completed_at": None, "status": "in_progress",
+        "incomplete_details": None, "model": "tiny-wire", "previous_response_id": None, "instructions": None,
+        "output": [], "error": None, "tools": [], "tool_choice": "auto", "truncation": "disabled",
+        "parallel_tool_calls": True, "text": {"format": {"type": "text"}}, "top_p": 1.0, "presence_penalty": 0.0,
+        "frequency_penalty": 0.0, "top_logprobs": 0, "temperature": 0.0, "reasoning": None, "usage": None,
+        "max_output_tokens": None, "max_tool_calls": None, "store": False, "background": False,
+        "service_tier": "default", "safety_identifier": None, "prompt_cache_key": None,
+    }  # fmt: skip
     done = {
         **resp,
         "status": "completed",
+        "completed_at": 2,
         "usage": {"input_tokens": 5, "output_tokens": 3, "total_tokens": 8, "input_tokens_details": {"cached_tokens": 0}},
     }
     completed = _sse({"type": "response.completed", "sequence_number": 3, "response": done}, "response.completed")
@@ -192,7 +202,10 @@ def test_responses_close_around_the_terminal_event(
     engine, base = scripted
     engine.pieces, engine.hold = _responses_pieces(), hold
     rec = _register(gateway, base, tiny_model)
+    # a resource event split across reads is held until its end (the gateway completes it), so of the pieces
+    # sent the client sees the whole events: hold 4 sent half of response.completed, which stays in the gateway
     sent = b"".join(engine.pieces[:hold])
+    sent = sent[: sent.rfind(b"\n\n") + 2]
     seen = _read_then_close(rec, "/responses", RESPONSES, sent if hold <= len(engine.pieces) else None)
     assert seen == sent
     [row] = evidence_rows(gateway, rec.binding_id)

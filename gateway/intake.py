@@ -18,6 +18,7 @@ Owns :func:`body_limit` (the per-lock byte limit), :func:`read_body` and :func:`
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -44,22 +45,31 @@ def _too_large(limit: int) -> HitchError:
     )
 
 
-async def read_body(request: web.BaseRequest, limit: int) -> bytes:
-    """The whole body, or 413 as soon as it is known to exceed ``limit`` (declared, or while reading)."""
+async def read_body(request: web.BaseRequest, limit: int, timeout_s: float | None = None) -> bytes:
+    """The whole body, or 413 as soon as it is known to exceed ``limit`` (declared, or while reading), or 408
+    ``inference_request_timeout`` when it has not all arrived within ``timeout_s`` (None: no bound)."""
     declared = request.content_length
     if declared is not None and declared > limit:
         raise _too_large(limit)
     content = request.content
     chunks: list[bytes] = []
     total = 0
-    while True:
-        chunk = await content.readany()
-        if not chunk:
-            break
-        total += len(chunk)
-        if total > limit:
-            raise _too_large(limit)
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(timeout_s):
+            while True:
+                chunk = await content.readany()
+                if not chunk:
+                    break
+                total += len(chunk)
+                if total > limit:
+                    raise _too_large(limit)
+                chunks.append(chunk)
+    except TimeoutError:
+        raise HitchError(
+            "inference_request_timeout",
+            f"the request body did not arrive within {timeout_s:g} s",
+            {"timeout_s": timeout_s},
+        ) from None
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 

@@ -40,6 +40,7 @@ from gateway.admission import FairQueue, Permit
 from gateway.auth import bearer_token, engine_headers
 from gateway.bindings import Binding, BindingRegistry, UpstreamTarget
 from gateway.capture import CaptureLedger, CaptureMode, RequestCapture, RunCapture
+from gateway.capture_segments import SEGMENT_BYTES, CaptureSegments
 from gateway.connections import GatewayServer, HttpLimits, close_after, duplicated_header
 from gateway.deadlines import admit, deadline_spent, set_timeout, stream_idle_s
 from gateway.engine_http import EnginePool
@@ -77,6 +78,7 @@ class GatewayConfig:
     metrics_port: int | None = 0
     capture: CaptureMode = "off"
     capture_limit_bytes: int = 16 << 20
+    capture_segment_bytes: int = SEGMENT_BYTES  # a full capture's segment files rotate past this size
     max_waiting: int = DEFAULT_MAX_WAITING  # per service; the engine's own --max-queued-requests is the second boundary
     max_body_bytes: int | None = None  # None: derived per lock from its context (gateway.intake.body_limit)
     max_response_bytes: int = 256 << 20
@@ -105,6 +107,7 @@ class Gateway:
         self.ledger = CaptureLedger()
         self.writer = BackgroundWriter()
         self.evidence = EvidenceLog(config.evidence_dir, self.writer)
+        self.segments: dict[str, CaptureSegments] = {}  # per binding with a full capture (its files, their digests)
         self.queues: dict[tuple[str, int], FairQueue] = {}
         # exchanges begun whose evidence row is not yet handed to the writer (a client can read a reply's
         # last byte before its handler records it; readers of evidence wait for this to reach 0)
@@ -467,6 +470,11 @@ class Gateway:
         ttft = None if ex.first_text_at is None else ex.first_text_at - ex.t0
         self.metrics.observe_request(ex.route, ex.status, (ex.ended_at or ex.t0) - ex.t0, ttft)
         if ex.capture is not None:
+            segments = self.segments.get(bid)
+            if segments is None and ex.capture.mode == "full":
+                own = ex.binding.capture
+                folder = own.directory if own is not None else self.config.capture_dir
+                segments = self.segments[bid] = CaptureSegments(folder / bid, self.config.capture_segment_bytes)
             meta: dict[str, Any] = {
                 "request_id": ex.request_id,
                 "engine_rid": ex.engine_rid,
@@ -475,9 +483,7 @@ class Gateway:
                 "status": ex.status,
                 "http_status": ex.http_status,
             }
-            own = ex.binding.capture
-            folder = own.directory if own is not None else self.config.capture_dir
-            ex.capture.publish(self.writer, self.ledger, folder, bid, meta)
+            ex.capture.publish(self.writer, self.ledger, segments, bid, meta)
 
 
 def _bound_port(runner: web.BaseRunner) -> int:

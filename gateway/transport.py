@@ -131,6 +131,7 @@ class Exchange:
             "admitted_seq": self.admitted_seq,
             "abort_confirm_ms": self.abort_confirm_ms,
             "abort_outcome": self.abort_outcome,
+            **(self.capture.fields() if self.capture is not None else {}),  # metadata capture is the row
         }
 
     @property

@@ -97,3 +97,13 @@ class RequestEvidenceV1(Record):
         description="an abandoned request: the engine showed its slot free, never did within the lock's "
         "abort_confirm_timeout_ms (the service epoch then entered fault handling), or was gone; null otherwise",
     )
+    request_sha256: Sha256 | None = Field(
+        default=None, description="capture metadata or full: sha256 of the request body sent to the engine"
+    )
+    response_sha256: Sha256 | None = Field(
+        default=None, description="capture metadata or full: sha256 of every byte of the answer relayed to the client"
+    )
+    response_bytes: int | None = Field(default=None, ge=0, description="capture metadata or full: the answer's size")
+    capture_truncated: bool | None = Field(
+        default=None, description="capture full: the bytes kept stop at the run's per-request capture bound"
+    )

@@ -20,14 +20,15 @@ never answered (refused by the gateway) have no engine id and are counted ``unma
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from harness.contracts.evidence import EngineRequestsV1
-from harness.ids import digest_bytes
-from harness.paths import atomic_write_bytes
 
 __all__ = ["ENGINE_REQUESTS", "JOIN_WAIT_S", "engine_request_figures", "write_engine_requests"]
 
@@ -77,23 +78,48 @@ def engine_request_figures(log: Path, rids: set[str]) -> dict[str, dict[str, Any
     return found
 
 
-def write_engine_requests(
-    out_dir: Path, rows: list[dict[str, Any]], log: Path, *, wait_s: float = JOIN_WAIT_S
-) -> EngineRequestsV1:
-    """``engine-requests.jsonl`` of a run's attempt ``rows`` joined with ``log`` (see the module docstring)."""
-    rids = {str(r["engine_rid"]) for r in rows if r.get("engine_rid")}
-    awaited = {str(r["engine_rid"]) for r in rows if r.get("engine_rid") and r.get("status") in _ANSWERED}
+def _rows(rows_file: Path) -> Iterator[dict[str, Any]]:
+    with rows_file.open("rb") as lines:
+        for line in lines:
+            try:
+                row = json.loads(line) if line.strip() else None
+            except ValueError:
+                continue  # a torn last line: the writer's own verdict covers it
+            if isinstance(row, dict):
+                yield row
+
+
+def write_engine_requests(out_dir: Path, rows_file: Path, log: Path, *, wait_s: float = JOIN_WAIT_S) -> EngineRequestsV1:
+    """``engine-requests.jsonl`` of a run's attempt rows (``rows_file``, read as a stream) joined with ``log`` (see
+    the module docstring); memory holds the engine ids and the engine's figures, never the rows."""
+    rids: set[str] = set()
+    awaited: set[str] = set()
+    for r in _rows(rows_file):
+        if r.get("engine_rid"):
+            rids.add(str(r["engine_rid"]))
+            if r.get("status") in _ANSWERED:
+                awaited.add(str(r["engine_rid"]))
     end = time.monotonic() + wait_s
     figures = engine_request_figures(log, rids)
     while not awaited <= set(figures) and time.monotonic() < end:
         time.sleep(0.1)
         figures = engine_request_figures(log, rids)
-    joined = [
-        {"request_id": r.get("request_id"), "engine_rid": r.get("engine_rid"), "joined": r.get("engine_rid") in figures,
-         "engine": figures.get(str(r.get("engine_rid")))}
-        for r in rows
-    ]  # fmt: skip
-    data = "".join(json.dumps(j, separators=(",", ":"), sort_keys=True) + "\n" for j in joined).encode()
-    atomic_write_bytes(out_dir / ENGINE_REQUESTS, data, mode=0o600)
-    matched = sum(1 for j in joined if j["joined"] is True)
-    return EngineRequestsV1(file=ENGINE_REQUESTS, digest=digest_bytes(data), joined=matched, unmatched=len(joined) - matched)
+    target = out_dir / ENGINE_REQUESTS
+    tmp = target.with_name(target.name + ".tmp")
+    digest = hashlib.sha256()
+    matched = total = 0
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        for r in _rows(rows_file):
+            rid = r.get("engine_rid")
+            joined = {"request_id": r.get("request_id"), "engine_rid": rid, "joined": rid in figures,
+                      "engine": figures.get(str(rid))}  # fmt: skip
+            line = (json.dumps(joined, separators=(",", ":"), sort_keys=True) + "\n").encode()
+            handle.write(line)
+            digest.update(line)
+            total += 1
+            matched += joined["joined"] is True
+    os.replace(tmp, target)
+    return EngineRequestsV1(
+        file=ENGINE_REQUESTS, digest="sha256:" + digest.hexdigest(), joined=matched, unmatched=total - matched
+    )

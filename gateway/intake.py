@@ -6,7 +6,8 @@ Owns :func:`body_limit` (the per-lock byte limit), :func:`read_body` and :func:`
   for tool schemas and JSON framing (a token of JSON-escaped text rarely exceeds a dozen bytes; 32 leaves
   room for escaped non-ASCII and long whitespace tokens). A declared ``Content-Length`` above the limit is
   refused before a byte of the body is read; a chunked body is read only up to the limit. Either way the
-  answer is 413 ``inference_request_too_large``.
+  answer is 413 ``inference_request_too_large``. A body that has not all arrived within the gateway's body
+  timeout is 408 ``inference_request_timeout`` (:mod:`gateway.connections` then closes the connection).
 - ``json.loads`` guards its own recursion: a nesting bomb raises ``RecursionError`` at the interpreter's
   limit, which is refused as a malformed body. That limit depends on the stack the parser runs on, so a
   body just under the gateway's can be over the engine's (the fake engine answered a 980-deep tool schema

@@ -14,7 +14,9 @@ keeps its permit until the engine shows the slot free; an engine that never does
 (:mod:`gateway.aborts`; the daemon's hook is ``Gateway.aborts.on_service_fault``). Deadlines and timeouts per
 request: :mod:`gateway.deadlines`.
 
-The gateway binds loopback by default; metrics are served on a second loopback port. A container-facing
+Every connection is held to the HTTP layer's bounds first (:mod:`gateway.connections`: head, body and idle
+timeouts, a cap on open connections, singleton headers). The gateway binds loopback by default; metrics are
+served on a second loopback port. A container-facing
 listener (:meth:`Gateway.listen_on`, the Docker bridge address of hitch's eval network) serves only the
 bindings registered for it.
 """

@@ -55,15 +55,24 @@ def _figures(meta: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def engine_request_figures(log: Path, rids: set[str]) -> dict[str, dict[str, Any]]:
-    """rid -> the engine's figures, from the ``request.finished`` lines of ``log`` for the ids in ``rids``."""
-    found: dict[str, dict[str, Any]] = {}
+def engine_request_figures(
+    log: Path, rids: set[str], found: dict[str, dict[str, Any]] | None = None, offset: int = 0
+) -> tuple[dict[str, dict[str, Any]], int]:
+    """rid -> the engine's figures, from the ``request.finished`` lines of ``log`` for the ids in ``rids``, read from
+    byte ``offset`` on into ``found``; returns them with the offset after the last whole line read (a later call
+    goes on from there instead of reading the log again)."""
+    found = {} if found is None else found
     try:
-        handle = log.open(encoding="utf-8", errors="replace")
+        handle = log.open("rb")
     except OSError:
-        return found
+        return found, offset
     with handle:
-        for line in handle:
+        handle.seek(offset)
+        for raw in handle:
+            if not raw.endswith(b"\n"):
+                break  # a line still being written: read again next time
+            offset += len(raw)
+            line = raw.decode("utf-8", errors="replace")
             if _MARKER not in line:
                 continue
             start = line.find("{")
@@ -75,7 +84,7 @@ def engine_request_figures(log: Path, rids: set[str]) -> dict[str, dict[str, Any
             meta = (record.get("out") or {}).get("meta_info") if isinstance(record, dict) else None
             if record.get("event") == "request.finished" and rid in rids and isinstance(meta, dict):
                 found[rid] = _figures(meta)
-    return found
+    return found, offset
 
 
 def _rows(rows_file: Path) -> Iterator[dict[str, Any]]:
@@ -100,10 +109,10 @@ def write_engine_requests(out_dir: Path, rows_file: Path, log: Path, *, wait_s: 
             if r.get("status") in _ANSWERED:
                 awaited.add(str(r["engine_rid"]))
     end = time.monotonic() + wait_s
-    figures = engine_request_figures(log, rids)
-    while not awaited <= set(figures) and time.monotonic() < end:
+    figures, offset = engine_request_figures(log, rids)
+    while not awaited <= figures.keys() and time.monotonic() < end:
         time.sleep(0.1)
-        figures = engine_request_figures(log, rids)
+        figures, offset = engine_request_figures(log, rids, figures, offset)
     target = out_dir / ENGINE_REQUESTS
     tmp = target.with_name(target.name + ".tmp")
     digest = hashlib.sha256()

@@ -4,6 +4,7 @@ without a copy through memory."""
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 
 from gateway.evidence import EvidenceLog
 from gateway.writer import BackgroundWriter
+from harness.daemon.engine_requests import ENGINE_REQUESTS, engine_request_figures, write_engine_requests
 from harness.daemon.run_evidence import _ledger, _place_rows, _tally_file
 from harness.run_ref import file_digest
 
@@ -49,3 +51,30 @@ def test_the_gateways_tally_is_the_ledger_of_its_rows_file(tmp_path: Path) -> No
     _place_rows(rows_file, attempts)  # a second pass with the gateway's file gone keeps the rows
     assert file_digest(attempts)[0] == tally.digest
     writer.close()
+
+
+def _finished(rid: str, prompt: int) -> str:
+    meta = {"prompt_tokens": prompt, "completion_tokens": 2, "e2e_latency": 0.5, "finish_reason": {"type": "length"}}
+    record = {"event": "request.finished", "rid": rid, "out": {"meta_info": meta}}
+    return f"[2026-12-03 17:00:00] {json.dumps(record)}\n"
+
+
+def test_the_engine_join_reads_the_log_once_and_the_rows_as_a_stream(tmp_path: Path) -> None:
+    log = tmp_path / "engine.log"
+    log.write_text("starting\n" + _finished("e1", 5) + _finished("other-run", 9) + _finished("e2", 6)[:30])
+    found, offset = engine_request_figures(log, {"e1", "e2"})
+    assert set(found) == {"e1"} and offset < log.stat().st_size  # the torn last line is left for the next read
+    with log.open("a") as handle:
+        handle.write(_finished("e2", 6)[30:])
+    found, offset = engine_request_figures(log, {"e1", "e2"}, found, offset)
+    assert set(found) == {"e1", "e2"} and offset == log.stat().st_size and found["e2"]["prompt_tokens"] == 6
+    rows = tmp_path / "attempts.jsonl"
+    lines = [{"request_id": "r1", "engine_rid": "e1", "status": "completed"},
+             {"request_id": "r2", "engine_rid": None, "status": "rejected"},
+             {"request_id": "r3", "engine_rid": "e2", "status": "completed"}]  # fmt: skip
+    rows.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    summary = write_engine_requests(tmp_path, rows, log, wait_s=0.0)
+    written = [json.loads(line) for line in (tmp_path / ENGINE_REQUESTS).read_text().splitlines()]
+    assert [(j["request_id"], j["joined"]) for j in written] == [("r1", True), ("r2", False), ("r3", True)]
+    assert (summary.joined, summary.unmatched) == (2, 1)
+    assert summary.digest == file_digest(tmp_path / ENGINE_REQUESTS)[0]

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,6 +40,11 @@ _TOKENS = ("prompt_tokens", "cached_tokens", "completion_tokens", "reasoning_tok
 _SECONDS = ("e2e_latency", "first_token_latency", "decode_throughput")
 _STAMPS = ("request_received_ts", "forward_entry_time", "prefill_finished_time", "request_finished_ts")
 _ANSWERED = frozenset({"completed", "incomplete"})
+_MARKER_B = _MARKER.encode()
+_RID = re.compile(rb'"rid": ?"([^"\\]*)"')
+# the gateway writes a row's first fields in this order (gateway.transport.Exchange.evidence_fields)
+_HEAD = re.compile(rb'^\{"schema_version":"1","request_id":"([^"\\]*)","engine_rid":(null|"([^"\\]*)"),')
+_STATUS = re.compile(rb',"status":"([a-z]+)",')
 
 
 def _number(value: Any) -> bool:
@@ -72,9 +78,12 @@ def engine_request_figures(
             if not raw.endswith(b"\n"):
                 break  # a line still being written: read again next time
             offset += len(raw)
-            line = raw.decode("utf-8", errors="replace")
-            if _MARKER not in line:
+            if _MARKER_B not in raw:
                 continue
+            named = _RID.search(raw)
+            if named is None or named.group(1).decode("utf-8", errors="replace") not in rids:
+                continue  # another run's request: never parsed
+            line = raw.decode("utf-8", errors="replace")
             start = line.find("{")
             try:
                 record = json.loads(line[start:])
@@ -87,15 +96,23 @@ def engine_request_figures(
     return found, offset
 
 
-def _rows(rows_file: Path) -> Iterator[dict[str, Any]]:
+def _rows(rows_file: Path) -> Iterator[tuple[str | None, str | None, str | None]]:
+    """(request id, engine rid, status) of each row, read as a stream: from the gateway's fixed field order when
+    the line has it, else parsed whole."""
     with rows_file.open("rb") as lines:
         for line in lines:
+            head, status = _HEAD.search(line), _STATUS.search(line)
+            if head is not None and status is not None:
+                rid = head.group(3)
+                yield head.group(1).decode(), None if rid is None else rid.decode(), status.group(1).decode()
+                continue
             try:
                 row = json.loads(line) if line.strip() else None
             except ValueError:
                 continue  # a torn last line: the writer's own verdict covers it
             if isinstance(row, dict):
-                yield row
+                rid = row.get("engine_rid")
+                yield row.get("request_id"), None if rid is None else str(rid), row.get("status")
 
 
 def write_engine_requests(out_dir: Path, rows_file: Path, log: Path, *, wait_s: float = JOIN_WAIT_S) -> EngineRequestsV1:
@@ -103,11 +120,11 @@ def write_engine_requests(out_dir: Path, rows_file: Path, log: Path, *, wait_s: 
     the module docstring); memory holds the engine ids and the engine's figures, never the rows."""
     rids: set[str] = set()
     awaited: set[str] = set()
-    for r in _rows(rows_file):
-        if r.get("engine_rid"):
-            rids.add(str(r["engine_rid"]))
-            if r.get("status") in _ANSWERED:
-                awaited.add(str(r["engine_rid"]))
+    for _, rid, status in _rows(rows_file):
+        if rid:
+            rids.add(rid)
+            if status in _ANSWERED:
+                awaited.add(rid)
     end = time.monotonic() + wait_s
     figures, offset = engine_request_figures(log, rids)
     while not awaited <= figures.keys() and time.monotonic() < end:
@@ -119,9 +136,8 @@ def write_engine_requests(out_dir: Path, rows_file: Path, log: Path, *, wait_s: 
     matched = total = 0
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as handle:
-        for r in _rows(rows_file):
-            rid = r.get("engine_rid")
-            joined = {"request_id": r.get("request_id"), "engine_rid": rid, "joined": rid in figures,
+        for request_id, rid, _ in _rows(rows_file):
+            joined = {"request_id": request_id, "engine_rid": rid, "joined": rid in figures,
                       "engine": figures.get(str(rid))}  # fmt: skip
             line = (json.dumps(joined, separators=(",", ":"), sort_keys=True) + "\n").encode()
             handle.write(line)

@@ -16,7 +16,8 @@ What it does, with the product's own commands only:
 
 It prints one JSON object (and writes it to ``--out`` when given): requests, failures by status, rows,
 ``rows == requests``, RSS at start / first third / last third / peak / after the run's end (MB), descriptors
-and threads (min / max), files under the run, serve's exit after SIGTERM, the run's end, verify. A benchmark,
+and threads (min / max), files under the run, serve's exit after SIGTERM, the run's end (wall time, and the
+daemon's CPU seconds for it, which the machine's load does not inflate), verify. A benchmark,
 not a test: figures depend on the machine and on what else runs on it.
 
 Usage::
@@ -171,6 +172,7 @@ def main() -> int:
             a.join()
         load_s = time.monotonic() - t0
         during = list(sampler.samples)
+        cpu_before = sum(sampler.proc.cpu_times()[:2])
         t_term = time.monotonic()
         serve.send_signal(signal.SIGTERM)
         serve.wait(timeout=600)
@@ -181,6 +183,7 @@ def main() -> int:
                 break
             time.sleep(0.05)
         run_end_s = time.monotonic() - t_term
+        end_cpu_s = sum(sampler.proc.cpu_times()[:2]) - cpu_before  # the daemon's CPU for the run's end (load-proof)
         time.sleep(max(3 * args.sample_s, 3.0))  # the daemon after the run's end
         sampler.stop.set()
         sampler.join()
@@ -219,6 +222,7 @@ def main() -> int:
             "files_under_run": files,
             "serve_exit_after_sigterm_s": round(serve_exit_s, 2),
             "run_sealed_after_sigterm_s": round(run_end_s, 2),
+            "daemon_cpu_s_for_the_end": round(end_cpu_s, 2),
             "verify_ok": verify.returncode == 0 and bool(json.loads(verify.stdout or "{}").get("ok")),
             "verify_s": round(verify_s, 2),
             "run_id": run["run_id"],

@@ -48,6 +48,9 @@ from harness.store import read_manifest
 
 __all__ = [
     "EngineFacts",
+    "attempt_ledger",
+    "place_rows",
+    "tally_rows_file",
     "GatewayFacts",
     "facts_after_death",
     "model_identity",
@@ -113,7 +116,7 @@ class GatewayFacts:
     capture_files: list[tuple[str, int, str]] | None = None  # a full capture's segment files (None: walk the folder)
 
 
-def _place_rows(src: Path, dst: Path) -> None:
+def place_rows(src: Path, dst: Path) -> None:
     """The gateway's rows file becomes the run's ``attempts.jsonl``: a hard link (O(1); the gateway writes no more
     rows for a settled binding), else a streamed copy; a second pass with the source gone keeps what is there."""
     tmp = dst.with_name(dst.name + ".tmp")
@@ -130,7 +133,7 @@ def _place_rows(src: Path, dst: Path) -> None:
     os.replace(tmp, dst)
 
 
-def _tally_file(path: Path) -> RowTally:
+def tally_rows_file(path: Path) -> RowTally:
     """A rows file counted line by line (a daemon that died, a failed write): O(1) memory."""
     tally = RowTally()
     with path.open("rb") as lines:
@@ -143,7 +146,7 @@ def _tally_file(path: Path) -> RowTally:
     return tally
 
 
-def _ledger(tally: RowTally, begun: int) -> AttemptLedgerV1:
+def attempt_ledger(tally: RowTally, begun: int) -> AttemptLedgerV1:
     return AttemptLedgerV1(
         file="attempts.jsonl",
         digest=tally.digest,
@@ -248,10 +251,10 @@ def write_execution_evidence(
     atomic_write_json(out / "model.json", read_manifest(root, lock.model_id).to_json_dict())
     atomic_write_json(out / "runtime.json", get_runtime(lock.runtime_id).to_json_dict())
     attempts = out / "attempts.jsonl"
-    _place_rows(gateway.rows_file, attempts)
+    place_rows(gateway.rows_file, attempts)
     known = gateway.tally is not None and not gateway.writer_failed and gateway.tally.size == attempts.stat().st_size
-    tally = gateway.tally if known and gateway.tally is not None else _tally_file(attempts)
-    ledger = _ledger(tally, gateway.begun)
+    tally = gateway.tally if known and gateway.tally is not None else tally_rows_file(attempts)
+    ledger = attempt_ledger(tally, gateway.begun)
     engine_requests = write_engine_requests(out, attempts, root.service_dir(binding.service_id) / ENGINE_LOG)
     checks = [
         _check("attempts_recorded", ledger.rows == ledger.begun and not gateway.daemon_died, _attempts_detail(ledger, gateway)),

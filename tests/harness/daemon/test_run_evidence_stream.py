@@ -13,7 +13,7 @@ from typing import Any
 from gateway.evidence import EvidenceLog
 from gateway.writer import BackgroundWriter
 from harness.daemon.engine_requests import ENGINE_REQUESTS, engine_request_figures, write_engine_requests
-from harness.daemon.run_evidence import _ledger, _place_rows, _tally_file
+from harness.daemon.run_evidence import attempt_ledger, place_rows, tally_rows_file
 from harness.run_ref import file_digest
 
 
@@ -39,16 +39,16 @@ def test_the_gateways_tally_is_the_ledger_of_its_rows_file(tmp_path: Path) -> No
     assert tally is not None and log.take_tally("b1") is None  # handed over once, then forgotten
     rows_file = log.path_for("b1")
     assert (tally.digest, tally.size) == file_digest(rows_file)
-    assert _ledger(tally, 500) == _ledger(_tally_file(rows_file), 500)
-    ledger = _ledger(tally, 500)
+    assert attempt_ledger(tally, 500) == attempt_ledger(tally_rows_file(rows_file), 500)
+    ledger = attempt_ledger(tally, 500)
     assert ledger.rows == 500 and ledger.by_status == {"completed": 167, "failed": 167, "rejected": 166}
     assert ledger.input_tokens == sum(range(500)) and ledger.output_tokens == 0
     attempts = tmp_path / "run" / "attempts.jsonl"
     attempts.parent.mkdir()
-    _place_rows(rows_file, attempts)
+    place_rows(rows_file, attempts)
     assert os.stat(attempts).st_ino == os.stat(rows_file).st_ino and file_digest(attempts)[0] == tally.digest
     rows_file.unlink()
-    _place_rows(rows_file, attempts)  # a second pass with the gateway's file gone keeps the rows
+    place_rows(rows_file, attempts)  # a second pass with the gateway's file gone keeps the rows
     assert file_digest(attempts)[0] == tally.digest
     writer.close()
 

@@ -3,20 +3,23 @@
 Owns :class:`RequestCapture` (what one request's capture holds while it runs) and :class:`CaptureLedger`
 (per run: ``complete`` until a capture of that run was truncated or dropped → ``partial``, or a write
 failed → ``failed``). ``off`` stores no payload (it does not mean "direct to a cloud": routing is the same
-in every mode); ``metadata`` stores sizes and sha256 digests of the request sent upstream and of the bytes
-returned; ``full`` also stores those bytes, up to a per-request limit. Files are 0600, written by the
-bounded :class:`gateway.writer.BackgroundWriter`; a full queue or a failed write only marks the ledger.
+in every mode); ``metadata`` records the sizes and sha256 digests of the request sent upstream and of the
+bytes returned in the request's evidence row (:meth:`RequestCapture.fields`), no file per request; ``full``
+also stores those bytes, up to a per-request limit, appended to the run's segment files
+(:mod:`gateway.capture_segments`). Files are 0600, written by the bounded
+:class:`gateway.writer.BackgroundWriter`; a full queue or a failed write only marks the ledger.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from gateway.writer import BackgroundWriter, WriteItem
+from gateway.capture_segments import CaptureSegments
+from gateway.writer import BackgroundWriter, WriteJob
 
 __all__ = ["CaptureLedger", "CaptureMode", "RequestCapture", "RunCapture"]
 
@@ -64,6 +67,10 @@ class RequestCapture:
         self.request_body = b""
         self.truncated = False
 
+    @property
+    def mode(self) -> CaptureMode:
+        return self._mode
+
     def request(self, body: bytes) -> None:
         self._req_hash.update(body)
         if self._mode == "full":
@@ -83,30 +90,34 @@ class RequestCapture:
             self._chunks.append(chunk)
             self._kept += len(chunk)
 
+    def fields(self) -> dict[str, Any]:
+        """The evidence row's capture fields (the whole per-request evidence at ``metadata``)."""
+        return {
+            "request_sha256": "sha256:" + self._req_hash.hexdigest(),
+            "response_sha256": "sha256:" + self._resp_hash.hexdigest(),
+            "response_bytes": self._sent,
+            "capture_truncated": self.truncated,
+        }
+
     def publish(
-        self, writer: BackgroundWriter, ledger: CaptureLedger, directory: Path, binding_id: str, meta: dict[str, Any]
+        self,
+        writer: BackgroundWriter,
+        ledger: CaptureLedger,
+        segments: CaptureSegments | None,
+        binding_id: str,
+        meta: dict[str, Any],
     ) -> None:
-        """Queue the capture files; truncation or a full queue marks the run's capture partial."""
+        """At ``full``, queue the payloads for the run's segments; truncation or a full queue marks the run's
+        capture partial, a failed write marks it failed."""
+        if self.truncated:
+            ledger.mark(binding_id, "partial")
+        if self._mode != "full" or segments is None:
+            return
 
         def failed(_: OSError) -> None:
             ledger.mark(binding_id, "failed")
 
-        state: CaptureState = "partial" if self.truncated else "complete"
-        record = {
-            **meta,
-            "mode": self._mode,
-            "request_sha256": "sha256:" + self._req_hash.hexdigest(),
-            "response_sha256": "sha256:" + self._resp_hash.hexdigest(),
-            "response_bytes": self._sent,
-            "truncated": self.truncated,
-        }
-        base = directory / binding_id / str(meta["request_id"])
-        items = [WriteItem(base.with_suffix(".meta.json"), json.dumps(record, sort_keys=True).encode(), False, failed)]
-        if self._mode == "full":
-            items.append(WriteItem(base.with_suffix(".request.json"), self.request_body, False, failed))
-            items.append(WriteItem(base.with_suffix(".response.bin"), b"".join(self._chunks), False, failed))
-        for item in items:
-            if not writer.submit(item):
-                state = "partial"
-        if state != "complete":
-            ledger.mark(binding_id, state)
+        record = {**meta, **self.fields(), "mode": self._mode}
+        job = WriteJob(functools.partial(segments.append, record, self.request_body, b"".join(self._chunks)), failed)
+        if not writer.submit(job):
+            ledger.mark(binding_id, "partial")

@@ -12,19 +12,25 @@ that record), and rows are built and serialized on the background writer's threa
 first row after a flush schedules one flush ``flush_after_s`` later on the event loop, which hands one
 write per file to the writer; if its queue is full the batch is written at once, so evidence is never
 dropped. :meth:`flush` forces it (shutdown, tests).
+
+Each binding's file is tallied as it is written (:class:`RowTally`: rows, rows by status, token totals, the
+file's sha256 and size), so the end of a run reads its attempt ledger in O(1) instead of re-reading its rows
+(:meth:`take_tally` hands it over once); nothing per request stays in memory.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import json
+import threading
 from pathlib import Path
 from typing import Any, Protocol
 
-from gateway.writer import BackgroundWriter, WriteItem, write_private
+from gateway.writer import BackgroundWriter, WriteItem, WriteJob, write_private
 
-__all__ = ["EvidenceLog", "EvidenceSource"]
+__all__ = ["EvidenceLog", "EvidenceSource", "RowTally"]
 
 _ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
@@ -35,8 +41,50 @@ class EvidenceSource(Protocol):
     def evidence_fields(self) -> dict[str, Any]: ...
 
 
-def _encode_rows(rows: list[EvidenceSource]) -> bytes:
-    return "".join(_ENCODE({"schema_version": "1", **row.evidence_fields()}) + "\n" for row in rows).encode()
+def _encode_rows(rows: list[EvidenceSource]) -> tuple[bytes, list[dict[str, Any]]]:
+    dicts = [{"schema_version": "1", **row.evidence_fields()} for row in rows]
+    return "".join(_ENCODE(d) + "\n" for d in dicts).encode(), dicts
+
+
+_TOKENS = ("input_tokens", "cached_tokens", "output_tokens", "reasoning_tokens")
+
+
+class RowTally:
+    """What one binding's rows file holds, counted as it is appended (file order: appends hold the lock)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.rows = 0
+        self.size = 0
+        self.by_status: dict[str, int] = {}
+        self.tokens = dict.fromkeys(_TOKENS, 0)
+        self.unavailable: dict[str, int] = {}  # per count: attempts that reached the engine without it
+        self.timed_output_tokens = 0  # output tokens of the attempts with an end-to-end time
+        self.timed_seconds = 0.0  # and their time
+        self._hash = hashlib.sha256()
+
+    def add(self, data: bytes, rows: list[dict[str, Any]]) -> None:
+        self._hash.update(data)
+        self.size += len(data)
+        self.rows += len(rows)
+        for row in rows:
+            status = str(row.get("status"))
+            self.by_status[status] = self.by_status.get(status, 0) + 1
+            reached = row.get("route") != "/v1/models" and status != "rejected"
+            for name in _TOKENS:
+                value = row.get(name)
+                if isinstance(value, int):
+                    self.tokens[name] += value
+                elif reached:  # a count the engine's answer did not carry is unavailable, never a silent zero
+                    self.unavailable[name] = self.unavailable.get(name, 0) + 1
+            out, e2e = row.get("output_tokens"), row.get("e2e_ms")
+            if reached and isinstance(out, int) and isinstance(e2e, int | float) and not isinstance(e2e, bool):
+                self.timed_output_tokens += out
+                self.timed_seconds += float(e2e) / 1000.0
+
+    @property
+    def digest(self) -> str:
+        return "sha256:" + self._hash.hexdigest()
 
 
 class EvidenceLog:
@@ -44,6 +92,7 @@ class EvidenceLog:
         self.directory = directory
         self._writer = writer
         self._pending: dict[str, list[EvidenceSource]] = {}
+        self._tallies: dict[str, RowTally] = {}
         self._flush_after = flush_after_s
         self._scheduled: asyncio.TimerHandle | None = None
         self.rows = 0
@@ -51,6 +100,11 @@ class EvidenceLog:
 
     def path_for(self, binding_id: str) -> Path:
         return self.directory / f"{binding_id}.requests.jsonl"
+
+    def take_tally(self, binding_id: str) -> RowTally | None:
+        """The tally of a binding's rows file, once its rows are all written (:meth:`flush`, then the writer's
+        flush); the log forgets it. None when the binding wrote no row through this log."""
+        return self._tallies.pop(binding_id, None)
 
     def write(self, binding_id: str, row: EvidenceSource) -> None:
         pending = self._pending.get(binding_id)
@@ -74,16 +128,22 @@ class EvidenceLog:
             self._scheduled = None
         pending, self._pending = self._pending, {}
         for binding_id, rows in pending.items():
-            item = WriteItem(
-                self.path_for(binding_id),
-                functools.partial(_encode_rows, rows),
-                on_error=functools.partial(self._failed, binding_id),
-            )
-            if not self._writer.submit(item):
+            tally = self._tallies.get(binding_id)
+            if tally is None:
+                tally = self._tallies[binding_id] = RowTally()
+            append = functools.partial(self._append, self.path_for(binding_id), tally, rows)
+            if not self._writer.submit(WriteJob(append, functools.partial(self._failed, binding_id))):
                 try:
-                    write_private(item)
+                    append()
                 except OSError:
                     self.failed.add(binding_id)
+
+    @staticmethod
+    def _append(path: Path, tally: RowTally, rows: list[EvidenceSource]) -> None:
+        data, dicts = _encode_rows(rows)
+        with tally.lock:
+            write_private(WriteItem(path, data))
+            tally.add(data, dicts)
 
     def _failed(self, binding_id: str, _: OSError) -> None:
         self.failed.add(binding_id)

@@ -6,7 +6,8 @@ Owns :func:`body_limit` (the per-lock byte limit), :func:`read_body` and :func:`
   for tool schemas and JSON framing (a token of JSON-escaped text rarely exceeds a dozen bytes; 32 leaves
   room for escaped non-ASCII and long whitespace tokens). A declared ``Content-Length`` above the limit is
   refused before a byte of the body is read; a chunked body is read only up to the limit. Either way the
-  answer is 413 ``inference_request_too_large``.
+  answer is 413 ``inference_request_too_large``. A body that has not all arrived within the gateway's body
+  timeout is 408 ``inference_request_timeout`` (:mod:`gateway.connections` then closes the connection).
 - ``json.loads`` guards its own recursion: a nesting bomb raises ``RecursionError`` at the interpreter's
   limit, which is refused as a malformed body. That limit depends on the stack the parser runs on, so a
   body just under the gateway's can be over the engine's (the fake engine answered a 980-deep tool schema
@@ -18,6 +19,7 @@ Owns :func:`body_limit` (the per-lock byte limit), :func:`read_body` and :func:`
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -44,22 +46,31 @@ def _too_large(limit: int) -> HitchError:
     )
 
 
-async def read_body(request: web.BaseRequest, limit: int) -> bytes:
-    """The whole body, or 413 as soon as it is known to exceed ``limit`` (declared, or while reading)."""
+async def read_body(request: web.BaseRequest, limit: int, timeout_s: float | None = None) -> bytes:
+    """The whole body, or 413 as soon as it is known to exceed ``limit`` (declared, or while reading), or 408
+    ``inference_request_timeout`` when it has not all arrived within ``timeout_s`` (None: no bound)."""
     declared = request.content_length
     if declared is not None and declared > limit:
         raise _too_large(limit)
     content = request.content
     chunks: list[bytes] = []
     total = 0
-    while True:
-        chunk = await content.readany()
-        if not chunk:
-            break
-        total += len(chunk)
-        if total > limit:
-            raise _too_large(limit)
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(timeout_s):
+            while True:
+                chunk = await content.readany()
+                if not chunk:
+                    break
+                total += len(chunk)
+                if total > limit:
+                    raise _too_large(limit)
+                chunks.append(chunk)
+    except TimeoutError:
+        raise HitchError(
+            "inference_request_timeout",
+            f"the request body did not arrive within {timeout_s:g} s",
+            {"timeout_s": timeout_s},
+        ) from None
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 

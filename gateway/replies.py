@@ -24,6 +24,7 @@ failed stream; Responses: ``response.failed`` with the error).
 from __future__ import annotations
 
 import json
+from http import HTTPStatus
 from typing import Any
 
 from aiohttp import web
@@ -38,13 +39,14 @@ __all__ = [
     "hitch_error_reply",
     "json_reply",
     "openai_error_type",
+    "raw_error_reply",
     "stream_error_event",
 ]
 
 REQUEST_ID_HEADER = "x-hitch-request-id"
 SERVER_NAME = "hitch-gateway"
 RETRY_AFTER_S = "1"  # a full queue drains at the engine's pace; a second is a polite first back-off
-_RETRY_AFTER_CODES = frozenset({"inference_queue_full", "inference_queue_timeout"})
+_RETRY_AFTER_CODES = frozenset({"inference_queue_full", "inference_queue_timeout", "inference_connection_limit"})
 # table code -> OpenAI's own code for the same refusal (what OpenAI clients act on)
 OPENAI_CODES = {"inference_context_exceeded": "context_length_exceeded"}
 _JSON = "application/json"
@@ -63,6 +65,20 @@ def json_reply(obj: Any, status: int = 200, headers: dict[str, str] | None = Non
     return resp
 
 
+def _envelope(
+    code: str, message: str, param: str | None, details: dict[str, Any] | None
+) -> tuple[int, dict[str, Any], dict[str, str]]:
+    """The status, body and extra headers of a refusal."""
+    status = spec_for(code).http_status
+    headers = {"Retry-After": RETRY_AFTER_S} if status == 429 or code in _RETRY_AFTER_CODES else {}
+    error: dict[str, Any] = {"message": message, "type": openai_error_type(status), "param": param, "code": code}
+    wire = OPENAI_CODES.get(code)
+    if wire is not None:
+        error["code"] = wire
+        error["details"] = {**(details or {}), "code": code}
+    return status, {"error": error}, headers
+
+
 def error_reply(
     code: str,
     message: str,
@@ -70,16 +86,26 @@ def error_reply(
     param: str | None = None,
     details: dict[str, Any] | None = None,
 ) -> web.Response:
-    status = spec_for(code).http_status
-    headers = {REQUEST_ID_HEADER: request_id} if request_id else {}
-    if status == 429 or code in _RETRY_AFTER_CODES:
-        headers["Retry-After"] = RETRY_AFTER_S
-    error: dict[str, Any] = {"message": message, "type": openai_error_type(status), "param": param, "code": code}
-    wire = OPENAI_CODES.get(code)
-    if wire is not None:
-        error["code"] = wire
-        error["details"] = {**(details or {}), "code": code}
-    return json_reply({"error": error}, status, headers or None)
+    status, body, headers = _envelope(code, message, param, details)
+    if request_id:
+        headers[REQUEST_ID_HEADER] = request_id
+    return json_reply(body, status, headers or None)
+
+
+def raw_error_reply(code: str, message: str) -> bytes:
+    """A whole HTTP/1.1 refusal as bytes, ending the connection: for a connection the gateway answers outside any
+    request (a head that never finished, a connection past the cap)."""
+    status, body, headers = _envelope(code, message, None, None)
+    data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    lines = [
+        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}",
+        f"Server: {SERVER_NAME}",
+        f"Content-Type: {_JSON}",
+        f"Content-Length: {len(data)}",
+        "Connection: close",
+        *(f"{k}: {v}" for k, v in headers.items()),
+    ]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + data
 
 
 def hitch_error_reply(exc: HitchError, request_id: str | None = None) -> web.Response:

@@ -14,7 +14,9 @@ keeps its permit until the engine shows the slot free; an engine that never does
 (:mod:`gateway.aborts`; the daemon's hook is ``Gateway.aborts.on_service_fault``). Deadlines and timeouts per
 request: :mod:`gateway.deadlines`.
 
-The gateway binds loopback by default; metrics are served on a second loopback port. A container-facing
+Every connection is held to the HTTP layer's bounds first (:mod:`gateway.connections`: head, body and idle
+timeouts, a cap on open connections, singleton headers). The gateway binds loopback by default; metrics are
+served on a second loopback port. A container-facing
 listener (:meth:`Gateway.listen_on`, the Docker bridge address of hitch's eval network) serves only the
 bindings registered for it.
 """
@@ -40,13 +42,15 @@ from gateway.admission import FairQueue, Permit
 from gateway.auth import bearer_token, engine_headers
 from gateway.bindings import Binding, BindingRegistry, UpstreamTarget
 from gateway.capture import CaptureLedger, CaptureMode, RequestCapture, RunCapture
+from gateway.capture_segments import SEGMENT_BYTES, CaptureSegments
+from gateway.connections import GatewayServer, HttpLimits, close_after, duplicated_header
 from gateway.deadlines import admit, deadline_spent, set_timeout, stream_idle_s
 from gateway.engine_http import EnginePool, EngineRelayStopped, EngineResponse
 from gateway.evidence import EvidenceLog
 from gateway.intake import body_limit, read_body
 from gateway.metrics import GatewayMetrics, build_metrics_app
 from gateway.policy import apply_policy
-from gateway.replies import REQUEST_ID_HEADER, SERVER_NAME, error_reply, hitch_error_reply, json_reply
+from gateway.replies import REQUEST_ID_HEADER, error_reply, hitch_error_reply, json_reply
 from gateway.responses_completion import ResponsesCompletion
 from gateway.routes import match_route, unsupported_route
 from gateway.transport import Exchange, open_upstream, relay_stream, relay_unary
@@ -69,22 +73,6 @@ _READ_CAP = 1 << 30  # aiohttp's own cap; unused, since bodies are read by gatew
 DEFAULT_MAX_WAITING = 64
 
 
-class _Protocol(RequestHandler):
-    """aiohttp's connection handler, whose own error answers (malformed HTTP) name no server version."""
-
-    def handle_error(
-        self, request: web.BaseRequest, status: int = 500, exc: BaseException | None = None, message: str | None = None
-    ) -> web.StreamResponse:
-        resp = super().handle_error(request, status, exc, message)
-        resp.headers["Server"] = SERVER_NAME
-        return resp
-
-
-class _Server(web.Server):
-    def __call__(self) -> RequestHandler:
-        return _Protocol(self, loop=self._loop, **self._kwargs)
-
-
 @dataclass(frozen=True)
 class GatewayConfig:
     state_dir: Path
@@ -93,12 +81,18 @@ class GatewayConfig:
     metrics_port: int | None = 0
     capture: CaptureMode = "off"
     capture_limit_bytes: int = 16 << 20
+    capture_segment_bytes: int = SEGMENT_BYTES  # a full capture's segment files rotate past this size
     max_waiting: int = DEFAULT_MAX_WAITING  # per service; the engine's own --max-queued-requests is the second boundary
     max_body_bytes: int | None = None  # None: derived per lock from its context (gateway.intake.body_limit)
     max_response_bytes: int = 256 << 20
     queue_timeout_ms: int | None = None
 
     abort_confirm_timeout_ms: int | None = None  # None: the lock's (else harness.lock.ABORT_CONFIRM_TIMEOUT_MS)
+    # the HTTP layer's bounds on every connection (gateway.connections): head, body, idle keep-alive, open count
+    header_timeout_s: float = HttpLimits.header_timeout_s
+    body_timeout_s: float = HttpLimits.body_timeout_s
+    idle_timeout_s: float = HttpLimits.idle_timeout_s
+    max_connections: int = HttpLimits.max_connections
 
     private_dir = SubPath("state_dir", "private")
     evidence_dir = SubPath("state_dir", "evidence")
@@ -116,6 +110,7 @@ class Gateway:
         self.ledger = CaptureLedger()
         self.writer = BackgroundWriter()
         self.evidence = EvidenceLog(config.evidence_dir, self.writer)
+        self.segments: dict[str, CaptureSegments] = {}  # per binding with a full capture (its files, their digests)
         self.queues: dict[tuple[str, int], FairQueue] = {}
         # exchanges begun whose evidence row is not yet handed to the writer (a client can read a reply's
         # last byte before its handler records it; readers of evidence wait for this to reach 0)
@@ -212,6 +207,12 @@ class Gateway:
         return self.registry.seal(binding_id)
 
     @property
+    def open_connections(self) -> int:
+        """Client connections open now (all listeners), refused ones not counted."""
+        server = self._runner.server if self._runner is not None else None
+        return server.open_connections if isinstance(server, GatewayServer) else 0
+
+    @property
     def base_url(self) -> str:
         return self.registry.origin
 
@@ -233,7 +234,16 @@ class Gateway:
     async def start(self) -> None:
         # aiohttp's low-level server: the allow-list is the router, so no Application, router or middleware
         # runs per request.
-        server = _Server(self._serve, request_factory=self._make_request, handler_cancellation=True, access_log=None)
+        cfg = self.config
+        limits = HttpLimits(cfg.header_timeout_s, cfg.body_timeout_s, cfg.idle_timeout_s, cfg.max_connections)
+        server = GatewayServer(
+            self._serve,
+            limits=limits,
+            on_refusal=self._count_refusal,
+            request_factory=self._make_request,
+            handler_cancellation=True,
+            access_log=None,
+        )
         self._runner = web.ServerRunner(server)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.config.host, self.config.port, backlog=1024)
@@ -304,6 +314,9 @@ class Gateway:
         except Exception as exc:
             return self._internal_error(request, exc, os.urandom(12).hex())
 
+    def _count_refusal(self, code: str) -> None:
+        self.metrics.refusals[code] += 1
+
     def _internal_error(self, request: web.BaseRequest, exc: BaseException, request_id: str) -> web.StreamResponse:
         self.metrics.refusals["internal_error"] += 1
         log.error("internal error answering request %s", request_id, exc_info=exc)
@@ -316,6 +329,12 @@ class Gateway:
 
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         t0 = time.perf_counter()
+        duplicated = duplicated_header(request.headers)
+        if duplicated is not None:  # an ambiguous credential or framing: refused, never resolved by taking one
+            self.metrics.refusals["inference_header_duplicated"] += 1
+            refused = error_reply("inference_header_duplicated", f"the request carries {duplicated} more than once")
+            refused.force_close()
+            return refused
         route = match_route(request.method, request.raw_path)
         if route is None:
             self.metrics.not_found += 1
@@ -350,7 +369,7 @@ class Gateway:
                     raise deadline_spent(binding, "before this request")
             target = binding.target
             context = target.lock.execution.context_tokens_per_request
-            raw = await read_body(request, body_limit(context, self.config.max_body_bytes))
+            raw = await read_body(request, body_limit(context, self.config.max_body_bytes), self.config.body_timeout_s)
             prepared = apply_policy(route.name, raw, target.lock, target.wire_model)
             ex.stream, ex.max_output_tokens = prepared.stream, prepared.max_output_tokens
             ex.benchmark_controls = prepared.benchmark_controls
@@ -399,6 +418,8 @@ class Gateway:
             ex.status = "failed" if forwarded else "rejected"
             ex.error_code, ex.http_status = exc.code, exc.spec.http_status
             self.metrics.refusals[exc.code] += 1
+            if exc.code == "inference_request_timeout":  # a stalled body: answered, and the connection closed
+                return await close_after(request, hitch_error_reply(exc, ex.request_id))
             return hitch_error_reply(exc, ex.request_id)
         except (asyncio.CancelledError, ConnectionResetError):
             if not ex.settled:
@@ -470,6 +491,11 @@ class Gateway:
         ttft = None if ex.first_text_at is None else ex.first_text_at - ex.t0
         self.metrics.observe_request(ex.route, ex.status, (ex.ended_at or ex.t0) - ex.t0, ttft)
         if ex.capture is not None:
+            segments = self.segments.get(bid)
+            if segments is None and ex.capture.mode == "full":
+                own = ex.binding.capture
+                folder = own.directory if own is not None else self.config.capture_dir
+                segments = self.segments[bid] = CaptureSegments(folder / bid, self.config.capture_segment_bytes)
             meta: dict[str, Any] = {
                 "request_id": ex.request_id,
                 "engine_rid": ex.engine_rid,
@@ -478,9 +504,7 @@ class Gateway:
                 "status": ex.status,
                 "http_status": ex.http_status,
             }
-            own = ex.binding.capture
-            folder = own.directory if own is not None else self.config.capture_dir
-            ex.capture.publish(self.writer, self.ledger, folder, bid, meta)
+            ex.capture.publish(self.writer, self.ledger, segments, bid, meta)
 
 
 def _bound_port(runner: web.BaseRunner) -> int:

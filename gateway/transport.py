@@ -134,6 +134,7 @@ class Exchange:
             "abort_confirm_ms": self.abort_confirm_ms,
             "abort_outcome": self.abort_outcome,
             "completed_fields": sorted(self.completion.filled) if self.completion and self.completion.relayed else None,
+            **(self.capture.fields() if self.capture is not None else {}),  # metadata capture is the row
         }
 
     @property

@@ -1,8 +1,10 @@
 """One bounded background writer for gateway files (evidence rows, captures).
 
 Owns :class:`BackgroundWriter`: a bounded queue and one writer thread, so file I/O never runs on the
-event loop. Every file is created 0600 inside 0700 directories. :meth:`submit` never blocks: it answers
-False when the queue is full (the caller marks its capture partial). A write that fails calls the item's
+event loop. It takes a :class:`WriteItem` (bytes for one file) or a :class:`WriteJob` (a function that writes
+itself, e.g. a capture segment's append, whose offsets are decided on the writer thread). Every file is
+created 0600 inside 0700 directories. :meth:`submit` never blocks: it answers False when the queue is full
+(the caller marks its capture partial). A write that fails calls the item's
 ``on_error`` (the capture ledger marks the run's capture failed); routing never depends on it.
 """
 
@@ -19,7 +21,7 @@ from pathlib import Path
 
 from harness.paths import ensure_private_dir
 
-__all__ = ["BackgroundWriter", "WriteItem"]
+__all__ = ["BackgroundWriter", "WriteItem", "WriteJob"]
 
 log = logging.getLogger("gateway.writer")
 
@@ -32,6 +34,14 @@ class WriteItem:
     path: Path
     data: bytes | Callable[[], bytes]
     append: bool = True
+    on_error: Callable[[OSError], None] | None = None
+
+
+@dataclass(frozen=True)
+class WriteJob:
+    """A write that runs itself on the writer thread; an ``OSError`` it raises goes to ``on_error``."""
+
+    run: Callable[[], None]
     on_error: Callable[[OSError], None] | None = None
 
 
@@ -64,13 +74,13 @@ class BackgroundWriter:
     """A bounded queue drained by one daemon thread."""
 
     def __init__(self, max_items: int = 4096, name: str = "gateway-writer") -> None:
-        self._queue: queue.Queue[WriteItem | threading.Event | None] = queue.Queue(max_items)
+        self._queue: queue.Queue[WriteItem | WriteJob | threading.Event | None] = queue.Queue(max_items)
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
         self.dropped = 0
         self.failed = 0
 
-    def submit(self, item: WriteItem) -> bool:
+    def submit(self, item: WriteItem | WriteJob) -> bool:
         try:
             self._queue.put_nowait(item)
         except queue.Full:
@@ -87,10 +97,14 @@ class BackgroundWriter:
                 item.set()
                 continue
             try:
-                write_private(item)
+                if isinstance(item, WriteJob):
+                    item.run()
+                else:
+                    write_private(item)
             except OSError as exc:
                 self.failed += 1
-                log.warning("gateway write failed: %s (%s)", item.path.name, exc.strerror)
+                name = item.path.name if isinstance(item, WriteItem) else getattr(exc, "filename", None)
+                log.warning("gateway write failed: %s (%s)", name, exc.strerror)
                 if item.on_error is not None:
                     with contextlib.suppress(Exception):
                         item.on_error(exc)

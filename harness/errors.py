@@ -73,12 +73,21 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     "inference_parameter_conflict": _e("request", False, 400, "drop the parameter or match the lock's value"),
     "inference_modality_unsupported": _e("request", False, 400, "send text input only"),
     "inference_request_too_large": _e("request", False, 413, "send a smaller body; it cannot fit the lock's context"),
+    "inference_header_duplicated": _e(
+        "request", False, 400, "send Authorization, Content-Length, Host and Content-Type at most once each"
+    ),
+    "inference_request_timeout": _e(
+        "request", True, 408, "send the request's head and body without stalling; the gateway closed the connection"
+    ),
     # spec §12.2 — admission / scheduling / startup
     "inference_capacity_exceeded": _e("admission", False, 503, "free resources or lower the profile's needs"),
     "inference_queue_timeout": _e("scheduling", True, 503, "retry later or raise the queue timeout"),
     "inference_start_timeout": _e("scheduling", True, 504, "check the engine log; raise startup_timeout_ms"),
     "inference_port_conflict": _e("scheduling", True, 503, "another server holds the engine port; a new port is tried"),
     "inference_queue_full": _e("scheduling", True, 429, "retry after the Retry-After delay; the gateway bounds its queue"),
+    "inference_connection_limit": _e(
+        "scheduling", True, 503, "the gateway holds its most open connections; close idle ones, retry after Retry-After"
+    ),
     "inference_deadline_exceeded": _e(
         "scheduling", False, 504, "the run's deadline (--deadline-s, the trial budget) is spent; start a run with a larger one"
     ),

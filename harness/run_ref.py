@@ -70,20 +70,29 @@ def _capture_files(capture_dir: Path) -> Iterator[Path]:
         yield from sorted(p for p in capture_dir.rglob("*") if p.is_file())
 
 
-def write_capture_index(run_dir: Path, mode: str) -> CaptureIndexV1:
-    """``inference/capture-index.json`` of the run's capture folder as it is now (the gateway has settled)."""
+def write_capture_index(run_dir: Path, mode: str, known: list[CaptureFileV1] | None = None) -> CaptureIndexV1:
+    """``inference/capture-index.json`` of the run's capture folder (the gateway has settled): ``known`` when the
+    gateway kept each file's digest as it wrote it (segments: O(files), nothing read back), else every file
+    there hashed now (a run whose daemon died; runs written before segments)."""
     capture_dir = run_dir / "inference" / "capture"
-    files = []
-    for path in _capture_files(capture_dir):
-        digest, size = file_digest(path)
-        files.append(CaptureFileV1(path=path.relative_to(capture_dir).as_posix(), size=size, digest=digest))
+    if known is not None:
+        files = sorted(known, key=lambda f: f.path)
+    else:
+        files = []
+        for path in _capture_files(capture_dir):
+            digest, size = file_digest(path)
+            files.append(CaptureFileV1(path=path.relative_to(capture_dir).as_posix(), size=size, digest=digest))
     index = CaptureIndexV1(mode=mode, files=files)
     atomic_write_bytes(run_dir / REF_PATHS["capture_index"], canonical_json(index.to_json_dict()), mode=0o600)
     return index
 
 
-def seal_ref(run_dir: Path, run_id: str, lock: InferenceLockV1) -> tuple[InferenceRefV1, str]:
-    """Write ``inference.ref.json`` over the files the evidence writer left (once) and return it with its digest.
+def seal_ref(
+    run_dir: Path, run_id: str, lock: InferenceLockV1, known: dict[str, tuple[str, int]] | None = None
+) -> tuple[InferenceRefV1, str]:
+    """Write ``inference.ref.json`` over the files the evidence writer left (once) and return it with its digest;
+    ``known`` gives (digest, size) of files whose writer hashed them as it wrote them (the attempt rows), which
+    are not read again.
 
     A ref already on disk is returned as it is: the set is sealed, a second evidence pass cannot reseal it."""
     path = run_dir / REF_FILE
@@ -92,7 +101,8 @@ def seal_ref(run_dir: Path, run_id: str, lock: InferenceLockV1) -> tuple[Inferen
         return InferenceRefV1.model_validate_json(data), digest_bytes(data)
     files = []
     for name in REF_FILE_NAMES:
-        digest, size = file_digest(run_dir / REF_PATHS[name])
+        given = (known or {}).get(name)
+        digest, size = given if given is not None else file_digest(run_dir / REF_PATHS[name])
         files.append(RefFileV1(name=name, path=REF_PATHS[name], digest=digest, size=size))
     ref = InferenceRefV1(
         run_id=run_id,

@@ -16,6 +16,7 @@ from typing import Any, Self
 
 from certify.kit.probes import read_evidence
 from certify.kit.stack import PrivateStack, write_script
+from gateway.capture_segments import read_captures
 from gateway.testing import GatewayThread
 from harness.contracts.lock import InferenceLockV1
 from harness.contracts.model import LocalModelManifestV1
@@ -73,14 +74,11 @@ class AgentRig:
         self.gateway.settle_evidence()
         folder = self.stack.state_dir / "capture" / self.stack.run.binding_id
         out: list[tuple[int, dict[str, Any], bytes]] = []
-        for meta_path in folder.glob("*.meta.json"):
-            base = meta_path.name[: -len(".meta.json")]
-            req = folder / f"{base}.request.json"
-            if not req.exists():
+        for _, request, response in read_captures(folder):
+            if not request:
                 continue
-            body = json.loads(req.read_bytes())
-            resp = folder / f"{base}.response.bin"
-            out.append((len(body.get("input") or []), body, resp.read_bytes() if resp.exists() else b""))
+            body = json.loads(request)
+            out.append((len(body.get("input") or []), body, response))
         out.sort(key=lambda row: row[0])  # one agent's history only grows, so its length orders the turns
         return [(body, resp) for _, body, resp in out]
 

@@ -104,3 +104,13 @@ class RequestEvidenceV1(Record):
         "are what capture keeps); [] when the engine's answer needed nothing; null on other routes or when no "
         "answer was relayed",
     )
+    request_sha256: Sha256 | None = Field(
+        default=None, description="capture metadata or full: sha256 of the request body sent to the engine"
+    )
+    response_sha256: Sha256 | None = Field(
+        default=None, description="capture metadata or full: sha256 of the engine's answer as read (the bytes capture keeps)"
+    )
+    response_bytes: int | None = Field(default=None, ge=0, description="capture metadata or full: the answer's size")
+    capture_truncated: bool | None = Field(
+        default=None, description="capture full: the bytes kept stop at the run's per-request capture bound"
+    )

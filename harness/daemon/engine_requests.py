@@ -20,14 +20,16 @@ never answered (refused by the gateway) have no engine id and are counted ``unma
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import re
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from harness.contracts.evidence import EngineRequestsV1
-from harness.ids import digest_bytes
-from harness.paths import atomic_write_bytes
 
 __all__ = ["ENGINE_REQUESTS", "JOIN_WAIT_S", "engine_request_figures", "write_engine_requests"]
 
@@ -38,6 +40,11 @@ _TOKENS = ("prompt_tokens", "cached_tokens", "completion_tokens", "reasoning_tok
 _SECONDS = ("e2e_latency", "first_token_latency", "decode_throughput")
 _STAMPS = ("request_received_ts", "forward_entry_time", "prefill_finished_time", "request_finished_ts")
 _ANSWERED = frozenset({"completed", "incomplete"})
+_MARKER_B = _MARKER.encode()
+_RID = re.compile(rb'"rid": ?"([^"\\]*)"')
+# the gateway writes a row's first fields in this order (gateway.transport.Exchange.evidence_fields)
+_HEAD = re.compile(rb'^\{"schema_version":"1","request_id":"([^"\\]*)","engine_rid":(null|"([^"\\]*)"),')
+_STATUS = re.compile(rb',"status":"([a-z]+)",')
 
 
 def _number(value: Any) -> bool:
@@ -54,17 +61,29 @@ def _figures(meta: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def engine_request_figures(log: Path, rids: set[str]) -> dict[str, dict[str, Any]]:
-    """rid -> the engine's figures, from the ``request.finished`` lines of ``log`` for the ids in ``rids``."""
-    found: dict[str, dict[str, Any]] = {}
+def engine_request_figures(
+    log: Path, rids: set[str], found: dict[str, dict[str, Any]] | None = None, offset: int = 0
+) -> tuple[dict[str, dict[str, Any]], int]:
+    """rid -> the engine's figures, from the ``request.finished`` lines of ``log`` for the ids in ``rids``, read from
+    byte ``offset`` on into ``found``; returns them with the offset after the last whole line read (a later call
+    goes on from there instead of reading the log again)."""
+    found = {} if found is None else found
     try:
-        handle = log.open(encoding="utf-8", errors="replace")
+        handle = log.open("rb")
     except OSError:
-        return found
+        return found, offset
     with handle:
-        for line in handle:
-            if _MARKER not in line:
+        handle.seek(offset)
+        for raw in handle:
+            if not raw.endswith(b"\n"):
+                break  # a line still being written: read again next time
+            offset += len(raw)
+            if _MARKER_B not in raw:
                 continue
+            named = _RID.search(raw)
+            if named is None or named.group(1).decode("utf-8", errors="replace") not in rids:
+                continue  # another run's request: never parsed
+            line = raw.decode("utf-8", errors="replace")
             start = line.find("{")
             try:
                 record = json.loads(line[start:])
@@ -74,26 +93,58 @@ def engine_request_figures(log: Path, rids: set[str]) -> dict[str, dict[str, Any
             meta = (record.get("out") or {}).get("meta_info") if isinstance(record, dict) else None
             if record.get("event") == "request.finished" and rid in rids and isinstance(meta, dict):
                 found[rid] = _figures(meta)
-    return found
+    return found, offset
 
 
-def write_engine_requests(
-    out_dir: Path, rows: list[dict[str, Any]], log: Path, *, wait_s: float = JOIN_WAIT_S
-) -> EngineRequestsV1:
-    """``engine-requests.jsonl`` of a run's attempt ``rows`` joined with ``log`` (see the module docstring)."""
-    rids = {str(r["engine_rid"]) for r in rows if r.get("engine_rid")}
-    awaited = {str(r["engine_rid"]) for r in rows if r.get("engine_rid") and r.get("status") in _ANSWERED}
+def _rows(rows_file: Path) -> Iterator[tuple[str | None, str | None, str | None]]:
+    """(request id, engine rid, status) of each row, read as a stream: from the gateway's fixed field order when
+    the line has it, else parsed whole."""
+    with rows_file.open("rb") as lines:
+        for line in lines:
+            head, status = _HEAD.search(line), _STATUS.search(line)
+            if head is not None and status is not None:
+                rid = head.group(3)
+                yield head.group(1).decode(), None if rid is None else rid.decode(), status.group(1).decode()
+                continue
+            try:
+                row = json.loads(line) if line.strip() else None
+            except ValueError:
+                continue  # a torn last line: the writer's own verdict covers it
+            if isinstance(row, dict):
+                rid = row.get("engine_rid")
+                yield row.get("request_id"), None if rid is None else str(rid), row.get("status")
+
+
+def write_engine_requests(out_dir: Path, rows_file: Path, log: Path, *, wait_s: float = JOIN_WAIT_S) -> EngineRequestsV1:
+    """``engine-requests.jsonl`` of a run's attempt rows (``rows_file``, read as a stream) joined with ``log`` (see
+    the module docstring); memory holds the engine ids and the engine's figures, never the rows."""
+    rids: set[str] = set()
+    awaited: set[str] = set()
+    for _, rid, status in _rows(rows_file):
+        if rid:
+            rids.add(rid)
+            if status in _ANSWERED:
+                awaited.add(rid)
     end = time.monotonic() + wait_s
-    figures = engine_request_figures(log, rids)
-    while not awaited <= set(figures) and time.monotonic() < end:
+    figures, offset = engine_request_figures(log, rids)
+    while not awaited <= figures.keys() and time.monotonic() < end:
         time.sleep(0.1)
-        figures = engine_request_figures(log, rids)
-    joined = [
-        {"request_id": r.get("request_id"), "engine_rid": r.get("engine_rid"), "joined": r.get("engine_rid") in figures,
-         "engine": figures.get(str(r.get("engine_rid")))}
-        for r in rows
-    ]  # fmt: skip
-    data = "".join(json.dumps(j, separators=(",", ":"), sort_keys=True) + "\n" for j in joined).encode()
-    atomic_write_bytes(out_dir / ENGINE_REQUESTS, data, mode=0o600)
-    matched = sum(1 for j in joined if j["joined"] is True)
-    return EngineRequestsV1(file=ENGINE_REQUESTS, digest=digest_bytes(data), joined=matched, unmatched=len(joined) - matched)
+        figures, offset = engine_request_figures(log, rids, figures, offset)
+    target = out_dir / ENGINE_REQUESTS
+    tmp = target.with_name(target.name + ".tmp")
+    digest = hashlib.sha256()
+    matched = total = 0
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        for request_id, rid, _ in _rows(rows_file):
+            joined = {"request_id": request_id, "engine_rid": rid, "joined": rid in figures,
+                      "engine": figures.get(str(rid))}  # fmt: skip
+            line = (json.dumps(joined, separators=(",", ":"), sort_keys=True) + "\n").encode()
+            handle.write(line)
+            digest.update(line)
+            total += 1
+            matched += joined["joined"] is True
+    os.replace(tmp, target)
+    return EngineRequestsV1(
+        file=ENGINE_REQUESTS, digest="sha256:" + digest.hexdigest(), joined=matched, unmatched=total - matched
+    )

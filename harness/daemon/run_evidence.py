@@ -16,14 +16,16 @@ about the model enters it.
 
 from __future__ import annotations
 
-import hashlib
 import json
+import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from gateway.evidence import RowTally
 from harness.contracts.binding import ModelEndpointBindingV1
 from harness.contracts.evidence import (
     AttemptLedgerV1,
@@ -34,6 +36,7 @@ from harness.contracts.evidence import (
 )
 from harness.contracts.lock import InferenceLockV1
 from harness.contracts.run import RunRecordV1
+from harness.contracts.run_ref import CaptureFileV1
 from harness.daemon.engine_requests import write_engine_requests
 from harness.engine.redaction import observations, redact
 from harness.engine.sglang import ENGINE_LOG
@@ -45,8 +48,10 @@ from harness.store import read_manifest
 
 __all__ = [
     "EngineFacts",
-    "GatewayFacts",
     "attempt_ledger",
+    "place_rows",
+    "tally_rows_file",
+    "GatewayFacts",
     "facts_after_death",
     "model_identity",
     "redact",
@@ -107,45 +112,55 @@ class GatewayFacts:
     capture_state: str  # complete | partial | failed
     writer_failed: bool
     daemon_died: bool = False  # the rows are what reached disk before the daemon that held the run died
+    tally: RowTally | None = None  # the rows file as the gateway wrote it (None: count it from the file)
+    capture_files: list[tuple[str, int, str]] | None = None  # a full capture's segment files (None: walk the folder)
 
 
-def _copy_rows(src: Path, dst: Path) -> tuple[bytes, list[dict[str, Any]]]:
+def place_rows(src: Path, dst: Path) -> None:
+    """The gateway's rows file becomes the run's ``attempts.jsonl``: a hard link (O(1); the gateway writes no more
+    rows for a settled binding), else a streamed copy; a second pass with the source gone keeps what is there."""
+    tmp = dst.with_name(dst.name + ".tmp")
+    tmp.unlink(missing_ok=True)
     try:
-        data = src.read_bytes()
+        os.link(src, tmp)
     except FileNotFoundError:
-        data = b""
-    atomic_write_bytes(dst, data, mode=0o600)
-    rows = [json.loads(line) for line in data.decode().splitlines() if line.strip()]
-    return data, rows
+        if not dst.exists():
+            atomic_write_bytes(dst, b"", mode=0o600)
+        return
+    except OSError:  # another filesystem, or links refused
+        shutil.copyfile(src, tmp)
+        os.chmod(tmp, 0o600)
+    os.replace(tmp, dst)
 
 
-def attempt_ledger(data: bytes, rows: list[dict[str, Any]], begun: int) -> AttemptLedgerV1:
-    """The run's attempt ledger from its rows file (``data``, as copied) and rows: totals, unavailable counts, tokens/s."""
-    by_status: dict[str, int] = {}
-    for row in rows:
-        by_status[str(row.get("status"))] = by_status.get(str(row.get("status")), 0) + 1
+def tally_rows_file(path: Path) -> RowTally:
+    """A rows file counted line by line (a daemon that died, a failed write): O(1) memory."""
+    tally = RowTally()
+    with path.open("rb") as lines:
+        for line in lines:
+            try:
+                row = json.loads(line) if line.strip() else None
+            except ValueError:
+                row = None  # a torn last line: hashed, not counted (the writer's verdict covers it)
+            tally.add(line, [row] if isinstance(row, dict) else [])
+    return tally
 
-    def total(name: str) -> int:
-        return sum(int(row[name]) for row in rows if isinstance(row.get(name), int))
 
-    # a count an attempt that reached the engine does not carry is "unavailable", never a silent zero
-    generated = [r for r in rows if r.get("route") != "/v1/models" and r.get("status") != "rejected"]
-    counts = ("input_tokens", "cached_tokens", "output_tokens", "reasoning_tokens")
-    unavailable = {name: n for name in counts if (n := sum(1 for r in generated if not isinstance(r.get(name), int)))}
-    timed = [r for r in generated if isinstance(r.get("output_tokens"), int) and isinstance(r.get("e2e_ms"), int | float)]
-    seconds = sum(float(r["e2e_ms"]) for r in timed) / 1000.0
-    per_s = round(sum(int(r["output_tokens"]) for r in timed) / seconds, 3) if seconds > 0 else None
+def attempt_ledger(tally: RowTally, begun: int) -> AttemptLedgerV1:
+    """The run's attempt ledger from its rows' tally: totals, the counts unavailable, output tokens per second."""
+    seconds = tally.timed_seconds
+    per_s = round(tally.timed_output_tokens / seconds, 3) if seconds > 0 else None
     return AttemptLedgerV1(
         file="attempts.jsonl",
-        digest="sha256:" + hashlib.sha256(data).hexdigest(),
-        rows=len(rows),
+        digest=tally.digest,
+        rows=tally.rows,
         begun=begun,
-        by_status=by_status,
-        input_tokens=total("input_tokens"),
-        cached_tokens=total("cached_tokens"),
-        output_tokens=total("output_tokens"),
-        reasoning_tokens=total("reasoning_tokens"),
-        unavailable=unavailable,
+        by_status=dict(tally.by_status),
+        input_tokens=tally.tokens["input_tokens"],
+        cached_tokens=tally.tokens["cached_tokens"],
+        output_tokens=tally.tokens["output_tokens"],
+        reasoning_tokens=tally.tokens["reasoning_tokens"],
+        unavailable=dict(tally.unavailable),
         output_tokens_per_s=per_s,
     )
 
@@ -196,6 +211,13 @@ def facts_after_death(root: HitchRoot, run_id: str) -> tuple[ModelEndpointBindin
     return binding, engine, identity
 
 
+def _capture_entries(binding_id: str, files: list[tuple[str, int, str]] | None) -> list[CaptureFileV1] | None:
+    """The capture index's entries from the gateway's own account of its segment files (paths under capture/)."""
+    if files is None:
+        return None
+    return [CaptureFileV1(path=f"{binding_id}/{name}", size=size, digest=digest) for name, size, digest in files]
+
+
 def _check(name: str, ok: bool, detail: str) -> EvidenceCheckV1:
     return EvidenceCheckV1(name=name, ok=ok, code=None if ok else "inference_capture_incomplete", detail=detail)
 
@@ -233,9 +255,12 @@ def write_execution_evidence(
     atomic_write_json(out / "lock.json", lock.to_json_dict())
     atomic_write_json(out / "model.json", read_manifest(root, lock.model_id).to_json_dict())
     atomic_write_json(out / "runtime.json", get_runtime(lock.runtime_id).to_json_dict())
-    data, rows = _copy_rows(gateway.rows_file, out / "attempts.jsonl")
-    ledger = attempt_ledger(data, rows, gateway.begun)
-    engine_requests = write_engine_requests(out, rows, root.service_dir(binding.service_id) / ENGINE_LOG)
+    attempts = out / "attempts.jsonl"
+    place_rows(gateway.rows_file, attempts)
+    known = gateway.tally is not None and not gateway.writer_failed and gateway.tally.size == attempts.stat().st_size
+    tally = gateway.tally if known and gateway.tally is not None else tally_rows_file(attempts)
+    ledger = attempt_ledger(tally, gateway.begun)
+    engine_requests = write_engine_requests(out, attempts, root.service_dir(binding.service_id) / ENGINE_LOG)
     checks = [
         _check("attempts_recorded", ledger.rows == ledger.begun and not gateway.daemon_died, _attempts_detail(ledger, gateway)),
         _check("capture_complete", gateway.capture_state == "complete", f"capture {record.capture}: {gateway.capture_state}"),
@@ -269,6 +294,6 @@ def write_execution_evidence(
         engine_requests=engine_requests,
     )
     atomic_write_json(out / "execution.json", execution.to_json_dict())
-    write_capture_index(out.parent, record.capture)
-    _, ref_digest = seal_ref(out.parent, record.run_id, lock)
+    write_capture_index(out.parent, record.capture, _capture_entries(binding.binding_id, gateway.capture_files))
+    _, ref_digest = seal_ref(out.parent, record.run_id, lock, {"attempts": (tally.digest, tally.size)})
     return execution, ref_digest

@@ -29,17 +29,23 @@ __all__ = ["engine_failure"]
 
 
 def _failed_rows(rows_file: Path) -> Iterable[dict[str, object]]:
+    """The rows with an engine failure code, read as a stream (a long run's file is never held whole); only lines
+    naming such a code are parsed."""
+    needles = [code.encode() for code in ENGINE_FAILURE_CODES]
     try:
-        lines = rows_file.read_text(encoding="utf-8").splitlines()
+        handle = rows_file.open("rb")
     except FileNotFoundError:
         return
-    for line in lines:
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue  # a torn last line: the writer's own verdict covers it (evidence incomplete)
-        if isinstance(row, dict) and row.get("error_code") in ENGINE_FAILURE_CODES:
-            yield row
+    with handle:
+        for line in handle:
+            if not any(n in line for n in needles):
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue  # a torn last line: the writer's own verdict covers it (evidence incomplete)
+            if isinstance(row, dict) and row.get("error_code") in ENGINE_FAILURE_CODES:
+                yield row
 
 
 def engine_failure(

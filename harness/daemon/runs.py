@@ -423,6 +423,8 @@ class RunService:
             begun=self.gateway.begun.get(bid, 0),
             capture_state=self.gateway.ledger.state(bid) if record.capture != "off" else "complete",
             writer_failed=bid in self.gateway.evidence.failed,
+            tally=self.gateway.evidence.take_tally(bid),  # the rows as written: the ledger needs no second read
+            capture_files=segments.files() if (segments := self.gateway.segments.pop(bid, None)) is not None else None,
         )
         return await self._write(record, run.lock, binding, facts, run.engine, run.reused_service, run.identity)
 

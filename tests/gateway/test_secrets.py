@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from gateway.server import GatewayConfig
-from tests.gateway.support import Engine, GatewayThread, make_lock, secret_hits, target_for, token_of
+from tests.gateway.support import Engine, GatewayThread, evidence_rows, make_lock, secret_hits, target_for, token_of
 
 pytestmark = pytest.mark.integration
 
@@ -44,9 +44,12 @@ def test_no_secret_outside_the_private_token_files(engine: Engine, tmp_path: Pat
             assert "hitch_gateway_requests_total" in metrics
             for secret in [*tokens, engine.key]:
                 assert secret not in metrics
-            gt.gw.writer.flush()
-            if capture != "off":
-                assert list((tmp_path / "gw" / "capture").rglob("*.meta.json"))
+            gt.settle_evidence()
+            rows = evidence_rows(gt, a.binding_id)
+            forwarded = [r for r in rows if r["status"] != "rejected"]  # a refused request is captured nowhere
+            assert len(forwarded) == 3 and all((r.get("request_sha256") is not None) == (capture != "off") for r in forwarded)
+            if capture == "full":
+                assert list((tmp_path / "gw" / "capture").rglob("segment-*.bin"))
     finally:
         root.removeHandler(handler)
         root.setLevel(old_level)

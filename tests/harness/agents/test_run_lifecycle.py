@@ -23,6 +23,7 @@ import httpx
 import psutil
 import pytest
 
+from gateway.capture_segments import read_captures
 from harness.app.daemon_client import DaemonClient
 from harness.contracts.events import RequestEvidenceV1
 from harness.contracts.evidence import InferenceExecutionEvidenceV1
@@ -177,10 +178,13 @@ def test_completed_run_evidence_is_derived_from_the_attempt_rows_and_only_the_sa
     assert "sglang:" in (ev / metrics.end_file).read_text()
     # --capture full: the payloads, 0600, under the run
     assert stat.S_IMODE((ev / "capture").stat().st_mode) == 0o700
-    captured = sorted((ev / "capture" / execution.binding.binding_id).iterdir())
-    assert {p.name.split(".", 1)[1] for p in captured} == {"meta.json", "request.json", "response.bin"}
+    folder = ev / "capture" / execution.binding.binding_id
+    captured = sorted(folder.iterdir())
+    assert [p.name for p in captured] == ["index.jsonl", "segment-00000.bin"]  # no file per request
     assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in captured)
-    assert json.loads(next(p for p in captured if p.name.endswith(".request.json")).read_text())["input"]
+    assert all(json.loads(request)["input"] for _, request, _ in read_captures(folder))
+    attempts = [json.loads(line) for line in (ev / "attempts.jsonl").read_text().splitlines()]
+    assert attempts and all(row["request_sha256"] and row["response_sha256"] for row in attempts)
     assert _leases(root) == []
     # the same request under the same run id: the same record, nothing runs again
     before = (root.runs / "ok-1" / "run.json").read_bytes()
@@ -280,7 +284,7 @@ def test_a_capture_that_cannot_be_written_marks_the_evidence_incomplete(inputs: 
     blocked = root.runs / "cap-1" / "inference"
     blocked.mkdir(parents=True)
     (blocked / "capture").write_text("not a folder")  # every capture write fails
-    out = as_json(hitch(root, *_run_args("cap-1", "--capture", "metadata")))
+    out = as_json(hitch(root, *_run_args("cap-1", "--capture", "full")))
     assert out["record"]["status"] == "completed" and out["record"]["evidence_complete"] is False
     execution = _execution(root, "cap-1")
     assert not execution.complete and execution.incomplete_code == "inference_capture_incomplete"
@@ -292,10 +296,9 @@ def test_a_capture_that_cannot_be_written_marks_the_evidence_incomplete(inputs: 
     execution = _execution(root, "cap-3")
     assert execution.incomplete_code == "inference_capture_incomplete"
     assert [c.name for c in execution.checks if not c.ok] == ["capture_complete"]
-    kept = list((root.runs / "cap-3" / "inference" / "capture" / execution.binding.binding_id).iterdir())
-    meta = json.loads(next(p for p in kept if p.name.endswith(".meta.json")).read_text())
-    assert meta["truncated"] is True and meta["response_bytes"] > 64
-    assert all(p.stat().st_size <= 64 for p in kept if not p.name.endswith(".meta.json"))
+    kept = list(read_captures(root.runs / "cap-3" / "inference" / "capture" / execution.binding.binding_id))
+    assert kept and all(record["capture_truncated"] is True and record["response_bytes"] > 64 for record, _, _ in kept)
+    assert all(len(request) <= 64 and len(response) <= 64 for _, request, response in kept)
     # --capture off stores no payload and nothing can be incomplete about it
     as_json(hitch(root, *_run_args("cap-2", "--capture", "off")))
     assert _execution(root, "cap-2").complete and not (root.runs / "cap-2" / "inference" / "capture").exists()

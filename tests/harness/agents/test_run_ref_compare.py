@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from gateway.capture_segments import read_captures
 from harness.compare.decide import MIN_SAMPLES
 from harness.compare.figures import DIFFERS_EXIT_CODE, INCONCLUSIVE_EXIT_CODE
 from harness.contracts.evidence import InferenceExecutionEvidenceV1
@@ -98,9 +99,7 @@ def test_runs_are_sealed_verified_and_compared_under_the_strict_conditions(input
     assert tuple(f.name for f in ref.files) == REF_FILE_NAMES and ref.lock_digest == execution.lock_digest
     assert ref.inference_id == execution.inference_id == record.inference_id
     index = json.loads((root.runs / "ra" / "inference" / "capture-index.json").read_text())
-    assert index["mode"] == "full" and {Path(f["path"]).name.split(".", 1)[1] for f in index["files"]} == {
-        "meta.json", "request.json", "response.bin"
-    }  # fmt: skip
+    assert index["mode"] == "full" and {Path(f["path"]).name for f in index["files"]} == {"index.jsonl", "segment-00000.bin"}
     # the model identity: the lock's, resolved by the daemon; the wire alias is only that
     identity = execution.model_identity
     assert identity is not None and identity.identity_resolved and identity.provider == "local"
@@ -120,7 +119,7 @@ def test_runs_are_sealed_verified_and_compared_under_the_strict_conditions(input
     assert {"e2e_latency", "first_token_latency", "request_received_ts"} <= set(figures) and figures["finish"] == "length"
 
     ok = as_json(hitch(root, "run", "verify", "ra", "--json"))
-    assert ok["ok"] and ok["ref_digest"] == record.ref_digest and len(ok["checked"]) == len(REF_FILE_NAMES) + 1 + 3
+    assert ok["ok"] and ok["ref_digest"] == record.ref_digest and len(ok["checked"]) == len(REF_FILE_NAMES) + 1 + 2
 
     # compare: comparable, but one request a side decides nothing: inconclusive, its own exit code, and what would
     # decide it (how many samples a side)
@@ -198,7 +197,7 @@ def test_the_engine_naming_another_model_never_changes_the_verified_identity(inp
     stop_quietly(root)
     assert out["record"]["status"] == "completed"
     run_dir = root.runs / "impostor"
-    responses = [p.read_bytes() for p in (run_dir / "inference" / "capture").rglob("*.response.bin")]
+    responses = [r for folder in (run_dir / "inference" / "capture").iterdir() for _, _, r in read_captures(folder)]
     assert responses and all(b'"model":"impostor-model"' in r for r in responses)  # what the engine said
     execution = InferenceExecutionEvidenceV1.model_validate_json((run_dir / "inference" / "execution.json").read_bytes())
     identity = execution.model_identity

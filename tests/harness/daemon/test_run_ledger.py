@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from gateway.evidence import RowTally
 from harness.contracts.evidence import AttemptLedgerV1
 from harness.daemon.run_evidence import attempt_ledger
 
@@ -18,8 +19,10 @@ def _row(status: str, route: str = "/v1/responses", **counts: Any) -> dict[str, 
 
 
 def _ledger_of(rows: list[dict[str, Any]]) -> AttemptLedgerV1:
-    data = b"".join(json.dumps(r).encode() + b"\n" for r in rows)
-    return attempt_ledger(data, rows, begun=len(rows))
+    tally = RowTally()  # as the gateway counts its rows while it appends them
+    for row in rows:
+        tally.add(json.dumps(row).encode() + b"\n", [row])
+    return attempt_ledger(tally, begun=len(rows))
 
 
 FULL = {"input_tokens": 10, "cached_tokens": 0, "output_tokens": 8, "reasoning_tokens": 0, "e2e_ms": 2000.0}

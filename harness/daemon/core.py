@@ -111,6 +111,7 @@ class DaemonCore:
         )
         self.leases: dict[str, LeaseHandle] = {}
         self.waits: dict[str, Wait] = {}  # acquires in progress, by the key their progress is shown under
+        self.prepares: dict[str, asyncio.Future[dict[str, Any]]] = {}  # prepares in progress, by draft inference id
 
     def _event(self, event: LifecycleEventV1) -> None:
         ServiceStateStore(self.root, event.service_id).append_event(event)

@@ -24,6 +24,7 @@ Files go to ``store/inference-locks/sha256/<inference hex>/{lock.json,validation
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import secrets
 import time
@@ -40,7 +41,7 @@ from harness.paths import HitchRoot
 from harness.runtimes import get_runtime
 from harness.service.isolation import service_key
 from harness.service.manager import LeaseHandle
-from harness.service.starter_supervisor import SupervisedService
+from harness.service.starter_supervisor import EngineChoice, SupervisedService
 from harness.service.state_store import ServiceStateStore
 from harness.store import resolve_model, verify_model_files
 
@@ -109,10 +110,40 @@ async def prepare_for(
         cpu_cores_per_node=probe_cpu().cores_per_node,
         context_tokens=req.context_tokens,
     )
+    inflight = core.prepares.get(draft.inference_id)
+    if inflight is not None:  # single flight: the same draft is being prepared; its sealed lock is this one's too
+        return dict(await asyncio.shield(inflight)), None
+    done: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+    done.add_done_callback(lambda f: f.cancelled() or f.exception())  # nobody else may be waiting for it
+    core.prepares[draft.inference_id] = done
+    try:
+        result, handed = await _prepare_draft(core, req, draft, choice, runtime.name, device_choice, successor, progress)
+    except BaseException as exc:
+        done.set_exception(exc if isinstance(exc, Exception) else HitchError("internal_error", "prepare was cancelled", {}))
+        raise
+    else:
+        done.set_result(result)
+    finally:
+        core.prepares.pop(draft.inference_id, None)
+    return result, handed
+
+
+async def _prepare_draft(
+    core: Any,
+    req: PrepareRequest,
+    draft: InferenceLockV1,
+    choice: EngineChoice,
+    runtime_name: str,
+    device_choice: dict[str, Any] | None,
+    successor: str | None,
+    progress: str | None,
+) -> tuple[dict[str, Any], LeaseHandle | None]:
+    """Probe ``draft``, seal it, verify the sealed lock; hand the verified service to ``successor`` when given."""
+    root: HitchRoot = core.root
     owner = "prepare-" + secrets.token_hex(6)
     preparing: dict[str, Any] = {
         "model": req.model,
-        "runtime": runtime.name,
+        "runtime": runtime_name,
         "backend_certification": draft.execution.backend_certification,
         "device_choice": device_choice or {"device": req.device, "reasons": ["given to the daemon directly"]},
         **choice.to_json(),
@@ -140,7 +171,7 @@ async def prepare_for(
             "draft_inference_id": draft.inference_id,
             "model_id": lock.model_id,
             "runtime_id": lock.runtime_id,
-            "runtime": runtime.name,
+            "runtime": runtime_name,
             "device": req.device,
             "device_choice": device_choice,
             "backend_certification": lock.execution.backend_certification,

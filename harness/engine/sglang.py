@@ -81,7 +81,9 @@ def prepare_launch(
     # A process sees the host file; a container sees it where the OCI launcher mounts ``secret_files``.
     config_seen = str(files.config) if launcher == "process" else f"{CONTAINER_SECRETS_DIR}/{files.config.name}"
     # a sealed CPU start holds its sealed pool whatever the neighbours hold (memory_budget.py); the probe measures
-    fraction = None if probe or lock.execution.platform.backend != "cpu" else _cpu_fraction(lock, model_dir, launcher)
+    # (the fake engine sizes nothing from memory: it gets the lock's value as it is)
+    sized = not probe and program.kind == "sglang" and lock.execution.platform.backend == "cpu"
+    fraction = _cpu_fraction(lock, model_dir, launcher) if sized else None
     flags = engine_flags(lock, model_dir, host, port, config_seen, probe=probe, mem_fraction=fraction)
     env = engine_environment(lock, program.runtime_env, root.private_dir(service_id) / "home", gpu_uuid)
     spec = LaunchSpec(

@@ -141,3 +141,19 @@ def test_the_progress_of_a_cold_run_shows_its_phases_in_order(inputs: ServiceInp
     assert starting == ["probe", "verify"], seen  # the probe engine, then the verified one (which the run keeps)
     assert all(Path(log).name == "engine.log" for log in logs) and len(logs) == 2
     assert client.progress("slow") == {"kind": "progress", "key": "slow", "phase": None, "schema_version": "1"}
+
+
+def test_two_runs_of_a_new_lock_at_once_prepare_it_once_and_share_its_service(inputs: ServiceInputs) -> None:
+    """Single flight: the second run waits for the first one's prepare (its probe would need the cores the first run's
+    verified engine holds) and then shares that engine (baseline: one service per lock)."""
+    start_daemon(inputs.root, FAST)
+    client = DaemonClient(inputs.root)
+    answers: dict[str, dict[str, Any]] = {}
+    makers = [threading.Thread(target=lambda n=n: answers.update({n: _create(client, _body(n))})) for n in ("gw0", "gw1")]
+    for maker in makers:
+        maker.start()
+    for maker in makers:
+        maker.join(timeout=300)
+    assert {a["status"] for a in answers.values()} == {"running"}
+    assert answers["gw0"]["service_id"] == answers["gw1"]["service_id"]
+    assert len(_starts(inputs)) == 2  # one probe, one verified start, for both runs

@@ -113,6 +113,7 @@ MODE_CHECKS = {
     "memory_growth": "faults.memory_growth.unconfirmed_oom",
     "slot_release_lag": "faults.slot_release_lag.flush_waits",
     "flush_refused": "faults.flush_refused.fails_readiness",
+    "unparsed_tool_calls": "faults.unparsed_tool_calls.probe_refused",
     "response_model": "faults.response_model.identity_kept",
     "flip_token": "faults.flip_token.reproduction_differs",
 }

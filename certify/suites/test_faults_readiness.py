@@ -30,7 +30,7 @@ from certify.registry import check
 from certify.secrets_scan import remember
 from certify.session import CertifyEnv
 from harness.engine import EngineKeys, load_keys
-from harness.engine.readiness import ReadinessReport, flush_when_idle
+from harness.engine.readiness import ReadinessReport, flush_when_idle, probe_tool_call
 from harness.errors import HitchError
 
 pytestmark = pytest.mark.exclusive_engine  # every check holds the session engine's slots
@@ -170,3 +170,32 @@ def test_flush_refused_otherwise_fails(certify_env: CertifyEnv, certify_record: 
     assert err.code == "inference_engine_unhealthy"
     assert (err.details["step"], err.details["status"]) == ("flush_cache", 400)
     assert err.details["body"] == "Flush failed: storage backend error."
+
+
+@check(
+    MODE_CHECKS["unparsed_tool_calls"],
+    engines=FAKE,
+    description="an engine that hands forced tool calls back as text fails the tool-call probe that the service of a "
+    "run needing tool calls must pass (spec 9.1 step 5); the same engine without the fault passes it",
+    reason="only the fake can be made to drop its parser's structure; a real lock's parser is checked in /server_info "
+    "and SmolLM2's structured calls by the correctness suite's tool-call checks",
+    summary=lambda d: (
+        f"without the fault the probe passed ({d['passed_s']} s); with calls handed back as text it failed at step "
+        f"{d['error']['details'].get('step')}: {d['error']['message']}"
+    ),
+)
+def test_unparsed_tool_calls_fail_the_probe(certify_env: CertifyEnv, certify_record: Any) -> None:
+    env = certify_env
+    assert env.fake is not None and session_lock(env).protocol.tool_calls, "the session's lock claims no tool calls"
+    key = _keys(env).api_key
+    passed_s = asyncio.run(probe_tool_call(env.engine_url, key, env.run.wire_model, 60.0))
+    env.fake.faults("unparsed_tool_calls")
+    try:
+        with pytest.raises(HitchError) as caught:
+            asyncio.run(probe_tool_call(env.engine_url, key, env.run.wire_model, 60.0))
+    finally:
+        env.fake.faults()
+    err = caught.value
+    certify_record.detail("passed_s", passed_s)
+    certify_record.detail("error", {"code": err.code, "message": err.message, "details": err.details})
+    assert err.code == "inference_engine_unhealthy" and err.details.get("step") == "tool_call", err.to_dict()

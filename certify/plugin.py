@@ -34,7 +34,7 @@ import pytest
 
 from certify.evaluate import CheckResult
 from certify.options import REPORT_ENV, SESSION_ENV, CertifyOptions, add_options, choose_engine, options_from
-from certify.quiet import QuietLimit, QuietPhase, TimingRefused, machine_turn, parse_limit, quiet_phase
+from certify.quiet import QuietLimit, QuietPhase, TimingRefused, held_turn, machine_turn, parse_limit, quiet_phase
 from certify.recorder import EndRecorder, Recorder, shown_status
 from certify.registry import SUITES, Check, all_checks, session_end_checks
 from certify.secrets_scan import forget
@@ -46,6 +46,9 @@ SUITES_DIR = Path(__file__).resolve().parent / "suites"
 _STATE = pytest.StashKey["CertifyState"]()
 _USED_PRIVATE = pytest.StashKey[bool]()  # a check whose setup or call started or used a private engine/daemon
 PRIVATE_FIXTURES = ("private_daemon",)  # fixtures that hand a check a private daemon and its engine
+# fixtures that take the session engine's turn (or a quiet phase) themselves, behind a file mutex of their own:
+# their setup must not hold the engine shared meanwhile (another worker waiting on that mutex would hold it too)
+OWN_TURN_FIXTURES = ("overhead", "inside", "cancel")
 WAIT_FIXTURES = ("_shared_engine_turn",)  # their setup is a wait for another worker (timeline kind "wait")
 UNTIMED_FIXTURES = ("certify_record",)  # a recorder object: nothing to time
 _FIXTURE_ENGINES: dict[str, SpanEngine] = {"certify_env": "session", **dict.fromkeys(PRIVATE_FIXTURES, "private")}
@@ -205,23 +208,52 @@ class _ResultCollector:
 @pytest.hookimpl(wrapper=True)
 def pytest_fixture_setup(fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest) -> Generator[None, Any, Any]:
     """Time the setup of every fixture the certify package defines (the session engine, references, the perf
-    fixture, Harbor's checks, private daemons...) and, once it is set up, its teardown."""
+    fixture, Harbor's checks, private daemons...) and, once it is set up, its teardown. A module or session
+    fixture of a test that uses the session engine holds the engine's turn shared while it is set up."""
     state = request.config.stash[_STATE]
     code = getattr(fixturedef.func, "__code__", None)
     if not state.timing or code is None or fixturedef.argname in UNTIMED_FIXTURES or not _certify_file(code.co_filename):
         return (yield)
-    engine = _FIXTURE_ENGINES.get(fixturedef.argname)
+    holds_engine = _setup_holds_engine(fixturedef, request)
+    engine = _FIXTURE_ENGINES.get(fixturedef.argname) or ("session" if holds_engine else None)
     start = time.time()
     try:
         # its work holds the machine's turn shared (a quiet phase elsewhere waits for it; one inside converts it)
         with machine_turn(_turn_dir(request.config), exclusive=False):
-            return (yield)
+            if not holds_engine:
+                return (yield)
+            with engine_turn(request.config, exclusive=False):
+                _FIXTURE_HOLD.append(fixturedef.argname)
+                try:
+                    return (yield)
+                finally:
+                    _FIXTURE_HOLD.pop()
     finally:
         kind = "wait" if fixturedef.argname in WAIT_FIXTURES else "fixture"
         record(kind, fixturedef.argname, start, time.time(), phase="setup", scope=fixturedef.scope, engine=engine)
         if kind == "fixture" and fixturedef.cached_result is not None and fixturedef.cached_result[2] is None:
             # runs first when the fixture is finished (finalizers are popped last-in first-out)
             fixturedef.addfinalizer(lambda: state.teardowns.__setitem__(id(fixturedef), time.time()))
+
+
+_FIXTURE_HOLD: list[str] = []  # the fixture whose setup holds the engine's turn in this process (the hook above)
+
+
+def _setup_holds_engine(fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest) -> bool:
+    """Whether this fixture's setup holds the session engine shared: a module or session fixture (set up before
+    the test's own turn, below, is taken), for a certify test that uses the session engine, unless it hands out a
+    private daemon or takes its turns itself."""
+    if fixturedef.scope == "function" or fixturedef.argname in (*PRIVATE_FIXTURES, *OWN_TURN_FIXTURES):
+        return False
+    item = getattr(request, "_pyfuncitem", None)
+    return isinstance(item, pytest.Item) and _is_certify_item(item) and _uses_session(item)
+
+
+def _uses_session(item: pytest.Item) -> bool:
+    """A private daemon's checks reach the session's engine only when they ask for the session itself."""
+    names = set(getattr(item, "fixturenames", ()))
+    asked = set(getattr(getattr(item, "_fixtureinfo", None), "argnames", ()))  # the test's own arguments
+    return "certify_env" in asked or not names & set(PRIVATE_FIXTURES)
 
 
 @functools.cache
@@ -351,25 +383,23 @@ def _turn_dir(config: pytest.Config) -> Path | None:
 
 @contextlib.contextmanager
 def engine_turn(config: pytest.Config, *, exclusive: bool) -> Iterator[None]:
-    """Under xdist, hold the session engine shared (``flock`` LOCK_SH) or alone (LOCK_EX); a no-op otherwise.
+    """Under xdist, hold the session engine shared or alone among the session's processes; a no-op otherwise.
 
     Every certify test holds it shared while it runs (autouse fixture below) unless it uses only a private
     engine; a test marked ``exclusive_engine``, or a fixture that measures or changes the shared engine, holds it
     alone: a fault set on the shared fake engine, its request log, or a latency measurement is never disturbed by
-    another worker's check. Taken after the machine's turn (:func:`quiet_turn`), never before it.
+    another worker's check. A module or session fixture of a test that uses the session engine holds it shared
+    while it is set up (:func:`pytest_fixture_setup`: its requests reach that engine too), unless it is one of
+    :data:`OWN_TURN_FIXTURES`, which take their turns themselves. Taken after the machine's turn
+    (:func:`quiet_turn`), never before it.
     """
-    lock_dir = _turn_dir(config)
-    if lock_dir is None:
+    if _FIXTURE_HOLD:
+        raise RuntimeError(
+            f"fixture {_FIXTURE_HOLD[-1]} takes the engine's turn itself while its setup holds it shared: "
+            "name it in certify.plugin.OWN_TURN_FIXTURES"
+        )
+    with held_turn(_turn_dir(config), "engine", exclusive=exclusive):
         yield
-        return
-    import fcntl
-
-    with (lock_dir / "engine-turn.lock").open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def quiet_limit(config: pytest.Config) -> QuietLimit:
@@ -380,6 +410,11 @@ def quiet_limit(config: pytest.Config) -> QuietLimit:
 def quiet_turn(config: pytest.Config, name: str) -> Iterator[QuietPhase]:
     """A fixture's timing as a quiet phase (:func:`certify.quiet.quiet_phase`): the machine alone, settled
     before, read after; :class:`~certify.quiet.TimingRefused` when it was loaded."""
+    if _FIXTURE_HOLD:
+        raise RuntimeError(
+            f"fixture {_FIXTURE_HOLD[-1]} asks for the machine alone while its setup holds the engine shared: "
+            "name it in certify.plugin.OWN_TURN_FIXTURES"
+        )
     with quiet_phase(name, quiet_limit(config), _turn_dir(config)) as phase:
         yield phase
 
@@ -397,10 +432,7 @@ def _shared_engine_turn(request: pytest.FixtureRequest) -> Iterator[None]:
         yield
         return
     config = request.config
-    names = set(getattr(item, "fixturenames", ()))
-    asked = set(getattr(getattr(item, "_fixtureinfo", None), "argnames", ()))  # the test's own arguments
-    # a private daemon's checks reach the session's engine only when they ask for the session itself
-    uses_session = "certify_env" in asked or not names & set(PRIVATE_FIXTURES)
+    uses_session = _uses_session(item)
     exclusive = item.get_closest_marker("exclusive_engine") is not None
     engine = engine_turn(config, exclusive=exclusive) if uses_session else contextlib.nullcontext()
     if item.get_closest_marker("quiet") is None:

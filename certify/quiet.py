@@ -41,6 +41,7 @@ __all__ = [
     "QuietPhase",
     "TimingRefused",
     "busy_cores",
+    "held_turn",
     "machine_turn",
     "parse_limit",
     "quiet_phase",
@@ -178,13 +179,13 @@ class QuietPhase:
 
 
 class _Turn:
-    """This process's hold on the machine's turn: one lock file per session folder, re-entrant (a fixture's
-    setup holds it shared while the quiet phase inside it asks for it alone: the hold is converted, and
-    converted back when the phase ends)."""
+    """This process's hold on one of the session's turns (``name``: the machine's, the session engine's): one
+    lock file per session folder and name, re-entrant (a fixture's setup holds it shared while the quiet phase
+    inside it asks for it alone: the hold is converted, and converted back when the phase ends)."""
 
-    def __init__(self, lock_dir: Path) -> None:
-        self.gate = (lock_dir / "machine-gate.lock").open("a")
-        self.turn = (lock_dir / "machine-turn.lock").open("a")
+    def __init__(self, lock_dir: Path, name: str) -> None:
+        self.gate = (lock_dir / f"{name}-gate.lock").open("a")
+        self.turn = (lock_dir / f"{name}-turn.lock").open("a")
         self.holds: dict[int, bool] = {}  # token -> exclusive?
         self.count = 0
         self.mutex = threading.Lock()  # one thread of this process takes or gives a turn at a time
@@ -232,7 +233,23 @@ class _Turn:
             fcntl.flock(self.turn, after)  # back to shared: never waits (an exclusive holder is never beside us)
 
 
-_TURNS: dict[Path, _Turn] = {}
+_TURNS: dict[tuple[Path, str], _Turn] = {}
+
+
+@contextlib.contextmanager
+def held_turn(lock_dir: Path | None, name: str, *, exclusive: bool) -> Iterator[None]:
+    """Hold the session's turn ``name`` shared or alone among its processes (see :func:`machine_turn`)."""
+    if lock_dir is None:
+        yield
+        return
+    turn = _TURNS.get((lock_dir, name))
+    if turn is None:
+        turn = _TURNS[(lock_dir, name)] = _Turn(lock_dir, name)
+    token = turn.take(exclusive)
+    try:
+        yield
+    finally:
+        turn.give(token)
 
 
 @contextlib.contextmanager
@@ -241,17 +258,8 @@ def machine_turn(lock_dir: Path | None, *, exclusive: bool) -> Iterator[None]:
     the session's folder; None outside xdist, where nothing else of the session runs at once). An exclusive
     request closes a gate first, so shared requests that come after it wait behind it; holds nest within a
     process (an exclusive one inside a shared one converts it)."""
-    if lock_dir is None:
+    with held_turn(lock_dir, "machine", exclusive=exclusive):
         yield
-        return
-    turn = _TURNS.get(lock_dir)
-    if turn is None:
-        turn = _TURNS[lock_dir] = _Turn(lock_dir)
-    token = turn.take(exclusive)
-    try:
-        yield
-    finally:
-        turn.give(token)
 
 
 @contextlib.contextmanager

@@ -134,6 +134,14 @@ def _assert_timeline(results: dict[str, Any], out: Path, stdout: str) -> None:
     steps = [s for s in spans if s.kind == "step"]  # every step lies inside the fixture or check that ran it
     assert steps and all(any(inside(st, o) for o in spans if o.kind in ("fixture", "check")) for st in steps)
     assert any(s.kind == "wait" and s.name == "_shared_engine_turn" for s in spans)
+    # a check that holds the session engine alone overlaps nothing of another worker that uses it: no check, and no
+    # module fixture's setup (the lifecycle suite's two runs once sent their requests into a fault check's count)
+    assert any(s.kind == "fixture" and s.name == "reuse" and s.engine == "session" for s in spans)
+    alone = [s for s in checks.values() if s.name.startswith(("faults.inband_error.", "faults.split_utf8", "faults.coalesce"))]
+    users = [s for s in spans if s.engine == "session" and (s.kind == "check" or (s.kind == "fixture" and s.phase == "setup"))]
+    for a in alone:
+        beside = [u.name for u in users if u.pid != a.pid and u.start < a.end and a.start < u.end]
+        assert not beside, (a.name, beside)
     assert any(s.kind == "fixture" and s.name == "overhead" and s.scope == "module" for s in spans)  # the perf fixture
     # the timings ran in quiet phases, read but not enforced here (the other tests load the machine: conftest)
     quiet = {q.name: q for q in timeline.quiet}

@@ -216,24 +216,22 @@ def pytest_fixture_setup(fixturedef: pytest.FixtureDef[Any], request: pytest.Fix
         return (yield)
     holds_engine = _setup_holds_engine(fixturedef, request)
     engine = _FIXTURE_ENGINES.get(fixturedef.argname) or ("session" if holds_engine else None)
-    start = time.time()
-    try:
+    with contextlib.ExitStack() as turns:
         # its work holds the machine's turn shared (a quiet phase elsewhere waits for it; one inside converts it)
-        with machine_turn(_turn_dir(request.config), exclusive=False):
-            if not holds_engine:
-                return (yield)
-            with engine_turn(request.config, exclusive=False):
-                _FIXTURE_HOLD.append(fixturedef.argname)
-                try:
-                    return (yield)
-                finally:
-                    _FIXTURE_HOLD.pop()
-    finally:
-        kind = "wait" if fixturedef.argname in WAIT_FIXTURES else "fixture"
-        record(kind, fixturedef.argname, start, time.time(), phase="setup", scope=fixturedef.scope, engine=engine)
-        if kind == "fixture" and fixturedef.cached_result is not None and fixturedef.cached_result[2] is None:
-            # runs first when the fixture is finished (finalizers are popped last-in first-out)
-            fixturedef.addfinalizer(lambda: state.teardowns.__setitem__(id(fixturedef), time.time()))
+        turns.enter_context(machine_turn(_turn_dir(request.config), exclusive=False))
+        if holds_engine:
+            turns.enter_context(engine_turn(request.config, exclusive=False))
+            _FIXTURE_HOLD.append(fixturedef.argname)
+            turns.callback(_FIXTURE_HOLD.pop)
+        start = time.time()  # its own work: the span leaves out the wait for the turns
+        try:
+            return (yield)
+        finally:
+            kind = "wait" if fixturedef.argname in WAIT_FIXTURES else "fixture"
+            record(kind, fixturedef.argname, start, time.time(), phase="setup", scope=fixturedef.scope, engine=engine)
+            if kind == "fixture" and fixturedef.cached_result is not None and fixturedef.cached_result[2] is None:
+                # runs first when the fixture is finished (finalizers are popped last-in first-out)
+                fixturedef.addfinalizer(lambda: state.teardowns.__setitem__(id(fixturedef), time.time()))
 
 
 _FIXTURE_HOLD: list[str] = []  # the fixture whose setup holds the engine's turn in this process (the hook above)

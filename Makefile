@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 export HITCH_ROOT ?= $(HOME)/.local/share/hitch
 CPU_RUNTIME := sglang-0.5.23-cpu-generic
 
-.PHONY: certify test check setup venv runtime aiperf docker sglang-image browser codex harbor harbor-venv harbor-image lint typecheck schemas unit fast
+.PHONY: certify test check setup venv runtime aiperf nginx docker sglang-image browser codex harbor harbor-venv harbor-image lint typecheck schemas unit fast
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,11 @@ runtime: venv
 # Part of setup: its test skips without it only outside CI (HITCH_REQUIRE_AIPERF=1 there).
 aiperf: venv
 	$(PY) -m certify.external --install-aiperf
+
+# Debian's nginx (nginx-light): the overhead benchmark's native relay arm (`hitch bench overhead`), beside the
+# gateway and the reference proxy. Part of setup: its test skips without it only outside CI (HITCH_REQUIRE_NGINX=1).
+nginx:
+	scripts/ci/nginx.sh
 
 # A real Docker engine (started without systemd) and the local fake-engine image, built from Debian
 # packages. Needs root; elsewhere the OCI tests skip unless HITCH_REQUIRE_DOCKER=1 (CI sets it).

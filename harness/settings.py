@@ -39,8 +39,8 @@ __all__ = [
     "settings",
 ]
 
-Component = Literal["docker", "sglang", "sglang_image", "harbor", "codex", "chromium", "aiperf"]
-COMPONENTS: tuple[Component, ...] = ("docker", "sglang", "sglang_image", "harbor", "codex", "chromium", "aiperf")
+Component = Literal["docker", "sglang", "sglang_image", "harbor", "codex", "chromium", "aiperf", "nginx"]
+COMPONENTS: tuple[Component, ...] = ("docker", "sglang", "sglang_image", "harbor", "codex", "chromium", "aiperf", "nginx")
 LoadApi = Literal["chat", "responses"]
 
 
@@ -170,6 +170,7 @@ class HitchSettings:
     require_codex: bool = field(default=False, metadata=_require("codex"))
     require_chromium: bool = field(default=False, metadata=_require("chromium"))
     require_aiperf: bool = field(default=False, metadata=_require("aiperf"))
+    require_nginx: bool = field(default=False, metadata=_require("nginx"))
     # -- the locust file (`locust -f certify/load/locustfile.py`), one target -------------------------
     load_base_url: str | None = field(
         default=None, metadata=_var("HITCH_LOAD_BASE_URL", _text, "locust: the target's base URL (ends in /v1)")

@@ -63,6 +63,7 @@ STEPS = [  # the order the workers take them in
     ),
     Step("codex", True, "pinned Codex CLI", (".tools/codex",)),  # apt-get installs npm where it is missing
     Step("browser", True, "Debian's Chromium (report DOM tests)", optional=True),
+    Step("nginx", True, "Debian's nginx (the overhead benchmark's native relay)", optional=True),
     Step("harbor-image", True, "Harbor tasks' base image", (_FIXTURE + "harbor-base",), ("docker",), True),
     Step("harbor-venv", False, "Harbor's private venv", ("$HITCH_ROOT/tools/harbor",)),
     Step("sglang-image", True, "real SGLang as a local image", ("image:dev.hitch.runtime-image",), ("runtime", "docker"), True),

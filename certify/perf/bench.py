@@ -1,8 +1,9 @@
 """``python -m certify.perf`` (run by ``hitch bench overhead``): the overhead measurement on a stack started here.
 
-Arms: direct, gateway and (unless ``--no-reference``) the bare reference proxy, on the fake engine or the
-generic-CPU SGLang runtime (:mod:`certify.perf.stack`); loops and figures are the perf suite's
-(:mod:`certify.perf.loops`, :mod:`certify.perf.summary`). The defaults give ``--rounds x --requests`` =
+Arms: direct, gateway, (unless ``--no-reference``) the bare reference proxy and (``--nginx``: by default
+when installed) nginx, the field's native relay, on the fake engine or the generic-CPU SGLang runtime
+(:mod:`certify.perf.stack`); loops and figures are the perf suite's (:mod:`certify.perf.loops`,
+:mod:`certify.perf.summary`). The defaults give ``--rounds x --requests`` =
 500 pooled samples per arm per kind, so p99 has 5 samples beyond it (a p99 from < 100 is marked
 unreliable). ``--max-tokens 128 --fake-itl-ms 2`` measures the per-token cost (each token its own chunk);
 ``--open-streams N`` adds the gateway's memory per open stream (fake engine only: streams held by its stall
@@ -32,6 +33,7 @@ import psutil
 import uvloop
 
 from certify.perf.loops import Arm, Plan, as_json, measure
+from certify.perf.nginx_relay import nginx_binary
 from certify.perf.stack import Stack, StackOptions, started_stack
 from certify.perf.summary import render, summarize
 
@@ -72,6 +74,15 @@ def _cores(stack: Stack) -> dict[str, list[int]]:
     return {"engine": sorted(engine_cores), "gateway": sorted(gateway_cores), "load": sorted(os.sched_getaffinity(0))}
 
 
+def _with_nginx(choice: str) -> bool:
+    found = nginx_binary() is not None
+    if choice == "on" and not found:
+        raise SystemExit("--nginx on: nginx is not installed (make nginx: Debian's nginx-light)")
+    if choice == "auto" and not found:
+        print("note: nginx is not installed (make nginx): no native relay arm", file=sys.stderr)
+    return choice != "off" and found
+
+
 def _core_list(text: str) -> tuple[int, ...]:
     try:
         cores = tuple(sorted({int(part) for part in text.split(",") if part.strip()}))
@@ -104,6 +115,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-tokens", type=int, default=16)
     p.add_argument("--fake-itl-ms", type=float, default=0.0, help="fake engine: pause between tokens (one chunk each)")
     p.add_argument("--no-reference", action="store_true", help="leave out the bare reference proxy arm")
+    p.add_argument(
+        "--nginx",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="nginx as a third relay (auto: when installed; make nginx); its CPU per event beside the gateway's",
+    )
     p.add_argument("--open-streams", type=int, default=100)
     p.add_argument("--capture", choices=["off", "metadata", "full"], default="off")
     p.add_argument("--model-dir", type=Path, default=None, help="checkpoint dir (default: the tiny fixture)")
@@ -202,6 +219,7 @@ def _main(argv: list[str] | None, termination: Termination) -> int:
         fake_itl_ms=args.fake_itl_ms,
         capture=args.capture,
         reference=not args.no_reference,
+        nginx=_with_nginx(args.nginx),
         profile_gateway=args.profile_gateway,
         gateway_nice=args.gateway_nice,
         engine_cores=args.engine_cores,

@@ -10,7 +10,9 @@
   ``benchmark=True`` the lock permits the field tools' sampling controls (``ignore_eos``, ``min_tokens``);
 - the gateway: ``python -m gateway --spec`` as a separate process (its CPU is measured on its own), one
   registered run; optionally under cProfile (thread CPU time) for the per-chunk profile;
-- the reference proxy (:mod:`certify.perf.reference_proxy`), when asked for.
+- the reference proxy (:mod:`certify.perf.reference_proxy`), when asked for;
+- nginx (:mod:`certify.perf.nginx_relay`), when asked for: the field's native relay, the caller's key
+  passing through to the engine as the direct arm sends it.
 
 With ``engine_cores`` the engine is started on those cores only (its threads inherit the mask, so a CPU engine
 sizes its thread pool to them) and everything started after it, the gateway, the reference proxy and this
@@ -41,6 +43,7 @@ from typing import Any, Final
 from certify.kit.engines import sglang_command
 from certify.kit.probes import read_evidence
 from certify.perf.loops import KINDS, Arm
+from certify.perf.nginx_relay import started_nginx
 from certify.processes import stop_process
 from fixtures.checkpoint import tiny_checkpoint_cached
 from fixtures.fake_sglang.client import start_fake_engine
@@ -69,6 +72,7 @@ class StackOptions:
     capture: str = "off"
     benchmark_lock: bool = False
     reference: bool = False
+    nginx: bool = False  # Debian's nginx as a third relay (certify.perf.nginx_relay)
     profile_gateway: Path | None = None  # cProfile (thread CPU time) of the gateway process
     # the gateway process's niceness (0..19): on a machine whose engine uses every core, how much of the
     # per-token cost is the gateway's CPU taken from the engine (an experiment's knob; the product runs at 0)
@@ -232,4 +236,8 @@ def started_stack(opts: StackOptions, work: Path) -> Iterator[Stack]:
             arms["reference"] = Arm(
                 "reference", ref_url + ROUTE, {"Authorization": "Bearer " + ref_token, **json_ct}, sent, 0, ref.pid
             )
+        if opts.nginx:
+            relay = stack.enter_context(started_nginx(engine_url, work / "nginx"))
+            engine_auth = {"Authorization": "Bearer " + key, **json_ct}  # passed through to the engine
+            arms["nginx"] = Arm("nginx", relay.base_url + ROUTE, engine_auth, sent, 0, relay.pid)
         yield Stack(arms, lock, model_dir, engine_pid, fake_control, ready.get("metrics_url"))

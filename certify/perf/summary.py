@@ -196,6 +196,10 @@ def summarize(rounds: list[Round], plan: Plan, retries: dict[str, int], permits:
                 entry["itl_added_ci_ms"] = _intervals(rounds, kind, arm, "itl")
                 entry["itl_added_paired_ms"] = _paired(rounds, kind, arm, "itl")
             entry["over_bound"] = over_bound(entry, "e2e", "") + (over_bound(entry, "ttft", "TTFT ") if kind == "stream" else [])
+            if kind == "stream" and entry["completion_tokens_median"]:
+                events = entry["completion_tokens_median"]  # content events per stream: the per-token relay cost
+                entry["cpu_us_per_event_c1"] = entry["cpu_ms_per_request_c1"] * 1000 / events
+                entry["cpu_us_per_event_c32"] = entry["cpu_ms_per_request_c32"] * 1000 / events
             section[arm] = entry
         if "reference" in section:
             g, ref = section["gateway"], section["reference"]
@@ -205,6 +209,8 @@ def summarize(rounds: list[Round], plan: Plan, retries: dict[str, int], permits:
                 if ref["cpu_ms_per_request_c32"]
                 else None,
             }
+        if "nginx" in section:
+            section["gateway_vs_nginx"] = _versus(section["gateway"], section["nginx"], kind)
         results[kind] = section
     return {
         "schema_version": "2",
@@ -218,6 +224,27 @@ def summarize(rounds: list[Round], plan: Plan, retries: dict[str, int], permits:
         "max_tokens": plan.max_tokens,
         "engine_queue_full_retries": retries,
         "results": results,
+    }
+
+
+def _versus(g: dict[str, Any], n: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The gateway beside nginx in the same rounds: CPU ratios (per content event for streams) and whether the
+    gateway's paired added E2E p50 is decided above nginx's (its interval wholly above nginx's)."""
+    unit = "cpu_us_per_event" if kind == "stream" else "cpu_ms_per_request"
+
+    def ratio(key: str) -> float | None:
+        a, b = g.get(key), n.get(key)
+        return a / b if a is not None and b else None
+
+    gp, np_ = g["added_paired_ms"], n["added_paired_ms"]
+    decided = None
+    if gp["low"] is not None and np_["high"] is not None:
+        decided = gp["low"] > np_["high"]
+    return {
+        "cpu_ratio_c1": ratio(f"{unit}_c1"),
+        "cpu_ratio_c32": ratio(f"{unit}_c32"),
+        "cpu_unit": unit,
+        "added_p50_decided_above_nginx": decided,
     }
 
 
@@ -328,7 +355,7 @@ def render(report: dict[str, Any]) -> str:
             t, i = d["ttft_ms"], d["itl_ms"]
             lines.append(f"{'':9s} TTFT p50/p95 {t['p50']:.2f}/{t['p95']:.2f}, ITL p50/p95 {i['p50']:.3f}/{i['p95']:.3f}")
         for arm, e in s.items():
-            if arm in ("direct", "gateway_vs_reference"):
+            if arm in ("direct", "gateway_vs_reference", "gateway_vs_nginx"):
                 continue
             ratio = e["e2e_ratio"]
             lines.append(
@@ -357,6 +384,22 @@ def render(report: dict[str, Any]) -> str:
                 f"{'':9s} c=C {e['rps_c32']:.1f} req/s ({e['throughput_ratio_vs_direct_c32']:.3f}x direct); proxy CPU "
                 f"{e['cpu_ms_per_request_c32']:.2f} ms/req (c=C), {e['cpu_ms_per_request_c1']:.2f} (c=1); §15.4 "
                 f"(p50/p95 <= max(20 ms, 5 %), decided on the intervals): {'within' if within else 'OVER'}"
+            )
+            if "cpu_us_per_event_c1" in e:
+                lines.append(
+                    f"{'':9s} CPU per content event {e['cpu_us_per_event_c1']:.1f} us (c=1), "
+                    f"{e['cpu_us_per_event_c32']:.1f} us (c=C)"
+                )
+        if "gateway_vs_nginx" in s:
+            gn = s["gateway_vs_nginx"]
+            per = "per event" if gn["cpu_unit"] == "cpu_us_per_event" else "per request"
+            c1, cc = gn["cpu_ratio_c1"], gn["cpu_ratio_c32"]
+            decided = {True: "decided above nginx's", False: "not decided above nginx's", None: "-"}
+            lines.append(
+                f"gateway/nginx: CPU {per} {c1:.2f}x (c=1), {cc:.2f}x (c=C) (target <= 1.50x); added E2E p50 (paired): "
+                f"{decided[gn['added_p50_decided_above_nginx']]}"
+                if c1 is not None and cc is not None
+                else "gateway/nginx: CPU ratio unavailable"
             )
         if "gateway_vs_reference" in s:
             gr = s["gateway_vs_reference"]

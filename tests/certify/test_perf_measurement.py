@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from certify.components import missing
 from certify.perf.loops import Plan, Round, Sample
+from certify.perf.nginx_relay import nginx_binary
 from certify.perf.reading import StreamClock, carries_text
 from certify.perf.summary import over_bound, render, summarize
 
@@ -175,9 +177,11 @@ def test_few_samples_make_p99_unreliable_and_a_negative_difference_noise() -> No
 def test_overhead_benchmark_runs_all_arms_on_the_fake_engine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from certify.perf.bench import main
 
+    if nginx_binary() is None:
+        missing("nginx", "nginx is not installed (make nginx): the benchmark's native relay arm")
     out = tmp_path / "overhead.json"
     argv = ["--rounds", "1", "--requests", "3", "--warmup", "1", "--concurrency", "2", "--concurrent-requests", "4",
-            "--max-tokens", "8", "--open-streams", "2", "--gateway-nice", "5", "--out", str(out)]  # fmt: skip
+            "--max-tokens", "8", "--open-streams", "2", "--gateway-nice", "5", "--nginx", "on", "--out", str(out)]  # fmt: skip
     assert main(argv) == 0
     report = json.loads(out.read_text())
     assert report["samples_per_arm"] == 3 and report["engine"] == "fake"
@@ -189,9 +193,12 @@ def test_overhead_benchmark_runs_all_arms_on_the_fake_engine(tmp_path: Path, cap
         # the three arms did the same work
         assert section["direct"]["completion_tokens"] == section["gateway"]["completion_tokens"]
         assert section["reference"]["completion_tokens"] == section["gateway"]["completion_tokens"]
+        assert section["nginx"]["completion_tokens"] == section["gateway"]["completion_tokens"]
+        assert section["gateway_vs_nginx"]["cpu_ratio_c1"] > 0  # both relays' CPU read from their processes
+    assert report["results"]["stream"]["gateway"]["cpu_us_per_event_c1"] > 0
     assert all(0 < t <= 8 for t in report["results"]["unary"]["direct"]["completion_tokens"])
     raw = report["raw_rounds_s"][0]["c1"]["stream"]
-    assert all(len(raw[arm]) == 3 for arm in ("direct", "gateway", "reference"))
+    assert all(len(raw[arm]) == 3 for arm in ("direct", "gateway", "reference", "nginx"))
     assert report["results"]["gateway_rss_bytes_per_open_stream"] is not None
     printed = capsys.readouterr().out
     assert "UNRELIABLE (n=3 < 100)" in printed and "gateway at nice 5" in printed
@@ -339,3 +346,25 @@ def test_sigterm_inside_a_transport_callback_still_ends_the_benchmark_with_143()
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert raised.value.code == 128 + signal.SIGTERM
+
+
+def test_the_gateway_beside_nginx_gives_cpu_per_content_event_and_whether_it_is_decided_above() -> None:
+    rounds = _rounds(30, 0.002)
+    for rd in rounds:  # nginx: the direct samples plus 0.2 ms, a quarter of the gateway's CPU
+        for kind in ("unary", "stream"):
+            rd.c1[kind]["nginx"] = [Sample(s.e2e + 0.0002, s.ttft, s.itl, s.tokens) for s in rd.c1[kind]["direct"]]
+            rd.rps[kind]["nginx"] = 99.0
+            rd.cpu_ms_c1[kind]["nginx"], rd.cpu_ms_conc[kind]["nginx"] = 0.125, 0.1
+    plan = Plan(rounds=2, warmup=0, n_c1=30, concurrency=4, n_conc=8, max_tokens=8)
+    report = summarize(rounds, plan, {})
+    stream = report["results"]["stream"]
+    assert stream["gateway"]["cpu_us_per_event_c1"] == pytest.approx(0.5 * 1000 / 8)  # 8 content events per stream
+    assert stream["nginx"]["cpu_us_per_event_c32"] == pytest.approx(0.1 * 1000 / 8)
+    versus = stream["gateway_vs_nginx"]
+    assert versus["cpu_unit"] == "cpu_us_per_event"
+    assert (versus["cpu_ratio_c1"], versus["cpu_ratio_c32"]) == (pytest.approx(4.0), pytest.approx(4.0))
+    assert versus["added_p50_decided_above_nginx"] is True  # +2 ms against +0.2 ms, every pair alike
+    assert report["results"]["unary"]["gateway_vs_nginx"]["cpu_unit"] == "cpu_ms_per_request"
+    text = render(report)
+    assert "gateway/nginx: CPU per event 4.00x (c=1), 4.00x (c=C) (target <= 1.50x)" in text
+    assert "decided above nginx's" in text and "CPU per content event 62.5 us (c=1)" in text

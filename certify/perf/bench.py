@@ -111,9 +111,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--requests", type=int, default=100, help="requests per arm per kind per round at c=1")
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--concurrency", type=int, default=32)
-    p.add_argument("--concurrent-requests", type=int, default=256, help="requests per arm per kind per round at c=C")
+    p.add_argument("--concurrent-requests", type=int, default=256, help="requests per arm per kind per round at c=C (0: none)")
     p.add_argument("--max-tokens", type=int, default=16)
     p.add_argument("--fake-itl-ms", type=float, default=0.0, help="fake engine: pause between tokens (one chunk each)")
+    p.add_argument("--kinds", choices=["both", "stream", "unary"], default="both", help="the kinds of request measured")
     p.add_argument("--no-reference", action="store_true", help="leave out the bare reference proxy arm")
     p.add_argument(
         "--nginx",
@@ -206,9 +207,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None, termination: Termination) -> int:
     args = parser().parse_args(argv)
-    if args.rounds < 1 or args.requests < 1:
-        raise SystemExit("--rounds and --requests must be at least 1")
-    plan = Plan(args.rounds, args.warmup, args.requests, args.concurrency, args.concurrent_requests, args.max_tokens)
+    if args.rounds < 1 or args.requests < 1 or args.concurrent_requests < 0:
+        raise SystemExit("--rounds and --requests must be at least 1, --concurrent-requests at least 0")
+    kinds = ("unary", "stream") if args.kinds == "both" else (args.kinds,)
+    plan = Plan(args.rounds, args.warmup, args.requests, args.concurrency, args.concurrent_requests, args.max_tokens, kinds)
     if plan.pooled < 100:
         print(f"note: {plan.pooled} samples per arm: p99 is shown as unreliable (needs 100)", file=sys.stderr)
     opts = StackOptions(

@@ -58,6 +58,7 @@ class Plan:
     concurrency: int
     n_conc: int  # requests per arm per kind per round at concurrency C
     max_tokens: int
+    kinds: tuple[str, ...] = KINDS  # the kinds measured (a benchmark may take one; certify takes both)
 
     @property
     def pooled(self) -> int:
@@ -193,14 +194,14 @@ async def measure(arms: dict[str, Arm], plan: Plan, progress: bool = False) -> t
     names = list(arms)
     sessions = {name: aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) for name in names}
     try:
-        for kind in KINDS:  # warm-up: connections, tokenizer caches, the engine's first-request paths
+        for kind in plan.kinds:  # warm-up: connections, tokenizer caches, the engine's first-request paths
             for _ in range(plan.warmup):
                 for name in names:
                     await one(sessions[name], arms[name], kind, retries)
         for r in range(plan.rounds):
             order = names[r % len(names) :] + names[: r % len(names)]
             rd = Round()
-            for kind in KINDS:
+            for kind in plan.kinds:
                 samples: dict[str, list[Sample]] = {name: [] for name in names}
                 cpu0 = {name: _cpu_s(arms[name].pid) for name in names}
                 for _ in range(plan.n_c1):
@@ -209,7 +210,7 @@ async def measure(arms: dict[str, Arm], plan: Plan, progress: bool = False) -> t
                 rd.cpu_ms_c1[kind] = {name: (_cpu_s(arms[name].pid) - cpu0[name]) * 1000 / plan.n_c1 for name in names}
                 rd.c1[kind] = samples
                 rd.rps[kind], rd.cpu_ms_conc[kind] = {}, {}
-                for name in order:
+                for name in order if plan.n_conc > 0 else ():  # n_conc 0: no c=C loop (its figures are None)
                     rps, cpu = await _concurrent(sessions[name], arms[name], kind, plan, retries)
                     rd.rps[kind][name], rd.cpu_ms_conc[kind][name] = rps, cpu
             rounds.append(rd)

@@ -148,12 +148,17 @@ def _tokens(rounds: list[Round], kind: str, arm: str) -> dict[str, Any]:
 
 
 def summarize(rounds: list[Round], plan: Plan, retries: dict[str, int], permits: int | None = None) -> dict[str, Any]:
-    med = statistics.median
-    arms = list(rounds[0].c1[KINDS[0]])
+    kinds = [k for k in KINDS if k in rounds[0].c1]
+    arms = list(rounds[0].c1[kinds[0]])
+    conc = plan.n_conc > 0  # else no c=C loop ran: its figures are None
+
+    def med(values: Any) -> Any:
+        return statistics.median(values) if conc else None
+
     results: dict[str, Any] = {}
-    for kind in KINDS:
+    for kind in kinds:
         direct = _direct(rounds, kind, "e2e")
-        di_rps = [rd.rps[kind]["direct"] for rd in rounds]
+        di_rps = [rd.rps[kind].get("direct") for rd in rounds]
         section: dict[str, Any] = {
             "direct": {f"{p}_ms": v for p, v in direct.items()} | {"rps_c32": med(di_rps)} | _tokens(rounds, kind, "direct")
         }
@@ -169,7 +174,7 @@ def summarize(rounds: list[Round], plan: Plan, retries: dict[str, int], permits:
             if arm == "direct":
                 continue
             added, added_rounds = _added(rounds, kind, arm, "e2e")
-            rps = [rd.rps[kind][arm] for rd in rounds]
+            rps = [rd.rps[kind].get(arm) for rd in rounds]
             entry: dict[str, Any] = {
                 "added_latency_ms": added,
                 "added_latency_ms_rounds": added_rounds,
@@ -178,9 +183,9 @@ def summarize(rounds: list[Round], plan: Plan, retries: dict[str, int], permits:
                 "e2e_ratio": {p: (direct[p] + added[p]) / direct[p] if direct[p] else None for p in QS},
                 "bound_ms": {p: bound_ms(direct[p]) for p in _BOUNDED},
                 "rps_c32": med(rps),
-                "throughput_ratio_vs_direct_c32": med(a / d for a, d in zip(rps, di_rps, strict=True)),
-                "cpu_ms_per_request_c32": med(rd.cpu_ms_conc[kind][arm] for rd in rounds),
-                "cpu_ms_per_request_c1": med(rd.cpu_ms_c1[kind][arm] for rd in rounds),
+                "throughput_ratio_vs_direct_c32": med([a / d for a, d in zip(rps, di_rps, strict=True) if a and d]),
+                "cpu_ms_per_request_c32": med([rd.cpu_ms_conc[kind].get(arm) for rd in rounds]),
+                "cpu_ms_per_request_c1": statistics.median(rd.cpu_ms_c1[kind][arm] for rd in rounds),
             } | _tokens(rounds, kind, arm)
             entry["paired_target"] = paired_target(entry["added_paired_ms"], direct["p50"])
             if (residence := _residence(rounds, kind, arm, "residence")) is not None:
@@ -199,14 +204,17 @@ def summarize(rounds: list[Round], plan: Plan, retries: dict[str, int], permits:
             if kind == "stream" and entry["completion_tokens_median"]:
                 events = entry["completion_tokens_median"]  # content events per stream: the per-token relay cost
                 entry["cpu_us_per_event_c1"] = entry["cpu_ms_per_request_c1"] * 1000 / events
-                entry["cpu_us_per_event_c32"] = entry["cpu_ms_per_request_c32"] * 1000 / events
+                c32 = entry["cpu_ms_per_request_c32"]
+                entry["cpu_us_per_event_c32"] = None if c32 is None else c32 * 1000 / events
             section[arm] = entry
         if "reference" in section:
             g, ref = section["gateway"], section["reference"]
             section["gateway_vs_reference"] = {
-                "throughput_ratio_c32": med(rd.rps[kind]["gateway"] / rd.rps[kind]["reference"] for rd in rounds),
+                "throughput_ratio_c32": med([rd.rps[kind]["gateway"] / rd.rps[kind]["reference"] for rd in rounds])
+                if conc
+                else None,
                 "cpu_ratio_c32": g["cpu_ms_per_request_c32"] / ref["cpu_ms_per_request_c32"]
-                if ref["cpu_ms_per_request_c32"]
+                if conc and ref["cpu_ms_per_request_c32"]
                 else None,
             }
         if "nginx" in section:
@@ -334,6 +342,11 @@ def _cores_text(cores: dict[str, list[int]]) -> str:
     return f"; engine on cores {names(cores['engine'])}, gateway on {names(cores['gateway'])}, load on {names(cores['load'])}"
 
 
+def _num(value: float | None, spec: str) -> str:
+    """A figure as text, ``-`` where it was not measured (no c=C loop)."""
+    return "-" if value is None else format(value, spec)
+
+
 def render(report: dict[str, Any]) -> str:
     """The figures as text: per kind, direct's percentiles, then each arm's added figures with intervals."""
     lines = [
@@ -343,13 +356,13 @@ def render(report: dict[str, Any]) -> str:
         + (f"; gateway at nice {report['gateway_nice']}" if report.get("gateway_nice") else "")
         + (_cores_text(report["cores"]) if report.get("cores") else "")
     ]
-    for kind in KINDS:
+    for kind in [k for k in KINDS if k in report["results"]]:
         s = report["results"][kind]
         d = s["direct"]
         lines.append(f"\n== {kind} ==")
         lines.append(
-            f"direct    E2E p50/p95/p99 {d['p50_ms']:.2f}/{d['p95_ms']:.2f}/{d['p99_ms']:.2f}, c=C {d['rps_c32']:.1f} req/s, "
-            f"tokens {d['completion_tokens_median']}"
+            f"direct    E2E p50/p95/p99 {d['p50_ms']:.2f}/{d['p95_ms']:.2f}/{d['p99_ms']:.2f}, c=C {_num(d['rps_c32'], '.1f')} "
+            f"req/s, tokens {d['completion_tokens_median']}"
         )
         if kind == "stream":
             t, i = d["ttft_ms"], d["itl_ms"]
@@ -381,14 +394,15 @@ def render(report: dict[str, Any]) -> str:
                     lines.append(f"{'':9s} {label} in the gateway " + "; ".join(_interval(p, c) for p, c in e[key].items()))
             within = not e["over_bound"]
             lines.append(
-                f"{'':9s} c=C {e['rps_c32']:.1f} req/s ({e['throughput_ratio_vs_direct_c32']:.3f}x direct); proxy CPU "
-                f"{e['cpu_ms_per_request_c32']:.2f} ms/req (c=C), {e['cpu_ms_per_request_c1']:.2f} (c=1); §15.4 "
+                f"{'':9s} c=C {_num(e['rps_c32'], '.1f')} req/s ({_num(e['throughput_ratio_vs_direct_c32'], '.3f')}x "
+                f"direct); proxy CPU {_num(e['cpu_ms_per_request_c32'], '.2f')} ms/req (c=C), {e['cpu_ms_per_request_c1']:.2f} "
+                "(c=1); §15.4 "
                 f"(p50/p95 <= max(20 ms, 5 %), decided on the intervals): {'within' if within else 'OVER'}"
             )
             if "cpu_us_per_event_c1" in e:
                 lines.append(
                     f"{'':9s} CPU per content event {e['cpu_us_per_event_c1']:.1f} us (c=1), "
-                    f"{e['cpu_us_per_event_c32']:.1f} us (c=C)"
+                    f"{_num(e['cpu_us_per_event_c32'], '.1f')} us (c=C)"
                 )
         if "gateway_vs_nginx" in s:
             gn = s["gateway_vs_nginx"]
@@ -396,16 +410,14 @@ def render(report: dict[str, Any]) -> str:
             c1, cc = gn["cpu_ratio_c1"], gn["cpu_ratio_c32"]
             decided = {True: "decided above nginx's", False: "not decided above nginx's", None: "-"}
             lines.append(
-                f"gateway/nginx: CPU {per} {c1:.2f}x (c=1), {cc:.2f}x (c=C) (target <= 1.50x); added E2E p50 (paired): "
-                f"{decided[gn['added_p50_decided_above_nginx']]}"
-                if c1 is not None and cc is not None
-                else "gateway/nginx: CPU ratio unavailable"
+                f"gateway/nginx: CPU {per} {_num(c1, '.2f')}x (c=1), {_num(cc, '.2f')}x (c=C) (target <= 1.50x); "
+                f"added E2E p50 (paired): {decided[gn['added_p50_decided_above_nginx']]}"
             )
         if "gateway_vs_reference" in s:
             gr = s["gateway_vs_reference"]
             cpu = gr["cpu_ratio_c32"]
             lines.append(
-                f"gateway/reference: throughput {gr['throughput_ratio_c32']:.2f}x" + (f", CPU {cpu:.2f}x" if cpu else "")
+                f"gateway/reference: throughput {_num(gr['throughput_ratio_c32'], '.2f')}x" + (f", CPU {cpu:.2f}x" if cpu else "")
             )
     lines.append(
         "\nnoise: the interval holds 0 (the arms are not told apart; a negative figure is no speed-up). "

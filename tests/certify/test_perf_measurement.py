@@ -368,3 +368,17 @@ def test_the_gateway_beside_nginx_gives_cpu_per_content_event_and_whether_it_is_
     text = render(report)
     assert "gateway/nginx: CPU per event 4.00x (c=1), 4.00x (c=C) (target <= 1.50x)" in text
     assert "decided above nginx's" in text and "CPU per content event 62.5 us (c=1)" in text
+
+
+def test_a_stream_only_measurement_without_the_concurrent_loop_leaves_its_figures_unmeasured() -> None:
+    rounds = _rounds(30, 0.002)
+    for rd in rounds:  # what measure() leaves for --kinds stream --concurrent-requests 0
+        del rd.c1["unary"], rd.cpu_ms_c1["unary"]
+        rd.rps, rd.cpu_ms_conc = {"stream": {}}, {"stream": {}}
+    plan = Plan(rounds=2, warmup=0, n_c1=30, concurrency=4, n_conc=0, max_tokens=8, kinds=("stream",))
+    report = summarize(rounds, plan, {})
+    assert set(report["results"]) == {"stream"}
+    gw = report["results"]["stream"]["gateway"]
+    assert gw["rps_c32"] is None and gw["cpu_us_per_event_c32"] is None and gw["cpu_us_per_event_c1"] == pytest.approx(62.5)
+    text = render(report)
+    assert "== unary ==" not in text and "c=C - req/s" in text

@@ -204,6 +204,8 @@ def summarize(rounds: list[Round], plan: Plan, retries: dict[str, int], permits:
             if kind == "stream" and entry["completion_tokens_median"]:
                 events = entry["completion_tokens_median"]  # content events per stream: the per-token relay cost
                 entry["cpu_us_per_event_c1"] = entry["cpu_ms_per_request_c1"] * 1000 / events
+                ticks = [rd.cpu_ticks_ms_c1[kind][arm] for rd in rounds if arm in rd.cpu_ticks_ms_c1.get(kind, {})]
+                entry["cpu_ticks_us_per_event_c1"] = statistics.fmean(ticks) * 1000 / events if ticks else None
                 c32 = entry["cpu_ms_per_request_c32"]
                 entry["cpu_us_per_event_c32"] = None if c32 is None else c32 * 1000 / events
             section[arm] = entry
@@ -244,6 +246,7 @@ def _versus(g: dict[str, Any], n: dict[str, Any], kind: str) -> dict[str, Any]:
         a, b = g.get(key), n.get(key)
         return a / b if a is not None and b else None
 
+    ticks = {"cpu_ticks_ratio_c1": ratio("cpu_ticks_us_per_event_c1")} if kind == "stream" else {}
     gp, np_ = g["added_paired_ms"], n["added_paired_ms"]
     decided = None
     if gp["low"] is not None and np_["high"] is not None:
@@ -253,7 +256,7 @@ def _versus(g: dict[str, Any], n: dict[str, Any], kind: str) -> dict[str, Any]:
         "cpu_ratio_c32": ratio(f"{unit}_c32"),
         "cpu_unit": unit,
         "added_p50_decided_above_nginx": decided,
-    }
+    } | ticks
 
 
 def _record_interval(c: dict[str, Any]) -> dict[str, Any]:
@@ -402,7 +405,8 @@ def render(report: dict[str, Any]) -> str:
             if "cpu_us_per_event_c1" in e:
                 lines.append(
                     f"{'':9s} CPU per content event {e['cpu_us_per_event_c1']:.1f} us (c=1), "
-                    f"{_num(e['cpu_us_per_event_c32'], '.1f')} us (c=C)"
+                    f"{_num(e['cpu_us_per_event_c32'], '.1f')} us (c=C); as utime+stime ticks (mean of rounds, c=1) "
+                    f"{_num(e.get('cpu_ticks_us_per_event_c1'), '.1f')} us"
                 )
         if "gateway_vs_nginx" in s:
             gn = s["gateway_vs_nginx"]
@@ -412,6 +416,7 @@ def render(report: dict[str, Any]) -> str:
             lines.append(
                 f"gateway/nginx: CPU {per} {_num(c1, '.2f')}x (c=1), {_num(cc, '.2f')}x (c=C) (target <= 1.50x); "
                 f"added E2E p50 (paired): {decided[gn['added_p50_decided_above_nginx']]}"
+                + (f"; as utime+stime ticks {_num(gn['cpu_ticks_ratio_c1'], '.2f')}x (c=1)" if "cpu_ticks_ratio_c1" in gn else "")
             )
         if "gateway_vs_reference" in s:
             gr = s["gateway_vs_reference"]

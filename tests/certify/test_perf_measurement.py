@@ -355,6 +355,7 @@ def test_the_gateway_beside_nginx_gives_cpu_per_content_event_and_whether_it_is_
             rd.c1[kind]["nginx"] = [Sample(s.e2e + 0.0002, s.ttft, s.itl, s.tokens) for s in rd.c1[kind]["direct"]]
             rd.rps[kind]["nginx"] = 99.0
             rd.cpu_ms_c1[kind]["nginx"], rd.cpu_ms_conc[kind]["nginx"] = 0.125, 0.1
+        rd.cpu_ticks_ms_c1["stream"] = {"direct": 0.0, "gateway": 0.0 if rd is rounds[0] else 1.0, "nginx": 0.25}
     plan = Plan(rounds=2, warmup=0, n_c1=30, concurrency=4, n_conc=8, max_tokens=8)
     report = summarize(rounds, plan, {})
     stream = report["results"]["stream"]
@@ -364,6 +365,9 @@ def test_the_gateway_beside_nginx_gives_cpu_per_content_event_and_whether_it_is_
     assert versus["cpu_unit"] == "cpu_us_per_event"
     assert (versus["cpu_ratio_c1"], versus["cpu_ratio_c32"]) == (pytest.approx(4.0), pytest.approx(4.0))
     assert versus["added_p50_decided_above_nginx"] is True  # +2 ms against +0.2 ms, every pair alike
+    # ticks are 10 ms steps: their figure is the mean over rounds (0 and 1 ms: 0.5 ms a stream, 62.5 us an event)
+    assert stream["gateway"]["cpu_ticks_us_per_event_c1"] == pytest.approx(62.5)
+    assert versus["cpu_ticks_ratio_c1"] == pytest.approx(2.0)
     assert report["results"]["unary"]["gateway_vs_nginx"]["cpu_unit"] == "cpu_ms_per_request"
     text = render(report)
     assert "gateway/nginx: CPU per event 4.00x (c=1), 4.00x (c=C) (target <= 1.50x)" in text

@@ -9,9 +9,11 @@ the caller's output budget, status, HTTP status and error code. Rows are appende
 Cost on the request path is one list append: the gateway hands over the finished exchange (anything with
 ``evidence_fields()``, built with ``RequestEvidenceV1``'s types; the tests parse every row back through
 that record), and rows are built and serialized on the background writer's thread. Rows are batched: the
-first row after a flush schedules one flush ``flush_after_s`` later on the event loop, which hands one
+first row after a flush schedules one flush ``flush_after_s`` (1 s) later on the event loop, which hands one
 write per file to the writer; if its queue is full the batch is written at once, so evidence is never
-dropped. :meth:`flush` forces it (shutdown, tests).
+dropped. :meth:`flush` forces it (shutdown, the end of a run, tests). A second, not 50 ms: at one request at
+a time each request was its own batch, and the writer's wake-up, encoding and open/append/close cost ~0.35 ms
+of CPU per request on a machine whose engine wants every core (``hitch bench overhead``: ~0.1 ms batched).
 
 Each binding's file is tallied as it is written (:class:`RowTally`: rows, rows by status, token totals, the
 file's sha256 and size), so the end of a run reads its attempt ledger in O(1) instead of re-reading its rows
@@ -88,7 +90,7 @@ class RowTally:
 
 
 class EvidenceLog:
-    def __init__(self, directory: Path, writer: BackgroundWriter, flush_after_s: float = 0.05) -> None:
+    def __init__(self, directory: Path, writer: BackgroundWriter, flush_after_s: float = 1.0) -> None:
         self.directory = directory
         self._writer = writer
         self._pending: dict[str, list[EvidenceSource]] = {}

@@ -29,6 +29,7 @@ __all__ = [
     "finite_or_none",
     "min_samples",
     "percentile",
+    "ratio_interval",
     "wilson_interval",
 ]
 
@@ -104,6 +105,33 @@ def added_intervals(
             "noise": low <= 0 <= high,
         }
     return out
+
+
+def ratio_interval(
+    pairs: Sequence[tuple[float, float]], *, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED
+) -> dict[str, Any]:
+    """The ratio of sums ``sum(a) / sum(b)`` over paired measurements (a round's two arms) with its bootstrap 95 %
+    interval, the pairs resampled together: ``estimate``, ``low``, ``high`` (None without a positive ``b``
+    sum) and ``n``."""
+    n = len(pairs)
+    total_b = sum(b for _, b in pairs)
+    if n == 0 or total_b <= 0:
+        return {"estimate": None, "low": None, "high": None, "n": n}
+    rng = random.Random(seed)
+    draws = []
+    for _ in range(resamples):
+        picked = rng.choices(pairs, k=n)
+        den = sum(b for _, b in picked)
+        if den > 0:
+            draws.append(sum(a for a, _ in picked) / den)
+    draws.sort()
+    alpha = (1 - CONFIDENCE) / 2
+    return {
+        "estimate": sum(a for a, _ in pairs) / total_b,
+        "low": _sorted_quantile(draws, alpha),
+        "high": _sorted_quantile(draws, 1 - alpha),
+        "n": n,
+    }
 
 
 def wilson_interval(successes: int, n: int) -> dict[str, Any]:

@@ -61,7 +61,7 @@ from harness.contracts.certification import (
     LatencyDifferenceV1,
     PairedShiftV1,
 )
-from harness.stats import added_intervals, percentile
+from harness.stats import added_intervals, percentile, ratio_interval
 
 __all__ = [
     "FLOOR_MS",
@@ -220,7 +220,7 @@ def summarize(rounds: list[Round], plan: Plan, retries: dict[str, int], permits:
                 else None,
             }
         if "nginx" in section:
-            section["gateway_vs_nginx"] = _versus(section["gateway"], section["nginx"], kind)
+            section["gateway_vs_nginx"] = _versus(section["gateway"], section["nginx"], kind, rounds)
         results[kind] = section
     return {
         "schema_version": "2",
@@ -237,7 +237,7 @@ def summarize(rounds: list[Round], plan: Plan, retries: dict[str, int], permits:
     }
 
 
-def _versus(g: dict[str, Any], n: dict[str, Any], kind: str) -> dict[str, Any]:
+def _versus(g: dict[str, Any], n: dict[str, Any], kind: str, rounds: list[Round]) -> dict[str, Any]:
     """The gateway beside nginx in the same rounds: CPU ratios (per content event for streams) and whether the
     gateway's paired added E2E p50 is decided above nginx's (its interval wholly above nginx's)."""
     unit = "cpu_us_per_event" if kind == "stream" else "cpu_ms_per_request"
@@ -247,6 +247,8 @@ def _versus(g: dict[str, Any], n: dict[str, Any], kind: str) -> dict[str, Any]:
         return a / b if a is not None and b else None
 
     ticks = {"cpu_ticks_ratio_c1": ratio("cpu_ticks_us_per_event_c1")} if kind == "stream" else {}
+    # the rounds' CPU, paired (the same rounds, the same events): the ratio of the totals with its interval
+    pairs = [(rd.cpu_ms_c1[kind]["gateway"], rd.cpu_ms_c1[kind]["nginx"]) for rd in rounds]
     gp, np_ = g["added_paired_ms"], n["added_paired_ms"]
     decided = None
     if gp["low"] is not None and np_["high"] is not None:
@@ -255,6 +257,7 @@ def _versus(g: dict[str, Any], n: dict[str, Any], kind: str) -> dict[str, Any]:
         "cpu_ratio_c1": ratio(f"{unit}_c1"),
         "cpu_ratio_c32": ratio(f"{unit}_c32"),
         "cpu_unit": unit,
+        "cpu_ratio_c1_ci": {k: None if v is None else round(v, 3) if k != "n" else v for k, v in ratio_interval(pairs).items()},
         "added_p50_decided_above_nginx": decided,
     } | ticks
 
@@ -413,8 +416,10 @@ def render(report: dict[str, Any]) -> str:
             per = "per event" if gn["cpu_unit"] == "cpu_us_per_event" else "per request"
             c1, cc = gn["cpu_ratio_c1"], gn["cpu_ratio_c32"]
             decided = {True: "decided above nginx's", False: "not decided above nginx's", None: "-"}
+            ci = gn["cpu_ratio_c1_ci"]
+            ci_text = f" [{ci['low']:.2f}, {ci['high']:.2f}] over the rounds' totals" if ci["low"] is not None else ""
             lines.append(
-                f"gateway/nginx: CPU {per} {_num(c1, '.2f')}x (c=1), {_num(cc, '.2f')}x (c=C) (target <= 1.50x); "
+                f"gateway/nginx: CPU {per} {_num(c1, '.2f')}x (c=1){ci_text}, {_num(cc, '.2f')}x (c=C) (target <= 1.50x); "
                 f"added E2E p50 (paired): {decided[gn['added_p50_decided_above_nginx']]}"
                 + (f"; as utime+stime ticks {_num(gn['cpu_ticks_ratio_c1'], '.2f')}x (c=1)" if "cpu_ticks_ratio_c1" in gn else "")
             )

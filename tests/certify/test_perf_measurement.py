@@ -368,9 +368,10 @@ def test_the_gateway_beside_nginx_gives_cpu_per_content_event_and_whether_it_is_
     # ticks are 10 ms steps: their figure is the mean over rounds (0 and 1 ms: 0.5 ms a stream, 62.5 us an event)
     assert stream["gateway"]["cpu_ticks_us_per_event_c1"] == pytest.approx(62.5)
     assert versus["cpu_ticks_ratio_c1"] == pytest.approx(2.0)
+    assert versus["cpu_ratio_c1_ci"] == {"estimate": 4.0, "low": 4.0, "high": 4.0, "n": 2}  # every round alike
     assert report["results"]["unary"]["gateway_vs_nginx"]["cpu_unit"] == "cpu_ms_per_request"
     text = render(report)
-    assert "gateway/nginx: CPU per event 4.00x (c=1), 4.00x (c=C) (target <= 1.50x)" in text
+    assert "gateway/nginx: CPU per event 4.00x (c=1) [4.00, 4.00] over the rounds' totals, 4.00x (c=C) (target <= 1.50x)" in text
     assert "decided above nginx's" in text and "CPU per content event 62.5 us (c=1)" in text
 
 

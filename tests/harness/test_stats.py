@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from harness.stats import added_intervals, min_samples, percentile, wilson_interval
+from harness.stats import added_intervals, min_samples, percentile, ratio_interval, wilson_interval
 
 QS = {"p50": 0.5, "p95": 0.95, "p99": 0.99}
 
@@ -76,3 +76,11 @@ def test_wilson_interval_matches_the_textbook_values_and_stays_in_bounds() -> No
     assert wilson_interval(0, 0) == {"estimate": None, "low": None, "high": None, "n": 0, "successes": 0}
     with pytest.raises(ValueError):
         wilson_interval(3, 2)
+
+
+def test_a_ratio_of_paired_totals_has_an_interval_that_holds_it() -> None:
+    pairs = [(2.0 + 0.1 * (i % 5), 1.0) for i in range(40)]
+    ci = ratio_interval(pairs)
+    assert ci["n"] == 40 and ci["estimate"] == pytest.approx(2.2)
+    assert 2.0 < ci["low"] < ci["estimate"] < ci["high"] < 2.4
+    assert ratio_interval([(1.0, 0.0)])["estimate"] is None  # nothing to divide by

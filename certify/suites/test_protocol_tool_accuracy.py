@@ -3,7 +3,8 @@
 ``protocol.tools.schema_accuracy`` sends forced (named ``tool_choice``) Responses requests over three tool
 schemas and many prompts, stream and non-stream, and reports the share of answers holding one call of the
 forced tool whose arguments parse as JSON and validate against the tool's schema, with its Wilson 95 %
-interval (:func:`harness.stats.wilson_interval`). Every answer must conform to the Open Responses schema and
+interval (:func:`harness.stats.wilson_interval`). The requests go as many at once as the engine runs (a CPU
+engine batches them: 104 SmolLM2 calls take ~3.5 s each one at a time). Every answer must conform to the Open Responses schema and
 every request must be answered: those fail the check. The share itself is the model's (and its grammar's), a
 figure in the entry, never a pass/fail: the level does not depend on it (not required). The fake engine
 answers a forced call with the smallest valid arguments, so a figure of it would say nothing: real engines only.
@@ -12,10 +13,12 @@ answers a forced call with the smallest valid arguments, so a figure of it would
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import jsonschema  # type: ignore[import-untyped,unused-ignore]
 
+from certify.kit.probes import session_lock
 from certify.kit.requests import CALL_BUDGET, FORECAST_SCHEMA, gw_post, gw_stream
 from certify.open_responses import resource_errors, stream_errors
 from certify.registry import check
@@ -134,25 +137,32 @@ def test_tool_schema_accuracy(certify_env: CertifyEnv, certify_record: Any) -> N
     by: dict[str, list[int]] = {}
     misses: list[str] = []
     broken: list[str] = []
-    for name, prompts in PROMPTS.items():
+    asks = [(name, prompt, stream) for name, prompts in PROMPTS.items() for prompt in prompts for stream in (False, True)]
+
+    def ask(name: str, prompt: str, stream: bool) -> tuple[dict[str, Any] | None, list[str]]:
         tool = {"type": "function", "name": name, **TOOLS[name]}
-        for prompt in prompts:
-            body = {
-                "model": run.wire_model,
-                "input": prompt,
-                "tools": [tool],
-                "tool_choice": {"type": "function", "name": name},
-                "max_output_tokens": CALL_BUDGET,
-            }
-            for stream in (False, True):
-                resource, problems = _answer(run, body, stream)
-                broken += [f"{name} {prompt!r} stream={stream}: {p}" for p in problems]
-                ok, why = _valid(resource or {}, name)
-                tally = by.setdefault(f"{name}.{'stream' if stream else 'unary'}", [0, 0])
-                tally[0] += ok
-                tally[1] += 1
-                if not ok and len(misses) < 12:
-                    misses.append(f"{name} stream={stream} {prompt!r}: {why}")
+        body = {
+            "model": run.wire_model,
+            "input": prompt,
+            "tools": [tool],
+            "tool_choice": {"type": "function", "name": name},
+            "max_output_tokens": CALL_BUDGET,
+        }
+        return _answer(run, body, stream)
+
+    # as many at once as the engine runs (its slots: a CPU engine batches them), answers read in the asks' order
+    slots = max(1, session_lock(certify_env).execution.max_running_requests)
+    with ThreadPoolExecutor(max_workers=slots) as pool:
+        answers = list(pool.map(lambda a: ask(*a), asks))
+    for (name, prompt, stream), (resource, problems) in zip(asks, answers, strict=True):
+        broken += [f"{name} {prompt!r} stream={stream}: {p}" for p in problems]
+        ok, why = _valid(resource or {}, name)
+        tally = by.setdefault(f"{name}.{'stream' if stream else 'unary'}", [0, 0])
+        tally[0] += ok
+        tally[1] += 1
+        if not ok and len(misses) < 12:
+            misses.append(f"{name} stream={stream} {prompt!r}: {why}")
+    certify_record.detail("concurrency", slots)
     successes, n = sum(t[0] for t in by.values()), sum(t[1] for t in by.values())
     figure = wilson_interval(successes, n)
     for key, value in figure.items():

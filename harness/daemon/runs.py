@@ -35,6 +35,9 @@ revoked); the next acquire starts a new epoch.
 
 A run may carry a candidate deadline (``deadline_s``: ``hitch run --deadline-s``, a Harbor trial's budget):
 the gateway bounds each of its requests by what is left of it (:meth:`gateway.bindings.Binding.time_left`).
+
+The lifecycle events a run causes (the prepare made for it, its service's start, its acquire and release) carry its
+run id (spec §12.1).
 """
 
 from __future__ import annotations
@@ -269,7 +272,7 @@ class RunService:
         self._check_cancelled(run_id)
         if handed is None:
             before = {s.service_id for s in self.core.manager.services()}
-            lease = await self.core.acquire(lock, run_id, choice, progress=run_id)
+            lease = await self.core.acquire(lock, run_id, choice, progress=run_id, run_id=run_id)
             run.lease_id, run.service_id = lease.lease_id, lease.service_id
             run.reused_service = lease.service_id in before
             self._check_cancelled(run_id)

@@ -95,11 +95,16 @@ async def prepare(core: Any, req: PrepareRequest) -> dict[str, Any]:
 
 
 async def prepare_for(
-    core: Any, req: PrepareRequest, successor: str | None = None, progress: str | None = None
+    core: Any,
+    req: PrepareRequest,
+    successor: str | None = None,
+    progress: str | None = None,
+    cache_scope_owner: str | None = None,
 ) -> tuple[dict[str, Any], LeaseHandle | None]:
     """Prepare, and with ``successor`` (a run's owner id) hand the verified service over to it: the returned lease
-    is the successor's, on the engine that verified the sealed lock. ``progress`` names whose wait the phases
-    are shown for (:meth:`~harness.daemon.core.DaemonCore.progress`)."""
+    is the successor's, on the engine that verified the sealed lock, in the successor's cache scope
+    (``cache_scope_owner``, default its own). ``progress`` names whose wait the phases are shown for
+    (:meth:`~harness.daemon.core.DaemonCore.progress`)."""
     root: HitchRoot = core.root
     choice = req.engine_choice()
     device_choice = req.device_choice.model_dump(mode="json") if req.device_choice is not None else None
@@ -121,7 +126,9 @@ async def prepare_for(
     done.add_done_callback(lambda f: f.cancelled() or f.exception())  # nobody else may be waiting for it
     core.prepares[draft.inference_id] = done
     try:
-        result, handed = await _prepare_draft(core, req, draft, choice, runtime.name, device_choice, successor, progress)
+        result, handed = await _prepare_draft(
+            core, req, draft, choice, runtime.name, device_choice, successor, progress, cache_scope_owner
+        )
     except BaseException as exc:
         done.set_exception(exc if isinstance(exc, Exception) else HitchError("internal_error", "prepare was cancelled", {}))
         raise
@@ -141,6 +148,7 @@ async def _prepare_draft(
     device_choice: dict[str, Any] | None,
     successor: str | None,
     progress: str | None,
+    cache_scope_owner: str | None = None,
 ) -> tuple[dict[str, Any], LeaseHandle | None]:
     """Probe ``draft``, seal it, verify the sealed lock; hand the verified service to ``successor`` when given."""
     root: HitchRoot = core.root
@@ -164,8 +172,9 @@ async def _prepare_draft(
     lock = validate_lock(seal_probed(draft, probed).to_json_dict())
     if lock.inference_id != draft.inference_id:
         _event(root, lock, owner, successor, "inference.preparing", **preparing, resealed_from=draft.inference_id, probed=probed)
+    scope = cache_scope_owner or successor  # the verified engine is the successor's: started in its cache scope
     lease: LeaseHandle = await core.acquire(
-        lock, owner, choice, cache_scope_owner=successor, progress=progress, stage="verify", run_id=successor
+        lock, owner, choice, cache_scope_owner=scope, progress=progress, stage="verify", run_id=successor
     )
     handed: LeaseHandle | None = None
     try:
@@ -207,7 +216,9 @@ async def _prepare_draft(
         }
         lock_path, validation_path = save_sealed_lock(root, lock, validation)
         if successor is not None:  # the same service (same lock, the successor's cache scope): ready, no start
-            handed = await core.acquire(lock, successor, choice, progress=progress, run_id=successor)
+            handed = await core.acquire(
+                lock, successor, choice, cache_scope_owner=cache_scope_owner, progress=progress, run_id=successor
+            )
     finally:
         if handed is not None:
             await core.release(lease.lease_id)

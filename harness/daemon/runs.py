@@ -127,6 +127,7 @@ class _Run:
 _REQUEST_FIELDS = {
     "model", "inference_id", "device", "profile", "runtime", "engine", "launcher", "fake_flags", "image", "capture_max_bytes",
     "device_choice", "for_containers", "eval_image", "trial", "deadline_s", "rerun_of", "harness_artifact", "certifying",
+    "cache_scope_owner",
 }  # fmt: skip
 _SERVICE_FIELDS = {"device", "profile", "engine", "launcher", "image", "fake_flags", "device_choice"}
 
@@ -227,7 +228,9 @@ class RunService:
             return load_sealed_lock(self.core.root, sealed), None
         service = ask.model_dump(include=_SERVICE_FIELDS, exclude_none=True)
         prepare_ask = PrepareRequest.model_validate({**service, "model": ask.model, "runtime": ask.runtime})
-        result, lease = await prepare_for(self.core, prepare_ask, successor=run_id, progress=run_id)
+        result, lease = await prepare_for(
+            self.core, prepare_ask, successor=run_id, progress=run_id, cache_scope_owner=ask.cache_scope_owner
+        )
         return load_sealed_lock(self.core.root, str(result["inference_id"])), lease
 
     def _check_cancelled(self, run_id: str) -> None:
@@ -277,7 +280,8 @@ class RunService:
             run.lease_id, run.service_id = handed.lease_id, handed.service_id
         self._check_cancelled(run_id)
         if handed is None:
-            lease = await self.core.acquire(lock, run_id, choice, progress=run_id, run_id=run_id)
+            scope = ask.cache_scope_owner  # None: the run's own scope (a radix-cache lock shares nothing then)
+            lease = await self.core.acquire(lock, run_id, choice, cache_scope_owner=scope, progress=run_id, run_id=run_id)
             run.lease_id, run.service_id = lease.lease_id, lease.service_id
             self._check_cancelled(run_id)
         else:

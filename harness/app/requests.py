@@ -182,6 +182,12 @@ class RunRequest(EngineSpec):
         description="the run's candidate deadline: each request's timeout is min(time left, the lock's request timeout)",
     )
     rerun_of: str | None = Field(default=None, pattern=RUN_ID_PATTERN, description="hitch run rerun: the run asked again")
+    cache_scope_owner: str | None = Field(
+        default=None,
+        pattern=RUN_ID_PATTERN,
+        description="the cache scope the run's service is shared in (spec §8.3; a radix-cache lock only): runs naming "
+        "the same scope share one service (an evaluation's trials: its evaluation id); default: the run's own",
+    )
     inference_id: str | None = None
     model: str | None = None
     device: ServedDevice = "cpu"

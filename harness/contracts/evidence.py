@@ -11,6 +11,10 @@ sampling policy and the inference id. ``identity_resolved`` is set by the daemon
 service passed readiness (its ``/server_info`` matched the lock); the engine's wire alias (``response.model``,
 ``served_model_name``) is recorded as ``wire_model`` and never stands for the identity.
 
+``readiness`` and ``engine_memory`` (:mod:`harness.contracts.run_readiness`, spec §12.1): how the serving epoch
+became ready (cold start and warm-up when this run started it, the tool-call probe when the run needed it) and the
+engine's RSS while the run was live.
+
 Schema versions: files written under schema 1 (before the attempt ledger) stay readable as
 :class:`ExecutionEvidenceSchema1`; :func:`parse_execution_evidence` reads either version.
 """
@@ -23,6 +27,7 @@ from pydantic import Field, TypeAdapter, model_validator
 
 from harness.contracts.base import Record, Sha256
 from harness.contracts.binding import ModelEndpointBindingV1
+from harness.contracts.run_readiness import EngineMemorySeriesV1, RunReadinessV1
 
 __all__ = [
     "AttemptLedgerV1",
@@ -148,6 +153,16 @@ class InferenceExecutionEvidenceV1(Record):
     incomplete_code: Literal["inference_capture_incomplete"] | None
     model_identity: ModelIdentityV1 | None = Field(default=None, description="null only in files written before it existed")
     engine_requests: EngineRequestsV1 | None = Field(default=None, description="null only in files written before it existed")
+    readiness: RunReadinessV1 | None = Field(
+        default=None,
+        description="the serving epoch's readiness, cold start and warm-up, and its tool-call probe; null when the "
+        "daemon died with the run live (and in files written before it existed)",
+    )
+    engine_memory: EngineMemorySeriesV1 | None = Field(
+        default=None,
+        description="the engine's RSS sampled while the run was live; null when the daemon died with the run live "
+        "(and in files written before it existed)",
+    )
 
     @model_validator(mode="after")
     def _derived(self) -> InferenceExecutionEvidenceV1:
@@ -162,6 +177,11 @@ class InferenceExecutionEvidenceV1(Record):
         identity = self.model_identity
         if identity is not None and (identity.effective_id != self.model_id or identity.inference_id != self.inference_id):
             raise ValueError("the model identity is the lock's: effective_id = model_id, inference_id = inference_id")
+        ready = self.readiness
+        if ready is not None and (ready.service_id, ready.epoch) != (self.service_id, self.epoch):
+            raise ValueError("the readiness is that of the run's service epoch")
+        if ready is not None and ready.started_by_run == self.reused_service:
+            raise ValueError("a run reused its service exactly when it did not start it")
         return self
 
 

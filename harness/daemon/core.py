@@ -146,9 +146,11 @@ class DaemonCore:
         cache_scope_owner: str | None = None,
         progress: str | None = None,
         stage: str | None = None,
+        run_id: str | None = None,
     ) -> LeaseHandle:
         """A lease for ``owner``; ``progress`` (default: the owner) is the key its wait is shown under, ``stage``
-        which start it is (prepare's ``probe`` or ``verify``; None: the service itself)."""
+        which start it is (prepare's ``probe`` or ``verify``; None: the service itself); ``run_id`` the run it is
+        for (the lifecycle events it causes name it)."""
         key = service_key(lock, owner, cache_scope_owner)
         if is_quarantined(self.root, key.service_id):
             raise HitchError(
@@ -162,7 +164,7 @@ class DaemonCore:
         watch = progress or owner
         self.waits[watch] = wait
         try:
-            lease = await self.manager.acquire(lock, owner, cache_scope_owner)
+            lease = await self.manager.acquire(lock, owner, cache_scope_owner, run_id=run_id)
         finally:
             if self.waits.get(watch) is wait:
                 del self.waits[watch]
@@ -247,8 +249,8 @@ class DaemonCore:
                 {"leases": len(self.leases), "owners": owners, "waited_s": timeout_s},
             )
 
-    async def stop_service(self, service_id: str, force: bool) -> bool:
-        stopped = await self.manager.stop(service_id, force=force)
+    async def stop_service(self, service_id: str, force: bool, run_id: str | None = None) -> bool:
+        stopped = await self.manager.stop(service_id, force=force, run_id=run_id)
         for lease_id in [k for k, v in self.leases.items() if v.service_id == service_id]:
             self.leases.pop(lease_id, None)
         return stopped

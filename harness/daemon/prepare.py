@@ -17,7 +17,8 @@ successor's cache scope, and once the lock is saved the successor takes a lease 
 prepare releases its own (spec §5 rule 7: prepare stops only what no other owner holds). A lock's first use
 therefore costs two cold starts (probe, verified), and every later one a single start. The probe engine is not
 reused: the sealed lock must be shown to reproduce its pool when the numbers are passed explicitly, which is
-exactly what the second start verifies.
+exactly what the second start verifies. The lifecycle events of a prepare made for a run (``inference.preparing``,
+its acquires, starts, releases and stops) carry that run's id (spec §12.1).
 ``validation.json`` records the draft id, the draft's and the probed values and the readiness timings.
 Files go to ``store/inference-locks/sha256/<inference hex>/{lock.json,validation.json}``, each written atomically.
 """
@@ -55,13 +56,13 @@ def _service(lease: LeaseHandle) -> SupervisedService:
     return service
 
 
-async def _release_and_stop(core: Any, lease: LeaseHandle) -> bool:
+async def _release_and_stop(core: Any, lease: LeaseHandle, run_id: str | None) -> bool:
     """Release ``lease``; stop its service now when nobody else holds it (spec §5 rule 7), not after the TTL."""
     await core.release(lease.lease_id)
     if any(s.service_id == lease.service_id and s.owners for s in core.manager.services()):
         return False
     try:
-        stopped: bool = await core.stop_service(lease.service_id, force=False)
+        stopped: bool = await core.stop_service(lease.service_id, force=False, run_id=run_id)
     except HitchError as err:
         if err.code != "inference_in_use":
             raise
@@ -69,7 +70,9 @@ async def _release_and_stop(core: Any, lease: LeaseHandle) -> bool:
     return stopped
 
 
-def _event(root: HitchRoot, lock: InferenceLockV1, owner: str, name: LifecycleEventName, **details: Any) -> None:
+def _event(
+    root: HitchRoot, lock: InferenceLockV1, owner: str, run_id: str | None, name: LifecycleEventName, **details: Any
+) -> None:
     key = service_key(lock, owner, None)
     ServiceStateStore(root, key.service_id).append_event(
         LifecycleEventV1(
@@ -79,6 +82,7 @@ def _event(root: HitchRoot, lock: InferenceLockV1, owner: str, name: LifecycleEv
             epoch=0,
             owner_id=owner,
             timestamp=time.time(),
+            run_id=run_id,
             details=details,
         )
     )
@@ -91,11 +95,16 @@ async def prepare(core: Any, req: PrepareRequest) -> dict[str, Any]:
 
 
 async def prepare_for(
-    core: Any, req: PrepareRequest, successor: str | None = None, progress: str | None = None
+    core: Any,
+    req: PrepareRequest,
+    successor: str | None = None,
+    progress: str | None = None,
+    cache_scope_owner: str | None = None,
 ) -> tuple[dict[str, Any], LeaseHandle | None]:
     """Prepare, and with ``successor`` (a run's owner id) hand the verified service over to it: the returned lease
-    is the successor's, on the engine that verified the sealed lock. ``progress`` names whose wait the phases
-    are shown for (:meth:`~harness.daemon.core.DaemonCore.progress`)."""
+    is the successor's, on the engine that verified the sealed lock, in the successor's cache scope
+    (``cache_scope_owner``, default its own). ``progress`` names whose wait the phases are shown for
+    (:meth:`~harness.daemon.core.DaemonCore.progress`)."""
     root: HitchRoot = core.root
     choice = req.engine_choice()
     device_choice = req.device_choice.model_dump(mode="json") if req.device_choice is not None else None
@@ -117,7 +126,9 @@ async def prepare_for(
     done.add_done_callback(lambda f: f.cancelled() or f.exception())  # nobody else may be waiting for it
     core.prepares[draft.inference_id] = done
     try:
-        result, handed = await _prepare_draft(core, req, draft, choice, runtime.name, device_choice, successor, progress)
+        result, handed = await _prepare_draft(
+            core, req, draft, choice, runtime.name, device_choice, successor, progress, cache_scope_owner
+        )
     except BaseException as exc:
         done.set_exception(exc if isinstance(exc, Exception) else HitchError("internal_error", "prepare was cancelled", {}))
         raise
@@ -137,6 +148,7 @@ async def _prepare_draft(
     device_choice: dict[str, Any] | None,
     successor: str | None,
     progress: str | None,
+    cache_scope_owner: str | None = None,
 ) -> tuple[dict[str, Any], LeaseHandle | None]:
     """Probe ``draft``, seal it, verify the sealed lock; hand the verified service to ``successor`` when given."""
     root: HitchRoot = core.root
@@ -148,19 +160,22 @@ async def _prepare_draft(
         "device_choice": device_choice or {"device": req.device, "reasons": ["given to the daemon directly"]},
         **choice.to_json(),
     }
-    _event(root, draft, owner, "inference.preparing", **preparing, probe=True)
+    _event(root, draft, owner, successor, "inference.preparing", **preparing, probe=True)
     started = time.monotonic()
     probe_lease: LeaseHandle = await core.acquire(
-        draft, owner, dataclasses.replace(choice, probe=True), progress=progress, stage="probe"
+        draft, owner, dataclasses.replace(choice, probe=True), progress=progress, stage="probe", run_id=successor
     )
     try:
         probed = probed_values(_service(probe_lease).readiness.engine_choices)
     finally:
-        probe_stopped = await _release_and_stop(core, probe_lease)
+        probe_stopped = await _release_and_stop(core, probe_lease, successor)
     lock = validate_lock(seal_probed(draft, probed).to_json_dict())
     if lock.inference_id != draft.inference_id:
-        _event(root, lock, owner, "inference.preparing", **preparing, resealed_from=draft.inference_id, probed=probed)
-    lease: LeaseHandle = await core.acquire(lock, owner, choice, cache_scope_owner=successor, progress=progress, stage="verify")
+        _event(root, lock, owner, successor, "inference.preparing", **preparing, resealed_from=draft.inference_id, probed=probed)
+    scope = cache_scope_owner or successor  # the verified engine is the successor's: started in its cache scope
+    lease: LeaseHandle = await core.acquire(
+        lock, owner, choice, cache_scope_owner=scope, progress=progress, stage="verify", run_id=successor
+    )
     handed: LeaseHandle | None = None
     try:
         report = _service(lease).readiness
@@ -201,13 +216,15 @@ async def _prepare_draft(
         }
         lock_path, validation_path = save_sealed_lock(root, lock, validation)
         if successor is not None:  # the same service (same lock, the successor's cache scope): ready, no start
-            handed = await core.acquire(lock, successor, choice, progress=progress)
+            handed = await core.acquire(
+                lock, successor, choice, cache_scope_owner=cache_scope_owner, progress=progress, run_id=successor
+            )
     finally:
         if handed is not None:
             await core.release(lease.lease_id)
             stopped = False
         else:
-            stopped = await _release_and_stop(core, lease)
+            stopped = await _release_and_stop(core, lease, successor)
     events = [e.event for e in ServiceStateStore(root, lease.service_id).events() if e.inference_id == lock.inference_id]
     result = {
         "inference_id": lock.inference_id,

@@ -7,7 +7,9 @@ the serving metrics at run start and end, the engine's own figures of each attem
 (:mod:`harness.daemon.engine_requests`), the capture index, and ``execution.json`` whose request count and
 token totals come from those rows and whose ``complete`` comes from three checks (every attempt recorded,
 capture not truncated or failed, no writer error); then it seals the set (``inference.ref.json``,
-:mod:`harness.run_ref`). The harness's own files (``harness.json``, ``result.json``) are the CLI's.
+:mod:`harness.run_ref`). ``execution.json`` also holds the serving epoch's readiness (cold start and warm-up when the
+run started the engine, the tool-call probe) and the engine's RSS series while the run was live
+(:mod:`harness.contracts.run_readiness`). The harness's own files (``harness.json``, ``result.json``) are the CLI's.
 
 The run's :class:`ModelIdentityV1` is built here from the lock and the binding (:func:`model_identity`), with
 ``identity_resolved`` only when the daemon saw the service pass readiness: nothing an engine or a caller says
@@ -36,8 +38,10 @@ from harness.contracts.evidence import (
 )
 from harness.contracts.lock import InferenceLockV1
 from harness.contracts.run import RunRecordV1
+from harness.contracts.run_readiness import EngineMemorySeriesV1, RunReadinessV1, ToolCallProbeV1
 from harness.contracts.run_ref import CaptureFileV1
 from harness.daemon.engine_requests import write_engine_requests
+from harness.engine.readiness import ReadinessReport
 from harness.engine.redaction import observations, redact
 from harness.engine.sglang import ENGINE_LOG
 from harness.ids import digest_json
@@ -55,6 +59,7 @@ __all__ = [
     "facts_after_death",
     "model_identity",
     "redact",
+    "run_readiness",
     "scrape_engine",
     "write_execution_evidence",
     "write_start_facts",
@@ -72,6 +77,8 @@ class EngineFacts:
     metrics_start: tuple[float, str] | None = None
     metrics_end: tuple[float, str] | None = None
     errors: list[str] = field(default_factory=list)
+    readiness: RunReadinessV1 | None = None  # the serving epoch's readiness as the run was bound
+    memory: EngineMemorySeriesV1 | None = None  # the engine's RSS while the run was live (set when it ends)
 
 
 async def scrape_engine(
@@ -180,6 +187,52 @@ def model_identity(lock: InferenceLockV1, requested: str | None, wire_model: str
         inference_id=lock.inference_id,
         identity_resolved=resolved,
         wire_model=wire_model,
+    )
+
+
+def _ms(seconds: float | None) -> float | None:
+    return round(seconds * 1000, 3) if seconds is not None else None
+
+
+def _s(seconds: float | None) -> float | None:
+    return round(seconds, 3) if seconds is not None else None
+
+
+def run_readiness(
+    service_id: str,
+    epoch: int,
+    report: ReadinessReport,
+    ready_s: float | None,
+    *,
+    started_by_run: bool,
+    tool_call_required: bool,
+    tool_call: ToolCallProbeV1 | None,
+) -> RunReadinessV1:
+    """The serving epoch's readiness as a run's evidence keeps it: its cold start (``ready_s``: the engine's launch
+    until ready) and warm-up (the readiness generations, from ``/server_info`` matched to the SSE answer read) only
+    when this run started the engine."""
+    warmup = None
+    if started_by_run and report.server_info_s is not None and report.stream_s is not None:
+        warmup = max(0.0, report.stream_s - report.server_info_s)
+    return RunReadinessV1(
+        service_id=service_id,
+        epoch=epoch,
+        started_by_run=started_by_run,
+        steps=list(report.steps),
+        health_s=_s(report.health_s),
+        server_info_s=_s(report.server_info_s),
+        responses_s=_s(report.responses_s),
+        stream_s=_s(report.stream_s),
+        flushed_s=_s(report.flushed_s),
+        idle_wait_s=_s(report.idle_wait_s),
+        busy_polls=report.busy_polls,
+        flush_attempts=report.flush_attempts,
+        engine_version=report.engine_version,
+        probe_output_tokens=report.probe_output_tokens,
+        cold_start_ms=_ms(ready_s) if started_by_run else None,
+        warmup_ms=_ms(warmup),
+        tool_call_required=tool_call_required,
+        tool_call=tool_call,
     )
 
 
@@ -292,6 +345,8 @@ def write_execution_evidence(
         incomplete_code=None if complete else "inference_capture_incomplete",
         model_identity=identity,
         engine_requests=engine_requests,
+        readiness=engine.readiness,
+        engine_memory=engine.memory,
     )
     atomic_write_json(out / "execution.json", execution.to_json_dict())
     write_capture_index(out.parent, record.capture, _capture_entries(binding.binding_id, gateway.capture_files))

@@ -7,8 +7,10 @@ the kernel, its state in the root's private ``inference/gateway/`` directory, 07
 written or started), admits the run (``runs/<id>/run.json``: ``admitted``; a harness that needs tool calls, Codex,
 on a lock that claims them gets the service's epoch probed with a forced call first,
 :func:`harness.engine.readiness.probe_tool_call`), prepares its lock and acquires the service
-with the run as lease owner (``preparing``), reads the engine's ``/server_info`` (keys removed) and
-``/metrics``, and registers the run on the gateway with its own capture (``running``); the upstream comes only
+with the run as lease owner (``preparing``), keeps the epoch's readiness
+for its evidence (cold start and warm-up when this run started the engine, the tool-call probe) and samples the
+engine's RSS until it ends (:mod:`harness.daemon.engine_memory`), reads the engine's ``/server_info`` (keys
+removed) and ``/metrics``, and registers the run on the gateway with its own capture (``running``); the upstream comes only
 from the manager's service record, the engine key from the service's 0600 key file, and the answer names the
 run's 0600 token *file*, never the token. A run id is an idempotency key (:mod:`harness.app.run_identity`):
 the same request under a run id that already ended answers its record (``existing``) instead of running again;
@@ -35,6 +37,9 @@ revoked); the next acquire starts a new epoch.
 
 A run may carry a candidate deadline (``deadline_s``: ``hitch run --deadline-s``, a Harbor trial's budget):
 the gateway bounds each of its requests by what is left of it (:meth:`gateway.bindings.Binding.time_left`).
+
+The lifecycle events a run causes (the prepare made for it, its service's start, its acquire and release) carry its
+run id (spec §12.1).
 """
 
 from __future__ import annotations
@@ -60,7 +65,9 @@ from harness.contracts.events import LifecycleEventV1
 from harness.contracts.evidence import ModelIdentityV1
 from harness.contracts.lock import InferenceLockV1
 from harness.contracts.run import RunRecordV1, RunStopV1
+from harness.contracts.run_readiness import ToolCallProbeV1
 from harness.daemon.core import DaemonCore
+from harness.daemon.engine_memory import EngineMemorySampler
 from harness.daemon.eval_access import EvalAccess
 from harness.daemon.prepare import prepare_for
 from harness.daemon.replies import body_of, reply
@@ -69,6 +76,7 @@ from harness.daemon.run_evidence import (
     GatewayFacts,
     facts_after_death,
     model_identity,
+    run_readiness,
     scrape_engine,
     write_execution_evidence,
     write_start_facts,
@@ -112,12 +120,14 @@ class _Run:
     eval_image: str | None = None  # a container-facing run: the eval image its probes ran in
     identity: ModelIdentityV1 | None = None  # resolved once the service passed readiness (see _bind)
     trial: TrialReservation | None = None  # the trial container it serves, held in the resource ledger
+    memory: EngineMemorySampler | None = None  # the engine's RSS while the run lives (from its lease to its end)
 
 
 # what run.json keeps of the request (as it was given; no secret), and what a prepare of its service takes
 _REQUEST_FIELDS = {
     "model", "inference_id", "device", "profile", "runtime", "engine", "launcher", "fake_flags", "image", "capture_max_bytes",
     "device_choice", "for_containers", "eval_image", "trial", "deadline_s", "rerun_of", "harness_artifact", "certifying",
+    "cache_scope_owner",
 }  # fmt: skip
 _SERVICE_FIELDS = {"device", "profile", "engine", "launcher", "image", "fake_flags", "device_choice"}
 
@@ -218,7 +228,9 @@ class RunService:
             return load_sealed_lock(self.core.root, sealed), None
         service = ask.model_dump(include=_SERVICE_FIELDS, exclude_none=True)
         prepare_ask = PrepareRequest.model_validate({**service, "model": ask.model, "runtime": ask.runtime})
-        result, lease = await prepare_for(self.core, prepare_ask, successor=run_id, progress=run_id)
+        result, lease = await prepare_for(
+            self.core, prepare_ask, successor=run_id, progress=run_id, cache_scope_owner=ask.cache_scope_owner
+        )
         return load_sealed_lock(self.core.root, str(result["inference_id"])), lease
 
     def _check_cancelled(self, run_id: str) -> None:
@@ -268,10 +280,9 @@ class RunService:
             run.lease_id, run.service_id = handed.lease_id, handed.service_id
         self._check_cancelled(run_id)
         if handed is None:
-            before = {s.service_id for s in self.core.manager.services()}
-            lease = await self.core.acquire(lock, run_id, choice, progress=run_id)
+            scope = ask.cache_scope_owner  # None: the run's own scope (a radix-cache lock shares nothing then)
+            lease = await self.core.acquire(lock, run_id, choice, cache_scope_owner=scope, progress=run_id, run_id=run_id)
             run.lease_id, run.service_id = lease.lease_id, lease.service_id
-            run.reused_service = lease.service_id in before
             self._check_cancelled(run_id)
         else:
             lease = handed
@@ -287,8 +298,26 @@ class RunService:
         except OSError as exc:
             raise HitchError("inference_process_exited", "the engine key file is gone", {}) from exc
         process = await service.verified_process()
-        if needs_tool_calls(ask.harness) and lock.protocol.tool_calls:
-            await self._probe_tool_calls(endpoint.service_id, endpoint.epoch, endpoint.base_url, engine_key, endpoint.wire_model)
+        run.memory = EngineMemorySampler(process)
+        await run.memory.start()
+        # a cold start is this run's when its acquire (or the prepare made for it) began the epoch's start
+        started = endpoint.started_for == run_id
+        run.reused_service = not started
+        tool: ToolCallProbeV1 | None = None
+        required = needs_tool_calls(ask.harness) and lock.protocol.tool_calls
+        if required:
+            tool = await self._probe_tool_calls(
+                endpoint.service_id, endpoint.epoch, endpoint.base_url, engine_key, endpoint.wire_model
+            )
+        run.engine.readiness = run_readiness(
+            endpoint.service_id,
+            endpoint.epoch,
+            endpoint.readiness,
+            endpoint.ready_s,
+            started_by_run=started,
+            tool_call_required=required,
+            tool_call=tool,
+        )
         target = UpstreamTarget(
             base_url=endpoint.base_url,
             engine_key=engine_key,
@@ -357,13 +386,17 @@ class RunService:
             **({"for_containers": True, "eval_network": net.name, "eval_network_id": net.network_id} if net is not None else {}),
         }
 
-    async def _probe_tool_calls(self, service_id: str, epoch: int, base_url: str, engine_key: str, wire_model: str) -> None:
+    async def _probe_tool_calls(
+        self, service_id: str, epoch: int, base_url: str, engine_key: str, wire_model: str
+    ) -> ToolCallProbeV1:
         """A caller that needs tool calls of a lock that claims them: the service's epoch answers a forced call
         (once per epoch; spec §9.1 step 5), else the run fails ``inference_engine_unhealthy`` before it is bound."""
-        if (service_id, epoch) in self._tool_probed:
-            return
+        known = self._tool_probed.get((service_id, epoch))
+        if known is not None:
+            return ToolCallProbeV1(seconds=known, by_this_run=False)
         seconds = await probe_tool_call(base_url, engine_key, wire_model, _TOOL_PROBE_TIMEOUT_S)
         self._tool_probed[(service_id, epoch)] = seconds
+        return ToolCallProbeV1(seconds=seconds, by_this_run=True)
 
     async def finish(
         self, run_id: str, status: str, error: HitchError | None, stopped_by: RunStopV1 | None = None
@@ -382,6 +415,8 @@ class RunService:
             if failure is not None:  # the engine failed under the run: that is its end, whatever its harness says
                 status, error = "failed", failure
         record = self.store.finish(run_id, status, error, stopped_by)  # type: ignore[arg-type]
+        if run.memory is not None:  # the last point while the engine still serves the run
+            run.engine.memory = await run.memory.stop()
         if run.engine_url is not None and run.engine_key is not None:
             _, metrics, errors = await scrape_engine(run.engine_url, run.engine_key, server_info=False)
             if metrics is not None:

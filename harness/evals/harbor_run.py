@@ -455,6 +455,9 @@ class HarborEvaluation:
             harness=f"harbor:{self.options.agent}",
             trial=trial.resources.to_json_dict(),
             submission={"task": str(trial.task), "agent_kwargs": self.options.agent_kwargs, "attempt": trial.attempt},
+            # spec §8.3: an evaluation's trials share one service (and, under a radix-cache lock, its cache), never
+            # another evaluation's
+            cache_scope_owner=self.evaluation_id,
         )
         if self.options.certifying:
             body["certifying"] = True

@@ -24,7 +24,10 @@ Guarantees, all on one event loop (the manager is not thread-safe, except ``on_f
   engine is gone (``on_released``). A stop that cannot be confirmed keeps the resources held (and the
   GPU leased) rather than risk double-booking a device; it is reported as ``inference.failed``.
 
-Lifecycle events ``inference.queued/acquired/released/draining/stopped/failed`` go to an event sink, by
+Lifecycle events ``inference.queued/acquired/released/draining/stopped/failed`` carry the run that caused them
+(spec §12.1): the acquiring or releasing run, the run whose acquire began a start (and so a failure of that start),
+the run whose stop or whose waiting start drained a service; an idle TTL, an operator's stop or an engine's own
+failure name none. They go to an event sink, by
 default appended to ``<service dir>/events.jsonl`` as :class:`LifecycleEventV1` lines through
 :class:`~harness.service.state_store.ServiceStateStore` (the file the supervisor appends to as well).
 """
@@ -94,6 +97,8 @@ class _Service:
     stop_error: HitchError | None = None
     released: asyncio.Event = field(default_factory=asyncio.Event)
     idle_since: float | None = None
+    cause: str | None = None  # the run whose acquire began this epoch's start (spec §12.1)
+    stop_cause: str | None = None  # the run whose stop (or whose waiting start) ended this epoch
 
 
 def _as_hitch_error(exc: BaseException, what: str) -> HitchError:
@@ -142,8 +147,11 @@ class ServiceManager:
 
     # -- public API --------------------------------------------------------------------------------
 
-    async def acquire(self, lock: InferenceLockV1, owner: str, cache_scope_owner: str | None = None) -> LeaseHandle:
-        """A lease on the ready service for ``lock`` in the caller's cache scope, starting it if needed."""
+    async def acquire(
+        self, lock: InferenceLockV1, owner: str, cache_scope_owner: str | None = None, *, run_id: str | None = None
+    ) -> LeaseHandle:
+        """A lease on the ready service for ``lock`` in the caller's cache scope, starting it if needed. ``run_id``
+        names the run this acquire is for: its events, and those of a start it begins, carry it."""
         self._loop = asyncio.get_running_loop()
         key = service_key(lock, owner, cache_scope_owner)
         queued = False
@@ -152,13 +160,13 @@ class ServiceManager:
             if svc is None:
                 fence = self._stopping.get(key.isolation_key)
                 if fence is not None:
-                    queued = queued or self._emit_queued(fence, owner, "stopping")
+                    queued = queued or self._emit_queued(fence, owner, "stopping", run_id)
                     await fence.stopped.wait()
                     continue
-                svc = self._begin_start(key, lock)
+                svc = self._begin_start(key, lock, run_id)
             self._cancel_ttl(svc)
             if not svc.started.done():
-                queued = queued or self._emit_queued(svc, owner, "starting")
+                queued = queued or self._emit_queued(svc, owner, "starting", run_id)
             svc.waiters += 1
             try:
                 service = await asyncio.shield(svc.started)
@@ -181,10 +189,11 @@ class ServiceManager:
                 owner=owner,
                 acquired_at=self.clock(),
                 service=service,
+                run_id=run_id,
             )
             svc.leases[lease.lease_id] = lease
             self._leases[lease.lease_id] = svc
-            self._emit(svc, "inference.acquired", owner, {"lease_id": lease.lease_id})
+            self._emit(svc, "inference.acquired", owner, {"lease_id": lease.lease_id}, run_id)
             return lease
 
     async def release(self, lease_id: str) -> bool:
@@ -193,7 +202,7 @@ class ServiceManager:
         if svc is None:
             return False
         lease = svc.leases.pop(lease_id)
-        self._emit(svc, "inference.released", lease.owner, {"lease_id": lease_id})
+        self._emit(svc, "inference.released", lease.owner, {"lease_id": lease_id}, lease.run_id)
         self._maybe_arm_ttl(svc)
         return True
 
@@ -202,10 +211,11 @@ class ServiceManager:
         svc = self._leases.get(lease_id)
         return svc is not None and svc.state == "ready"
 
-    async def stop(self, service_id: str, force: bool = False) -> bool:
+    async def stop(self, service_id: str, force: bool = False, *, run_id: str | None = None) -> bool:
         """Stop a service and return once the stop is confirmed; False when no such service exists.
 
-        With live leases this fails with ``inference_in_use`` unless ``force``, which revokes them.
+        With live leases this fails with ``inference_in_use`` unless ``force``, which revokes them. ``run_id``: the
+        run this stop is for (a prepare stopping the engine it started for that run), named on its events.
         """
         while True:
             svc = self._find(self._live, service_id)
@@ -225,7 +235,7 @@ class ServiceManager:
                     f"service {service_id} has {len(svc.leases)} live lease(s)",
                     {"service_id": service_id, "leases": len(svc.leases), "owners": self._owners(svc)},
                 )
-            self._begin_stop(svc, "draining", force=force)
+            self._begin_stop(svc, "draining", force=force, cause=run_id)
             await svc.stopped.wait()
             return self._raise_stop_error(svc)
 
@@ -260,14 +270,14 @@ class ServiceManager:
 
     # -- starting ---------------------------------------------------------------------------------
 
-    def _begin_start(self, key: ServiceKey, lock: InferenceLockV1) -> _Service:
+    def _begin_start(self, key: ServiceKey, lock: InferenceLockV1, run_id: str | None) -> _Service:
         epoch = max(self._epochs.get(key.isolation_key, 0), self._persisted_epoch(key.service_id)) + 1
         self._epochs[key.isolation_key] = epoch
         loop = asyncio.get_running_loop()
         started: asyncio.Future[StartedService] = loop.create_future()
         # A failed start nobody awaits any more must not be logged as "never retrieved".
         started.add_done_callback(lambda f: f.cancelled() or f.exception())
-        svc = _Service(key, lock, epoch, self.root.service_dir(key.service_id), started)
+        svc = _Service(key, lock, epoch, self.root.service_dir(key.service_id), started, cause=run_id)
         self._live[key.isolation_key] = svc
         self._spawn(self._start(svc))
         return svc
@@ -309,6 +319,7 @@ class ServiceManager:
                 gpu_uuid=svc.gpu_uuid,
                 on_failure=partial(self._threadsafe, self._on_failure, svc),
                 on_released=partial(self._threadsafe, self._on_released, svc),
+                run_id=svc.cause,
             )
             service = await self.starter(request)
         except BaseException as exc:
@@ -329,7 +340,7 @@ class ServiceManager:
         self._epochs[svc.key.isolation_key] = max(self._epochs.get(svc.key.isolation_key, 0), svc.epoch)
         if svc.failure is not None:  # reported while still starting: it never becomes usable
             svc.started.set_exception(svc.failure)
-            self._begin_stop(svc, "failed", force=True)
+            self._begin_stop(svc, "failed", force=True, cause=svc.cause)
             return
         svc.state = "ready"
         svc.started.set_result(service)
@@ -378,7 +389,7 @@ class ServiceManager:
             if need.fits_in(coming):
                 return
             coming = coming.plus(held[str(svc.holder)])
-            self._begin_stop(svc, "draining", force=False, yielded_to=waiting.key.service_id)
+            self._begin_stop(svc, "draining", force=False, yielded_to=waiting.key.service_id, cause=waiting.cause)
 
     def admission_wait(self, service_id: str) -> list[dict[str, Any]] | None:
         """While a start of ``service_id`` waits for resources: who holds them (service, epoch, owners, idle or
@@ -408,11 +419,18 @@ class ServiceManager:
             self._begin_stop(svc, "draining", force=False)
 
     def _begin_stop(
-        self, svc: _Service, state: Literal["draining", "failed"], force: bool, yielded_to: str | None = None
+        self,
+        svc: _Service,
+        state: Literal["draining", "failed"],
+        force: bool,
+        yielded_to: str | None = None,
+        cause: str | None = None,
     ) -> None:
-        """Take ``svc`` out of the table now (new acquires wait on it), revoke its leases, stop it."""
+        """Take ``svc`` out of the table now (new acquires wait on it), revoke its leases, stop it. ``cause``: the
+        run that caused the stop (None: the TTL, an operator, a failure of the engine itself)."""
         self._cancel_ttl(svc)
         svc.state = state
+        svc.stop_cause = cause
         self._drop_live(svc)
         self._stopping[svc.key.isolation_key] = svc
         for lease_id in svc.leases:
@@ -423,12 +441,12 @@ class ServiceManager:
             details: dict[str, Any] = {"revoked_leases": revoked}
             if svc.failure is not None:
                 details.update(code=svc.failure.code, message=svc.failure.message)
-            self._emit(svc, "inference.failed", MANAGER_OWNER, details)
+            self._emit(svc, "inference.failed", MANAGER_OWNER, details, cause)
         else:
             drain: dict[str, Any] = {"force": force, "revoked_leases": revoked}
             if yielded_to is not None:  # idle, and a start waited for what it held
                 drain["yielded_to"] = yielded_to
-            self._emit(svc, "inference.draining", MANAGER_OWNER, drain)
+            self._emit(svc, "inference.draining", MANAGER_OWNER, drain, cause)
         self._spawn(self._confirm_stop(svc, force))
 
     async def _confirm_stop(self, svc: _Service, force: bool) -> None:
@@ -447,10 +465,11 @@ class ServiceManager:
                 "inference.failed",
                 MANAGER_OWNER,
                 {"code": svc.stop_error.code, "message": "stop not confirmed; its resources stay held"},
+                svc.stop_cause,
             )
         else:
             await self._release_resources(svc)
-            self._emit(svc, "inference.stopped", MANAGER_OWNER, stop_details or {})
+            self._emit(svc, "inference.stopped", MANAGER_OWNER, stop_details or {}, svc.stop_cause)
         finally:
             if self._stopping.get(svc.key.isolation_key) is svc:
                 del self._stopping[svc.key.isolation_key]
@@ -521,11 +540,13 @@ class ServiceManager:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _emit_queued(self, svc: _Service, owner: str, waiting_for: str) -> bool:
-        self._emit(svc, "inference.queued", owner, {"waiting_for": waiting_for})
+    def _emit_queued(self, svc: _Service, owner: str, waiting_for: str, run_id: str | None) -> bool:
+        self._emit(svc, "inference.queued", owner, {"waiting_for": waiting_for}, run_id)
         return True
 
-    def _emit(self, svc: _Service, name: LifecycleEventName, owner: str, details: dict[str, Any]) -> None:
+    def _emit(
+        self, svc: _Service, name: LifecycleEventName, owner: str, details: dict[str, Any], run_id: str | None = None
+    ) -> None:
         event = LifecycleEventV1(
             event=name,
             service_id=svc.key.service_id,
@@ -533,6 +554,7 @@ class ServiceManager:
             epoch=svc.epoch,
             owner_id=owner,
             timestamp=self.clock(),
+            run_id=run_id,
             details=details,
         )
         if self._events is not None:

@@ -66,6 +66,7 @@ class StartRequest:
     gpu_uuid: str | None
     on_failure: Callable[[HitchError], None]
     on_released: Callable[[], None]
+    run_id: str | None = None  # the run whose acquire began this start (its events name it, spec §12.1)
 
 
 ServiceStarter = Callable[[StartRequest], Awaitable[StartedService]]
@@ -84,6 +85,7 @@ class LeaseHandle:
     owner: str
     acquired_at: float
     service: StartedService
+    run_id: str | None = None  # the run the lease is for (its acquired/released events name it)
 
 
 @dataclass(frozen=True)

@@ -203,7 +203,7 @@ class SupervisorStarter:
             sup.port = port
             sup.startup_timeout_s = max(0.5, end - time.monotonic())
             try:
-                endpoint = await sup.start()
+                endpoint = await sup.start(req.run_id)
             except HitchError as err:
                 self._raise_if_ambiguous(sup, err)
                 if self._port_taken(choice, err, port) and time.monotonic() < end:

@@ -9,7 +9,8 @@
 A :class:`ServiceSupervisor` owns one ``service_id``: it compiles the lock into a launch (new keys every
 epoch), starts the engine through any ``Launcher``, proves readiness, then watches it. Every transition is
 written to ``state.json`` and appended to ``events.jsonl`` (``state_store.py``) as ``inference.*`` events with
-service_id, inference_id, epoch, owner_id and timestamp.
+service_id, inference_id, epoch, owner_id and timestamp; the events of a start name the run it is for
+(``start(run_id)``), those of the monitor or a stop name none (the manager names a stop's run itself).
 
 API for the manager/daemon (keep it small):
 
@@ -78,6 +79,8 @@ class ServiceEndpoint:
     keys: EngineKeys = field(repr=False)
     key_files: KeyFiles
     readiness: ReadinessReport
+    ready_s: float | None = None  # from the engine's launch until readiness passed (this epoch's cold start)
+    started_for: str | None = None  # the run whose acquire began this epoch's start, when one did
 
 
 class ServiceSupervisor:
@@ -141,6 +144,7 @@ class ServiceSupervisor:
         self.last_exit: ExitInfo | None = None
         self.log_path: Path | None = None  # the engine's log of the current epoch (set once its launch is compiled)
         self.started_at: float | None = None  # when the current epoch's start began (wall clock)
+        self._cause: str | None = None  # the run a start in progress is for: its events name it (spec §12.1)
 
     # -- public state -------------------------------------------------------------------------------
 
@@ -203,6 +207,7 @@ class ServiceSupervisor:
                 epoch=self._epoch,
                 owner_id=self.owner,
                 timestamp=time.time(),
+                run_id=self._cause,
                 details=details,
             )
         )
@@ -222,84 +227,94 @@ class ServiceSupervisor:
 
     # -- start --------------------------------------------------------------------------------------
 
-    async def start(self) -> ServiceEndpoint:
-        """Start a new epoch and return once it is ready; on failure the engine is gone and this raises."""
+    async def start(self, run_id: str | None = None) -> ServiceEndpoint:
+        """Start a new epoch and return once it is ready; on failure the engine is gone and this raises. ``run_id``:
+        the run this start is for; its starting/ready events (or the failure of the start) name it."""
         async with self._mutex:
-            if self._state in _LIVE:
-                raise HitchError("inference_in_use", f"service {self.service_id} is already {self._state}", {})
-            stored = self.store.read()
-            if self._state == "absent" and stored is not None and stored.state in _LIVE:
-                raise HitchError(
-                    "inference_recovery_ambiguous",
-                    f"service {self.service_id} was left {stored.state} by an earlier daemon; run recovery first",
-                    {"service_id": self.service_id, "epoch": stored.epoch, "state": stored.state},
-                )
-            self._epoch = max(self._epoch, stored.epoch if stored is not None else 0) + 1
-            self._created_at = time.time()
-            self.started_at = self._created_at
-            self._record = None
-            self._engine = None
-            self._endpoint = None
-            self.failure = None
-            self.last_exit = None
-            port = self.port if self.port is not None else free_port(self.host)
-            self._write("starting")
-            self._event("inference.starting", port=port, engine=self.program.kind, launcher=self.launcher.kind)
-            t0 = time.monotonic()
+            self._cause = run_id
             try:
-                launch = self._prepare(port)
-                self.log_path = launch.spec.log_path
-                self._log_header(launch.spec.log_path)
-                self._cpu_cores = launch.spec.cpu_cores
-                self._engine = await self.launcher.start(launch.spec)
-                self._write("starting", process=self._engine.identity)
-                report = await wait_ready(
-                    self._engine,
-                    launch.keys,
-                    launch.wire_model,
-                    launch.expected,
-                    self.startup_timeout_s,
-                    listener=self._listener_check(self._engine, port),
-                )
-            except HitchError as err:
-                await self._fail_locked(err)
-                raise
-            except asyncio.CancelledError:
-                # The caller gave up (daemon shutdown): never leave a half-started engine behind.
-                cancelled = HitchError("inference_start_timeout", "the start was cancelled", {"cancelled": True})
-                await asyncio.shield(self._fail_locked(cancelled))
-                raise
-            except Exception as exc:
-                internal = HitchError("internal_error", f"starting the engine failed: {type(exc).__name__}", {})
-                await self._fail_locked(internal)
-                raise internal from exc
-            ready_s = time.monotonic() - t0
-            self._endpoint = ServiceEndpoint(
-                service_id=self.service_id,
-                inference_id=self.lock.inference_id,
-                epoch=self._epoch,
-                base_url=self._engine.base_url,
-                wire_model=launch.wire_model,
-                keys=launch.keys,
-                key_files=launch.key_files,
-                readiness=report,
+                return await self._start_locked(run_id)
+            finally:
+                self._cause = None
+
+    async def _start_locked(self, run_id: str | None) -> ServiceEndpoint:
+        if self._state in _LIVE:
+            raise HitchError("inference_in_use", f"service {self.service_id} is already {self._state}", {})
+        stored = self.store.read()
+        if self._state == "absent" and stored is not None and stored.state in _LIVE:
+            raise HitchError(
+                "inference_recovery_ambiguous",
+                f"service {self.service_id} was left {stored.state} by an earlier daemon; run recovery first",
+                {"service_id": self.service_id, "epoch": stored.epoch, "state": stored.state},
             )
-            ref = self._write_endpoint_ref(self._endpoint)
-            self._write("ready", endpoint_ref=str(ref))
-            self._event(
-                "inference.ready",
-                ready_s=round(ready_s, 3),
-                engine_health_s=round(report.health_s or 0.0, 3),
-                engine_idle_wait_s=report.idle_wait_s,
-                engine_busy_polls=report.busy_polls,
-                flush_attempts=report.flush_attempts,
-                engine_version=report.engine_version,
-                max_total_num_tokens=report.max_total_num_tokens,
-                base_url=self._endpoint.base_url,
-                wire_model=launch.wire_model,
+        self._epoch = max(self._epoch, stored.epoch if stored is not None else 0) + 1
+        self._created_at = time.time()
+        self.started_at = self._created_at
+        self._record = None
+        self._engine = None
+        self._endpoint = None
+        self.failure = None
+        self.last_exit = None
+        port = self.port if self.port is not None else free_port(self.host)
+        self._write("starting")
+        self._event("inference.starting", port=port, engine=self.program.kind, launcher=self.launcher.kind)
+        t0 = time.monotonic()
+        try:
+            launch = self._prepare(port)
+            self.log_path = launch.spec.log_path
+            self._log_header(launch.spec.log_path)
+            self._cpu_cores = launch.spec.cpu_cores
+            self._engine = await self.launcher.start(launch.spec)
+            self._write("starting", process=self._engine.identity)
+            report = await wait_ready(
+                self._engine,
+                launch.keys,
+                launch.wire_model,
+                launch.expected,
+                self.startup_timeout_s,
+                listener=self._listener_check(self._engine, port),
             )
-            self._monitor = asyncio.ensure_future(self._watch(self._engine, self._epoch))
-            return self._endpoint
+        except HitchError as err:
+            await self._fail_locked(err)
+            raise
+        except asyncio.CancelledError:
+            # The caller gave up (daemon shutdown): never leave a half-started engine behind.
+            cancelled = HitchError("inference_start_timeout", "the start was cancelled", {"cancelled": True})
+            await asyncio.shield(self._fail_locked(cancelled))
+            raise
+        except Exception as exc:
+            internal = HitchError("internal_error", f"starting the engine failed: {type(exc).__name__}", {})
+            await self._fail_locked(internal)
+            raise internal from exc
+        ready_s = time.monotonic() - t0
+        self._endpoint = ServiceEndpoint(
+            service_id=self.service_id,
+            inference_id=self.lock.inference_id,
+            epoch=self._epoch,
+            base_url=self._engine.base_url,
+            wire_model=launch.wire_model,
+            keys=launch.keys,
+            key_files=launch.key_files,
+            readiness=report,
+            ready_s=round(ready_s, 3),
+            started_for=run_id,
+        )
+        ref = self._write_endpoint_ref(self._endpoint)
+        self._write("ready", endpoint_ref=str(ref))
+        self._event(
+            "inference.ready",
+            ready_s=round(ready_s, 3),
+            engine_health_s=round(report.health_s or 0.0, 3),
+            engine_idle_wait_s=report.idle_wait_s,
+            engine_busy_polls=report.busy_polls,
+            flush_attempts=report.flush_attempts,
+            engine_version=report.engine_version,
+            max_total_num_tokens=report.max_total_num_tokens,
+            base_url=self._endpoint.base_url,
+            wire_model=launch.wire_model,
+        )
+        self._monitor = asyncio.ensure_future(self._watch(self._engine, self._epoch))
+        return self._endpoint
 
     def _listener_check(self, engine: LaunchedEngine, port: int) -> ListenerCheck | None:
         """For a host process: who listens on its port, so an unknown server is never sent a request."""

@@ -464,3 +464,57 @@ def test_events_are_appended_to_the_service_events_file_by_default(tmp_path: Pat
     ]
     assert {(e.service_id, e.epoch, e.timestamp) for e in events} == {(service_id, 1, 1234.5)}
     assert events[1].owner_id == "run-1"
+
+
+def test_events_name_the_run_that_caused_them_and_a_shared_service_names_each_run(tmp_path: Path) -> None:
+    """Spec §12.1: the run whose acquire begins a start is the start's (the starter is told), each lease's
+    acquired/released name its own run, a stop a run asked for names it; the idle TTL and a failure of the engine
+    itself name none; an acquire for no run names none."""
+    starter = FakeStarter()
+    events: list[LifecycleEventV1] = []
+    manager = _manager(tmp_path, starter, idle_ttl_ms=1, events=events)
+    lock = make_lock()
+
+    async def body() -> None:
+        first = await manager.acquire(lock, "owner-a", run_id="run-a")
+        second = await manager.acquire(lock, "owner-b", run_id="run-b")
+        anonymous = await manager.acquire(lock, "owner-c")
+        assert first.service_id == second.service_id and starter.starts == 1
+        assert starter.requests[0].run_id == "run-a"
+        assert (first.run_id, second.run_id, anonymous.run_id) == ("run-a", "run-b", None)
+        for lease in (first, second, anonymous):
+            await manager.release(lease.lease_id)
+        await starter.wait_stops(1)  # the idle TTL: caused by no run
+        again = await manager.acquire(lock, "owner-d", run_id="run-d")
+        assert starter.requests[1].run_id == "run-d"
+        await manager.release(again.lease_id)
+        await manager.stop(again.service_id, run_id="run-e")  # e.g. a prepare for run-e stops what it started
+        failing = await manager.acquire(lock, "owner-f", run_id="run-f")
+        service = next(s for s in starter.live if s.request.service_id == failing.service_id)
+        service.fail()
+        await starter.wait_stops(3)
+        for _ in range(5):
+            await asyncio.sleep(0)
+
+    run(body())
+    named = [(e.event, e.owner_id, e.run_id) for e in events]
+    assert named[:8] == [
+        ("inference.queued", "owner-a", "run-a"),
+        ("inference.acquired", "owner-a", "run-a"),
+        ("inference.acquired", "owner-b", "run-b"),
+        ("inference.acquired", "owner-c", None),
+        ("inference.released", "owner-a", "run-a"),
+        ("inference.released", "owner-b", "run-b"),
+        ("inference.released", "owner-c", None),
+        ("inference.draining", "hitch-manager", None),
+    ]
+    assert named[8:14] == [
+        ("inference.stopped", "hitch-manager", None),
+        ("inference.queued", "owner-d", "run-d"),
+        ("inference.acquired", "owner-d", "run-d"),
+        ("inference.released", "owner-d", "run-d"),
+        ("inference.draining", "hitch-manager", "run-e"),
+        ("inference.stopped", "hitch-manager", "run-e"),
+    ]
+    failed = [e for e in events if e.event == "inference.failed"]
+    assert len(failed) == 1 and failed[0].run_id is None  # the engine failed by itself, under run-f's lease

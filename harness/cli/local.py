@@ -19,7 +19,16 @@ from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.contracts.lock import InferenceLockV1
 from harness.devices import probe_cpu
 from harness.errors import HitchError
-from harness.lock import ProfileShort, ServedDevice, build_lock, served_device, validate_lock
+from harness.lock import (
+    DEFAULT_GENERATION,
+    ProfileShort,
+    ServedDevice,
+    build_lock,
+    describe_sampling,
+    generation_profile,
+    served_device,
+    validate_lock,
+)
 from harness.paths import HitchRoot, atomic_write_bytes
 from harness.runtimes import default_runtime, get_runtime
 from harness.store import resolve_model
@@ -40,6 +49,7 @@ def lock_cmd(
     profile: opt.Profile = "baseline",
     runtime: opt.Runtime = None,
     context: opt.Context = None,
+    generation: opt.Generation = None,
     benchmark: Annotated[
         bool,
         typer.Option(
@@ -52,6 +62,7 @@ def lock_cmd(
     common: Common = COMMON,
 ) -> None:
     prof: ProfileShort = "baseline" if profile == "baseline" else "throughput"
+    sampling = generation_profile(generation) if generation is not None else DEFAULT_GENERATION
     manifest = resolve_model(common.hroot, model)
     dev = _lock_device(device, runtime)
     rt = get_runtime(runtime) if runtime else default_runtime(dev)
@@ -63,10 +74,17 @@ def lock_cmd(
         cpu_cores_per_node=probe_cpu().cores_per_node,
         context_tokens=context,
         benchmark=benchmark,
+        sampling=sampling.sampling,
     )
     if out is not None:
         atomic_write_bytes(out, (json.dumps(lock.to_json_dict(), indent=2, sort_keys=True) + "\n").encode())
-    payload = {"kind": "inference-lock-draft", "inference_id": lock.inference_id, "runtime": rt.name, "lock": lock.to_json_dict()}
+    payload = {
+        "kind": "inference-lock-draft",
+        "inference_id": lock.inference_id,
+        "runtime": rt.name,
+        "generation_profile": sampling.model_dump(mode="json", include={"name", "version", "source"}),
+        "lock": lock.to_json_dict(),
+    }
     if out is not None:
         payload["written"] = str(out)
     gen = lock.generation
@@ -78,9 +96,9 @@ def lock_cmd(
         f"  profile:      {lock.profile}",
         f"  context:      {lock.execution.context_tokens_per_request} tokens per request; output budget "
         f"{gen.max_output_tokens} tokens",
-        f"  sampling:     {'greedy (temperature 0)' if gen.temperature == 0 else f'temperature {gen.temperature}'}, "
-        f"top_p {gen.top_p}, top_k {gen.top_k}, seed {gen.seed}; {gen.override_policy}: a request may omit these "
-        "fields or send the lock's values, any other value is refused",
+        f"  sampling:     {describe_sampling(gen, sampling)}",
+        f"                {gen.override_policy}: a request may omit these fields or send the lock's values, any other "
+        "value is refused",
     ]
     if out is not None:
         human.append(f"written: {out}")

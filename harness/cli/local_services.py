@@ -19,6 +19,7 @@ from harness.cli import options as opt
 from harness.cli.local_views import status_payload
 from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.errors import HitchError
+from harness.lock import DEFAULT_GENERATION, describe_sampling
 
 __all__ = ["register"]
 
@@ -38,11 +39,15 @@ def register(app: typer.Typer) -> None:
         )
         result.pop("schema_version", None)
         why = "; ".join(chosen.reasons[:1])
-        emit(
-            common.as_json,
-            result,
-            f"inference_id: {result['inference_id']}\nlock: {result['lock_path']}\ndevice: {chosen.device} ({why})",
-        )
+        profile = ask.generation or DEFAULT_GENERATION
+        result["generation_profile"] = profile.model_dump(mode="json", include={"name", "version", "source"})
+        lines = [
+            f"inference_id: {result['inference_id']}",
+            f"lock: {result['lock_path']}",
+            f"device: {chosen.device} ({why})",
+            f"sampling: {describe_sampling(profile.sampling, profile)}",
+        ]
+        emit(common.as_json, result, "\n".join(lines))
 
     @app.command(
         "status",

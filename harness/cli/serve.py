@@ -38,6 +38,7 @@ from harness.cli import options as opt
 from harness.cli.output import COMMON, JSON_SCHEMA_VERSION, Common, cli_command
 from harness.contracts.run import TERMINAL_STATUSES
 from harness.errors import ERROR_TABLE, HitchError
+from harness.lock import DEFAULT_GENERATION, describe_sampling
 
 __all__ = ["register"]
 
@@ -52,6 +53,7 @@ def _human(run: dict[str, Any]) -> str:
             f"base_url:   {run['base_url']}{reach}",
             f"model:      {run['wire_model']}",
             f"token_file: {run['token_file']}  (send it as: Authorization: Bearer $(cat FILE))",
+            f"sampling:   {run['sampling']}",
             f"run:        {run['run_id']} (lease {run['lease_id']})",
             "serving; Ctrl-C or SIGTERM ends the run",
         ]
@@ -104,6 +106,9 @@ def register(app: typer.Typer) -> None:
             kept = {"kind": "run-record", "run_id": record["run_id"], "record": record}
             _say(common.as_json, kept, f"run {record['run_id']} ended ({record['status']}); nothing is served again")
             return
+        profile = ask.generation or DEFAULT_GENERATION
+        run["generation_profile"] = profile.model_dump(mode="json", include={"name", "version", "source"})
+        run["sampling"] = describe_sampling(profile.sampling, profile)
         ended: HitchError | None = None
         try:
             _say(common.as_json, run, _human(run))

@@ -119,7 +119,7 @@ _REQUEST_FIELDS = {
     "model", "inference_id", "device", "profile", "runtime", "engine", "launcher", "fake_flags", "image", "capture_max_bytes",
     "device_choice", "for_containers", "eval_image", "trial", "deadline_s", "rerun_of", "harness_artifact", "certifying",
 }  # fmt: skip
-_SERVICE_FIELDS = {"device", "profile", "engine", "launcher", "image", "fake_flags", "device_choice"}
+_SERVICE_FIELDS = {"device", "profile", "engine", "launcher", "image", "fake_flags", "device_choice", "generation"}
 
 
 class RunService:
@@ -204,6 +204,7 @@ class RunService:
             device=ask.device,
             profile=ask.profile,
             cpu_cores_per_node=probe_cpu().cores_per_node,
+            sampling=ask.generation,
         )
         return draft, False
 

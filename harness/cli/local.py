@@ -6,32 +6,18 @@ from __future__ import annotations
 import json
 import shlex
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from harness.app.choice import ChoiceRequest, resolve_choice
-from harness.app.engine_preview import engine_preview
 from harness.cli import options as opt
-from harness.cli import progress
 from harness.cli.doctor_cmd import doctor
 from harness.cli.output import COMMON, Common, cli_command, emit
-from harness.contracts.lock import InferenceLockV1
-from harness.devices import probe_cpu
 from harness.errors import HitchError
-from harness.lock import (
-    DEFAULT_GENERATION,
-    ProfileShort,
-    ServedDevice,
-    build_lock,
-    describe_sampling,
-    generation_profile,
-    served_device,
-    validate_lock,
-)
-from harness.paths import HitchRoot, atomic_write_bytes
-from harness.runtimes import default_runtime, get_runtime
-from harness.store import resolve_model
+
+if TYPE_CHECKING:  # the commands import what they run: `hitch local --help` builds from the options alone
+    from harness.contracts.lock import InferenceLockV1
+    from harness.lock import ProfileShort, ServedDevice
 
 app = typer.Typer(no_args_is_help=True, help="locks, doctor and local services")
 app.command("doctor", help="read-only: what this machine can certify, and why not")(doctor)
@@ -61,6 +47,12 @@ def lock_cmd(
     out: Annotated[Path | None, typer.Option("--out", help="write the lock (what check-lock and argv read) to this file")] = None,
     common: Common = COMMON,
 ) -> None:
+    from harness.devices import probe_cpu
+    from harness.lock import DEFAULT_GENERATION, build_lock, describe_sampling, generation_profile
+    from harness.paths import atomic_write_bytes
+    from harness.runtimes import default_runtime, get_runtime
+    from harness.store import resolve_model
+
     prof: ProfileShort = "baseline" if profile == "baseline" else "throughput"
     sampling = generation_profile(generation) if generation is not None else DEFAULT_GENERATION
     manifest = resolve_model(common.hroot, model)
@@ -107,6 +99,9 @@ def lock_cmd(
 
 def _lock_device(device: str, runtime: str | None) -> ServedDevice:
     """``--device`` for a draft lock: auto is the one device rule's pick (the runtime's device when one is named)."""
+    from harness.app.choice import ChoiceRequest, resolve_choice
+    from harness.lock import served_device
+
     if device != "auto":
         return served_device(device)
     return resolve_choice(ChoiceRequest(device="auto", runtime=runtime, engine="sglang", allow_uncertified=True)).device
@@ -124,6 +119,8 @@ def check_lock_cmd(
 
 def _read_lock(path: Path) -> InferenceLockV1:
     """A lock file, or what ``hitch local lock --json`` prints (the lock under ``lock``), strictly validated."""
+    from harness.lock import validate_lock
+
     opt.check_path(path)
     try:
         data = json.loads(path.read_text())
@@ -155,6 +152,10 @@ def argv_cmd(
     gpu: Annotated[str | None, typer.Option("--gpu", help="GPU UUID the engine sees (default: NVML's first GPU)")] = None,
     common: Common = COMMON,
 ) -> None:
+    from harness.app.engine_preview import engine_preview
+    from harness.cli import progress
+    from harness.paths import HitchRoot
+
     root = common.hroot
     reader = (HitchRoot.at(parser_root) if parser_root else root) if check else None
     lock = _read_lock(path)

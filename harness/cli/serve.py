@@ -26,19 +26,16 @@ import dataclasses
 import json
 import signal
 import sys
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from harness.app import progress
-from harness.app.daemon_client import DaemonClient, ensure_daemon
-from harness.app.run_identity import new_run_id
-from harness.app.service import ServiceAsk, serve_request
 from harness.cli import options as opt
 from harness.cli.output import COMMON, JSON_SCHEMA_VERSION, Common, cli_command
-from harness.contracts.run import TERMINAL_STATUSES
 from harness.errors import ERROR_TABLE, HitchError
-from harness.lock import DEFAULT_GENERATION, describe_sampling
+
+if TYPE_CHECKING:  # imported by the command: `hitch local --help` loads no daemon client
+    from harness.app.daemon_client import DaemonClient
 
 __all__ = ["register"]
 
@@ -87,6 +84,12 @@ def register(app: typer.Typer) -> None:
         ] = None,
         common: Common = COMMON,
     ) -> None:
+        from harness.app import progress
+        from harness.app.daemon_client import ensure_daemon
+        from harness.app.run_identity import new_run_id
+        from harness.app.service import ServiceAsk, serve_request
+        from harness.lock import DEFAULT_GENERATION, describe_sampling
+
         opt.check_capture(capture)
         if for_containers and eval_image is None:
             raise HitchError("usage_error", "--for-containers needs --eval-image (the image the eval containers run)", {})
@@ -125,6 +128,8 @@ def register(app: typer.Typer) -> None:
 def _serve_until_stopped(client: DaemonClient, run_id: str) -> tuple[int, HitchError | None]:
     """Wait for SIGINT/SIGTERM (the signal, None), reading the run's record once a second: a run ended by someone
     else, or a daemon gone, ends the wait with the error that says who ended it (0, error)."""
+    from harness.contracts.run import TERMINAL_STATUSES
+
     while True:
         got = signal.sigtimedwait(_STOP_SIGNALS, _WATCH_S)
         if got is not None:

@@ -175,6 +175,13 @@ ERROR_TABLE: dict[str, ErrorSpec] = {
     ),
     "local_model_source_changed": _e("input", True, 409, "the source changed during import; import again"),
     "inference_lock_invalid": _e("input", False, 400, "fix the lock fields; unknown fields are refused"),
+    "generation_profile_invalid": _e(
+        "input",
+        False,
+        400,
+        "a generation profile file is one JSON object of temperature, top_p, top_k, min_p, "
+        "repetition_penalty and seed (any left out keeps greedy's value); unknown keys are refused",
+    ),
     "inference_runtime_unpinned": _e("capability", False, 400, "use a runtime whose digest is pinned"),
     "inference_argv_rejected": _e(
         "compatibility", False, 400, "the runtime's SGLang reads the lock's command line otherwise: fix the lock or argv.py"

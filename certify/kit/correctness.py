@@ -11,6 +11,8 @@ greedy continuations; while the tokens agree, the chosen token's logprobs must a
 the first divergence both tokens must be in the other side's top-k and the side that chose differently must
 see the two as a near tie (logprob gap within a tolerance); after a divergence the contexts differ, so the
 comparison ends there.
+
+:func:`determinism_not_applicable` says when a lock's sampling cannot be held to identical tokens.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 from tokenizers import Tokenizer
 
 from fixtures.reference import ReferencePromptResult
+from harness.contracts.lock import SamplingV1
 
 __all__ = [
     "MATCH_TOL",
@@ -37,6 +40,7 @@ __all__ = [
     "chat_tokens",
     "compare_greedy",
     "continuation",
+    "determinism_not_applicable",
     "responses_tokens",
 ]
 
@@ -208,3 +212,14 @@ def answer_matches(answer: str, accepted: tuple[str, ...]) -> bool:
         if want and any(words[i : i + len(want)] == want for i in range(len(words) - len(want) + 1)):
             return True
     return False
+
+
+def determinism_not_applicable(sampling: SamplingV1) -> str | None:
+    """Why identical requests need not give identical tokens under this lock's sampling (None: a greedy lock, held to
+    them). The gateway refuses a request's other sampling, so a sampled lock's answers differ by design."""
+    if sampling.greedy:
+        return None
+    return (
+        f"the lock samples (temperature {sampling.temperature}, top_p {sampling.top_p}): identical requests may differ; "
+        "determinism is certified on greedy locks only"
+    )

@@ -11,7 +11,9 @@ Checks:
   vLLM's ``check_logprobs_close``), with the engine's logprobs and top-5 asked through the gateway;
 - ``correctness.prompt_tokens``: the prompt token count the engine reports equals the reference tokenizer's
   ``apply_chat_template`` ids, for every prompt on both APIs;
-- ``correctness.determinism``: three identical temperature-0 requests give identical tokens;
+- ``correctness.determinism``: three identical temperature-0 requests give identical tokens; a lock that samples
+  (its generation profile's temperature above 0) is ``not_applicable``, saying so
+  (:func:`certify.kit.correctness.determinism_not_applicable`);
 - ``correctness.natural_stop``: where the reference ends its turn on the end-of-turn token, the engine ends
   it too (finish_reason ``stop`` / status ``completed``, the same last token);
 - ``correctness.continuations`` (both engines): the greedy continuations of the parity prompts on both APIs,
@@ -67,6 +69,7 @@ from certify.kit.correctness import (
     chat_tokens,
     compare_greedy,
     continuation,
+    determinism_not_applicable,
     responses_tokens,
 )
 from certify.kit.requests import gw_post
@@ -86,6 +89,7 @@ from certify.reference_set import (
 from certify.registry import check
 from certify.session import CertifyEnv
 from fixtures.reference import ReferenceRunV1
+from harness.lock import load_sealed_lock
 from harness.store import model_files_dir
 
 EVAL_MARGIN = 3
@@ -240,10 +244,14 @@ def test_prompt_tokens(parity_ref: ReferenceRunV1, parity_answers: dict[str, lis
 @check(
     "correctness.determinism",
     engines=("sglang",),
-    description="three identical temperature-0 requests give identical tokens",
+    description="three identical temperature-0 requests give identical tokens (greedy locks only)",
     summary=lambda d: f"three greedy runs of one prompt gave identical tokens ({d['tokens'][0]} each)",
 )
 def test_determinism(bench: Bench, certify_record: Any) -> None:
+    reason = determinism_not_applicable(load_sealed_lock(bench.env.root, bench.env.run.inference_id).generation)
+    if reason is not None:
+        certify_record.detail("not_applicable", reason)
+        return
     messages = chat_messages(PARITY_PROMPTS[0])
     runs = [[t.key for t in chat_tokens(bench.chat(messages, PARITY_TOKENS))] for _ in range(3)]
     certify_record.detail("tokens", [len(r) for r in runs])

@@ -29,6 +29,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import ConfigDict, Field, model_validator
 
 from harness.contracts.base import Record, parse_record
+from harness.contracts.lock import SamplingV1
 from harness.contracts.service import EngineName, LauncherName
 from harness.errors import ERROR_TABLE
 from harness.lock import ProfileShort, ServedDevice
@@ -143,6 +144,7 @@ class PrepareRequest(EngineSpec):
     profile: ProfileShort = "baseline"
     runtime: str = Field(min_length=1, description="catalog name or runtime_id")
     context_tokens: int | None = Field(default=None, ge=1)
+    generation: SamplingV1 | None = Field(default=None, description="a generation profile's sampling (default greedy)")
     device_choice: DeviceChoiceV1 | None = None
     progress_key: str | None = Field(
         default=None, pattern=RUN_ID_PATTERN, description="the key its phases are shown under (GET /v1/progress/{key})"
@@ -193,6 +195,9 @@ class RunRequest(EngineSpec):
     device: ServedDevice = "cpu"
     profile: ProfileShort = "baseline"
     runtime: str | None = None
+    generation: SamplingV1 | None = Field(
+        default=None, description="a generation profile's sampling for the drafted lock (default greedy; not with inference_id)"
+    )
     device_choice: DeviceChoiceV1 | None = None
     trial: dict[str, Any] | None = Field(
         default=None, description="{cpus, memory_mb}: the trial container it serves (checked by the daemon's ledger)"
@@ -207,6 +212,8 @@ class RunRequest(EngineSpec):
     def _service_named(self) -> RunRequest:
         if not self.inference_id and not (self.model and self.runtime):
             raise ValueError("a run needs an inference_id, or a model and a runtime")
+        if self.inference_id and self.generation is not None:
+            raise ValueError("a sealed lock (inference_id) fixes its sampling: no generation beside it")
         return self
 
 

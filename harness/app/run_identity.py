@@ -3,7 +3,7 @@
 :func:`run_identity` reduces a submission (the ``POST /v1/runs`` request, as ``hitch run``, ``hitch local
 serve`` and ``hitch eval harbor`` send it; the CLI asks it too, before anything starts) to its
 identity-relevant fields — harness, the lock (a pinned ``inference_id``, or its inputs: the model's
-``model_id`` — never the alias, which may be re-pointed — device, profile, runtime), the engine choice,
+``model_id`` — never the alias, which may be re-pointed — device, profile, runtime, generation), the engine choice,
 capture mode and bound, the trial reservation, and the harness's own ``submission`` (``hitch run``: the
 prompt's digest, the output budget, agent arguments, the working directory) — with the defaults of
 :class:`~harness.app.requests.RunRequest` filled in, so an omitted field and its default are the same
@@ -34,7 +34,10 @@ def _lock_inputs(root: HitchRoot, ask: RunRequest) -> Any:
     if ask.inference_id:
         return {"inference_id": ask.inference_id}
     model_id = resolve_model_id(root, ask.model) if ask.model else None
-    return {"model_id": model_id, "device": ask.device, "profile": ask.profile, "runtime": ask.runtime}
+    inputs: dict[str, Any] = {"model_id": model_id, "device": ask.device, "profile": ask.profile, "runtime": ask.runtime}
+    if ask.generation is not None:  # greedy when absent: a request without it keeps the identity it always had
+        inputs["generation"] = ask.generation.to_json_dict()
+    return inputs
 
 
 def run_identity(root: HitchRoot, ask: RunRequest) -> RunIdentityV1:

@@ -21,7 +21,7 @@ from harness.contracts.base import Record, parse_record
 from harness.contracts.lock import InferenceLockV1
 from harness.contracts.service import EngineName, LauncherName
 from harness.errors import HitchError
-from harness.lock import ProfileShort, load_sealed_lock, served_device
+from harness.lock import GenerationSpec, ProfileShort, load_sealed_lock, served_device
 from harness.paths import HitchRoot
 from harness.runtimes import get_runtime
 from harness.store import resolve_model
@@ -42,6 +42,7 @@ class RunService(Record):
     allow_uncertified: bool = False
     offline: bool = False
     image: str | None = None
+    generation: GenerationSpec = None
 
     @classmethod
     def of(cls, **given: Any) -> RunService:
@@ -76,6 +77,8 @@ def run_service_request(root: HitchRoot, ask: RunService, root_flag: Path | None
     if ask.inference is not None:
         if ask.device is not None or ask.profile is not None:
             raise HitchError("usage_error", "--inference pins the device and profile; drop --device/--profile", {})
+        if ask.generation is not None:
+            raise HitchError("usage_error", "--inference pins the lock's sampling; drop --generation", {})
         lock = load_sealed_lock(root, ask.inference)
         same_model(root, ask.model, lock)
         rt = get_runtime(lock.runtime_id)
@@ -103,8 +106,11 @@ def run_service_request(root: HitchRoot, ask: RunService, root_flag: Path | None
     ).require()
     rt = runtime_of(choice)
     argv = [ask.model, *choice.device_argv(), "--profile", profile, "--runtime", rt.name]
+    if ask.generation is not None:
+        argv += ["--generation", ask.generation.name]
     ensure_runtime(root, rt, engine=ask.engine, offline=ask.offline, prepare_argv=argv, root_flag=root_flag)
-    return run_request(choice, ask.model, profile, run_image(rt, ask.engine, ask.launcher, ask.image), **run)
+    image = run_image(rt, ask.engine, ask.launcher, ask.image)
+    return run_request(choice, ask.model, profile, image, ask.generation, **run)
 
 
 def end_run(

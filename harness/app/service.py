@@ -31,7 +31,7 @@ from harness.contracts.runtime import InferenceRuntimeManifestV1
 from harness.contracts.service import EngineName, LauncherName
 from harness.errors import HitchError
 from harness.launch.oci_config import require_pinned_image
-from harness.lock import ProfileShort
+from harness.lock import GenerationProfile, GenerationSpec, ProfileShort
 from harness.paths import HitchRoot
 from harness.runtimes import get_runtime, install_runtime, installed_runtime, pinned_image
 from harness.runtimes.pins import inspect_image
@@ -62,6 +62,7 @@ class ServiceAsk(Record):
     launcher: LauncherName = "process"
     image: str | None = None
     runtime: str | None = None
+    generation: GenerationSpec = None
 
     @classmethod
     def of(cls, **given: Any) -> ServiceAsk:
@@ -152,9 +153,12 @@ def run_image(runtime: InferenceRuntimeManifestV1, engine: EngineName, launcher:
     return pinned_image(runtime)
 
 
-def _service(choice: Choice, model: str, profile: ProfileShort, image: str | None) -> dict[str, Any]:
+def _service(
+    choice: Choice, model: str, profile: ProfileShort, image: str | None, generation: GenerationProfile | None
+) -> dict[str, Any]:
     chosen = choice.require()
     return {
+        "generation": generation.sampling if generation is not None else None,
         "model": model,
         "device": chosen.device,
         "device_choice": chosen.device_choice(),
@@ -167,15 +171,22 @@ def _service(choice: Choice, model: str, profile: ProfileShort, image: str | Non
 
 
 def prepare_request(
-    choice: Choice, model: str, profile: ProfileShort, image: str | None, context_tokens: int | None = None
+    choice: Choice,
+    model: str,
+    profile: ProfileShort,
+    image: str | None,
+    context_tokens: int | None = None,
+    generation: GenerationProfile | None = None,
 ) -> PrepareRequest:
     """``hitch local prepare``'s request for the service ``choice`` names."""
-    return PrepareRequest(**_service(choice, model, profile, image), context_tokens=context_tokens)
+    return PrepareRequest(**_service(choice, model, profile, image, generation), context_tokens=context_tokens)
 
 
-def run_request(choice: Choice, model: str, profile: ProfileShort, image: str | None, **run: Any) -> RunRequest:
+def run_request(
+    choice: Choice, model: str, profile: ProfileShort, image: str | None, generation: GenerationProfile | None, **run: Any
+) -> RunRequest:
     """A run's request for the service ``choice`` names (``run``: run_id, harness, capture, ...)."""
-    return parse_request(RunRequest, {**_service(choice, model, profile, image), **run})
+    return parse_request(RunRequest, {**_service(choice, model, profile, image, generation), **run})
 
 
 def prepare_service(
@@ -196,9 +207,12 @@ def prepare_service(
         argv += ["--engine", ask.engine]
     if ask.launcher != "process":
         argv += ["--launcher", ask.launcher]
+    if ask.generation is not None:
+        argv += ["--generation", ask.generation.name]
     # first: --offline names the pin/prepare commands before an unpinned image is refused
     ensure_runtime(root, rt, engine=ask.engine, offline=offline, prepare_argv=argv, root_flag=root_flag)
-    request = prepare_request(choice, ask.model, ask.profile, run_image(rt, ask.engine, ask.launcher, ask.image), context_tokens)
+    image = run_image(rt, ask.engine, ask.launcher, ask.image)
+    request = prepare_request(choice, ask.model, ask.profile, image, context_tokens, ask.generation)
     key = "prepare-" + secrets.token_hex(8)
     request = request.model_copy(update={"progress_key": key})
     client = ensure_daemon(root)
@@ -210,7 +224,7 @@ def serve_request(ask: ServiceAsk, **run: Any) -> RunRequest:
     """The run ``hitch local serve`` opens for ``ask`` (``run``: run_id, capture, for_containers, eval_image)."""
     choice = ask.choice()
     image = run_image(runtime_of(choice), ask.engine, ask.launcher, ask.image)
-    return run_request(choice, ask.model, ask.profile, image, **run)
+    return run_request(choice, ask.model, ask.profile, image, ask.generation, **run)
 
 
 def engine_endpoint(root: HitchRoot, service_id: str) -> tuple[str, str]:

@@ -17,7 +17,6 @@ from typing import Annotated
 
 import typer
 
-from harness.app.load_schedule import APIS, LoadSchedule, parse_run_time, targets_for
 from harness.cli import options as opt
 from harness.cli.options import check_choice
 from harness.cli.output import COMMON, Common, cli_command, emit
@@ -111,6 +110,8 @@ def load(
     common: Common = COMMON,
 ) -> None:
     # Bad values are usage errors here, before any process starts; the benchmark re-checks them.
+    from harness.app.load_schedule import APIS, LoadSchedule, parse_run_time, targets_for
+
     targets_for(target)
     if api not in APIS:
         raise HitchError("usage_error", f"api must be one of {', '.join(APIS)}", {"api": api})

@@ -14,13 +14,9 @@ from typing import Annotated, Any
 
 import typer
 
-from catalog.evidence import verify_evidence
-from catalog.signing import decode_statement_unverified, load_entry, trusted_keys_dir, verify_envelope
-from harness.bundle import check_runs, entry_members, evaluation_members, export_bundle, read_bundle, root_secrets, run_members
 from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.errors import HitchError
 from harness.paths import HitchRoot
-from harness.run_ref import read_ref
 
 app = typer.Typer(no_args_is_help=True, help="evidence bundles: manifests, lock, evidence, digests (never weights or secrets)")
 
@@ -48,11 +44,15 @@ def _kind_of(root: HitchRoot, subject: str, kind: str | None) -> str:
 
 
 def _entry_identity(entry: Path) -> tuple[str | None, str | None]:
+    from catalog.signing import decode_statement_unverified, load_entry
+
     predicate = decode_statement_unverified(load_entry(entry)).get("predicate") or {}
     return predicate.get("model_id"), predicate.get("runtime_id")
 
 
 def _run_identity(root: HitchRoot, run_id: str) -> tuple[str | None, str | None]:
+    from harness.run_ref import read_ref
+
     ref = read_ref(root.runs / run_id)
     return ref.model_id, ref.runtime_id
 
@@ -65,6 +65,8 @@ def export_cmd(
     kind: Annotated[str | None, typer.Option("--kind", help="run | evaluation | entry (default: what SUBJECT names)")] = None,
     common: Common = COMMON,
 ) -> None:
+    from harness.bundle import entry_members, evaluation_members, export_bundle, root_secrets, run_members
+
     root = common.hroot
     chosen = _kind_of(root, subject, kind)
     model_id = runtime_id = None
@@ -94,6 +96,9 @@ def export_cmd(
 
 
 def _verify_entry(files: dict[str, bytes], bundle: Any, keys: list[Path]) -> dict[str, Any]:
+    from catalog.evidence import verify_evidence
+    from catalog.signing import load_entry, verify_envelope
+
     names = [n for n in files if n.startswith("entry/") and n.count("/") == 1 and n.endswith(".dsse.json")]
     if len(names) != 1:
         raise HitchError("bundle_invalid", "an entry bundle holds exactly one entry/*.dsse.json", {"entries": names})
@@ -124,6 +129,9 @@ def verify_cmd(
     ] = None,
     common: Common = COMMON,
 ) -> None:
+    from catalog.signing import trusted_keys_dir
+    from harness.bundle import check_runs, read_bundle
+
     bundle = read_bundle(path)
     manifest = bundle.manifest
     runs = check_runs(bundle)

@@ -13,24 +13,6 @@ from typing import Annotated, Any
 
 import typer
 
-from catalog.evidence import verify_evidence
-from catalog.signing import (
-    STATEMENT_TYPE,
-    build_statement,
-    describe_key,
-    dev_key_pair,
-    generate_key,
-    load_entry,
-    published_entries_dir,
-    root_entries_dir,
-    scan_entries,
-    sign_envelope,
-    subjects_from_predicate,
-    trust_public_key,
-    trusted_keys_dir,
-    verify_envelope,
-    write_entry,
-)
 from harness.cli.options import check_path
 from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.errors import HitchError
@@ -44,6 +26,8 @@ KeysOpt = Annotated[
 
 
 def _keys(keys: list[Path] | None) -> list[Path]:
+    from catalog.signing import trusted_keys_dir
+
     return list(keys) if keys else [trusted_keys_dir()]
 
 
@@ -57,6 +41,8 @@ def keygen(
     """Create an Ed25519 key (0600) and export its public half to <dir>/public/<keyid>.pub.pem.
 
     Without --out: the development key under HITCH_ROOT, created only if absent."""
+    from catalog.signing import dev_key_pair, generate_key
+
     pair = generate_key(out, force=force) if out is not None else dev_key_pair(common.hroot)
     payload = pair.to_dict()
     human = (
@@ -101,6 +87,17 @@ def sign(
     common: Common = COMMON,
 ) -> None:
     """Sign a predicate (or statement) into a DSSE envelope and write it as <...>.dsse.json."""
+    from catalog.signing import (
+        STATEMENT_TYPE,
+        build_statement,
+        describe_key,
+        dev_key_pair,
+        root_entries_dir,
+        sign_envelope,
+        subjects_from_predicate,
+        write_entry,
+    )
+
     hroot = common.hroot
     document = _read_json(source)
     if isinstance(document, dict) and "_type" in document and document.get("_type") == STATEMENT_TYPE:
@@ -143,6 +140,9 @@ def verify(
 
     With ``--evidence DIR`` every evidence file the signed predicate names must be in DIR with the signed
     digest (``catalog_evidence_invalid`` names each missing or altered one)."""
+    from catalog.evidence import verify_evidence
+    from catalog.signing import load_entry, verify_envelope
+
     check_path(entry)
     if evidence is not None:
         check_path(evidence, "directory")
@@ -179,6 +179,8 @@ def list_(
     common: Common = COMMON,
 ) -> None:
     """Every entry with its level, runtime, model, device, profile and whether (or why not) it verified."""
+    from catalog.signing import published_entries_dir, root_entries_dir, scan_entries
+
     directories = list(dirs) if dirs else [published_entries_dir(), root_entries_dir(common.hroot)]
     entries = [check.summary() for check in scan_entries(directories, _keys(keys))]
     lines = [
@@ -201,6 +203,8 @@ def trust(
     common: Common = COMMON,
 ) -> None:
     """Copy a public key into a trusted keys dir as <keyid>.pub.pem."""
+    from catalog.signing import trust_public_key, trusted_keys_dir
+
     path = trust_public_key(public_key, keys if keys is not None else trusted_keys_dir())
     emit(common.as_json, {"trusted": str(path), "keyid": path.name.removesuffix(".pub.pem")}, f"trusted: {path}")
 

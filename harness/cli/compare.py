@@ -14,15 +14,17 @@ the figures' differences with their intervals and the per-task outcome changes, 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from harness.cli.output import COMMON, Common, cli_command, emit
-from harness.compare.evals import compare_evals
-from harness.compare.figures import DIFFERS_EXIT_CODE, INCONCLUSIVE_EXIT_CODE, Figure
-from harness.compare.runs import Comparison, compare_runs
-from harness.paths import HitchRoot
+from harness.compare import DIFFERS_EXIT_CODE, INCONCLUSIVE_EXIT_CODE
+
+if TYPE_CHECKING:  # a comparison imports its modules when it runs: `hitch run --help` loads none of them
+    from harness.compare.figures import Figure
+    from harness.compare.runs import Comparison
+    from harness.paths import HitchRoot
 
 __all__ = ["register_eval_compare", "register_run_compare"]
 
@@ -103,10 +105,14 @@ def _register(app: typer.Typer, kind: str, what: str, compare: Callable[[HitchRo
 
 
 def _compare_runs(root: HitchRoot, a: str, b: str, across_models: bool) -> Comparison:
+    from harness.compare.runs import compare_runs
+
     return compare_runs(root, a, b, across_models=across_models)
 
 
 def _compare_evals(root: HitchRoot, a: str, b: str, across_models: bool) -> Comparison:
+    from harness.compare.evals import compare_evals
+
     return compare_evals(root, a, b, across_models=across_models)
 
 

@@ -11,7 +11,6 @@ from typing import Annotated, Any
 
 import typer
 
-from harness.app.daemon_client import daemon_running, start_daemon, stop_daemon
 from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.paths import DaemonPaths
 
@@ -61,6 +60,8 @@ def start_cmd(
         args += ["--fake-gpu", uuid]
     if recover_docker:
         args.append("--recover-docker")
+    from harness.app.daemon_client import start_daemon
+
     status = start_daemon(hroot, args)
     payload = {"kind": "daemon-start", **_summary(status, DaemonPaths(hroot))}
     emit(common.as_json, payload, f"daemon {payload['pid']} serving {payload['root']} on {payload['socket']}")
@@ -80,6 +81,8 @@ def stop_cmd(
     common: Common = COMMON,
 ) -> None:
     by = "hitch daemon stop" + (" --force" if force else "")
+    from harness.app.daemon_client import stop_daemon
+
     stopped = stop_daemon(common.hroot, force=force, drain_timeout_s=drain_timeout, by=by)
     emit(common.as_json, {"kind": "daemon-stop", "stopped": stopped}, "daemon stopped" if stopped else "no daemon was running")
 
@@ -89,6 +92,8 @@ def stop_cmd(
 def status_cmd(common: Common = COMMON) -> None:
     hroot = common.hroot
     paths = DaemonPaths(hroot)
+    from harness.app.daemon_client import daemon_running
+
     status = daemon_running(hroot)
     if status is None:
         emit(common.as_json, {"kind": "daemon-status", "running": False, "socket": str(paths.socket)}, "no daemon is running")

@@ -6,16 +6,17 @@ verdicts; callers read ``devices.<name>.certifiable`` / ``selected``.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from harness.cli.output import COMMON, Common, cli_command, emit
-from harness.devices.doctor import run_doctor
-from harness.devices.report import DoctorReportV1, EffectiveSettingV1
-from harness.settings import effective_settings
+
+if TYPE_CHECKING:  # imported where used: `hitch local --help` loads none of the doctor's probes
+    from rich.console import Console
+    from rich.table import Table
+
+    from harness.devices.report import DoctorReportV1
 
 __all__ = ["doctor", "render_human"]
 
@@ -35,6 +36,8 @@ def _gib(value: int | None) -> str:
 
 
 def _facts_table(report: DoctorReportV1) -> Table:
+    from rich.table import Table
+
     cpu, cuda, docker = report.cpu, report.cuda, report.docker
     table = Table(title="hitch doctor (read-only)", show_header=False, title_justify="left")
     table.add_column("fact", style="bold")
@@ -87,6 +90,8 @@ def _verdict_lines(report: DoctorReportV1) -> list[str]:
 
 
 def render_human(report: DoctorReportV1, console: Console | None = None) -> None:
+    from rich.console import Console
+
     console = console or Console(soft_wrap=False)
     console.print(_facts_table(report))
     for line in _verdict_lines(report):
@@ -96,6 +101,10 @@ def render_human(report: DoctorReportV1, console: Console | None = None) -> None
 @cli_command
 def doctor(device: DeviceOpt = "auto", common: Common = COMMON) -> None:
     """Report CPU/CUDA/Docker facts and whether each device is certifiable (writes nothing)."""
+    from harness.devices.doctor import run_doctor
+    from harness.devices.report import EffectiveSettingV1
+    from harness.settings import effective_settings
+
     found = run_doctor(_DEVICES[device], root=common.root)
     report = found.model_copy(update={"settings": [EffectiveSettingV1(**s) for s in effective_settings()]})
     emit(common.as_json, report.to_json_dict(), lambda: render_human(report))

@@ -14,24 +14,17 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from harness.app.daemon_client import ensure_daemon
-from harness.app.requests import RunRequest, parse_request
-from harness.app.runs import RunService, run_service_request, served_model_id
 from harness.cli import options as opt
 from harness.cli.compare import register_eval_compare
 from harness.cli.output import COMMON, Common, cli_command, emit
-from harness.contracts.evaluation import EvaluationRecordV1, TrialOutcomeV1
 from harness.errors import HitchError
-from harness.evals.harbor_agents import known_agent, require_agent
-from harness.evals.harbor_install import install_harbor, require_harbor
-from harness.evals.harbor_regrade import regrade_evaluation
-from harness.evals.harbor_run import EvalOptions, HarborEvaluation, model_connection, read_plan, task_dirs
-from harness.evals.harbor_verifier import verifiers_of
-from harness.runtimes import get_runtime
+
+if TYPE_CHECKING:  # the commands import what they run: `hitch eval --help` loads neither Harbor nor the daemon client
+    from harness.contracts.evaluation import EvaluationRecordV1, TrialOutcomeV1
 
 app = typer.Typer(no_args_is_help=True, help="agent evaluations on a local model")
 harbor_app = typer.Typer(no_args_is_help=True, help="Harbor trials (local Docker) through the gateway")
@@ -42,6 +35,8 @@ register_eval_compare(app)
 @harbor_app.command("install", help="Harbor's hash-locked venv and the compose v2 plugin under the root")
 @cli_command
 def install_cmd(common: Common = COMMON) -> None:
+    from harness.evals.harbor_install import install_harbor
+
     hroot = common.hroot
     found, already, seconds, size = install_harbor(hroot, progress=sys.stderr)
     payload = {"kind": "harbor-install", "path": str(found.path), "python": str(found.python),
@@ -125,6 +120,13 @@ def run_cmd(
     ] = None,
     common: Common = COMMON,
 ) -> None:
+    from harness.app.daemon_client import ensure_daemon
+    from harness.app.runs import RunService, run_service_request, served_model_id
+    from harness.evals.harbor_agents import known_agent, require_agent
+    from harness.evals.harbor_install import require_harbor
+    from harness.evals.harbor_run import EvalOptions, HarborEvaluation, model_connection, task_dirs
+    from harness.evals.harbor_verifier import verifiers_of
+
     model_connection(agent, env)  # a topology the gateway cannot serve is refused before anything starts
     if model_capture not in ("off", "metadata", "full"):
         raise HitchError("usage_error", "--model-capture is off|metadata|full", {"model_capture": model_capture})
@@ -177,6 +179,14 @@ def resume_cmd(
     evaluation_id: Annotated[str, typer.Argument(help="the evaluation id (evals/<id>/plan.json)")],
     common: Common = COMMON,
 ) -> None:
+    from harness.app.daemon_client import ensure_daemon
+    from harness.app.requests import RunRequest, parse_request
+    from harness.app.runs import served_model_id
+    from harness.evals.harbor_agents import require_agent
+    from harness.evals.harbor_install import require_harbor
+    from harness.evals.harbor_run import HarborEvaluation, read_plan
+    from harness.runtimes import get_runtime
+
     hroot = common.hroot
     install = require_harbor(hroot)
     plan = read_plan(hroot, evaluation_id)
@@ -217,6 +227,9 @@ def regrade_cmd(
     evaluation_id: Annotated[str, typer.Argument(help="the evaluation whose trials are re-scored")],
     common: Common = COMMON,
 ) -> None:
+    from harness.evals.harbor_install import require_harbor
+    from harness.evals.harbor_regrade import regrade_evaluation
+
     hroot = common.hroot
     record = regrade_evaluation(hroot, require_harbor(hroot), evaluation_id)
     path = hroot.path / "evals" / record.evaluation_id / "evaluation.json"

@@ -6,23 +6,18 @@ from __future__ import annotations
 import json
 import shlex
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from harness.app.choice import ChoiceRequest, resolve_choice
-from harness.app.engine_preview import engine_preview
 from harness.cli import options as opt
-from harness.cli import progress
 from harness.cli.doctor_cmd import doctor
 from harness.cli.output import COMMON, Common, cli_command, emit
-from harness.contracts.lock import InferenceLockV1
-from harness.devices import probe_cpu
 from harness.errors import HitchError
-from harness.lock import ProfileShort, ServedDevice, build_lock, served_device, validate_lock
-from harness.paths import HitchRoot, atomic_write_bytes
-from harness.runtimes import default_runtime, get_runtime
-from harness.store import resolve_model
+
+if TYPE_CHECKING:  # the commands import what they run: `hitch local --help` builds from the options alone
+    from harness.contracts.lock import InferenceLockV1
+    from harness.lock import ProfileShort, ServedDevice
 
 app = typer.Typer(no_args_is_help=True, help="locks, doctor and local services")
 app.command("doctor", help="read-only: what this machine can certify, and why not")(doctor)
@@ -40,6 +35,7 @@ def lock_cmd(
     profile: opt.Profile = "baseline",
     runtime: opt.Runtime = None,
     context: opt.Context = None,
+    generation: opt.Generation = None,
     benchmark: Annotated[
         bool,
         typer.Option(
@@ -51,7 +47,14 @@ def lock_cmd(
     out: Annotated[Path | None, typer.Option("--out", help="write the lock (what check-lock and argv read) to this file")] = None,
     common: Common = COMMON,
 ) -> None:
+    from harness.devices import probe_cpu
+    from harness.lock import DEFAULT_GENERATION, build_lock, describe_sampling, generation_profile
+    from harness.paths import atomic_write_bytes
+    from harness.runtimes import default_runtime, get_runtime
+    from harness.store import resolve_model
+
     prof: ProfileShort = "baseline" if profile == "baseline" else "throughput"
+    sampling = generation_profile(generation) if generation is not None else DEFAULT_GENERATION
     manifest = resolve_model(common.hroot, model)
     dev = _lock_device(device, runtime)
     rt = get_runtime(runtime) if runtime else default_runtime(dev)
@@ -63,10 +66,17 @@ def lock_cmd(
         cpu_cores_per_node=probe_cpu().cores_per_node,
         context_tokens=context,
         benchmark=benchmark,
+        sampling=sampling.sampling,
     )
     if out is not None:
         atomic_write_bytes(out, (json.dumps(lock.to_json_dict(), indent=2, sort_keys=True) + "\n").encode())
-    payload = {"kind": "inference-lock-draft", "inference_id": lock.inference_id, "runtime": rt.name, "lock": lock.to_json_dict()}
+    payload = {
+        "kind": "inference-lock-draft",
+        "inference_id": lock.inference_id,
+        "runtime": rt.name,
+        "generation_profile": sampling.model_dump(mode="json", include={"name", "version", "source"}),
+        "lock": lock.to_json_dict(),
+    }
     if out is not None:
         payload["written"] = str(out)
     gen = lock.generation
@@ -78,9 +88,9 @@ def lock_cmd(
         f"  profile:      {lock.profile}",
         f"  context:      {lock.execution.context_tokens_per_request} tokens per request; output budget "
         f"{gen.max_output_tokens} tokens",
-        f"  sampling:     {'greedy (temperature 0)' if gen.temperature == 0 else f'temperature {gen.temperature}'}, "
-        f"top_p {gen.top_p}, top_k {gen.top_k}, seed {gen.seed}; {gen.override_policy}: a request may omit these "
-        "fields or send the lock's values, any other value is refused",
+        f"  sampling:     {describe_sampling(gen, sampling)}",
+        f"                {gen.override_policy}: a request may omit these fields or send the lock's values, any other "
+        "value is refused",
     ]
     if out is not None:
         human.append(f"written: {out}")
@@ -89,6 +99,9 @@ def lock_cmd(
 
 def _lock_device(device: str, runtime: str | None) -> ServedDevice:
     """``--device`` for a draft lock: auto is the one device rule's pick (the runtime's device when one is named)."""
+    from harness.app.choice import ChoiceRequest, resolve_choice
+    from harness.lock import served_device
+
     if device != "auto":
         return served_device(device)
     return resolve_choice(ChoiceRequest(device="auto", runtime=runtime, engine="sglang", allow_uncertified=True)).device
@@ -106,6 +119,8 @@ def check_lock_cmd(
 
 def _read_lock(path: Path) -> InferenceLockV1:
     """A lock file, or what ``hitch local lock --json`` prints (the lock under ``lock``), strictly validated."""
+    from harness.lock import validate_lock
+
     opt.check_path(path)
     try:
         data = json.loads(path.read_text())
@@ -137,6 +152,10 @@ def argv_cmd(
     gpu: Annotated[str | None, typer.Option("--gpu", help="GPU UUID the engine sees (default: NVML's first GPU)")] = None,
     common: Common = COMMON,
 ) -> None:
+    from harness.app.engine_preview import engine_preview
+    from harness.cli import progress
+    from harness.paths import HitchRoot
+
     root = common.hroot
     reader = (HitchRoot.at(parser_root) if parser_root else root) if check else None
     lock = _read_lock(path)

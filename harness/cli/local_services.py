@@ -13,10 +13,7 @@ from typing import Annotated
 
 import typer
 
-from harness.app.daemon_client import DaemonClient, daemon_running, ensure_daemon
-from harness.app.service import ServiceAsk, prepare_service
 from harness.cli import options as opt
-from harness.cli.local_views import status_payload
 from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.errors import HitchError
 
@@ -32,17 +29,24 @@ def register(app: typer.Typer) -> None:
         offline: opt.Offline = False,
         common: Common = COMMON,
     ) -> None:
+        from harness.app.service import ServiceAsk, prepare_service
+        from harness.lock import DEFAULT_GENERATION, describe_sampling
+
         ask = ServiceAsk.of(**dataclasses.asdict(svc))
         chosen, result = prepare_service(
             common.hroot, ask, context_tokens=context, offline=offline, root_flag=common.root, as_json=common.as_json
         )
         result.pop("schema_version", None)
         why = "; ".join(chosen.reasons[:1])
-        emit(
-            common.as_json,
-            result,
-            f"inference_id: {result['inference_id']}\nlock: {result['lock_path']}\ndevice: {chosen.device} ({why})",
-        )
+        profile = ask.generation or DEFAULT_GENERATION
+        result["generation_profile"] = profile.model_dump(mode="json", include={"name", "version", "source"})
+        lines = [
+            f"inference_id: {result['inference_id']}",
+            f"lock: {result['lock_path']}",
+            f"device: {chosen.device} ({why})",
+            f"sampling: {describe_sampling(profile.sampling, profile)}",
+        ]
+        emit(common.as_json, result, "\n".join(lines))
 
     @app.command(
         "status",
@@ -51,6 +55,8 @@ def register(app: typer.Typer) -> None:
     )
     @cli_command
     def status_cmd(common: Common = COMMON) -> None:
+        from harness.cli.local_views import status_payload
+
         payload, human = status_payload(common.hroot)
         emit(common.as_json, payload, human)
 
@@ -61,6 +67,8 @@ def register(app: typer.Typer) -> None:
         force: Annotated[bool, typer.Option("--force", help="revoke live leases and stop anyway")] = False,
         common: Common = COMMON,
     ) -> None:
+        from harness.app.daemon_client import DaemonClient, daemon_running
+
         hroot = common.hroot
         if daemon_running(hroot) is None:
             emit(common.as_json, {"kind": "local-stop", "stopped": [], "daemon_running": False}, "no daemon is running")
@@ -88,6 +96,8 @@ def register(app: typer.Typer) -> None:
     @app.command("unquarantine", help="after checking a quarantined service's leftover by hand, allow it to start again")
     @cli_command
     def unquarantine_cmd(service: Annotated[str, typer.Argument(help="service id")], common: Common = COMMON) -> None:
+        from harness.app.daemon_client import ensure_daemon
+
         cleared = ensure_daemon(common.hroot).unquarantine(service)
         emit(
             common.as_json,

@@ -7,19 +7,17 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from harness.app.daemon_client import daemon_running
-from harness.app.run_store import RunStore
 from harness.cli import units
 from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.errors import HitchError
-from harness.lock import load_sealed_lock
 from harness.paths import DaemonPaths, HitchRoot
-from harness.service.state_store import ServiceStateStore
-from harness.store import read_aliases
+
+if TYPE_CHECKING:  # the status reads import what they read: `hitch local --help` loads none of them
+    from harness.service.state_store import ServiceStateStore
 
 __all__ = ["describe_service", "register", "service_lines", "status_payload"]
 
@@ -37,6 +35,10 @@ def _ready_event(store: ServiceStateStore, epoch: int) -> tuple[float | None, st
 
 def describe_service(hroot: HitchRoot, service: dict[str, Any], aliases: dict[str, str]) -> dict[str, Any]:
     """The daemon's view of one service plus what a person asks first: which model, where, since when, for whom."""
+    from harness.app.run_store import RunStore
+    from harness.lock import load_sealed_lock
+    from harness.service.state_store import ServiceStateStore
+
     store = ServiceStateStore(hroot, service["service_id"])
     record = store.read()
     choice = service.get("choice") or {}
@@ -165,6 +167,9 @@ def register(app: typer.Typer) -> None:
 
 def status_payload(hroot: HitchRoot) -> tuple[dict[str, Any], str]:
     """``local status``: the payload and its human form."""
+    from harness.app.daemon_client import daemon_running
+    from harness.store import read_aliases
+
     status = daemon_running(hroot)
     if status is None:
         return {"kind": "local-status", "daemon_running": False, "services": [], "quarantined": []}, "no daemon is running"

@@ -6,30 +6,17 @@ import contextlib
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from catalog.model_fixtures import fixture_for_model_id
 from harness.cli import options as opt
 from harness.cli import units
 from harness.cli.output import COMMON, Common, cli_command, emit
-from harness.contracts.base import parse_record
-from harness.contracts.model import LocalModelManifestV1
-from harness.contracts.model_fixture import FIXTURE_PROVENANCE_FILE, ModelFixtureProvenanceV1
 from harness.errors import HitchError
-from harness.store import (
-    RichImportProgress,
-    import_model,
-    list_model_ids,
-    model_files_dir,
-    read_aliases,
-    read_manifest,
-    remove_alias,
-    resolve_model,
-    run_gc,
-    verify_model_files,
-)
+
+if TYPE_CHECKING:
+    from harness.contracts.model import LocalModelManifestV1
 
 app = typer.Typer(no_args_is_help=True, help="models commands")
 alias_app = typer.Typer(no_args_is_help=True, help="model aliases (pointers for people, never identity)")
@@ -38,6 +25,9 @@ app.add_typer(alias_app, name="alias")
 
 def _fixture_facts(files_dir: Path, manifest: LocalModelManifestV1) -> dict[str, Any]:
     """The checkpoint's own fixture provenance (if it has one) and the catalog fixture whose pin it matches."""
+    from catalog.model_fixtures import fixture_for_model_id
+    from harness.contracts.base import parse_record
+    from harness.contracts.model_fixture import FIXTURE_PROVENANCE_FILE, ModelFixtureProvenanceV1
 
     provenance = None
     if any(f.path == FIXTURE_PROVENANCE_FILE for f in manifest.files):
@@ -95,6 +85,8 @@ def add(
     common: Common = COMMON,
 ) -> None:
     """Import a local checkpoint directory into the store and alias it."""
+    from harness.store import RichImportProgress, import_model
+
     hroot = common.hroot
     opt.check_path(directory, "directory")
     show_bar = not common.as_json and sys.stderr.isatty()
@@ -135,6 +127,8 @@ def _summary(manifest_json: dict[str, Any], aliases: list[str]) -> dict[str, Any
 @cli_command
 def list_(common: Common = COMMON) -> None:
     """Every published model with its aliases."""
+    from harness.store import list_model_ids, read_aliases, read_manifest
+
     hroot = common.hroot
     by_model = _aliases_by_model(read_aliases(hroot))
     models = [_summary(read_manifest(hroot, m).to_json_dict(), by_model.get(m, [])) for m in list_model_ids(hroot)]
@@ -154,6 +148,8 @@ def inspect(
     common: Common = COMMON,
 ) -> None:
     """The manifest of one model; --verify re-hashes its published files."""
+    from harness.store import model_files_dir, read_aliases, resolve_model, verify_model_files
+
     hroot = common.hroot
     manifest = resolve_model(hroot, ref)
     if verify:
@@ -197,6 +193,8 @@ def gc(
     common: Common = COMMON,
 ) -> None:
     """List (or with --apply delete) unreferenced models and leftover staging directories."""
+    from harness.store import run_gc
+
     if apply and dry_run:
         raise HitchError("usage_error", "--apply and --dry-run contradict each other")
     plan = run_gc(common.hroot, apply=apply)
@@ -215,6 +213,8 @@ def alias_rm(
     common: Common = COMMON,
 ) -> None:
     """Remove an alias; the model stays in the store (`hitch models gc` collects what nothing references)."""
+    from harness.store import remove_alias
+
     alias = name.removeprefix("local/")
     model_id = remove_alias(common.hroot, alias)
     emit(

@@ -31,6 +31,7 @@ __all__ = [
     "Context",
     "Device",
     "Engine",
+    "Generation",
     "Image",
     "Inference",
     "Launcher",
@@ -76,6 +77,14 @@ Image = Annotated[str | None, typer.Option("--image", help="oci: image ID or dig
 Runtime = Annotated[str | None, typer.Option("--runtime", help="catalog name or runtime_id")]
 Offline = Annotated[bool, typer.Option("--offline", help="never install or pull; fail with the commands to run")]
 Context = Annotated[int | None, typer.Option("--context", help="context tokens per request")]
+Generation = Annotated[
+    str | None,
+    typer.Option(
+        "--generation",
+        help="the lock's sampling: a built-in profile (greedy | balanced | creative; default greedy) or a JSON file "
+        "of temperature, top_p, top_k, min_p, repetition_penalty, seed; requests must omit these or send the lock's",
+    ),
+]
 Capture = Annotated[str, typer.Option("--capture", help="off | metadata | full (payloads 0600 under the run)")]
 _CAPTURE_MODES = ("off", "metadata", "full")
 
@@ -159,6 +168,7 @@ class ServiceOptions:
     launcher: Launcher = "process"
     image: Image = None
     runtime: Runtime = None
+    generation: Generation = None
 
 
 @dataclass(frozen=True)
@@ -172,6 +182,7 @@ class RunServiceOptions:
     launcher: Launcher = "process"
     runtime: Runtime = None
     offline: Offline = False
+    generation: Generation = None
 
 
 # the default a command's signature names for the group (parameters after one with a default need one)

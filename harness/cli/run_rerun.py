@@ -17,14 +17,8 @@ from typing import Annotated, Any
 
 import typer
 
-from harness.agents.evidence import read_harness_input
-from harness.app.requests import RunRequest, parse_request
-from harness.app.run_store import RunStore
 from harness.cli.output import COMMON, Common, cli_command
 from harness.errors import HitchError
-from harness.lock import load_sealed_lock
-from harness.lock_inputs import require_lock_inputs
-from harness.run_ref import read_ref, verify_run
 
 __all__ = ["register"]
 
@@ -32,6 +26,8 @@ _CARRIED = ("image", "fake_flags", "capture_max_bytes")
 
 
 def _verified_lock_id(hroot: Any, run_id: str) -> str:
+    from harness.run_ref import read_ref, verify_run
+
     check = verify_run(hroot, run_id)
     if [c.what for c in check.changes] == ["unsealed"]:
         raise HitchError(
@@ -54,7 +50,12 @@ def register(run_app: typer.Typer) -> None:
         new_run_id: Annotated[str | None, typer.Option("--run-id", help="the new run's id (default: random)")] = None,
         common: Common = COMMON,
     ) -> None:
-        from harness.cli.run import HarnessInput, start_run, submission_of
+        from harness.agents.evidence import read_harness_input
+        from harness.app.requests import RunRequest, parse_request
+        from harness.app.run_store import RunStore
+        from harness.cli.run_exec import HarnessInput, start_run, submission_of
+        from harness.lock import load_sealed_lock
+        from harness.lock_inputs import require_lock_inputs
 
         hroot = common.hroot
         record = RunStore(hroot).read(run_id)

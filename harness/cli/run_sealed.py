@@ -8,7 +8,6 @@ import typer
 
 from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.errors import HitchError
-from harness.run_ref import verify_run
 
 __all__ = ["register"]
 
@@ -20,6 +19,8 @@ def register(run_app: typer.Typer) -> None:
         run_id: Annotated[str, typer.Argument(help="the run id")],
         common: Common = COMMON,
     ) -> None:
+        from harness.run_ref import verify_run
+
         result = verify_run(common.hroot, run_id)
         if not result.ok:
             changes = [c.to_json() for c in result.changes]

@@ -10,22 +10,24 @@ import difflib
 import json
 import time
 from pathlib import Path
-from typing import Annotated, Any, get_args
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from harness.app.run_store import RunStore
 from harness.cli import units
 from harness.cli.options import check_choice
 from harness.cli.output import COMMON, Common, cli_command, emit
-from harness.contracts.run import RunRecordV1, RunStatus
 from harness.errors import HitchError
-from harness.paths import HitchRoot
-from harness.store import read_aliases
+
+if TYPE_CHECKING:  # the commands read the records: `hitch run --help` loads no contract
+    from harness.contracts.run import RunRecordV1
+    from harness.paths import HitchRoot
 
 __all__ = ["register", "require_record", "run_summary", "show_human"]
 
-_STATUSES: tuple[str, ...] = get_args(RunStatus)
+# the contract's RunStatus, spelled out so the help needs no contract (tests/harness/cli/test_help_imports.py holds
+# them equal)
+RUN_STATUSES: tuple[str, ...] = ("admitted", "preparing", "running", "completed", "failed", "cancelled", "interrupted")
 
 
 def _usage(attempts: Path) -> dict[str, int]:
@@ -66,7 +68,7 @@ def run_summary(hroot: HitchRoot, record: RunRecordV1, aliases: dict[str, str] |
     return {
         "run_id": record.run_id,
         "harness": record.harness or "serve",
-        "model": _model(hroot, record, aliases if aliases is not None else read_aliases(hroot)),
+        "model": _model(hroot, record, aliases if aliases is not None else _aliases(hroot)),
         "status": record.status,
         "error_code": record.error.code if record.error is not None else None,
         "inference_id": record.inference_id,
@@ -81,7 +83,15 @@ def run_summary(hroot: HitchRoot, record: RunRecordV1, aliases: dict[str, str] |
     }
 
 
+def _aliases(hroot: HitchRoot) -> dict[str, str]:
+    from harness.store import read_aliases
+
+    return read_aliases(hroot)
+
+
 def _records(hroot: HitchRoot) -> list[RunRecordV1]:
+    from harness.app.run_store import RunStore
+
     if not hroot.runs.is_dir():
         return []
     store = RunStore(hroot)
@@ -143,12 +153,16 @@ def register(run_app: typer.Typer) -> None:
     @run_app.command("list", help="the runs of this root: id, harness, model, status, start (UTC), duration, requests, tokens")
     @cli_command
     def list_cmd(
-        status: Annotated[str | None, typer.Option("--status", help="only runs in this status: " + " | ".join(_STATUSES))] = None,
+        status: Annotated[
+            str | None, typer.Option("--status", help="only runs in this status: " + " | ".join(RUN_STATUSES))
+        ] = None,
         model: Annotated[str | None, typer.Option("--model", help="only runs of this model (local/ALIAS or ALIAS)")] = None,
         common: Common = COMMON,
     ) -> None:
         if status is not None:
-            check_choice("--status", status, _STATUSES)
+            check_choice("--status", status, RUN_STATUSES)
+        from harness.store import read_aliases
+
         hroot = common.hroot
         aliases = read_aliases(hroot)
         rows = [run_summary(hroot, r, aliases) for r in _records(hroot) if status is None or r.status == status]
@@ -177,6 +191,8 @@ def register(run_app: typer.Typer) -> None:
 
 def require_record(hroot: HitchRoot, run_id: str) -> RunRecordV1:
     """The record of ``run_id``, or ``run_not_found`` naming the closest known run id."""
+    from harness.app.run_store import RunStore
+
     record = RunStore(hroot).read(run_id)
     if record is None:
         known = [p.name for p in hroot.runs.iterdir()] if hroot.runs.is_dir() else []

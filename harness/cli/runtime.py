@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from harness.cli.output import COMMON, Common, cli_command, emit
-from harness.contracts.runtime import InferenceRuntimeManifestV1
 from harness.errors import HitchError
 from harness.paths import HitchRoot
-from harness.runtimes import get_runtime, install_runtime, installed_runtime, load_catalog
-from harness.runtimes.catalog import pin_runtime
-from harness.runtimes.index_plan import install_plan, require_resolvable
+
+if TYPE_CHECKING:
+    from harness.contracts.runtime import InferenceRuntimeManifestV1
 
 app = typer.Typer(no_args_is_help=True, help="pinned SGLang runtimes")
 
@@ -23,6 +22,8 @@ IdArg = Annotated[str, typer.Argument(help="catalog name (e.g. sglang-0.5.23-cpu
 
 def _installed(root: HitchRoot, manifest: InferenceRuntimeManifestV1) -> bool | None:
     """True/False for a python-env runtime; None for oci (the image lives in Docker, not here)."""
+    from harness.runtimes import installed_runtime
+
     if manifest.package.kind != "python-env":
         return None
     try:
@@ -46,6 +47,8 @@ def _line(m: InferenceRuntimeManifestV1, installed: bool | None) -> str:
 @app.command("list", help="every runtime of the catalog")
 @cli_command
 def list_cmd(common: Common = COMMON) -> None:
+    from harness.runtimes import load_catalog
+
     hroot = common.hroot
     runtimes = load_catalog()
     installed = {m.name: _installed(hroot, m) for m in runtimes}
@@ -63,6 +66,8 @@ def list_cmd(common: Common = COMMON) -> None:
 @app.command("show", help="one runtime's manifest (and whether it is installed here)")
 @cli_command
 def show_cmd(runtime: IdArg, common: Common = COMMON) -> None:
+    from harness.runtimes import get_runtime, installed_runtime
+
     hroot = common.hroot
     manifest = get_runtime(runtime)
     found = installed_runtime(hroot, manifest) if manifest.package.kind == "python-env" else None
@@ -82,6 +87,8 @@ def show_cmd(runtime: IdArg, common: Common = COMMON) -> None:
 @app.command("install", help="install a runtime (python-env: private venv from the hash-pinned lock; progress on stderr)")
 @cli_command
 def install_cmd(runtime: IdArg, common: Common = COMMON) -> None:
+    from harness.runtimes import get_runtime, install_runtime
+
     hroot = common.hroot
     manifest = get_runtime(runtime)
     result = install_runtime(hroot, manifest)
@@ -113,6 +120,9 @@ def plan_cmd(
     index_url: Annotated[str | None, typer.Option("--index-url", help="ask this simple index instead of pip's")] = None,
     common: Common = COMMON,
 ) -> None:
+    from harness.runtimes import get_runtime
+    from harness.runtimes.index_plan import install_plan, require_resolvable
+
     plan = install_plan(get_runtime(runtime), index_url=index_url)
     total = plan.total_bytes
     payload: dict[str, Any] = {"kind": "runtime-plan", **plan.to_json_dict(), "total_bytes": total}
@@ -138,6 +148,9 @@ def pin_cmd(
     image: Annotated[str | None, typer.Option("--image", help="local image (default: the catalog's image:tag_hint)")] = None,
     common: Common = COMMON,
 ) -> None:
+    from harness.runtimes import load_catalog
+    from harness.runtimes.catalog import pin_runtime
+
     hroot = common.hroot
     pin = pin_runtime(hroot, runtime, image)
     manifest = next(m for m in load_catalog(operator_pins=hroot.runtime_pins) if m.name == runtime)

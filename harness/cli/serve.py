@@ -26,18 +26,16 @@ import dataclasses
 import json
 import signal
 import sys
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from harness.app import progress
-from harness.app.daemon_client import DaemonClient, ensure_daemon
-from harness.app.run_identity import new_run_id
-from harness.app.service import ServiceAsk, serve_request
 from harness.cli import options as opt
 from harness.cli.output import COMMON, JSON_SCHEMA_VERSION, Common, cli_command
-from harness.contracts.run import TERMINAL_STATUSES
 from harness.errors import ERROR_TABLE, HitchError
+
+if TYPE_CHECKING:  # imported by the command: `hitch local --help` loads no daemon client
+    from harness.app.daemon_client import DaemonClient
 
 __all__ = ["register"]
 
@@ -52,6 +50,7 @@ def _human(run: dict[str, Any]) -> str:
             f"base_url:   {run['base_url']}{reach}",
             f"model:      {run['wire_model']}",
             f"token_file: {run['token_file']}  (send it as: Authorization: Bearer $(cat FILE))",
+            f"sampling:   {run['sampling']}",
             f"run:        {run['run_id']} (lease {run['lease_id']})",
             "serving; Ctrl-C or SIGTERM ends the run",
         ]
@@ -85,6 +84,12 @@ def register(app: typer.Typer) -> None:
         ] = None,
         common: Common = COMMON,
     ) -> None:
+        from harness.app import progress
+        from harness.app.daemon_client import ensure_daemon
+        from harness.app.run_identity import new_run_id
+        from harness.app.service import ServiceAsk, serve_request
+        from harness.lock import DEFAULT_GENERATION, describe_sampling
+
         opt.check_capture(capture)
         if for_containers and eval_image is None:
             raise HitchError("usage_error", "--for-containers needs --eval-image (the image the eval containers run)", {})
@@ -104,6 +109,9 @@ def register(app: typer.Typer) -> None:
             kept = {"kind": "run-record", "run_id": record["run_id"], "record": record}
             _say(common.as_json, kept, f"run {record['run_id']} ended ({record['status']}); nothing is served again")
             return
+        profile = ask.generation or DEFAULT_GENERATION
+        run["generation_profile"] = profile.model_dump(mode="json", include={"name", "version", "source"})
+        run["sampling"] = describe_sampling(profile.sampling, profile)
         ended: HitchError | None = None
         try:
             _say(common.as_json, run, _human(run))
@@ -120,6 +128,8 @@ def register(app: typer.Typer) -> None:
 def _serve_until_stopped(client: DaemonClient, run_id: str) -> tuple[int, HitchError | None]:
     """Wait for SIGINT/SIGTERM (the signal, None), reading the run's record once a second: a run ended by someone
     else, or a daemon gone, ends the wait with the error that says who ended it (0, error)."""
+    from harness.contracts.run import TERMINAL_STATUSES
+
     while True:
         got = signal.sigtimedwait(_STOP_SIGNALS, _WATCH_S)
         if got is not None:

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from harness.compare import DIFFERS_EXIT_CODE, INCONCLUSIVE_EXIT_CODE
 from harness.compare.decide import MIN_SAMPLES, Decision, FigureVerdict, Question, decide, se_of_interval
 from harness.contracts.margins import FigureKind, MarginV1
 from harness.stats import added_intervals, wilson_interval
@@ -37,8 +38,6 @@ __all__ = [
     "sample_figure",
 ]
 
-DIFFERS_EXIT_CODE = 10
-INCONCLUSIVE_EXIT_CODE = 11
 MIN_VERDICT_SAMPLES = MIN_SAMPLES
 _MEDIAN = {"p50": 0.5}
 _Z95 = 1.959963984540054

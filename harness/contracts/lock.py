@@ -29,6 +29,7 @@ __all__ = [
     "ProfileName",
     "ProtocolV1",
     "ResourceVectorV1",
+    "SamplingV1",
     "compute_inference_id",
 ]
 
@@ -139,13 +140,25 @@ class ExecutionV1(Record):
         return data
 
 
-class GenerationV1(Record):
+class SamplingV1(Record):
+    """The sampling values of a lock (its generation block less the budget and the override rules): what a
+    generation profile sets (:mod:`harness.lock.generation`)."""
+
     temperature: float = Field(ge=0)
     top_p: float = Field(gt=0, le=1)
     top_k: int = Field(ge=0, description="0 = no top-k; the engine adapter maps it (SGLang: -1)")
     min_p: float = Field(ge=0, le=1)
     repetition_penalty: float = Field(gt=0)
     seed: int = Field(ge=0)
+
+    @property
+    def greedy(self) -> bool:
+        """Temperature 0: every request of the same prompt decodes the same tokens (what a determinism check
+        can hold the engine to); any other value samples."""
+        return self.temperature == 0
+
+
+class GenerationV1(SamplingV1):
     max_output_tokens: int = Field(ge=1)
     override_policy: Literal["reject-conflicts"] = "reject-conflicts"
     benchmark_controls: list[BenchmarkControl] = Field(

@@ -118,6 +118,7 @@ async def prepare_for(
         profile=req.profile,
         cpu_cores_per_node=probe_cpu().cores_per_node,
         context_tokens=req.context_tokens,
+        sampling=req.generation,
     )
     inflight = core.prepares.get(draft.inference_id)
     if inflight is not None:  # single flight: the same draft is being prepared; its sealed lock is this one's too

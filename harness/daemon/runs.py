@@ -129,7 +129,7 @@ _REQUEST_FIELDS = {
     "device_choice", "for_containers", "eval_image", "trial", "deadline_s", "rerun_of", "harness_artifact", "certifying",
     "cache_scope_owner",
 }  # fmt: skip
-_SERVICE_FIELDS = {"device", "profile", "engine", "launcher", "image", "fake_flags", "device_choice"}
+_SERVICE_FIELDS = {"device", "profile", "engine", "launcher", "image", "fake_flags", "device_choice", "generation"}
 
 
 class RunService:
@@ -214,6 +214,7 @@ class RunService:
             device=ask.device,
             profile=ask.profile,
             cpu_cores_per_node=probe_cpu().cores_per_node,
+            sampling=ask.generation,
         )
         return draft, False
 

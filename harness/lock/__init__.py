@@ -1,7 +1,8 @@
 """The inference lock (:class:`~harness.contracts.lock.InferenceLockV1`): built from profiles, validated, sealed.
 
-``build.py`` turns a model, a runtime, a device and a profile into a draft lock and validates lock documents
-strictly; ``sealed.py`` keeps the locks ``local prepare`` sealed in a root.
+``generation.py`` holds the generation profiles (``--generation NAME|FILE``); ``build.py`` turns a model, a
+runtime, a device and a profile into a draft lock and validates lock documents strictly; ``sealed.py`` keeps the
+locks ``local prepare`` sealed in a root.
 """
 
 from harness.lock.build import (
@@ -22,6 +23,14 @@ from harness.lock.build import (
     served_device,
     validate_lock,
 )
+from harness.lock.generation import (
+    DEFAULT_GENERATION,
+    GENERATION_PROFILES,
+    GenerationProfile,
+    GenerationSpec,
+    describe_sampling,
+    generation_profile,
+)
 from harness.lock.sealed import load_sealed_lock, save_sealed_lock, sealed_for_draft
 
 __all__ = [
@@ -29,14 +38,20 @@ __all__ = [
     "CERTIFIED_QUANTIZATIONS",
     "CPU_MEM_FRACTION_STATIC",
     "DEFAULT_CONTEXT_TOKENS",
+    "DEFAULT_GENERATION",
+    "GENERATION_PROFILES",
     "PROFILES",
     "SERVED_DEVICES",
     "STREAM_IDLE_TIMEOUT_MS",
     "Device",
+    "GenerationProfile",
+    "GenerationSpec",
     "ProfileShort",
     "ServedDevice",
     "build_lock",
     "claims_parallel_tool_calls",
+    "describe_sampling",
+    "generation_profile",
     "load_sealed_lock",
     "profile_name",
     "resolve_dtype",

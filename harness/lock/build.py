@@ -24,12 +24,14 @@ from harness.contracts.lock import (
     ProfileName,
     ProtocolV1,
     ResourceVectorV1,
+    SamplingV1,
     compute_inference_id,
 )
 from harness.contracts.model import LocalModelManifestV1
 from harness.contracts.runtime import InferenceRuntimeManifestV1
 from harness.errors import HitchError
 from harness.ids import digest_json
+from harness.lock.generation import DEFAULT_GENERATION
 from harness.sglang_parsers import PARALLEL_TOOL_CALL_PARSERS
 
 __all__ = [
@@ -198,10 +200,12 @@ def build_lock(
     cpu_cores_per_node: int,
     context_tokens: int | None = None,
     benchmark: bool = False,
+    sampling: SamplingV1 | None = None,
 ) -> InferenceLockV1:
     """The draft lock for this model + runtime + device + profile (spec §6.2 defaults). ``benchmark`` permits
     the benchmark sampling controls (``ignore_eos``, ``min_tokens``: fixed output lengths for the field's
-    benchmark tools); an agent run's lock never sets it, and it changes the inference id."""
+    benchmark tools); an agent run's lock never sets it, and it changes the inference id. ``sampling`` is a
+    generation profile's (:mod:`harness.lock.generation`; default greedy, the spec's): part of the inference id."""
     device = served_device(device)
     if runtime.backend != device:
         raise HitchError(
@@ -245,10 +249,10 @@ def build_lock(
             cpu_feature_requirement="amx" if amx else "none",
             mem_fraction_static=CPU_MEM_FRACTION_STATIC,
         )
-        attention, sampling, chunk = ("intel_amx" if amx else "torch_native"), "pytorch", 2048
+        attention, sampler, chunk = ("intel_amx" if amx else "torch_native"), "pytorch", 2048
     else:
         platform = CudaPlatformV1(backend="cuda", mem_fraction_static=0.80, overlap_schedule=True, cuda_graph="enabled")
-        attention, sampling, chunk = "flashinfer", "flashinfer", 8192
+        attention, sampler, chunk = "flashinfer", "flashinfer", 8192
 
     execution = ExecutionV1(
         platform=platform,
@@ -263,7 +267,7 @@ def build_lock(
         max_prefill_tokens=max(context, 16384),
         kv_cache_dtype="auto",
         attention_backend=attention,
-        sampling_backend=sampling,
+        sampling_backend=sampler,
         prefix_cache=PrefixCacheV1(
             mode="disabled" if profile == "baseline" else "radix",
             scope="run" if profile == "baseline" else "eval",
@@ -276,12 +280,7 @@ def build_lock(
         abort_confirm_timeout_ms=ABORT_CONFIRM_TIMEOUT_MS,
     )
     generation = GenerationV1(
-        temperature=0.0,
-        top_p=1.0,
-        top_k=0,
-        min_p=0.0,
-        repetition_penalty=1.0,
-        seed=0,
+        **(sampling or DEFAULT_GENERATION.sampling).model_dump(),
         max_output_tokens=min(_MAX_OUTPUT_CAP, context // 4),
         benchmark_controls=list(BENCHMARK_CONTROLS) if benchmark else [],
     )

@@ -178,24 +178,6 @@ class EngineResponse:
 
     def feed(self, data: bytes) -> None:
         now = self._last_data = time.perf_counter()
-        sink = self._sink
-        if sink is not None and self._framing == "chunked" and self._phase == "body" and not self._buf:
-            # the streaming read, pushed: exactly one whole chunk (one SSE event, as SGLang writes them) goes to
-            # the sink here, without the general decoder below (one call per event on the relay's hot path)
-            eol = data.find(b"\r\n", 0, 18)
-            if eol > 0 and not (self._left or self._chunk_crlf or self._trailers) and data.endswith(b"\r\n"):
-                try:
-                    size = int(data[:eol], 16)
-                except ValueError:
-                    size = 0
-                if size > 0 and len(data) == eol + size + 4:
-                    try:
-                        if sink(data[eol + 2 : -2], now):
-                            self._pause()
-                            self._wake("paused")
-                    except Exception as exc:
-                        self._fail(exc)
-                    return
         try:
             if self._phase == "head":
                 self._buf += data

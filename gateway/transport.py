@@ -321,14 +321,7 @@ async def relay_stream(request: web.BaseRequest, upstream: EngineResponse, ex: E
                         observer.feed(out, now)
                     return protocol.writing_paused  # the client reads slower than the engine writes
 
-                def plain_sink(chunk: bytes, now: float) -> bool:  # nothing captured or rewritten: one call less
-                    if transport is None or transport.is_closing():
-                        raise ConnectionResetError("the client went away")
-                    transport.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
-                    observer.feed(chunk, now)
-                    return protocol.writing_paused
-
-                upstream.push(plain_sink if capture is None and completion is None else sink)
+                upstream.push(sink)
                 while True:
                     try:
                         paused = await upstream.pushed()

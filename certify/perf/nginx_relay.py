@@ -21,6 +21,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from certify.processes import stop_process
+from harness.net import free_port
 from harness.paths import ensure_private_dir
 
 __all__ = ["NginxRelay", "nginx_binary", "started_nginx"]
@@ -66,12 +67,6 @@ def nginx_binary() -> str | None:
     return found
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def started_nginx(upstream_url: str, work: Path, binary: str | None = None, timeout_s: float = 15.0) -> Iterator[NginxRelay]:
     """nginx relaying ``127.0.0.1:PORT`` to ``upstream_url`` (the engine's origin) until the block ends."""
@@ -80,7 +75,7 @@ def started_nginx(upstream_url: str, work: Path, binary: str | None = None, time
         raise RuntimeError("nginx is not installed (make nginx: Debian's nginx-light)")
     folder = ensure_private_dir(work)
     upstream = urlsplit(upstream_url).netloc
-    port = _free_port()
+    port = free_port()
     conf = folder / "nginx.conf"
     conf.write_text(_CONFIG.format(work=folder, upstream=upstream, port=port))
     proc = subprocess.Popen(

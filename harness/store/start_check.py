@@ -33,6 +33,7 @@ from harness.store.staging import model_mutex, remove_tree
 __all__ = [
     "quarantine_model",
     "quarantined_at",
+    "quarantined_models",
     "record_verification",
     "verification_marker",
     "verify_first_start",
@@ -60,6 +61,14 @@ def quarantined_at(root: HitchRoot, model_id: str) -> Path | None:
     base = root.digest_dir(root.quarantine, model_id)
     found = sorted(p for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
     return found[-1] if found else None
+
+
+def quarantined_models(root: HitchRoot) -> dict[str, Path]:
+    """Each quarantined model not imported again since (no published manifest) -> its newest quarantine folder."""
+    if not root.quarantine.is_dir():
+        return {}
+    found = {f"sha256:{entry.name}": quarantined_at(root, f"sha256:{entry.name}") for entry in sorted(root.quarantine.iterdir())}
+    return {m: where for m, where in found.items() if where is not None and not manifest_path(root, m).is_file()}
 
 
 def quarantine_model(root: HitchRoot, manifest: LocalModelManifestV1, reason: HitchError) -> Path:

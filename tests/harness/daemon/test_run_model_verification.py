@@ -23,7 +23,7 @@ from harness.runtimes import get_runtime
 from harness.service.state_store import ServiceStateStore
 from harness.store import import_model, model_files_dir, resolve_model
 from harness.store.start_check import verification_marker
-from tests.harness.daemon.conftest import FAST
+from tests.harness.daemon.conftest import FAST, as_json, hitch
 from tests.harness.engine.inputs import GENERIC_RUNTIME, ServiceInputs, checkpoint_cache
 
 pytestmark = pytest.mark.integration
@@ -77,6 +77,8 @@ def _assert_quarantined(inputs: ServiceInputs, model_id: str, error: HitchError)
     with pytest.raises(HitchError) as again:  # unusable until imported again, and the error says where it went
         resolve_model(inputs.root, "local/tiny")
     assert again.value.code == "local_model_integrity_failed" and str(where.parent) in again.value.message
+    listed = as_json(hitch(inputs.root, "models", "list", "--json"))
+    assert listed["models"] == [] and listed["quarantined"] == [{"model_id": model_id, "aliases": ["tiny"], "path": str(where)}]
 
 
 def test_a_first_start_refuses_a_model_corrupted_after_import_quarantines_it_and_a_reimport_recovers(
@@ -93,6 +95,7 @@ def test_a_first_start_refuses_a_model_corrupted_after_import_quarantines_it_and
 
     again = import_model(inputs.root, tiny_checkpoint_cached(checkpoint_cache(tmp_path_factory.getbasetemp())), "tiny")
     assert again.model_id == model_id and not again.already_present
+    assert as_json(hitch(inputs.root, "models", "list", "--json"))["quarantined"] == []
     run = client.create_run(_ask("recovered"))
     client.finish_run("recovered", FinishRunRequest(status="completed"))
     assert verification_marker(inputs.root, model_id, run["inference_id"]).is_file()

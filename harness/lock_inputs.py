@@ -17,7 +17,7 @@ from harness.paths import HitchRoot
 from harness.runtimes import get_runtime
 from harness.runtimes.install import installed_runtime
 from harness.runtimes.pins import inspect_image
-from harness.store import read_manifest, verify_model_files
+from harness.store import read_manifest, verify_or_quarantine
 
 __all__ = ["require_lock_inputs", "require_model", "require_runtime"]
 
@@ -31,7 +31,7 @@ def require_model(root: HitchRoot, model_id: str) -> None:
             f"model {model_id} is not in this root's store: import the same checkpoint (`hitch models add DIR`)",
             {"model_id": model_id},
         ) from exc
-    verify_model_files(root, manifest)  # local_model_integrity_failed names the file
+    verify_or_quarantine(root, manifest)  # local_model_integrity_failed names the file; the object is quarantined
 
 
 def require_runtime(root: HitchRoot, runtime_id: str, engine: str, launcher: str) -> None:

@@ -103,6 +103,8 @@ class HitchRoot:
     models = _under("store", "models", "sha256")
     runtimes = _under("store", "inference-runtimes", "sha256")
     sealed_locks = _under("store", "inference-locks", "sha256")  # sealed lock.json + validation.json
+    model_verifications = _under("store", "model-verifications", "sha256")  # <model hex>/<inference hex>.json
+    quarantine = _under("store", "quarantine", "sha256")  # <model hex>/<ns>/{manifest.json,files/,reason.json}
     staging = _under("store", ".staging")
     # indexes/
     aliases_file = _under("indexes", "models", "aliases.json")

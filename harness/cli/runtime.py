@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from harness.cli import units
 from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.errors import HitchError
 from harness.paths import HitchRoot
@@ -102,10 +103,13 @@ def install_cmd(runtime: IdArg, common: Common = COMMON) -> None:
         "install_dir": str(found.path) if found else None,
         "python": str(found.python) if found else None,
         "venv_bytes": result.venv_bytes,
+        "image_bytes": result.image_bytes,
         "versions": result.versions,
     }
     verb = "already installed" if result.already_installed else f"installed in {result.seconds:.1f} s"
     where = f" at {found.path}" if found else ""
+    if result.image_bytes is not None:
+        where += f" (image {units.size(result.image_bytes)})"
     emit(common.as_json, payload, f"{manifest.name} {verb}{where}")
 
 

@@ -44,7 +44,7 @@ from harness.service.isolation import service_key
 from harness.service.manager import LeaseHandle
 from harness.service.starter_supervisor import EngineChoice, SupervisedService
 from harness.service.state_store import ServiceStateStore
-from harness.store import resolve_model, verify_model_files
+from harness.store import record_verification, resolve_model, verify_or_quarantine
 
 __all__ = ["prepare", "prepare_for"]
 
@@ -109,7 +109,7 @@ async def prepare_for(
     choice = req.engine_choice()
     device_choice = req.device_choice.model_dump(mode="json") if req.device_choice is not None else None
     manifest = resolve_model(root, req.model)
-    verify_model_files(root, manifest)
+    await asyncio.to_thread(verify_or_quarantine, root, manifest)  # a corrupt object is quarantined; nothing starts
     runtime = get_runtime(req.runtime)
     draft = build_lock(
         manifest,
@@ -216,6 +216,7 @@ async def _prepare_draft(
             "validated_at": time.time(),
         }
         lock_path, validation_path = save_sealed_lock(root, lock, validation)
+        record_verification(root, lock.model_id, lock.inference_id)  # its first start re-hashed the files
         if successor is not None:  # the same service (same lock, the successor's cache scope): ready, no start
             handed = await core.acquire(
                 lock, successor, choice, cache_scope_owner=cache_scope_owner, progress=progress, run_id=successor

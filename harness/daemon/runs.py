@@ -95,7 +95,7 @@ from harness.service.ledger import trial_holder
 from harness.service.manager import LeaseHandle
 from harness.service.starter_supervisor import SupervisedService
 from harness.service.state_store import ServiceStateStore
-from harness.store import model_files_dir, resolve_model
+from harness.store import model_files_dir, resolve_model, verify_first_start
 
 __all__ = ["REVOKING_EVENTS", "RunService", "run_routes"]
 
@@ -277,6 +277,8 @@ class RunService:
         self.store.advance(run_id, "preparing")
         lock, handed = await self._lock_for(ask, run_id)
         run.lock = lock
+        if handed is None:  # a lock's first start here re-hashes its model (a prepare made for this run just did)
+            await asyncio.to_thread(verify_first_start, self.core.root, lock.model_id, lock.inference_id)
         if handed is not None:  # the engine that verified the sealed lock is this run's: no other start
             run.lease_id, run.service_id = handed.lease_id, handed.service_id
         self._check_cancelled(run_id)

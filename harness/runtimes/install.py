@@ -34,11 +34,11 @@ from typing import Any, TextIO
 from filelock import FileLock
 
 from harness.contracts.runtime import InferenceRuntimeManifestV1, PythonEnvPackage
-from harness.docker_engine import docker_client
 from harness.errors import HitchError
 from harness.ids import sha256_hex
 from harness.paths import HitchRoot, atomic_write_json
 from harness.runtimes.catalog import require_certifiable_pin, runtime_source_dir
+from harness.runtimes.oci_pull import check_pulled_image, pull_image, record_pull
 from harness.runtimes.pins import inspect_image
 from harness.runtimes.venv_build import clean_leftovers, dir_bytes, install_requirements, publish, retarget_scripts
 
@@ -90,6 +90,7 @@ class InstallResult:
     seconds: float
     venv_bytes: int | None
     versions: dict[str, Any]
+    image_bytes: int | None = None  # an oci runtime's pulled image, as ``docker image inspect`` sizes it
 
 
 def runtime_dir(root: HitchRoot, manifest: InferenceRuntimeManifestV1) -> Path:
@@ -250,26 +251,16 @@ def _install_python_env(
 def _install_oci(root: HitchRoot, manifest: InferenceRuntimeManifestV1, progress: TextIO) -> InstallResult:
     require_certifiable_pin(manifest)
     assert manifest.package.kind == "oci" and manifest.package.digest is not None
-    ref = manifest.package.reference()
     started = time.monotonic()
-    if manifest.pinned_by == "operator":  # pinned from the local engine: it is there, or the pin is stale
-        inspect_image(ref)
+    if manifest.pinned_by == "operator":  # pinned from the local engine: it is there and still the pinned one
+        found = check_pulled_image(inspect_image(manifest.package.reference()), manifest.package)
         record_manifest(root, manifest)
-        return InstallResult(None, True, round(time.monotonic() - started, 1), None, {})
-    progress.write(f"pulling {ref}\n")
-    try:
-        client = docker_client()
-    except HitchError as err:
-        raise _unavailable(manifest, f"cannot pull {ref}: Docker is not reachable", image=ref, cause=err.message) from err
-    try:
-        client.images.pull(ref, platform=manifest.package.platform)
-    except Exception as exc:  # the SDK raises many types; all mean "not available here"
-        raise _unavailable(manifest, f"cannot pull {ref}: {type(exc).__name__}", image=ref, cause=str(exc)[:500]) from exc
-    finally:
-        client.close()
+        return InstallResult(None, True, round(time.monotonic() - started, 1), None, {}, image_bytes=found.size_bytes)
+    pulled = pull_image(manifest, progress)  # progress shown; what arrived checked against the pin, else refused
+    record_pull(root, manifest, pulled)
     record_manifest(root, manifest)
     seconds = round(time.monotonic() - started, 1)
-    return InstallResult(None, False, seconds, None, {})
+    return InstallResult(None, False, seconds, None, {}, image_bytes=pulled.size_bytes)
 
 
 def install_runtime(

@@ -26,7 +26,7 @@ from harness.docker_engine import docker_client
 from harness.errors import HitchError
 from harness.paths import atomic_write_json
 
-__all__ = ["RuntimePinV1", "RuntimePinsV1", "choose_digest", "inspect_image", "read_pins", "write_pins"]
+__all__ = ["RuntimePinV1", "RuntimePinsV1", "choose_digest", "inspect_image", "read_pins", "repository_of", "write_pins"]
 
 DigestSource = Literal["repo_digest", "image_id"]
 
@@ -62,7 +62,7 @@ def write_pins(path: Path, pins: dict[str, RuntimePinV1]) -> None:
     atomic_write_json(path, RuntimePinsV1(pins=pins).to_json_dict())
 
 
-def _repository(reference: str) -> str:
+def repository_of(reference: str) -> str:
     """``docker.io/library/x@sha256:..`` → ``x``; ``lmsysorg/sglang@...`` → ``lmsysorg/sglang``."""
     repo = reference.split("@", 1)[0]
     for prefix in ("docker.io/", "index.docker.io/", "registry-1.docker.io/"):
@@ -72,9 +72,9 @@ def _repository(reference: str) -> str:
 
 def choose_digest(attrs: Mapping[str, Any], repository: str) -> tuple[str, DigestSource]:
     """The digest to pin from ``docker image inspect`` attributes: the catalog repository's RepoDigest, else the ID."""
-    wanted = _repository(repository)
+    wanted = repository_of(repository)
     for ref in attrs.get("RepoDigests") or []:
-        if isinstance(ref, str) and "@sha256:" in ref and _repository(ref) == wanted:
+        if isinstance(ref, str) and "@sha256:" in ref and repository_of(ref) == wanted:
             return ref.split("@", 1)[1], "repo_digest"
     image_id = attrs.get("Id")
     if not isinstance(image_id, str) or not image_id.startswith("sha256:"):

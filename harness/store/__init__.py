@@ -20,6 +20,13 @@ from harness.store.hashing import FileDigest, hash_file
 from harness.store.importer import ImportResult, import_model
 from harness.store.manifest import list_model_ids, manifest_path, model_files_dir, read_manifest, verify_model_files
 from harness.store.progress import ImportProgress, RichImportProgress
+from harness.store.start_check import (
+    quarantined_at,
+    quarantined_models,
+    record_verification,
+    verify_first_start,
+    verify_or_quarantine,
+)
 
 __all__ = [
     "FileDigest",
@@ -33,13 +40,18 @@ __all__ = [
     "manifest_path",
     "model_files_dir",
     "plan_gc",
+    "quarantined_at",
+    "quarantined_models",
     "read_aliases",
     "read_manifest",
+    "record_verification",
     "remove_alias",
     "resolve_model",
     "resolve_model_id",
     "run_gc",
     "set_alias",
     "validate_alias",
+    "verify_first_start",
     "verify_model_files",
+    "verify_or_quarantine",
 ]

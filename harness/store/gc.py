@@ -108,6 +108,7 @@ def _delete_model(root: HitchRoot, model_id: str, only_if_unpublished: bool) -> 
             mpath.unlink(missing_ok=True)  # unpublish first: readers never see a manifest without files
         remove_tree(mpath.parent)
         remove_tree(model_files_dir(root, model_id))
+        remove_tree(root.digest_dir(root.model_verifications, model_id))  # a re-import is re-hashed at its next start
     return True
 
 

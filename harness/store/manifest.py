@@ -131,6 +131,14 @@ def read_manifest(root: HitchRoot, model_id: str) -> LocalModelManifestV1:
     try:
         data = json.loads(path.read_bytes())
     except FileNotFoundError:
+        quarantine = root.digest_dir(root.quarantine, model_id)
+        if quarantine.is_dir():  # unpublished by a failed re-hash (harness.store.start_check)
+            raise HitchError(
+                "local_model_integrity_failed",
+                f"model {model_id} was quarantined (a file no longer matched its manifest; see {quarantine}): "
+                "import the same checkpoint again (`hitch models add DIR --name ALIAS`)",
+                {"model_id": model_id, "quarantined": str(quarantine)},
+            ) from None
         raise HitchError("local_model_not_found", f"no model {model_id} in this root", {"model_id": model_id}) from None
     except (OSError, ValueError) as exc:
         raise HitchError("local_model_integrity_failed", f"manifest of {model_id} is unreadable", {"error": str(exc)}) from exc

@@ -239,6 +239,8 @@ def open_session(opts: CertifyOptions, session_key: str, worker: str, *, referen
         "engine": opts.engine,
         "launcher": opts.launcher,
     }
+    if opts.generation is not None:  # --generation: the drafted lock samples as the profile says
+        body["generation"] = opts.generation.sampling.to_json_dict()
     if opts.inference is not None:  # the sealed lock as it is: nothing drafted, probed or sealed again
         body = {k: v for k, v in body.items() if k not in ("model", "profile")} | {"inference_id": opts.inference}
     with span("engine image check"):

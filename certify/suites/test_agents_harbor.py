@@ -59,9 +59,9 @@ from filelock import FileLock
 
 from certify.components import missing
 from certify.kit.probes import engine_load, wait_for
-from certify.plugin import engine_turn
 from certify.registry import Summary, check
 from certify.session import CertifyEnv
+from certify.turns import engine_turn
 from fixtures.fake_sglang.client import FakeControl
 from harness.app.requests import RunRequest, parse_request
 from harness.devices.docker_probe import probe_docker

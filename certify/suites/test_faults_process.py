@@ -48,10 +48,10 @@ from certify.kit.faults import (
 from certify.kit.probes import evidence_rows, session_lock, wait_until
 from certify.kit.requests import chat_body
 from certify.kit.streams import RawStream, hold_stream
-from certify.plugin import quiet_turn
 from certify.registry import check
 from certify.session import CertifyEnv, RunHandle
 from certify.timeline import span
+from certify.turns import quiet_turn
 from fixtures.engine_faults import EngineTarget
 from fixtures.fake_sglang.parity_engines import EngineCommand, launch_engine
 from fixtures.process_faults import (

@@ -24,9 +24,9 @@ from certify.kit.daemon import PrivateDaemon
 from certify.kit.probes import kill_pid, wait_until
 from certify.kit.requests import chat_body
 from certify.kit.streams import client_gone
-from certify.plugin import quiet_turn
 from certify.registry import check
 from certify.session import CertifyEnv, RunHandle
+from certify.turns import quiet_turn
 from fixtures.engine_faults import EngineTarget
 from fixtures.process_faults import pid_alive
 from harness.app.daemon_client import reap_spawned

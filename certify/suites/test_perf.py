@@ -47,9 +47,9 @@ import pytest
 from certify.kit.probes import read_evidence
 from certify.perf.loops import KINDS, Arm, Plan, measure
 from certify.perf.summary import entry_metrics, over_bound, summarize
-from certify.plugin import engine_turn, quiet_turn
 from certify.registry import check
 from certify.session import CertifyEnv
+from certify.turns import engine_turn, quiet_turn
 from gateway.policy import apply_policy
 from harness.lock import load_sealed_lock
 from harness.paths import atomic_write_json

@@ -33,8 +33,8 @@ from harness.paths import HitchRoot
 from harness.settings import env_name, settings
 
 if TYPE_CHECKING:  # types only: the plugin is loaded by every pytest process, the contracts only by certify runs
+    from harness.app.locks import GenerationProfile, ProfileShort
     from harness.contracts.service import EngineName, LauncherName
-    from harness.lock import GenerationProfile, ProfileShort
 
 __all__ = ["REPORT_ENV", "SESSION_ENV", "CertifyOptions", "add_options", "choose_engine", "options_from"]
 
@@ -152,8 +152,8 @@ def _generation(config: pytest.Config) -> GenerationProfile | None:
     spec = config.getoption("--generation")
     if spec is None:
         return None
+    from harness.app.locks import generation_profile
     from harness.errors import HitchError
-    from harness.lock import generation_profile
 
     try:
         return generation_profile(str(spec))
@@ -175,11 +175,11 @@ def _quiet_load(config: pytest.Config) -> str:
 def _pinned(opts: CertifyOptions, inference: str) -> CertifyOptions:
     """``--inference``: the sealed lock decides the model, runtime, device and profile (a conflicting --device or
     --profile is refused rather than silently overridden)."""
+    from harness.app.locks import sealed_lock
     from harness.errors import HitchError
-    from harness.lock import load_sealed_lock
 
     try:
-        lock = load_sealed_lock(opts.root, inference)
+        lock = sealed_lock(opts.root, inference)
     except HitchError as exc:
         raise pytest.UsageError(f"--inference {inference}: {exc.message}") from None
     backend = lock.execution.platform.backend

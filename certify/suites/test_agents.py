@@ -52,12 +52,12 @@ from harness.agents.codex_home import CodexBinding
 from harness.agents.codex_install import CodexInstall, find_codex
 from harness.agents.codex_runner import CodexRun
 from harness.agents.model_call import TOKEN_ENV, build_request, call_model
+from harness.app.inventory import model_files, model_manifest
+from harness.app.locks import sealed_lock
 from harness.app.profiles import CODEX_FIELDS, ProfileStore, codex_key, result
 from harness.contracts.lock import InferenceLockV1
 from harness.errors import HitchError
-from harness.lock import load_sealed_lock
 from harness.settings import settings
-from harness.store import model_files_dir, read_manifest
 
 _INCOMPLETE = "Incomplete response returned, reason: max_output_tokens"
 LOOP_PROMPT = (
@@ -82,7 +82,7 @@ def codex() -> CodexInstall:
 
 
 def _lock(env: CertifyEnv) -> InferenceLockV1:
-    return load_sealed_lock(env.root, env.run.inference_id)
+    return sealed_lock(env.root, env.run.inference_id)
 
 
 def _profile(
@@ -94,8 +94,8 @@ def _profile(
 
 @pytest.fixture
 def rig_factory(certify_env: CertifyEnv, tmp_path: Path) -> Iterator[Any]:
-    model = read_manifest(certify_env.root, certify_env.model_id)
-    model_dir = model_files_dir(certify_env.root, certify_env.model_id)
+    model = model_manifest(certify_env.root, certify_env.model_id)
+    model_dir = model_files(certify_env.root, certify_env.model_id)
     numbers = itertools.count()
 
     with contextlib.ExitStack() as rigs:
@@ -382,7 +382,7 @@ def _over_context_prompt(env: CertifyEnv, lock: InferenceLockV1) -> tuple[str, i
     """A prompt whose text alone is longer than the lock's context, by the model's own tokenizer; (prompt, tokens)."""
     from tokenizers import Tokenizer
 
-    tokenizer = Tokenizer.from_file(str(model_files_dir(env.root, env.model_id) / "tokenizer.json"))
+    tokenizer = Tokenizer.from_file(str(model_files(env.root, env.model_id) / "tokenizer.json"))
     context = lock.execution.context_tokens_per_request
     prompt = "Repeat these numbers back:" + " 7" * (context + 64)
     tokens = len(tokenizer.encode(prompt).ids)
@@ -474,7 +474,7 @@ def test_codex_history_replay(
         assert len(bodies) == 3
         ends = []
         lock = _lock(certify_env)
-        model_dir = model_files_dir(certify_env.root, lock.model_id)
+        model_dir = model_files(certify_env.root, lock.model_id)
         counted: list[tuple[int, int]] = []  # (gateway, engine) prompt tokens of each Codex request, real SGLang only
         for i, body in enumerate(bodies):
             body = {**body, "model": certify_env.run.wire_model, "max_output_tokens": 18}

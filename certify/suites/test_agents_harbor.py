@@ -59,17 +59,17 @@ from filelock import FileLock
 
 from certify.components import missing
 from certify.kit.probes import engine_load, wait_for
+from certify.kit.white_box import probe_docker
 from certify.registry import Summary, check
 from certify.session import CertifyEnv
 from certify.turns import engine_turn
 from fixtures.fake_sglang.client import FakeControl
+from harness.app.locks import sealed_lock
 from harness.app.requests import RunRequest, parse_request
-from harness.devices.docker_probe import probe_docker
 from harness.errors import HitchError
 from harness.evals.harbor_agents import SHELL_AGENT, TERMINUS, agent_key, record_agent_result
 from harness.evals.harbor_install import HarborInstall, harbor_install
 from harness.evals.harbor_run import EvalOptions, HarborEvaluation, base_image_id
-from harness.lock import load_sealed_lock
 from harness.paths import HitchRoot, ensure_private_dir
 from harness.settings import settings
 
@@ -117,7 +117,7 @@ def harbor(certify_env: CertifyEnv) -> HarborInstall:
 @contextlib.contextmanager
 def _profiled(env: CertifyEnv, harbor: HarborInstall, agent: str, check_id: str) -> Iterator[None]:
     """Record the check's outcome (passed when the block ends without an error) in the agent's profile."""
-    lock = load_sealed_lock(env.root, env.run.inference_id)
+    lock = sealed_lock(env.root, env.run.inference_id)
     key = agent_key(agent, str(harbor.versions.get("harbor", "unknown")), lock.runtime_id, lock.model_id, [REPO])
     passed = False
     try:

@@ -93,9 +93,9 @@ from certify.reference_set import (
 from certify.registry import check
 from certify.session import CertifyEnv
 from fixtures.reference import ReferenceRunV1
+from harness.app.inventory import model_files
+from harness.app.locks import sealed_lock
 from harness.contracts.lock import SamplingV1
-from harness.lock import load_sealed_lock
-from harness.store import model_files_dir
 
 EVAL_MARGIN = 3
 EVAL_MIN_REFERENCE = 10
@@ -113,8 +113,8 @@ class Bench:
 
     def __init__(self, env: CertifyEnv) -> None:
         self.env = env
-        self.keys = TokenKeys(model_files_dir(env.root, env.model_id))
-        self.sampling: SamplingV1 = load_sealed_lock(env.root, env.run.inference_id).generation
+        self.keys = TokenKeys(model_files(env.root, env.model_id))
+        self.sampling: SamplingV1 = sealed_lock(env.root, env.run.inference_id).generation
 
     def greedy_only(self, certify_record: Any, what: str) -> bool:
         """False, recording ``not_applicable`` with the reason, when the lock samples (``what`` sampling breaks)."""

@@ -30,7 +30,7 @@ from certify.model_facts import not_applicable
 from certify.registry import check
 from certify.session import CertifyEnv
 from gateway.sse import parse_events
-from harness.lock import load_sealed_lock
+from harness.app.locks import sealed_lock
 
 # -- empty output and tool calls -----------------------------------------------------------------------------
 
@@ -199,7 +199,7 @@ def test_tools_forced(certify_env: CertifyEnv, certify_record: Any) -> None:
     call, so the gateway relayed it unchanged (a lock that samples may answer two requests differently: the
     comparison is left out, saying why); the evidence row counts it."""
     run = certify_env.run
-    lock = load_sealed_lock(certify_env.root, run.inference_id)
+    lock = sealed_lock(certify_env.root, run.inference_id)
     assert lock.protocol.tool_calls and lock.protocol.tool_call_parser, (
         f"the lock claims no tool calls (parser {lock.protocol.tool_call_parser!r}): the model's chat template "
         "names no tool-call format; give one at `hitch models add --tool-call-parser`"

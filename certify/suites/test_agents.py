@@ -41,10 +41,10 @@ import httpx
 import pytest
 
 from certify.kit.agents import AgentRig, rig_lock
-from certify.kit.probes import engine_load, evidence_rows, read_evidence
+from certify.kit.codex import call_ids, empty_answer_diagnosis, over_context_prompt
+from certify.kit.probes import engine_load, evidence_rows, read_evidence, wait_for
 from certify.kit.prompt_cases import RESPONSES, SAMPLING_KEYS, gateway_prompt_ids
 from certify.model_facts import not_applicable
-from certify.reference_set import reference_continuation
 from certify.registry import check
 from certify.session import CertifyEnv
 from gateway.sse import parse_events
@@ -219,16 +219,6 @@ def test_codex_turn(certify_env: CertifyEnv, certify_record: Any, codex: CodexIn
         _profile(certify_env, codex, lock, "agents.codex.turn", passed)
 
 
-def _call_ids(sse: bytes) -> list[str]:
-    ids = []
-    for event in parse_events(sse):
-        if '"response.output_item.done"' in event.data:
-            item = event.json().get("item") or {}
-            if item.get("type") == "function_call":
-                ids.append(item["call_id"])
-    return ids
-
-
 @check(
     "agents.codex.tool_loop",
     engines=("fake",),
@@ -260,7 +250,7 @@ def test_codex_tool_loop(
                 calls = [it["call_id"] for it in new if it.get("type") == "function_call"]
                 outs = [it["call_id"] for it in new if it.get("type") == "function_call_output"]
                 assert calls == emitted and outs == emitted  # ids round-trip
-            emitted = _call_ids(sse)
+            emitted = call_ids(sse)
         passed = True
     finally:
         _profile(certify_env, codex, rig.lock, "agents.codex.tool_loop", passed)
@@ -314,15 +304,6 @@ def test_codex_real_tool_loop(certify_env: CertifyEnv, certify_record: Any, code
         certify_env.delete_run(run)
 
 
-def _until(pred: Any, timeout_s: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 @pytest.mark.exclusive_engine  # on the real engine: its load is this check's alone
 @pytest.mark.quiet
 @check(
@@ -361,13 +342,13 @@ def test_codex_cancel(
         cx = _codex_run(codex, base_url, wire, token, run_lock, tmp_path, "Write a long story about the sea.")
         cx.start()
         try:
-            assert _until(lambda: load() == 1, 300), "the request never reached the engine"
+            assert wait_for(lambda: load() == 1, 300), "the request never reached the engine"
         finally:
             t0 = time.monotonic()
             cx.cancel()
         out = cx.wait(30)
         assert out.cancelled and out.returncode != 0
-        assert _until(lambda: load() == 0, 60), "the engine slot was not freed"
+        assert wait_for(lambda: load() == 0, 60), "the engine slot was not freed"
         certify_record.metric("cancel_to_free_s", round(time.monotonic() - t0, 3))
         certify_record.detail("cancel_to_free_s", round(time.monotonic() - t0, 3))
         assert [r["status"] for r in rows()] == ["cancelled"]
@@ -376,18 +357,6 @@ def test_codex_cancel(
         _profile(env, codex, run_lock, "agents.codex.cancel", passed)
         if env.engine != "fake":
             env.delete_run(run)
-
-
-def _over_context_prompt(env: CertifyEnv, lock: InferenceLockV1) -> tuple[str, int]:
-    """A prompt whose text alone is longer than the lock's context, by the model's own tokenizer; (prompt, tokens)."""
-    from tokenizers import Tokenizer
-
-    tokenizer = Tokenizer.from_file(str(model_files(env.root, env.model_id) / "tokenizer.json"))
-    context = lock.execution.context_tokens_per_request
-    prompt = "Repeat these numbers back:" + " 7" * (context + 64)
-    tokens = len(tokenizer.encode(prompt).ids)
-    assert tokens > context, f"the prompt is {tokens} tokens, not over the context {context}"
-    return prompt, tokens
 
 
 @check(
@@ -411,7 +380,7 @@ def test_codex_context_limit(
     else:
         run, run_lock = env.new_run(), _lock(env)
         base_url, wire, token = run.base_url, run.wire_model, run.token
-        prompt, tokens = _over_context_prompt(env, run_lock)
+        prompt, tokens = over_context_prompt(env, run_lock)
         certify_record.detail("prompt_tokens", tokens)
 
         def rows() -> list[dict[str, Any]]:
@@ -495,7 +464,7 @@ def test_codex_history_replay(
                 counted.append((len(prompt_ids), int(events[-1].json()["response"]["usage"]["input_tokens"])))
             if added == 0:
                 # Completed with no output item at all: the model's own answer, or the endpoint's defect?
-                diagnosis = {"request": i, **_empty_answer_diagnosis(certify_env, body, prompt_ids)}
+                diagnosis = {"request": i, **empty_answer_diagnosis(certify_env, body, prompt_ids)}
                 certify_record.detail("empty_answer", diagnosis)
                 if not diagnosis["model_answer"]:
                     pytest.fail(f"replay {i}: {kinds[-1]} with no output item; {diagnosis['cause']}")
@@ -507,69 +476,3 @@ def test_codex_history_replay(
     finally:
         details = {"empty_answer_fields": diagnosis.get("fields"), "empty_answer_cause": diagnosis.get("cause")}
         _profile(certify_env, codex, _lock(certify_env), "agents.codex.history_replay", passed, **details)
-
-
-# Codex fields whose removal is tried when the engine answers one of Codex's requests with no output item.
-_EMPTY_ANSWER_PROBES: dict[str, tuple[str, ...]] = {
-    "tools": ("tools", "tool_choice", "parallel_tool_calls"),
-    "input[].role=developer": (),
-    "reasoning/include": ("reasoning", "include"),
-}
-_REFERENCE_TOKENS = 4  # enough to show what the reference says instead when it does not end at once
-
-
-def _empty_answer_diagnosis(env: CertifyEnv, body: dict[str, Any], prompt_ids: list[int]) -> dict[str, Any]:
-    """Why the engine answered ``body`` with no output item.
-
-    Re-sent greedy (temperature 0) the engine must end again after one output token (its end-of-turn, which
-    SGLang does not show); the reference, greedy on ``prompt_ids`` (the gateway's rendering of the same
-    request, whose count the check compares with the engine's), must end its turn at its first token. Both:
-    ``model_answer`` (the model ends its turn at once; the endpoint is faithful). Then each probed field is
-    removed in turn: those whose removal brings an answer back are what triggers it."""
-
-    def answer(probe: dict[str, Any]) -> dict[str, Any]:
-        url = env.engine_url + "/v1/responses"
-        r = httpx.post(url, json={**probe, "stream": False}, headers=env.engine_headers(), timeout=600)
-        if r.status_code != 200:
-            return {"http_status": r.status_code}
-        resp = r.json()
-        return {"items": [i.get("type") for i in resp.get("output") or []], "output_tokens": resp["usage"]["output_tokens"]}
-
-    greedy_body = {**body, "temperature": 0.0, "top_p": 1.0}
-    seen = {"as sent": answer(body), "greedy": answer(greedy_body)}
-    greedy = seen["greedy"]
-    engine_ends = greedy.get("items") == [] and greedy.get("output_tokens") == 1
-    reference: dict[str, Any] | None = None
-    if env.engine == "sglang" and prompt_ids:
-        ref = reference_continuation(env.root, env.model_id, prompt_ids, _REFERENCE_TOKENS)
-        reference = {"token_ids": ref.token_ids, "text": ref.text, "finish_reason": ref.finish_reason}
-    reference_ends = reference is not None and reference["finish_reason"] == "stop" and len(reference["token_ids"]) == 1
-    for name, keys in _EMPTY_ANSWER_PROBES.items():
-        if name == "input[].role=developer":
-            probe = {**greedy_body, "input": [i for i in body.get("input") or [] if i.get("role") != "developer"]}
-        else:
-            probe = {k: v for k, v in greedy_body.items() if k not in keys}
-        seen[f"without {name}"] = answer(probe)
-    fields = [name for name in _EMPTY_ANSWER_PROBES if seen[f"without {name}"].get("items")]
-    if reference is None:
-        verdict = "no reference to tell the model's answer from the engine's (the fake engine)"
-    elif engine_ends and reference_ends:
-        verdict = (
-            "the model's own answer: greedy, the engine ends after one output token (its end-of-turn, no item) and "
-            f"transformers on the same {len(prompt_ids)} prompt tokens ends its turn at its first token too"
-        )
-    elif not engine_ends:
-        verdict = f"the engine answers the same request greedy with {greedy}: the empty answer is not the model's end of turn"
-    else:
-        verdict = (
-            f"the engine ends at once but transformers on the same prompt continues with {reference['text']!r} "
-            f"({reference['token_ids']}): the engine diverges from the reference"
-        )
-    cause = f"{verdict}; it answers when the request is sent without: {', '.join(fields) or 'none of the probed fields'}"
-    return {
-        "model_answer": engine_ends and reference_ends,
-        "cause": cause,
-        "fields": ", ".join(fields) or None,
-        "reference": reference,
-        "probes": seen,
-    }

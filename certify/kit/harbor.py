@@ -172,6 +172,15 @@ def held_snapshot(env: CertifyEnv, control: FakeControl) -> tuple[int, int] | No
     return len(logged), int(state["requests_served"])
 
 
+def after_cancel(env: CertifyEnv, tag: str) -> dict[str, Any]:
+    """A fresh run's one-token request after the cancel: with the baseline's one running slot it is answered only if
+    the cancelled request left it; the session's epoch then, and the chat requests the engine still runs."""
+    fresh = env.new_run(f"cert-harbor-after-{tag}")
+    req = {"model": fresh.wire_model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+    r = httpx.post(f"{fresh.base_url}/chat/completions", json=req, headers=fresh.headers(), timeout=300, trust_env=False)
+    return {"after_cancel_status": r.status_code, "epoch_after": fresh.epoch, "chat_active_after": chat_active(env)}
+
+
 def cancel_mid_request(env: CertifyEnv, harbor: HarborInstall, control: FakeControl) -> dict[str, Any]:
     """terminus-2 on fix-one-line (the victim: the fake holds its model requests) and create-file at once
     on the session's service; the victim is cancelled while its request is in flight."""
@@ -219,13 +228,7 @@ def cancel_mid_request(env: CertifyEnv, harbor: HarborInstall, control: FakeCont
         out["cancelled_while_held"] = cancelled.is_set()
         out["execution"] = {t.run_id: execution(env.root, t.run_id)["attempts"] for t in record.trials}
         control.faults()
-        fresh = env.new_run(f"cert-harbor-after-{tag}")
-        req = {"model": fresh.wire_model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
-        # with the baseline's one running slot this is answered only if the cancelled request left it
-        r = httpx.post(f"{fresh.base_url}/chat/completions", json=req, headers=fresh.headers(), timeout=300, trust_env=False)
-        out["after_cancel_status"] = r.status_code
-        out["epoch_after"] = fresh.epoch
-        out["chat_active_after"] = chat_active(env)
+        out.update(after_cancel(env, tag))
         out["fake_state"] = control.state()
         return out
     finally:
@@ -318,12 +321,6 @@ def cancel_held_real(env: CertifyEnv, harbor: HarborInstall) -> dict[str, Any]:
     trials = [t for rec in records.values() if not isinstance(rec, str) for t in rec.trials]
     out["record"] = {"agent": "terminus-2", "trials": [t.to_json_dict() for t in trials]}
     out["execution"] = {t.run_id: execution(env.root, t.run_id)["attempts"] for t in trials}
-    fresh = env.new_run(f"cert-harbor-after-{tag}")
-    req = {"model": fresh.wire_model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
-    # with the baseline's one running slot this is answered only if the cancelled request left it
-    r = httpx.post(f"{fresh.base_url}/chat/completions", json=req, headers=fresh.headers(), timeout=300, trust_env=False)
-    out["after_cancel_status"] = r.status_code
-    out["epoch_after"] = fresh.epoch
-    out["chat_active_after"] = chat_active(env)
+    out.update(after_cancel(env, tag))
     out["engine_load_after"] = engine_load(env.engine_url, env.engine_headers())
     return out

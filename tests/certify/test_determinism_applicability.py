@@ -13,7 +13,7 @@ import pytest
 
 from certify.kit.correctness import greedy_only
 from harness.lock import GENERATION_PROFILES
-from tests.certify.test_certify_run import _certify
+from tests.certify.test_certify_run import run_certify
 from tests.gateway.support import make_lock
 
 
@@ -34,7 +34,7 @@ _SELECTED = "continuations_recorded or tools_forced or flip_token or response_mo
 
 
 def _checks(tmp_path: Path, *args: str) -> tuple[dict[str, dict[str, Any]], str]:
-    proc, out, _ = _certify(tmp_path, "-k", _SELECTED, *args)
+    proc, out, _ = run_certify(tmp_path, "-k", _SELECTED, *args)
     results = json.loads((out / "results.json").read_text())
     return {c["id"]: c for c in results["checks"]}, (proc.stdout + proc.stderr)[-4000:]
 
@@ -68,6 +68,6 @@ def test_a_sampled_lock_session_records_the_greedy_checks_not_applicable_and_the
 
 
 def test_generation_and_inference_together_are_a_usage_error(tmp_path: Path) -> None:
-    proc, _, _ = _certify(tmp_path, "--generation", "balanced", "--inference", "sha256:" + "0" * 64, harbor_link=False)
+    proc, _, _ = run_certify(tmp_path, "--generation", "balanced", "--inference", "sha256:" + "0" * 64, harbor_link=False)
     assert proc.returncode == 4, proc.stdout + proc.stderr  # pytest's usage error
     assert "--inference pins the lock's sampling; drop --generation" in proc.stderr

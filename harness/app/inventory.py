@@ -28,7 +28,6 @@ from harness.store.safetensors_check import read_safetensors_header
 
 __all__ = [
     "DoctorReportV1",
-    "InstalledRuntime",
     "installed_runtime_named",
     "machine_facts",
     "machine_identity",
@@ -36,6 +35,12 @@ __all__ = [
     "model_manifest",
     "parameter_count",
 ]
+
+
+def machine_facts(device: str) -> tuple[dict[str, Any], DoctorReportV1]:
+    """This machine's hardware fingerprint for ``device`` and the doctor record it was built from."""
+    doctor = run_doctor("cuda" if device == "cuda" else "cpu" if device == "cpu" else "auto")
+    return fingerprint_of(doctor, device), doctor
 
 
 def model_manifest(root: HitchRoot, model_id: str) -> LocalModelManifestV1:
@@ -62,9 +67,3 @@ def parameter_count(root: HitchRoot, model_id: str) -> int:
 def installed_runtime_named(root: HitchRoot, name_or_runtime_id: str) -> InstalledRuntime | None:
     """The catalog runtime of this name installed (python-env) in ``root``, verified; None when absent."""
     return installed_runtime(root, get_runtime(name_or_runtime_id))
-
-
-def machine_facts(device: str) -> tuple[dict[str, Any], DoctorReportV1]:
-    """This machine's hardware fingerprint for ``device`` and the doctor record it was built from."""
-    doctor = run_doctor("cuda" if device == "cuda" else "cpu" if device == "cpu" else "auto")
-    return fingerprint_of(doctor, device), doctor

@@ -25,7 +25,7 @@
 The verdict (:attr:`EntryComparison.verdict`): ``differs`` when there is any difference, else ``inconclusive``
 when a material figure is, else ``reproduced``.
 
-Across machines: the two entries' machine identities (:func:`harness.devices.fingerprint.machine_identity` of
+Across machines: the two entries' machine identities (:func:`harness.app.inventory.machine_identity` of
 their ``hardware``: CPU, ISA, cores, memory, host, GPU and driver — not load) are compared too
 (:attr:`EntryComparison.machine`). On another machine a timing figure (latency, throughput, gateway time) is
 expected to move with the machine: each difference is attributed (:meth:`EntryComparison.causes`) to the machine
@@ -40,10 +40,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from certify.kit.correctness import MATCH_TOL
+from harness.app.inventory import machine_identity
 from harness.compare.decide import Decision, Overall, Question, decide, overall, se_of_interval
 from harness.contracts.certification import check_status
 from harness.contracts.margins import FigureKind, MarginV1
-from harness.devices.fingerprint import machine_identity
 from harness.errors import HitchError
 
 __all__ = [

@@ -8,14 +8,11 @@ any tensor). The support matrix and the run page show these facts beside the dig
 
 from __future__ import annotations
 
-import math
-
 from catalog.model_fixtures import fixture_for_model_id
+from harness.app.inventory import model_manifest, parameter_count
 from harness.contracts.certification import CertificationModelV1
 from harness.contracts.model_fixture import FixtureBehaviour
 from harness.paths import HitchRoot
-from harness.store import model_files_dir, read_manifest
-from harness.store.safetensors_check import read_safetensors_header
 
 __all__ = ["model_facts", "not_applicable"]
 
@@ -39,13 +36,8 @@ def model_facts(root: HitchRoot, model_id: str, model_ref: str) -> Certification
             source=entry.source,
         )
 
-    manifest = read_manifest(root, model_id)
-    files = model_files_dir(root, model_id)
-    parameters = sum(
-        math.prod(t.shape)
-        for shard in manifest.weights.shards
-        for t in read_safetensors_header(files / shard, shard).tensors.values()
-    )
+    manifest = model_manifest(root, model_id)
+    parameters = parameter_count(root, model_id)
     alias = model_ref.removeprefix("local/")
     provenance = manifest.provenance
     return CertificationModelV1(

@@ -11,6 +11,10 @@ entry the session reproduces (its payload digest goes into the new entry); both 
 reproduce`` passes (:mod:`certify.reproduce`). ``--fake-fault SPEC`` starts the fake engine with that fault (the
 deliberate changes a reproduction must find), and is refused for any other engine.
 
+``--generation NAME|FILE`` drafts the session's lock with that generation profile's sampling (as ``hitch local
+lock --generation``; greedy by default; not with ``--inference``, whose lock fixes its sampling); the checks that
+need greedy decoding then record ``not_applicable`` saying so (:func:`certify.kit.correctness.greedy_only`).
+
 ``--device cuda`` fails closed (spec §8.1): on a machine whose GPUs the doctor refuses (no driver, no GPU, a
 driver or GPU too old) the choice is *blocked* with the doctor's reason unless ``--engine fake`` asks for a
 contract run; it never falls back to the fake engine or to a CPU.
@@ -29,8 +33,8 @@ from harness.paths import HitchRoot
 from harness.settings import env_name, settings
 
 if TYPE_CHECKING:  # types only: the plugin is loaded by every pytest process, the contracts only by certify runs
+    from harness.app.locks import GenerationProfile, ProfileShort
     from harness.contracts.service import EngineName, LauncherName
-    from harness.lock import ProfileShort
 
 __all__ = ["REPORT_ENV", "SESSION_ENV", "CertifyOptions", "add_options", "choose_engine", "options_from"]
 
@@ -65,6 +69,7 @@ class CertifyOptions:
     reproduces: Path | None = None  # the signed entry this session reproduces (--reproduces)
     fake_faults: tuple[str, ...] = ()  # --fake-fault: the fake engine's faults (fake engine only)
     quiet_load: str = "auto"  # --quiet-load: the quiet phase's limit on the machine's busy cores (certify.quiet)
+    generation: GenerationProfile | None = None  # --generation: the drafted lock's sampling (None: greedy)
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -84,6 +89,7 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--sign-key", default=None, help="Ed25519 private key (PEM); default: a dev key under HITCH_ROOT")
     group.addoption("--report-dir", default=None, help="where the signed entry and HTML pages go")
     group.addoption("--canary", action="store_true", default=False, help="compare with the last signed entry")
+    group.addoption("--generation", default=None, help="NAME|FILE: the drafted lock's generation profile (default greedy)")
     group.addoption("--inference", default=None, help="certify this lock sealed in HITCH_ROOT as it is (sha256:<hex>)")
     group.addoption("--reproduces", default=None, help="the signed entry (*.dsse.json) this session reproduces")
     group.addoption("--fake-fault", action="append", default=[], help="--engine fake only: start the fake engine with this fault")
@@ -134,9 +140,25 @@ def options_from(config: pytest.Config) -> CertifyOptions:
         reproduces=Path(reproduces).expanduser().resolve() if reproduces else None,
         fake_faults=faults,
         quiet_load=_quiet_load(config),
+        generation=_generation(config),
     )
     inference = config.getoption("--inference")
+    if inference and opts.generation is not None:
+        raise pytest.UsageError("--inference pins the lock's sampling; drop --generation")
     return _pinned(opts, str(inference)) if inference else opts
+
+
+def _generation(config: pytest.Config) -> GenerationProfile | None:
+    spec = config.getoption("--generation")
+    if spec is None:
+        return None
+    from harness.app.locks import generation_profile
+    from harness.errors import HitchError
+
+    try:
+        return generation_profile(str(spec))
+    except HitchError as exc:
+        raise pytest.UsageError(exc.message) from None
 
 
 def _quiet_load(config: pytest.Config) -> str:
@@ -153,11 +175,11 @@ def _quiet_load(config: pytest.Config) -> str:
 def _pinned(opts: CertifyOptions, inference: str) -> CertifyOptions:
     """``--inference``: the sealed lock decides the model, runtime, device and profile (a conflicting --device or
     --profile is refused rather than silently overridden)."""
+    from harness.app.locks import sealed_lock
     from harness.errors import HitchError
-    from harness.lock import load_sealed_lock
 
     try:
-        lock = load_sealed_lock(opts.root, inference)
+        lock = sealed_lock(opts.root, inference)
     except HitchError as exc:
         raise pytest.UsageError(f"--inference {inference}: {exc.message}") from None
     backend = lock.execution.platform.backend

@@ -31,6 +31,8 @@ from certify.evaluate import CheckResult, Evaluation, Platform, evaluate
 from certify.options import CertifyOptions
 from certify.registry import all_checks
 from harness.app.daemon_client import DaemonClient, daemon_running, stop_daemon
+from harness.app.inventory import DoctorReportV1, machine_facts
+from harness.app.locks import runtime_named
 from harness.contracts.certification import (
     CertificationCheckV1,
     CertificationModelV1,
@@ -40,23 +42,15 @@ from harness.contracts.certification import (
 )
 from harness.contracts.margins import DEFAULT_MARGINS
 from harness.contracts.timeline import CertificationTimelineV1
-from harness.devices import DoctorReportV1, fingerprint_of, run_doctor
 from harness.ids import digest_bytes
 from harness.paths import atomic_write_json
 from harness.project import project_commit
-from harness.runtimes import get_runtime
 from reports.builder import build_matrix, build_run_page
 from reports.timeline import timeline_summary
 
 __all__ = ["SUITE_VERSION", "finish_session", "machine_facts", "project_commit"]
 
 SUITE_VERSION = "1"
-
-
-def machine_facts(device: str) -> tuple[dict[str, Any], DoctorReportV1]:
-    """This machine's hardware fingerprint for ``device`` and the doctor record it was built from."""
-    doctor = run_doctor("cuda" if device == "cuda" else "cpu" if device == "cpu" else "auto")
-    return fingerprint_of(doctor, device), doctor
 
 
 def _platform(
@@ -70,7 +64,7 @@ def _platform(
     runtime_id = (session or {}).get("runtime_id") or opts.runtime
     if runtime_id:
         try:
-            rt = get_runtime(str(runtime_id))
+            rt = runtime_named(str(runtime_id))
             runtime_ok = rt.certifiable and rt.pinned
             runtime_reasons = () if runtime_ok else (f"runtime {rt.name} is not a pinned certifiable catalog runtime",)
         except Exception as exc:
@@ -90,7 +84,7 @@ def _runtime_facts(runtime_id: str) -> tuple[str, str | None]:
     """(name, pinned_by) of the runtime: ``operator`` when its digest is an operator pin, else ``catalog``."""
 
     try:
-        runtime = get_runtime(runtime_id) if runtime_id else None
+        runtime = runtime_named(runtime_id) if runtime_id else None
     except Exception:  # an unknown runtime keeps its id only
         runtime = None
     return (runtime.name, runtime.pinned_by or "catalog") if runtime is not None else ("", None)

@@ -60,7 +60,7 @@ class Recorder(_Measures):
     def evidence(self, name: str, data: bytes) -> str:
         """Keep ``data`` in the run's evidence store and name it ``<check id>/<name>`` in the entry."""
         from catalog.evidence import EVIDENCE_DIR, store_blob
-        from certify.plugin import check_id_of, resolved_options
+        from certify.state import check_id_of, resolved_options
 
         cid = check_id_of(self.item)
         if cid is None:

@@ -32,11 +32,9 @@ from fixtures.reference import (
     reference_cache_dir,
     run_references,
 )
+from harness.app.inventory import installed_runtime_named, model_files
 from harness.contracts.base import Record
 from harness.paths import HitchRoot, ensure_private_dir
-from harness.runtimes import get_runtime
-from harness.runtimes.install import installed_runtime
-from harness.store import model_files_dir
 
 __all__ = [
     "EVAL_SET",
@@ -163,10 +161,10 @@ def reference_continuation(root: HitchRoot, model_id: str, prompt_ids: list[int]
 
 
 def _runs(root: HitchRoot, model_id: str, jobs: list[tuple[list[Prompt], ReferenceParams]]) -> list[tuple[ReferenceRunV1, bool]]:
-    runtime = installed_runtime(root, get_runtime(REFERENCE_RUNTIME))
+    runtime = installed_runtime_named(root, REFERENCE_RUNTIME)
     if runtime is None:
         raise RuntimeError(f"the reference runtime {REFERENCE_RUNTIME} is not installed under {root.path}")
-    return run_references(runtime, model_files_dir(root, model_id), model_id, jobs, cache_dir=reference_cache_dir(root))
+    return run_references(runtime, model_files(root, model_id), model_id, jobs, cache_dir=reference_cache_dir(root))
 
 
 def prepare_references(root: HitchRoot, model_id: str) -> dict[str, dict[str, Any]]:

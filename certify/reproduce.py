@@ -41,10 +41,10 @@ from catalog.signing import (
 )
 from certify.entry_compare import EntryComparison, compare_entries
 from certify.options import REPO
+from harness.app.locks import keep_sealed_lock, lock_from_json, sealed_lock
 from harness.contracts.lock import InferenceLockV1
 from harness.errors import HitchError
 from harness.ids import digest_bytes
-from harness.lock import load_sealed_lock, save_sealed_lock, validate_lock
 from harness.lock_inputs import require_lock_inputs
 from harness.paths import HitchRoot, atomic_write_json
 
@@ -86,7 +86,7 @@ class Reproduction:
 def _require_lock(root: HitchRoot, entry: Path, predicate: dict[str, Any]) -> InferenceLockV1:
     inference_id = str(predicate.get("inference_id"))
     try:
-        return load_sealed_lock(root, inference_id)
+        return sealed_lock(root, inference_id)
     except HitchError as exc:
         if exc.code != "inference_lock_mismatch":
             raise
@@ -98,10 +98,10 @@ def _require_lock(root: HitchRoot, entry: Path, predicate: dict[str, Any]) -> In
             f"the entry's lock {inference_id} is neither sealed in this root nor kept in the entry's evidence",
             {"inference_id": inference_id, "evidence": LOCK_EVIDENCE},
         )
-    lock = validate_lock(json.loads(blob.read_bytes()))  # inference_lock_invalid when its content is not its id
+    lock = lock_from_json(json.loads(blob.read_bytes()))  # inference_lock_invalid when its content is not its id
     if lock.inference_id != inference_id:
         raise HitchError("inference_lock_mismatch", "the lock kept in the entry's evidence is another lock", {})
-    save_sealed_lock(
+    keep_sealed_lock(
         root, lock, {"inference_id": inference_id, "imported_from_entry": digest_bytes(payload_bytes(load_entry(entry)))}
     )
     return lock

@@ -36,6 +36,7 @@ from fixtures.fake_sglang.client import FakeControl
 from fixtures.images import built_image
 from harness.app import progress
 from harness.app.daemon_client import DaemonClient, ensure_daemon
+from harness.app.locks import runtime_named
 from harness.app.models import import_once, model_id_of
 from harness.app.requests import RunRequest, parse_request
 from harness.app.service import engine_endpoint, engine_start, ensure_runtime, run_image
@@ -43,7 +44,6 @@ from harness.contracts.binding import ModelEndpointBindingV1
 from harness.contracts.runtime import InferenceRuntimeManifestV1
 from harness.errors import HitchError
 from harness.paths import HitchRoot, atomic_write_json, ensure_private_dir, write_secret
-from harness.runtimes import get_runtime
 
 __all__ = [
     "CertifyEnv",
@@ -222,7 +222,7 @@ def open_session(opts: CertifyOptions, session_key: str, worker: str, *, referen
     """
     with span("model fixture and import"):
         model_ref = _ensure_model(opts)
-    runtime = get_runtime(str(opts.runtime))  # choose_engine named it
+    runtime = runtime_named(str(opts.runtime))  # choose_engine named it
     with span("runtime check/install"):
         ensure_runtime(opts.root, runtime, engine=opts.engine or "sglang")
     runtime_id = runtime.runtime_id
@@ -239,6 +239,8 @@ def open_session(opts: CertifyOptions, session_key: str, worker: str, *, referen
         "engine": opts.engine,
         "launcher": opts.launcher,
     }
+    if opts.generation is not None:  # --generation: the drafted lock samples as the profile says
+        body["generation"] = opts.generation.sampling.to_json_dict()
     if opts.inference is not None:  # the sealed lock as it is: nothing drafted, probed or sealed again
         body = {k: v for k, v in body.items() if k not in ("model", "profile")} | {"inference_id": opts.inference}
     with span("engine image check"):

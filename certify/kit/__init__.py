@@ -8,5 +8,12 @@
 - :mod:`certify.kit.daemon`: a private daemon for the checks that kill or refuse an engine;
 - :mod:`certify.kit.faults`: where a fault runs and how the client and the evidence see it;
 - :mod:`certify.kit.correctness`: token keys, the greedy-parity comparison, answer scoring;
-- :mod:`certify.kit.agents`: a scripted fake engine behind a capturing gateway for agent tool loops.
+- :mod:`certify.kit.agents`: a scripted fake engine behind a capturing gateway for agent tool loops;
+- :mod:`certify.kit.codex`: the Codex checks' reads and the empty-answer diagnosis;
+- :mod:`certify.kit.harbor`: the Harbor scenarios the ``agents.harbor`` checks run once per session;
+- :mod:`certify.kit.offline_engine`: one engine serving with the network cut (started as the supervisor starts it);
+- :mod:`certify.kit.white_box`: the core internals the suites test directly.
+
+The kit is the one place of certify that imports the core below the application layer (an import contract in
+``pyproject.toml``): the suites reach the core through it, every other certify module through :mod:`harness.app`.
 """

@@ -12,7 +12,9 @@ the first divergence both tokens must be in the other side's top-k and the side 
 see the two as a near tie (logprob gap within a tolerance); after a divergence the contexts differ, so the
 comparison ends there.
 
-:func:`determinism_not_applicable` says when a lock's sampling cannot be held to identical tokens.
+:func:`greedy_only` says why a check that needs greedy decoding does not apply to a lock that samples: the gateway
+refuses a request's other sampling (``inference_parameter_conflict``), so such a check cannot ask for temperature 0,
+and a sampled lock's answers differ from the reference's and from each other by design.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ __all__ = [
     "chat_tokens",
     "compare_greedy",
     "continuation",
-    "determinism_not_applicable",
+    "greedy_only",
     "responses_tokens",
 ]
 
@@ -214,12 +216,11 @@ def answer_matches(answer: str, accepted: tuple[str, ...]) -> bool:
     return False
 
 
-def determinism_not_applicable(sampling: SamplingV1) -> str | None:
-    """Why identical requests need not give identical tokens under this lock's sampling (None: a greedy lock, held to
-    them). The gateway refuses a request's other sampling, so a sampled lock's answers differ by design."""
+def greedy_only(sampling: SamplingV1, what: str) -> str | None:
+    """Why a check that needs greedy decoding does not apply under this lock's sampling (None: a greedy lock, where
+    it applies); ``what`` says what sampling breaks for the check ("identical requests may differ")."""
     if sampling.greedy:
         return None
     return (
-        f"the lock samples (temperature {sampling.temperature}, top_p {sampling.top_p}): identical requests may differ; "
-        "determinism is certified on greedy locks only"
+        f"the lock samples (temperature {sampling.temperature}, top_p {sampling.top_p}): {what}; certified on greedy locks only"
     )

@@ -19,17 +19,22 @@ from typing import Any, TypeVar
 import httpx
 
 from certify.session import CertifyEnv
+from harness.app.inventory import model_files
 from harness.contracts.lock import InferenceLockV1
+from harness.contracts.service import InferenceServiceRecordV1
 from harness.engine.load import LOADS_PATH, METRICS_PATH, load_from_loads, load_from_metrics
 from harness.lock import load_sealed_lock
+from harness.service.state_store import ServiceStateStore
 
 __all__ = [
     "WaitTimeout",
     "engine_load",
     "evidence_rows",
     "kill_pid",
+    "model_dir",
     "read_evidence",
     "session_lock",
+    "session_service",
     "wait_for",
     "wait_until",
 ]
@@ -99,3 +104,13 @@ def evidence_rows(gateway_dir: Path, binding_id: str, at_least: int = 1, timeout
 
 def session_lock(env: CertifyEnv) -> InferenceLockV1:
     return load_sealed_lock(env.root, env.run.inference_id)
+
+
+def session_service(env: CertifyEnv) -> InferenceServiceRecordV1 | None:
+    """The session service's last state record (None before it ever started)."""
+    return ServiceStateStore(env.root, env.run.service_id).read()
+
+
+def model_dir(env: CertifyEnv) -> Path:
+    """The session model's checkpoint directory in the store (what the engine loads)."""
+    return model_files(env.root, env.model_id)

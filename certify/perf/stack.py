@@ -49,11 +49,9 @@ from fixtures.checkpoint import tiny_checkpoint_cached
 from fixtures.fake_sglang.client import start_fake_engine
 from fixtures.fake_sglang.parity_engines import launch_engine
 from gateway.policy import apply_policy
+from harness.app.locks import draft_lock
 from harness.contracts.lock import InferenceLockV1
-from harness.lock import build_lock
 from harness.paths import HitchRoot, ensure_private_dir, write_secret
-from harness.runtimes import get_runtime
-from harness.store import import_model
 
 __all__ = ["MODEL", "ROUTE", "Stack", "StackOptions", "bench_lock", "caller_body", "started_stack", "tiny_model"]
 
@@ -98,10 +96,11 @@ def tiny_model() -> Path:
 def bench_lock(permits: int, model_dir: Path, work: Path, max_tokens: int, benchmark: bool = False) -> InferenceLockV1:
     """A real draft lock: the checkpoint imported into a scratch root, the generic-CPU runtime."""
 
-    manifest = import_model(HitchRoot(work / "root"), model_dir, "bench").manifest
-    lock = build_lock(
-        manifest,
-        get_runtime("sglang-0.5.23-cpu-generic"),
+    lock = draft_lock(
+        HitchRoot(work / "root"),
+        model_dir,
+        "bench",
+        "sglang-0.5.23-cpu-generic",
         device="cpu",
         profile="baseline",
         cpu_cores_per_node=2,

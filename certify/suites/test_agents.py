@@ -33,7 +33,8 @@ import contextlib
 import itertools
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,23 +42,23 @@ import httpx
 import pytest
 
 from certify.kit.agents import AgentRig, rig_lock
-from certify.kit.probes import engine_load, evidence_rows, read_evidence
+from certify.kit.codex import call_ids, empty_answer_diagnosis, over_context_prompt
+from certify.kit.probes import engine_load, evidence_rows, read_evidence, wait_for
 from certify.kit.prompt_cases import RESPONSES, SAMPLING_KEYS, gateway_prompt_ids
 from certify.model_facts import not_applicable
-from certify.reference_set import reference_continuation
 from certify.registry import check
-from certify.session import CertifyEnv
+from certify.session import CertifyEnv, RunHandle
 from gateway.sse import parse_events
 from harness.agents.codex_home import CodexBinding
 from harness.agents.codex_install import CodexInstall, find_codex
 from harness.agents.codex_runner import CodexRun
 from harness.agents.model_call import TOKEN_ENV, build_request, call_model
+from harness.app.inventory import model_files, model_manifest
+from harness.app.locks import sealed_lock
 from harness.app.profiles import CODEX_FIELDS, ProfileStore, codex_key, result
 from harness.contracts.lock import InferenceLockV1
 from harness.errors import HitchError
-from harness.lock import load_sealed_lock
 from harness.settings import settings
-from harness.store import model_files_dir, read_manifest
 
 _INCOMPLETE = "Incomplete response returned, reason: max_output_tokens"
 LOOP_PROMPT = (
@@ -82,20 +83,37 @@ def codex() -> CodexInstall:
 
 
 def _lock(env: CertifyEnv) -> InferenceLockV1:
-    return load_sealed_lock(env.root, env.run.inference_id)
+    return sealed_lock(env.root, env.run.inference_id)
 
 
-def _profile(
-    env: CertifyEnv, codex: CodexInstall, lock: InferenceLockV1, check_id: str, passed: bool, **details: str | None
-) -> None:
-    key = codex_key(lock, codex.artifact, codex.version)
-    ProfileStore(env.root).record(key, CODEX_FIELDS, result(check_id, env.engine, env.device, passed, **details))
+@contextlib.contextmanager
+def _profiled(
+    env: CertifyEnv,
+    codex: CodexInstall,
+    lock: InferenceLockV1,
+    check_id: str,
+    *,
+    details: Callable[[], dict[str, str | None]] | None = None,
+    ended: RunHandle | None = None,
+) -> Iterator[None]:
+    """Record the check's outcome in Codex's compatibility profile: passed when the block ends without an error
+    (``details``: what the block found, read at its end); ``ended``: a run of the session deleted afterwards."""
+    passed = False
+    try:
+        yield
+        passed = True
+    finally:
+        key = codex_key(lock, codex.artifact, codex.version)
+        found = details() if details is not None else {}
+        ProfileStore(env.root).record(key, CODEX_FIELDS, result(check_id, env.engine, env.device, passed, **found))
+        if ended is not None:
+            env.delete_run(ended)
 
 
 @pytest.fixture
 def rig_factory(certify_env: CertifyEnv, tmp_path: Path) -> Iterator[Any]:
-    model = read_manifest(certify_env.root, certify_env.model_id)
-    model_dir = model_files_dir(certify_env.root, certify_env.model_id)
+    model = model_manifest(certify_env.root, certify_env.model_id)
+    model_dir = model_files(certify_env.root, certify_env.model_id)
     numbers = itertools.count()
 
     with contextlib.ExitStack() as rigs:
@@ -118,6 +136,33 @@ def _codex_run(
     timeout_ms = lock.execution.request_timeout_ms
     binding = CodexBinding(base_url, wire, lock.execution.context_tokens_per_request, stream_idle_timeout_ms=timeout_ms)
     return CodexRun(codex, binding, token, home=where / "home", workdir=work, prompt=prompt, events_path=where / "events.jsonl")
+
+
+@dataclass(frozen=True)
+class _Target:
+    """Where a Codex run points: the fake's private rig, or (real SGLang) a new run of the session's service, which
+    the check deletes when it ends (:func:`_profiled`'s ``ended``); ``rows`` reads the target's evidence rows."""
+
+    base_url: str
+    wire: str
+    token: str
+    lock: InferenceLockV1
+    rows: Callable[[], list[dict[str, Any]]]
+    run: RunHandle | None = None
+
+    @classmethod
+    def of_rig(cls, rig: AgentRig) -> _Target:
+        return cls(rig.base_url, rig.served, rig.token, rig.lock, rig.evidence_rows)
+
+    @classmethod
+    def of_new_run(cls, env: CertifyEnv, lock: InferenceLockV1) -> _Target:
+        run = env.new_run()
+        return cls(
+            run.base_url, run.wire_model, run.token, lock, lambda: evidence_rows(env.root.gateway_dir, run.binding_id), run
+        )
+
+    def codex_run(self, codex: CodexInstall, tmp_path: Path, prompt: str) -> CodexRun:
+        return _codex_run(codex, self.base_url, self.wire, self.token, self.lock, tmp_path, prompt)
 
 
 # -- model-call ---------------------------------------------------------------------------------------
@@ -191,8 +236,7 @@ def test_codex_turn(certify_env: CertifyEnv, certify_record: Any, codex: CodexIn
     A model that cannot end a turn (the model-fixture catalog's ``natural_stop`` is not applicable: a random
     checkpoint) is shown as such: the turn must then end at the lock's budget without a protocol error."""
     lock = _lock(certify_env)
-    passed = False
-    try:
+    with _profiled(certify_env, codex, lock, "agents.codex.turn"):
         if certify_env.engine == "fake":
             rig: AgentRig = rig_factory([{"text": "Hello."}])
             base_url, wire, token, turn_lock = rig.base_url, rig.served, rig.token, rig.lock
@@ -214,19 +258,6 @@ def test_codex_turn(certify_env: CertifyEnv, certify_record: Any, codex: CodexIn
             assert out.errors and all(e.startswith(_INCOMPLETE) for e in out.errors), problem
         else:
             assert problem is None, f"{problem}; stderr: {out.stderr_tail[-1500:]}"
-        passed = True
-    finally:
-        _profile(certify_env, codex, lock, "agents.codex.turn", passed)
-
-
-def _call_ids(sse: bytes) -> list[str]:
-    ids = []
-    for event in parse_events(sse):
-        if '"response.output_item.done"' in event.data:
-            item = event.json().get("item") or {}
-            if item.get("type") == "function_call":
-                ids.append(item["call_id"])
-    return ids
 
 
 @check(
@@ -239,8 +270,7 @@ def test_codex_tool_loop(
     certify_env: CertifyEnv, certify_record: Any, codex: CodexInstall, rig_factory: Any, tmp_path: Path
 ) -> None:
     rig: AgentRig = rig_factory(READ_THEN_CHANGE)
-    passed = False
-    try:
+    with _profiled(certify_env, codex, rig.lock, "agents.codex.tool_loop"):
         cx = _codex_run(codex, rig.base_url, rig.served, rig.token, rig.lock, tmp_path, "Set count to 2 in notes.txt.")
         out = cx.run(timeout_s=600)
         assert out.completed, out.errors or out.stderr_tail[-1500:]
@@ -260,10 +290,7 @@ def test_codex_tool_loop(
                 calls = [it["call_id"] for it in new if it.get("type") == "function_call"]
                 outs = [it["call_id"] for it in new if it.get("type") == "function_call_output"]
                 assert calls == emitted and outs == emitted  # ids round-trip
-            emitted = _call_ids(sse)
-        passed = True
-    finally:
-        _profile(certify_env, codex, rig.lock, "agents.codex.tool_loop", passed)
+            emitted = call_ids(sse)
 
 
 def _loop_summary(d: Any) -> str:
@@ -286,8 +313,7 @@ def _loop_summary(d: Any) -> str:
 def test_codex_real_tool_loop(certify_env: CertifyEnv, certify_record: Any, codex: CodexInstall, tmp_path: Path) -> None:
     lock = _lock(certify_env)
     run = certify_env.new_run()  # its own binding: its evidence counts this loop's requests only
-    passed = False
-    try:
+    with _profiled(certify_env, codex, lock, "agents.codex.real_tool_loop", ended=run):
         cx = _codex_run(codex, run.base_url, run.wire_model, run.token, lock, tmp_path, LOOP_PROMPT)
         out = cx.run(timeout_s=900)
         certify_record.evidence("codex-events.jsonl", (tmp_path / "events.jsonl").read_bytes())
@@ -308,19 +334,6 @@ def test_codex_real_tool_loop(certify_env: CertifyEnv, certify_record: Any, code
             change = "left the file unchanged" if after == "count=1\n" else "the file changed without a tool call"
             measured = f"the model made 0 tool round trips in {len(rows)} request(s) and {change}"
             certify_record.not_applicable(f"{measured} ({declared})" if declared else measured)
-        passed = True
-    finally:
-        _profile(certify_env, codex, lock, "agents.codex.real_tool_loop", passed)
-        certify_env.delete_run(run)
-
-
-def _until(pred: Any, timeout_s: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 @pytest.mark.exclusive_engine  # on the real engine: its load is this check's alone
@@ -336,58 +349,33 @@ def test_codex_cancel(
 ) -> None:
     """Fake: the private rig streams a long scripted answer slowly. Real SGLang: a run of the session's service,
     asked for a long story; the cancel comes once the engine holds the request (its load is 1)."""
-    env, lock = certify_env, _lock(certify_env)
+    env = certify_env
     if env.engine == "fake":
         rig: AgentRig = rig_factory([{"text": "word " * 400}], "--fake-itl-ms", "100")
-        base_url, wire, token, run_lock = rig.base_url, rig.served, rig.token, rig.lock
+        target = _Target.of_rig(rig)
 
         def load() -> int:
             return int(rig.ctl("GET", "/state")["num_running_reqs"])
-
-        def rows() -> list[dict[str, Any]]:
-            return rig.evidence_rows()
     else:
-        run = env.new_run()
-        base_url, wire, token, run_lock = run.base_url, run.wire_model, run.token, lock
+        target = _Target.of_new_run(env, _lock(env))
 
         def load() -> int:
             return engine_load(env.engine_url, env.engine_headers())
 
-        def rows() -> list[dict[str, Any]]:
-            return evidence_rows(env.root.gateway_dir, run.binding_id)
-
-    passed = False
-    try:
-        cx = _codex_run(codex, base_url, wire, token, run_lock, tmp_path, "Write a long story about the sea.")
+    with _profiled(env, codex, target.lock, "agents.codex.cancel", ended=target.run):
+        cx = target.codex_run(codex, tmp_path, "Write a long story about the sea.")
         cx.start()
         try:
-            assert _until(lambda: load() == 1, 300), "the request never reached the engine"
+            assert wait_for(lambda: load() == 1, 300), "the request never reached the engine"
         finally:
             t0 = time.monotonic()
             cx.cancel()
         out = cx.wait(30)
         assert out.cancelled and out.returncode != 0
-        assert _until(lambda: load() == 0, 60), "the engine slot was not freed"
+        assert wait_for(lambda: load() == 0, 60), "the engine slot was not freed"
         certify_record.metric("cancel_to_free_s", round(time.monotonic() - t0, 3))
         certify_record.detail("cancel_to_free_s", round(time.monotonic() - t0, 3))
-        assert [r["status"] for r in rows()] == ["cancelled"]
-        passed = True
-    finally:
-        _profile(env, codex, run_lock, "agents.codex.cancel", passed)
-        if env.engine != "fake":
-            env.delete_run(run)
-
-
-def _over_context_prompt(env: CertifyEnv, lock: InferenceLockV1) -> tuple[str, int]:
-    """A prompt whose text alone is longer than the lock's context, by the model's own tokenizer; (prompt, tokens)."""
-    from tokenizers import Tokenizer
-
-    tokenizer = Tokenizer.from_file(str(model_files_dir(env.root, env.model_id) / "tokenizer.json"))
-    context = lock.execution.context_tokens_per_request
-    prompt = "Repeat these numbers back:" + " 7" * (context + 64)
-    tokens = len(tokenizer.encode(prompt).ids)
-    assert tokens > context, f"the prompt is {tokens} tokens, not over the context {context}"
-    return prompt, tokens
+        assert [r["status"] for r in target.rows()] == ["cancelled"]
 
 
 @check(
@@ -404,27 +392,19 @@ def test_codex_context_limit(
     env = certify_env
     if env.engine == "fake":
         rig: AgentRig = rig_factory([{"text": "never"}], context=2048)
-        base_url, wire, token, run_lock, prompt = rig.base_url, rig.served, rig.token, rig.lock, "Say hello."
-
-        def rows() -> list[dict[str, Any]]:
-            return rig.evidence_rows()
+        target, prompt = _Target.of_rig(rig), "Say hello."
     else:
-        run, run_lock = env.new_run(), _lock(env)
-        base_url, wire, token = run.base_url, run.wire_model, run.token
-        prompt, tokens = _over_context_prompt(env, run_lock)
+        target = _Target.of_new_run(env, _lock(env))
+        prompt, tokens = over_context_prompt(env, target.lock)
         certify_record.detail("prompt_tokens", tokens)
 
-        def rows() -> list[dict[str, Any]]:
-            return evidence_rows(env.root.gateway_dir, run.binding_id)
-
-    passed = False
-    try:
-        cx = _codex_run(codex, base_url, wire, token, run_lock, tmp_path, prompt)
+    with _profiled(env, codex, target.lock, "agents.codex.context_limit", ended=target.run):
+        cx = target.codex_run(codex, tmp_path, prompt)
         out = cx.run(timeout_s=300)
         assert out.returncode != 0 and not out.completed
         # the gateway answers OpenAI's context_length_exceeded, which Codex recognises as a full context window
         assert any("context window" in e.lower() for e in out.errors), out.errors
-        got = rows()
+        got = target.rows()
         certify_record.metric("requests", len(got))
         certify_record.detail("requests", len(got))
         assert [r.get("error_code") for r in got] == ["inference_context_exceeded"]  # exactly one: no retries
@@ -432,11 +412,6 @@ def test_codex_context_limit(
             assert rig.engine_requests() == []  # refused before the engine
         else:
             assert got[0].get("engine_rid") is None, got[0]  # refused before the engine: it never had an engine id
-        passed = True
-    finally:
-        _profile(env, codex, run_lock, "agents.codex.context_limit", passed)
-        if env.engine != "fake":
-            env.delete_run(run)
 
 
 @check(
@@ -463,9 +438,12 @@ def test_codex_history_replay(
     Codex's fields, removed, bring an answer back) and the check goes on. Any other outcome fails with the
     cause. The fake has no reference: an empty answer there always fails."""
     rig: AgentRig = rig_factory(READ_THEN_CHANGE)
-    passed = False
     diagnosis: dict[str, Any] = {}
-    try:
+
+    def found() -> dict[str, str | None]:
+        return {"empty_answer_fields": diagnosis.get("fields"), "empty_answer_cause": diagnosis.get("cause")}
+
+    with _profiled(certify_env, codex, _lock(certify_env), "agents.codex.history_replay", details=found):
         out = _codex_run(codex, rig.base_url, rig.served, rig.token, rig.lock, tmp_path, "Set count to 2.").run(600)
         # The recording rig's fake renders the session model's chat template as SGLang does (a null content as
         # ""): a template that refuses Codex's history fails the recording here, with SGLang's 400.
@@ -474,7 +452,7 @@ def test_codex_history_replay(
         assert len(bodies) == 3
         ends = []
         lock = _lock(certify_env)
-        model_dir = model_files_dir(certify_env.root, lock.model_id)
+        model_dir = model_files(certify_env.root, lock.model_id)
         counted: list[tuple[int, int]] = []  # (gateway, engine) prompt tokens of each Codex request, real SGLang only
         for i, body in enumerate(bodies):
             body = {**body, "model": certify_env.run.wire_model, "max_output_tokens": 18}
@@ -495,7 +473,7 @@ def test_codex_history_replay(
                 counted.append((len(prompt_ids), int(events[-1].json()["response"]["usage"]["input_tokens"])))
             if added == 0:
                 # Completed with no output item at all: the model's own answer, or the endpoint's defect?
-                diagnosis = {"request": i, **_empty_answer_diagnosis(certify_env, body, prompt_ids)}
+                diagnosis = {"request": i, **empty_answer_diagnosis(certify_env, body, prompt_ids)}
                 certify_record.detail("empty_answer", diagnosis)
                 if not diagnosis["model_answer"]:
                     pytest.fail(f"replay {i}: {kinds[-1]} with no output item; {diagnosis['cause']}")
@@ -503,73 +481,3 @@ def test_codex_history_replay(
         if counted:
             certify_record.detail("prompt_tokens_gateway_engine", counted)
             assert all(ours == theirs for ours, theirs in counted), f"(gateway, engine) prompt tokens differ: {counted}"
-        passed = True
-    finally:
-        details = {"empty_answer_fields": diagnosis.get("fields"), "empty_answer_cause": diagnosis.get("cause")}
-        _profile(certify_env, codex, _lock(certify_env), "agents.codex.history_replay", passed, **details)
-
-
-# Codex fields whose removal is tried when the engine answers one of Codex's requests with no output item.
-_EMPTY_ANSWER_PROBES: dict[str, tuple[str, ...]] = {
-    "tools": ("tools", "tool_choice", "parallel_tool_calls"),
-    "input[].role=developer": (),
-    "reasoning/include": ("reasoning", "include"),
-}
-_REFERENCE_TOKENS = 4  # enough to show what the reference says instead when it does not end at once
-
-
-def _empty_answer_diagnosis(env: CertifyEnv, body: dict[str, Any], prompt_ids: list[int]) -> dict[str, Any]:
-    """Why the engine answered ``body`` with no output item.
-
-    Re-sent greedy (temperature 0) the engine must end again after one output token (its end-of-turn, which
-    SGLang does not show); the reference, greedy on ``prompt_ids`` (the gateway's rendering of the same
-    request, whose count the check compares with the engine's), must end its turn at its first token. Both:
-    ``model_answer`` (the model ends its turn at once; the endpoint is faithful). Then each probed field is
-    removed in turn: those whose removal brings an answer back are what triggers it."""
-
-    def answer(probe: dict[str, Any]) -> dict[str, Any]:
-        url = env.engine_url + "/v1/responses"
-        r = httpx.post(url, json={**probe, "stream": False}, headers=env.engine_headers(), timeout=600)
-        if r.status_code != 200:
-            return {"http_status": r.status_code}
-        resp = r.json()
-        return {"items": [i.get("type") for i in resp.get("output") or []], "output_tokens": resp["usage"]["output_tokens"]}
-
-    greedy_body = {**body, "temperature": 0.0, "top_p": 1.0}
-    seen = {"as sent": answer(body), "greedy": answer(greedy_body)}
-    greedy = seen["greedy"]
-    engine_ends = greedy.get("items") == [] and greedy.get("output_tokens") == 1
-    reference: dict[str, Any] | None = None
-    if env.engine == "sglang" and prompt_ids:
-        ref = reference_continuation(env.root, env.model_id, prompt_ids, _REFERENCE_TOKENS)
-        reference = {"token_ids": ref.token_ids, "text": ref.text, "finish_reason": ref.finish_reason}
-    reference_ends = reference is not None and reference["finish_reason"] == "stop" and len(reference["token_ids"]) == 1
-    for name, keys in _EMPTY_ANSWER_PROBES.items():
-        if name == "input[].role=developer":
-            probe = {**greedy_body, "input": [i for i in body.get("input") or [] if i.get("role") != "developer"]}
-        else:
-            probe = {k: v for k, v in greedy_body.items() if k not in keys}
-        seen[f"without {name}"] = answer(probe)
-    fields = [name for name in _EMPTY_ANSWER_PROBES if seen[f"without {name}"].get("items")]
-    if reference is None:
-        verdict = "no reference to tell the model's answer from the engine's (the fake engine)"
-    elif engine_ends and reference_ends:
-        verdict = (
-            "the model's own answer: greedy, the engine ends after one output token (its end-of-turn, no item) and "
-            f"transformers on the same {len(prompt_ids)} prompt tokens ends its turn at its first token too"
-        )
-    elif not engine_ends:
-        verdict = f"the engine answers the same request greedy with {greedy}: the empty answer is not the model's end of turn"
-    else:
-        verdict = (
-            f"the engine ends at once but transformers on the same prompt continues with {reference['text']!r} "
-            f"({reference['token_ids']}): the engine diverges from the reference"
-        )
-    cause = f"{verdict}; it answers when the request is sent without: {', '.join(fields) or 'none of the probed fields'}"
-    return {
-        "model_answer": engine_ends and reference_ends,
-        "cause": cause,
-        "fields": ", ".join(fields) or None,
-        "reference": reference,
-        "probes": seen,
-    }

@@ -11,9 +11,7 @@ Checks:
   vLLM's ``check_logprobs_close``), with the engine's logprobs and top-5 asked through the gateway;
 - ``correctness.prompt_tokens``: the prompt token count the engine reports equals the reference tokenizer's
   ``apply_chat_template`` ids, for every prompt on both APIs;
-- ``correctness.determinism``: three identical temperature-0 requests give identical tokens; a lock that samples
-  (its generation profile's temperature above 0) is ``not_applicable``, saying so
-  (:func:`certify.kit.correctness.determinism_not_applicable`);
+- ``correctness.determinism``: three identical temperature-0 requests give identical tokens;
 - ``correctness.natural_stop``: where the reference ends its turn on the end-of-turn token, the engine ends
   it too (finish_reason ``stop`` / status ``completed``, the same last token);
 - ``correctness.continuations`` (both engines): the greedy continuations of the parity prompts on both APIs,
@@ -45,6 +43,12 @@ Tolerances (natural-log units, nats) and why:
   almost nothing), and :data:`EVAL_MIN_REFERENCE` = 10 keeps the comparison meaningful: the engine must
   still answer at least 7 of 22.
 
+Requests carry no sampling: the gateway sends the lock's (temperature 0 on a greedy lock, the default). The
+checks that compare with the greedy reference or with another greedy answer (parity, determinism, natural stop,
+the question set, the recorded continuations) need a greedy lock: on a lock that samples (a generation profile
+with temperature above 0, ``pytest certify --generation balanced``) each records ``not_applicable`` with the
+reason (:func:`certify.kit.correctness.greedy_only`) and sends nothing; the prompt token count holds on any lock.
+
 What a model cannot show is read from the model-fixture catalog's ``not_applicable`` (a random checkpoint
 never ends a turn by itself and answers no question): the check still runs, records
 ``details.not_applicable`` with the catalog's reason and passes; the evaluator names it in the entry's
@@ -69,7 +73,7 @@ from certify.kit.correctness import (
     chat_tokens,
     compare_greedy,
     continuation,
-    determinism_not_applicable,
+    greedy_only,
     responses_tokens,
 )
 from certify.kit.requests import gw_post
@@ -89,8 +93,9 @@ from certify.reference_set import (
 from certify.registry import check
 from certify.session import CertifyEnv
 from fixtures.reference import ReferenceRunV1
-from harness.lock import load_sealed_lock
-from harness.store import model_files_dir
+from harness.app.inventory import model_files
+from harness.app.locks import sealed_lock
+from harness.contracts.lock import SamplingV1
 
 EVAL_MARGIN = 3
 EVAL_MIN_REFERENCE = 10
@@ -108,7 +113,15 @@ class Bench:
 
     def __init__(self, env: CertifyEnv) -> None:
         self.env = env
-        self.keys = TokenKeys(model_files_dir(env.root, env.model_id))
+        self.keys = TokenKeys(model_files(env.root, env.model_id))
+        self.sampling: SamplingV1 = sealed_lock(env.root, env.run.inference_id).generation
+
+    def greedy_only(self, certify_record: Any, what: str) -> bool:
+        """False, recording ``not_applicable`` with the reason, when the lock samples (``what`` sampling breaks)."""
+        reason = greedy_only(self.sampling, what)
+        if reason is not None:
+            certify_record.detail("not_applicable", reason)
+        return reason is None
 
     def reference(self, name: str) -> ReferenceRunV1:
         # normally a cache hit: the session prepared every set before it started the engine
@@ -116,12 +129,12 @@ class Bench:
         return run
 
     def chat(self, messages: list[dict[str, Any]], max_tokens: int) -> dict[str, Any]:
-        body = {"model": self.env.run.wire_model, "messages": messages, "max_tokens": max_tokens, "temperature": 0,
+        body = {"model": self.env.run.wire_model, "messages": messages, "max_tokens": max_tokens,
                 "logprobs": True, "top_logprobs": TOP_K}  # fmt: skip
         return _ok(gw_post(self.env.run, "/chat/completions", body))
 
     def responses(self, text: str, max_tokens: int) -> dict[str, Any]:
-        body = {"model": self.env.run.wire_model, "input": [{"role": "user", "content": text}], "temperature": 0,
+        body = {"model": self.env.run.wire_model, "input": [{"role": "user", "content": text}],
                 "max_output_tokens": max_tokens, "top_logprobs": TOP_K, "include": ["message.output_text.logprobs"]}  # fmt: skip
         return _ok(gw_post(self.env.run, "/responses", body))
 
@@ -163,6 +176,8 @@ def _tokens(api: str, answer: dict[str, Any]) -> list[EngineToken]:
 def test_greedy_parity(
     api: str, bench: Bench, parity_ref: ReferenceRunV1, parity_answers: dict[str, list[dict[str, Any]]], certify_record: Any
 ) -> None:
+    if not bench.greedy_only(certify_record, "its tokens are not the reference's greedy continuation"):
+        return
     key: Callable[[int], Any] = bench.keys.raw_bytes if api == "chat" else bench.keys.display
     rows: list[dict[str, Any]] = []
     results: list[Comparison] = []
@@ -203,7 +218,11 @@ def test_greedy_parity(
         + ", each as long as the engine's usage says"
     ),
 )
-def test_greedy_continuations_recorded(parity_answers: dict[str, list[dict[str, Any]]], certify_record: Any) -> None:
+def test_greedy_continuations_recorded(
+    bench: Bench, parity_answers: dict[str, list[dict[str, Any]]], certify_record: Any
+) -> None:
+    if not bench.greedy_only(certify_record, "two runs' continuations differ by design, so none reproduces"):
+        return
     rows: list[dict[str, Any]] = []
     for api in ("chat", "responses"):
         for i, (prompt, answer) in enumerate(zip(PARITY_PROMPTS, parity_answers[api], strict=True)):
@@ -248,9 +267,7 @@ def test_prompt_tokens(parity_ref: ReferenceRunV1, parity_answers: dict[str, lis
     summary=lambda d: f"three greedy runs of one prompt gave identical tokens ({d['tokens'][0]} each)",
 )
 def test_determinism(bench: Bench, certify_record: Any) -> None:
-    reason = determinism_not_applicable(load_sealed_lock(bench.env.root, bench.env.run.inference_id).generation)
-    if reason is not None:
-        certify_record.detail("not_applicable", reason)
+    if not bench.greedy_only(certify_record, "identical requests may differ"):
         return
     messages = chat_messages(PARITY_PROMPTS[0])
     runs = [[t.key for t in chat_tokens(bench.chat(messages, PARITY_TOKENS))] for _ in range(3)]
@@ -271,6 +288,8 @@ def eval_ref(bench: Bench) -> ReferenceRunV1:
     summary="the engine ended its turn where the reference did ({engine_tokens} tokens; reference {reference_tokens})",
 )
 def test_natural_stop(bench: Bench, certify_record: Any) -> None:
+    if not bench.greedy_only(certify_record, "where it ends its turn is not the greedy reference's"):
+        return
     reason = not_applicable(bench.env.model_id, "natural_stop")
     if reason is not None:
         certify_record.detail("not_applicable", reason)
@@ -299,6 +318,8 @@ def test_natural_stop(bench: Bench, certify_record: Any) -> None:
     ),
 )
 def test_question_set(bench: Bench, eval_ref: ReferenceRunV1, certify_record: Any) -> None:
+    if not bench.greedy_only(certify_record, "its answers are not scored against the greedy reference's"):
+        return
     engine_answers = [
         str(bench.chat(eval_messages(q), EVAL_TOKENS)["choices"][0]["message"].get("content") or "") for q, _ in EVAL_SET
     ]

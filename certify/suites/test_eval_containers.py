@@ -30,15 +30,13 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from certify.kit.white_box import LABEL_ROLE, LABEL_ROOT, EvalNetwork, probe_docker, probe_network, root_label
 from certify.registry import check
 from certify.session import CertifyEnv, eval_trial_image
 from fixtures.eval_trial.driver import release, start_trial, wait_event
 from gateway.bindings import run_path_prefix
 from harness.app.requests import RunRequest, parse_request
-from harness.devices.docker_probe import probe_docker
 from harness.errors import HitchError
-from harness.launch.eval_network import LABEL_ROLE, EvalNetwork, probe_network
-from harness.launch.oci_config import LABEL_ROOT, root_label
 
 _SHORT = 8
 

@@ -41,7 +41,7 @@ _FAKE_ONLY = "real SGLang echoes the request's model and decodes greedily: it ca
 def _chat(run: RunHandle, content: str, max_tokens: int) -> dict[str, Any]:
     r = httpx.post(
         run.base_url + "/chat/completions",
-        json={**chat_body(run.wire_model, stream=False, max_tokens=max_tokens, content=content), "temperature": 0.0},
+        json=chat_body(run.wire_model, stream=False, max_tokens=max_tokens, content=content),  # the lock's sampling
         headers=run.headers(),
         timeout=120,
     )

@@ -45,33 +45,36 @@ from certify.kit.faults import (
     serves,
     stream,
 )
-from certify.kit.probes import evidence_rows, session_lock, wait_until
+from certify.kit.probes import evidence_rows, session_lock, session_service, wait_until
 from certify.kit.requests import chat_body
 from certify.kit.streams import RawStream, hold_stream
-from certify.plugin import quiet_turn
+from certify.kit.white_box import (
+    EngineKeys,
+    EngineProgram,
+    OciLauncher,
+    prepare_launch,
+    service_key,
+    verify_server_info,
+    wait_ready,
+)
 from certify.registry import check
 from certify.session import CertifyEnv, RunHandle
 from certify.timeline import span
+from certify.turns import quiet_turn
 from fixtures.engine_faults import EngineTarget
 from fixtures.fake_sglang.parity_engines import EngineCommand, launch_engine
 from fixtures.process_faults import (
     wrong_model_argv,
 )
 from fixtures.wrong_model_exec import rewrite
-from harness.engine import EngineProgram, prepare_launch, wait_ready
-from harness.engine.keys import EngineKeys
-from harness.engine.verify import verify_server_info
+from harness.app.inventory import model_files
 from harness.errors import HitchError
-from harness.launch.oci import OciLauncher
-from harness.service.isolation import service_key
-from harness.service.state_store import ServiceStateStore
-from harness.store import model_files_dir
 
 _fault_kind = fault_kind("process")
 
 
 def _session_engine(env: CertifyEnv) -> EngineTarget:
-    record = ServiceStateStore(env.root, env.run.service_id).read()
+    record = session_service(env)
     assert record is not None and record.process is not None
     return EngineTarget(record.process)
 
@@ -400,7 +403,7 @@ def _wrong_model_container(daemon: PrivateDaemon, certify_record: Any) -> None:
 
     lock = daemon.sealed_lock(sealed_inference_id(daemon))
     launch = prepare_launch(
-        daemon.root, lock, model_files_dir(daemon.root, lock.model_id),
+        daemon.root, lock, model_files(daemon.root, lock.model_id),
         EngineProgram("sglang", ("python3", "-m", "sglang.launch_server")),
         service_id="certify-wrong-model-" + secrets.token_hex(4), epoch=1, port=30000, host="0.0.0.0",
         launcher="oci", image=str(daemon.body["image"]),
@@ -433,7 +436,7 @@ def _wrong_model_sglang(env: CertifyEnv, certify_record: Any, workdir: Path) -> 
     assert command is not None, "the session's SGLang runtime is not installed under HITCH_ROOT"
     wrapped = EngineCommand("sglang", list(wrong_model_argv("not-the-locked-model", command.argv)), command.env)
     keys = EngineKeys(api_key="sk-" + secrets.token_hex(16), admin_key="sk-" + secrets.token_hex(16))
-    model_dir = model_files_dir(env.root, session_lock(env).model_id)
+    model_dir = model_files(env.root, session_lock(env).model_id)
     t0 = time.monotonic()
     with span("private engine start (wrong model)", engine="private"):
         engine = launch_engine(

@@ -26,11 +26,10 @@ import pytest
 
 from certify.kit.faults import FAKE, MODE_CHECKS, fault_kind
 from certify.kit.probes import engine_load, session_lock, wait_until
+from certify.kit.white_box import EngineKeys, ReadinessReport, flush_when_idle, load_keys, probe_tool_call
 from certify.registry import check
 from certify.secrets_scan import remember
 from certify.session import CertifyEnv
-from harness.engine import EngineKeys, load_keys
-from harness.engine.readiness import ReadinessReport, flush_when_idle, probe_tool_call
 from harness.errors import HitchError
 
 pytestmark = pytest.mark.exclusive_engine  # every check holds the session engine's slots

@@ -15,15 +15,13 @@ from typing import Any
 
 import httpx
 
+from certify.kit.probes import session_service
+from certify.kit.white_box import NvmlGpuInventory, expected_server_info, processes_by_gpu, run_doctor, server_info_mismatches
 from certify.registry import check
 from certify.session import CertifyEnv
+from harness.app.inventory import model_files
+from harness.app.locks import sealed_lock
 from harness.contracts.lock import CudaPlatformV1
-from harness.devices import run_doctor
-from harness.devices.gpu_inventory import NvmlGpuInventory, processes_by_gpu
-from harness.engine.verify import expected_server_info, server_info_mismatches
-from harness.lock import load_sealed_lock
-from harness.service.state_store import ServiceStateStore
-from harness.store import model_files_dir
 
 
 def _server_info(env: CertifyEnv) -> dict[str, Any]:
@@ -35,7 +33,7 @@ def _server_info(env: CertifyEnv) -> dict[str, Any]:
 
 
 def _service_record(env: CertifyEnv) -> dict[str, Any]:
-    record = ServiceStateStore(env.root, env.run.service_id).read()
+    record = session_service(env)
     assert record is not None, "the service has no record"
     return record.model_dump(mode="json")
 
@@ -126,13 +124,13 @@ def test_engine_serves_the_sealed_lock(certify_env: CertifyEnv, certify_record: 
     from urllib.parse import urlsplit
 
     env = certify_env
-    lock = load_sealed_lock(env.root, env.run.inference_id)
+    lock = sealed_lock(env.root, env.run.inference_id)
     sealed = env.root.digest_dir(env.root.sealed_locks, lock.inference_id) / "lock.json"
     certify_record.evidence("lock.json", sealed.read_bytes())
     certify_record.detail("inference_id", lock.inference_id)
     port = urlsplit(env.engine_url).port
     assert port is not None, env.engine_url
-    expected = expected_server_info(lock, model_files_dir(env.root, lock.model_id), port)
+    expected = expected_server_info(lock, model_files(env.root, lock.model_id), port)
     for placement in ("model_path", "host", "port"):  # where the launcher put it (a container mounts and maps them)
         expected.pop(placement, None)
     mismatches = server_info_mismatches(_server_info(env), expected)
@@ -205,7 +203,7 @@ def test_cuda_engine_memory_only_on_the_leased_gpu(certify_env: CertifyEnv, cert
     summary="the KV pool and CUDA graphs match the lock ({server_info[attention_backend]} attention)",
 )
 def test_cuda_kv_pool_and_graphs_are_the_locks(certify_env: CertifyEnv, certify_record: Any) -> None:
-    lock = load_sealed_lock(certify_env.root, certify_env.run.inference_id)
+    lock = sealed_lock(certify_env.root, certify_env.run.inference_id)
     platform = lock.execution.platform
     assert isinstance(platform, CudaPlatformV1)
     info = _server_info(certify_env)

@@ -21,16 +21,15 @@ import httpx
 import pytest
 
 from certify.kit.daemon import PrivateDaemon
-from certify.kit.probes import kill_pid, wait_until
+from certify.kit.probes import kill_pid, session_service, wait_until
 from certify.kit.requests import chat_body
 from certify.kit.streams import client_gone
-from certify.plugin import quiet_turn
 from certify.registry import check
 from certify.session import CertifyEnv, RunHandle
+from certify.turns import quiet_turn
 from fixtures.engine_faults import EngineTarget
 from fixtures.process_faults import pid_alive
 from harness.app.daemon_client import reap_spawned
-from harness.service.state_store import ServiceStateStore
 
 CANCEL_BOUND_S = 5.0
 IDLE_GRACE_S = 10.0
@@ -55,7 +54,7 @@ def _serves(run: RunHandle) -> int:
 def _service_engine(env: CertifyEnv) -> str | None:
     """What names the session service's engine (its process or its container), as its record says."""
 
-    record = ServiceStateStore(env.root, env.run.service_id).read()
+    record = session_service(env)
     return None if record is None or record.process is None else EngineTarget(record.process).key
 
 

@@ -47,11 +47,11 @@ import pytest
 from certify.kit.probes import read_evidence
 from certify.perf.loops import KINDS, Arm, Plan, measure
 from certify.perf.summary import entry_metrics, over_bound, summarize
-from certify.plugin import engine_turn, quiet_turn
 from certify.registry import check
 from certify.session import CertifyEnv
+from certify.turns import engine_turn, quiet_turn
 from gateway.policy import apply_policy
-from harness.lock import load_sealed_lock
+from harness.app.locks import sealed_lock
 from harness.paths import atomic_write_json
 from harness.settings import settings
 
@@ -72,7 +72,7 @@ def _engine_model(env: CertifyEnv) -> str:
 
 
 def build_arms(env: CertifyEnv, plan: Plan) -> tuple[dict[str, Arm], int, str]:
-    lock = load_sealed_lock(env.root, env.run.inference_id)
+    lock = sealed_lock(env.root, env.run.inference_id)
     ex = lock.execution
     engine_model = _engine_model(env)
     caller: dict[str, bytes] = {}

@@ -17,8 +17,8 @@ from certify.kit.requests import evidence_row, gw_post, gw_stream
 from certify.registry import check
 from certify.session import CertifyEnv
 from gateway.sse import parse_events
-from harness.lock import load_sealed_lock
-from harness.store import model_files_dir
+from harness.app.inventory import model_files
+from harness.app.locks import sealed_lock
 
 # -- usage and budgets ---------------------------------------------------------------------------------------
 
@@ -165,8 +165,8 @@ def test_context_count_is_the_engines(certify_env: CertifyEnv, certify_record: A
     reasoning items, ``tool_choice: none``: for each, the prompt tokens the gateway counts (and refuses on)
     are the prompt tokens the engine reports for the body the gateway forwards."""
     env = certify_env
-    lock = load_sealed_lock(env.root, env.run.inference_id)
-    model_dir = model_files_dir(env.root, lock.model_id)
+    lock = sealed_lock(env.root, env.run.inference_id)
+    model_dir = model_files(env.root, lock.model_id)
     counts = {
         case: prompt_counts(env.engine_url, env.engine_headers(), env.run.wire_model, model_dir, lock, case)
         for case in sorted(CASES)

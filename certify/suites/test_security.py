@@ -22,13 +22,12 @@ from urllib.parse import urlsplit
 import httpx
 
 from catalog.evidence import EVIDENCE_DIR
-from certify.kit.probes import session_lock
+from certify.kit.offline_engine import run_offline
+from certify.kit.probes import session_lock, session_service
 from certify.kit.requests import gw_post
-from certify.offline_engine import run_offline
 from certify.registry import at_session_end, check
 from certify.secrets_scan import ScanResult, scan_files, session_secrets
 from certify.session import CertifyEnv, RunHandle, SessionEnd
-from harness.service.state_store import ServiceStateStore
 
 ROUTE_CODE = "inference_route_unavailable"
 # a Responses API route the server does not offer (stored responses, compaction) says so with its own code
@@ -467,7 +466,7 @@ def _container_networks(container_id: str) -> dict[str, bool]:
     ),
 )
 def test_engine_answers_with_the_network_cut(certify_env: CertifyEnv, certify_record: Any) -> None:
-    record = ServiceStateStore(certify_env.root, certify_env.run.service_id).read()
+    record = session_service(certify_env)
     process = record.process if record is not None else None
     if process is not None and process.launcher == "oci":
         assert process.container_id, "the oci service record names no container"

@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("certify")]
 
 
-def _certify(
+def run_certify(
     tmp_path: Path, *args: str, harbor_link: bool = True, env_extra: dict[str, str] | None = None
 ) -> tuple[subprocess.CompletedProcess[str], Path, HitchRoot]:
     root = HitchRoot(tmp_path / "root")
@@ -68,7 +68,7 @@ def _dev_keys(root: HitchRoot) -> list[Path]:
 def test_full_fake_session_under_xdist_is_contract_signed_and_cleaned_up(tmp_path: Path) -> None:
     # the agents.harbor checks run in a session of their own (below): beside the fault checks' private services
     # under xdist their trials' runs waited past the daemon's 60 s queue timeout for capacity on a loaded machine
-    proc, out, root = _certify(tmp_path, "-n", "2", harbor_link=False, env_extra={"HITCH_REQUIRE_HARBOR": "0"})
+    proc, out, root = run_certify(tmp_path, "-n", "2", harbor_link=False, env_extra={"HITCH_REQUIRE_HARBOR": "0"})
     tail = (proc.stdout + proc.stderr)[-6000:]
     results: dict[str, Any] = json.loads((out / "results.json").read_text())
     _assert_timeline(results, out, proc.stdout)  # whatever the level: the timeline is written either way
@@ -157,7 +157,9 @@ def test_timings_taken_on_a_loaded_machine_are_refused_and_their_figures_not_rec
     from tests.certify.test_quiet import burners
 
     with burners():  # two cores kept busy: far above a quarter of a core, whatever else this machine runs
-        proc, out, _ = _certify(tmp_path, "-k", "test_perf or test_cancel_stream", env_extra={"HITCH_CERTIFY_QUIET_LOAD": "0.25"})
+        proc, out, _ = run_certify(
+            tmp_path, "-k", "test_perf or test_cancel_stream", env_extra={"HITCH_CERTIFY_QUIET_LOAD": "0.25"}
+        )
     results: dict[str, Any] = json.loads((out / "results.json").read_text())
     checks = {c["id"]: c for c in results["checks"]}
     timed = ["perf.overhead.e2e_bound", "perf.overhead.ttft_bound", "protocol.cancel.stream"]
@@ -174,7 +176,7 @@ def test_timings_taken_on_a_loaded_machine_are_refused_and_their_figures_not_rec
 
 
 def test_a_deselected_required_check_fails_the_level(tmp_path: Path) -> None:
-    proc, out, root = _certify(tmp_path, "-k", "hardware and not doctor")
+    proc, out, root = run_certify(tmp_path, "-k", "hardware and not doctor")
     results = json.loads((out / "results.json").read_text())
     assert results["level"] == "failed"
     assert "hardware.doctor.fingerprint: required check not_run" in results["reasons"]
@@ -189,7 +191,7 @@ def test_harbor_checks_pass_in_a_fake_session(tmp_path: Path) -> None:
     session's service, reach only their own binding, a cancel mid-request is isolated, terminus-2 solves."""
     if harbor_install(HitchRoot.at()) is None:
         missing("harbor", "Harbor is not installed under HITCH_ROOT (make harbor)")
-    proc, out, root = _certify(tmp_path, "-n", "2", "-k", "harbor")
+    proc, out, root = run_certify(tmp_path, "-n", "2", "-k", "harbor")
     rows = {c["id"]: c for c in json.loads((out / "results.json").read_text())["checks"] if c["id"].startswith("agents.harbor.")}
     ran = {"agents.harbor.shared_service", "agents.harbor.container_isolation", "agents.harbor.cancel_isolated",
            "agents.harbor.terminus_solves"}  # fmt: skip
@@ -204,7 +206,7 @@ def test_harbor_checks_pass_in_a_fake_session(tmp_path: Path) -> None:
 def test_harbor_checks_fail_when_required_and_harbor_is_missing(tmp_path: Path, required: str) -> None:
     """A root without Harbor: under HITCH_REQUIRE_HARBOR=1 the agents.harbor checks are required and fail
     (never skipped); without it they are optional and skipped with the reason."""
-    proc, out, root = _certify(
+    proc, out, root = run_certify(
         tmp_path, "-k", "harbor_trials_share", harbor_link=False, env_extra={"HITCH_REQUIRE_HARBOR": required}
     )
     rows = {c["id"]: c for c in json.loads((out / "results.json").read_text())["checks"]}

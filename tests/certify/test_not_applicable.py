@@ -1,6 +1,6 @@
 """No check passes on nothing: a check that measured 0 of what it measures records ``not_applicable``.
 
-The recorder (:mod:`certify.recorder`) and the plugin's report hook (:func:`certify.plugin.record_report`) turn
+The recorder (:mod:`certify.recorder`) and the plugin's report hook (:func:`certify.results.record_report`) turn
 a passed check that recorded ``not_applicable`` (or a measured count of 0) into the status ``not_applicable``;
 the signed predicate (schema 4) carries it; an older entry's ``passed`` with ``details.not_applicable`` reads as
 ``not_applicable`` everywhere (:func:`harness.contracts.certification.check_status`).
@@ -14,9 +14,10 @@ import pytest
 from pydantic import ValidationError
 
 from certify.evaluate import Platform, evaluate
-from certify.plugin import CertifyState, record_report
 from certify.recorder import EndRecorder, shown_status
 from certify.registry import all_checks
+from certify.results import record_report
+from certify.state import CertifyState
 from harness.contracts.certification import CertificationResultV1, check_status
 from tests.catalog.support import make_predicate
 

@@ -1,4 +1,4 @@
-"""The engine in a network namespace with loopback only (``certify/offline_engine.py``, the module behind
+"""The engine in a network namespace with loopback only (``certify/kit/offline_engine.py``, the module behind
 ``security.network.engine_offline``), on the fake engine: it starts as the process launcher starts it, passes
 readiness, answers a chat request, and every attempt to leave the machine fails. The throw-away service's keys
 and log folders are gone afterwards."""
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from certify.offline_engine import run_offline
+from certify.kit.offline_engine import run_offline
 from tests.components import missing
 from tests.harness.engine.inputs import checkpoint_cache, service_inputs
 

@@ -15,11 +15,12 @@ import pytest
 
 from certify.evaluate import CheckResult
 from certify.options import CertifyOptions
-from certify.plugin import CertifyState, run_session_end_checks
 from certify.recorder import EndRecorder
 from certify.registry import Check, session_end_checks
 from certify.secrets_scan import remember, scan_files, session_secrets
 from certify.session import SessionEnd, secrets_ledger
+from certify.session_end import run_session_end_checks
+from certify.state import CertifyState
 from certify.suites.test_security import secrets_in_files, secrets_in_logs
 from harness.paths import HitchRoot, atomic_write_bytes, write_secret
 

@@ -106,7 +106,7 @@ def run_offline(root: HitchRoot, lock: dict[str, Any], engine: str, timeout_s: f
     service_id = "offline-" + secrets.token_hex(6)
     request = json.dumps({"root": str(root.path), "lock": lock, "engine": engine, "service_id": service_id})
     # ``ip link set lo up`` first: a new namespace's loopback is down, and the engine still talks to itself.
-    inner = 'ip link set lo up && exec "$0" -m certify.offline_engine'
+    inner = 'ip link set lo up && exec "$0" -m certify.kit.offline_engine'
     try:
         with span("offline engine (no network) start and probe", engine="private"):
             proc = subprocess.run(

@@ -199,9 +199,10 @@ def choose_engine(opts: CertifyOptions) -> CertifyOptions:
     reads the machine, starts nothing). A choice the rule refuses is recorded as ``blocked``, with the runtime it
     would have run: the session then stops before its suites and writes a failed entry saying why."""
     # imported here: this module is loaded by every pytest process (the plugin), the resolver only by certify runs
-    from harness.app.choice import ChoiceRequest, resolve_choice
+    from harness.app.choice import resolve_choice
+    from harness.app.spec import ServiceSpec
 
-    choice = resolve_choice(ChoiceRequest.model_validate(opts, from_attributes=True))
+    choice = resolve_choice(ServiceSpec.model_validate(opts, from_attributes=True))
     return replace(
         opts,
         device=choice.device,

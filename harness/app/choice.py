@@ -1,7 +1,7 @@
 """Which device, engine, launcher and runtime a service runs on: resolved once, by one rule (spec §5, §8.1).
 
-Every entry point asks :func:`resolve_choice` (the CLI's ``--device``, the certify plugin's options); nothing else
-decides a device. The rule, in order:
+Every entry point asks :func:`resolve_choice` with its :class:`~harness.app.spec.ServiceSpec` (the CLI's options,
+the certify plugin's options, ``hitch run``'s ask); nothing else decides a device, an engine or a launcher. The rule, in order:
 
 1. **Device.** ``auto`` takes the device the doctor selects (certifiable CUDA, else certifiable CPU) or, with a
    runtime given, that runtime's device. When none is certifiable: a usable GPU (CUDA), else the CPU — both
@@ -29,6 +29,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from harness.app.requests import DeviceChoiceV1
+from harness.app.spec import ServiceSpec
 from harness.contracts.base import Record
 from harness.contracts.runtime import InferenceRuntimeManifestV1
 from harness.contracts.service import EngineName, LauncherName
@@ -37,21 +38,10 @@ from harness.errors import HitchError
 from harness.lock import ServedDevice, served_device
 from harness.runtimes import default_runtime, get_runtime, load_catalog
 
-__all__ = ["ALLOW_FLAG", "DEVICE_CHOICES", "Choice", "ChoiceRequest", "RefusalV1", "resolve_choice"]
+__all__ = ["ALLOW_FLAG", "DEVICE_CHOICES", "Choice", "RefusalV1", "resolve_choice"]
 
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
 ALLOW_FLAG = "--allow-uncertified"
-
-
-class ChoiceRequest(Record):
-    """What a caller asks for; ``None`` leaves the choice to the rule. Made from any object with these attributes
-    (``ChoiceRequest.model_validate(options, from_attributes=True)``: a command's options, the certify options)."""
-
-    device: str = Field(default="auto", description="auto | cpu | cuda (metal parses but is not served)")
-    engine: EngineName | None = None
-    launcher: LauncherName | None = None
-    runtime: str | None = Field(default=None, description="catalog name or runtime_id")
-    allow_uncertified: bool = False
 
 
 class RefusalV1(Record):
@@ -122,7 +112,7 @@ def _certifiable(report: DoctorReportV1, device: ServedDevice) -> bool:
 
 
 def _engine(
-    req: ChoiceRequest,
+    req: ServiceSpec,
     device: ServedDevice,
     report: DoctorReportV1,
     runtimes: Sequence[InferenceRuntimeManifestV1],
@@ -139,6 +129,7 @@ def _engine(
         pinned = [r for r in mine if r.package.kind == "oci" and r.package.digest is not None]
         if pinned:
             return "sglang", "oci", given or pinned[0], f"the {pinned[0].name} image (--launcher oci)"
+        return "sglang", "oci", given, "--launcher oci (no pinned image of the device: refused when it starts)"
     envs = [r for r in mine if r.package.kind == "python-env"]
     if envs:
         why = f"no certifiable platform+image here; the {envs[0].name} runtime (installed on demand)"
@@ -159,7 +150,7 @@ def _runtime(
 
 
 def resolve_choice(
-    req: ChoiceRequest,
+    req: ServiceSpec,
     *,
     doctor: DoctorReportV1 | None = None,
     catalog: Sequence[InferenceRuntimeManifestV1] | None = None,

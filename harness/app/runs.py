@@ -12,40 +12,32 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from harness.app.choice import ALLOW_FLAG, ChoiceRequest, resolve_choice
+from harness.app.choice import ALLOW_FLAG, resolve_choice
 from harness.app.daemon_client import DaemonClient
 from harness.app.requests import FinishRunRequest, RunErrorIn, RunRequest, parse_request
 from harness.app.run_store import RunStore
 from harness.app.service import ensure_runtime, run_image, run_request, runtime_of
-from harness.contracts.base import Record, parse_record
+from harness.app.spec import ServiceSpec
+from harness.contracts.base import parse_record
 from harness.contracts.lock import InferenceLockV1
-from harness.contracts.service import EngineName, LauncherName
 from harness.errors import HitchError
-from harness.lock import GenerationSpec, ProfileShort, load_sealed_lock, served_device
+from harness.lock import ProfileShort, load_sealed_lock, served_device
 from harness.paths import HitchRoot
 from harness.runtimes import get_runtime
 from harness.store import resolve_model
 
-__all__ = ["RunService", "end_run", "run_service_request", "same_model", "served_model_id"]
+__all__ = ["RunAsk", "end_run", "run_service_request", "same_model", "served_model_id"]
 
 
-class RunService(Record):
-    """How a run chooses its service (``hitch run``, ``hitch eval harbor run``) when no lock pins it."""
+class RunAsk(ServiceSpec):
+    """How a run chooses its service (``hitch run``, ``hitch eval harbor run``): a sealed lock (``inference``), or
+    the service spec resolved by the one rule; ``offline`` never installs or pulls."""
 
-    model: str | None = None
     inference: str | None = None
-    device: str | None = None
-    profile: ProfileShort | None = None
-    engine: EngineName = "sglang"
-    launcher: LauncherName = "process"
-    runtime: str | None = None
-    allow_uncertified: bool = False
     offline: bool = False
-    image: str | None = None
-    generation: GenerationSpec = None
 
     @classmethod
-    def of(cls, **given: Any) -> RunService:
+    def of(cls, **given: Any) -> RunAsk:
         """``given`` (a command's options) checked; a bad value is a ``usage_error``."""
         return parse_record(cls, given, "usage_error")
 
@@ -70,12 +62,12 @@ def served_model_id(root: HitchRoot, request: RunRequest) -> str:
     return resolve_model(root, str(request.model)).model_id
 
 
-def run_service_request(root: HitchRoot, ask: RunService, root_flag: Path | None = None, **run: Any) -> RunRequest:
+def run_service_request(root: HitchRoot, ask: RunAsk, root_flag: Path | None = None, **run: Any) -> RunRequest:
     """The request of a run on the service ``ask`` names (``run``: run_id, harness, capture, ... of the request).
 
     Checks every choice before anything starts; installs a missing runtime unless ``ask.offline``."""
     if ask.inference is not None:
-        if ask.device is not None or ask.profile is not None:
+        if ask.device != "auto" or ask.profile is not None:
             raise HitchError("usage_error", "--inference pins the device and profile; drop --device/--profile", {})
         if ask.generation is not None:
             raise HitchError("usage_error", "--inference pins the lock's sampling; drop --generation", {})
@@ -86,30 +78,25 @@ def run_service_request(root: HitchRoot, ask: RunService, root_flag: Path | None
         argv = [ask.model or f"local/{lock.model_id}", "--device", backend, "--runtime", rt.name]
         if lock.execution.backend_certification == "uncertified":
             argv.append(ALLOW_FLAG)
+        # the lock pins the runtime: an engine left to the rule is SGLang, launched as the runtime is packaged
+        engine = ask.engine or "sglang"
+        launcher = ask.launcher or ("oci" if rt.package.kind == "oci" and engine == "sglang" else "process")
         # first: --offline names the pin/prepare commands before an unpinned image is refused
-        ensure_runtime(root, rt, engine=ask.engine, offline=ask.offline, prepare_argv=argv, root_flag=root_flag)
-        pinned = run_image(rt, ask.engine, ask.launcher, ask.image)
-        service = {"inference_id": ask.inference, "engine": ask.engine, "launcher": ask.launcher, "runtime": rt.runtime_id}
+        ensure_runtime(root, rt, engine=engine, offline=ask.offline, prepare_argv=argv, root_flag=root_flag)
+        pinned = run_image(rt, engine, launcher, ask.image)
+        service = {"inference_id": ask.inference, "engine": engine, "launcher": launcher, "runtime": rt.runtime_id}
         return parse_request(RunRequest, {**service, "device": backend, "image": pinned, **run})
     if ask.model is None:
         raise HitchError("usage_error", "give --model local/ALIAS or --inference sha256:<id>", {})
     resolve_model(root, ask.model)  # the alias first: an unknown model fails before anything else is looked at
-    profile: ProfileShort = ask.profile or "baseline"
-    choice = resolve_choice(
-        ChoiceRequest(
-            device=ask.device or "auto",
-            engine=ask.engine,
-            launcher=ask.launcher,
-            runtime=ask.runtime,
-            allow_uncertified=ask.allow_uncertified,
-        )
-    ).require()
+    profile: ProfileShort = ask.profile_or_default
+    choice = resolve_choice(ask).require()
     rt = runtime_of(choice)
     argv = [ask.model, *choice.device_argv(), "--profile", profile, "--runtime", rt.name]
     if ask.generation is not None:
         argv += ["--generation", ask.generation.name]
-    ensure_runtime(root, rt, engine=ask.engine, offline=ask.offline, prepare_argv=argv, root_flag=root_flag)
-    image = run_image(rt, ask.engine, ask.launcher, ask.image)
+    ensure_runtime(root, rt, engine=choice.engine, offline=ask.offline, prepare_argv=argv, root_flag=root_flag)
+    image = run_image(rt, choice.engine, choice.launcher, ask.image)
     return run_request(choice, ask.model, profile, image, ask.generation, **run)
 
 

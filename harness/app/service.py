@@ -1,7 +1,8 @@
 """Prepare a service: its runtime installed on demand (or refused offline), the image an ``oci`` service runs,
 and the requests that name it to the daemon (prepare, run).
 
-:class:`ServiceAsk` is what a command names (``local prepare``, ``local serve``); :func:`prepare_service` runs
+A command names its service as a :class:`~harness.app.spec.ServiceSpec` (``local prepare``, ``local serve``);
+:func:`prepare_service` runs
 ``hitch local prepare`` through the daemon and :func:`serve_request` is the run ``hitch local serve`` opens.
 
 :func:`ensure_runtime` is the one install-on-demand rule (``hitch local prepare``, ``hitch run``, ``hitch eval``,
@@ -20,25 +21,22 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from pydantic import Field
-
 from harness.app import progress
-from harness.app.choice import Choice, ChoiceRequest, resolve_choice
+from harness.app.choice import Choice, resolve_choice
 from harness.app.daemon_client import ensure_daemon
 from harness.app.requests import PrepareRequest, RunRequest, parse_request
-from harness.contracts.base import Record, parse_record
+from harness.app.spec import ServiceSpec
 from harness.contracts.runtime import InferenceRuntimeManifestV1
 from harness.contracts.service import EngineName, LauncherName
 from harness.errors import HitchError
 from harness.launch.oci_config import require_pinned_image
-from harness.lock import GenerationProfile, GenerationSpec, ProfileShort
+from harness.lock import GenerationProfile, ProfileShort
 from harness.paths import HitchRoot
 from harness.runtimes import get_runtime, install_runtime, installed_runtime, pinned_image
 from harness.runtimes.pins import inspect_image
 from harness.service.state_store import ServiceStateStore
 
 __all__ = [
-    "ServiceAsk",
     "engine_endpoint",
     "engine_start",
     "ensure_runtime",
@@ -51,26 +49,10 @@ __all__ = [
 ]
 
 
-class ServiceAsk(Record):
-    """The service a command names; :meth:`of` refuses a bad value with ``usage_error``."""
-
-    model: str = Field(description="local/ALIAS or local/sha256:<hex>")
-    device: str = "auto"
-    allow_uncertified: bool = False
-    profile: ProfileShort = "baseline"
-    engine: EngineName = "sglang"
-    launcher: LauncherName = "process"
-    image: str | None = None
-    runtime: str | None = None
-    generation: GenerationSpec = None
-
-    @classmethod
-    def of(cls, **given: Any) -> ServiceAsk:
-        return parse_record(cls, given, "usage_error")
-
-    def choice(self) -> Choice:
-        """The one device rule applied to this ask (:func:`harness.app.choice.resolve_choice`); refused here."""
-        return resolve_choice(ChoiceRequest.model_validate(self, from_attributes=True)).require()
+def _model(spec: ServiceSpec) -> str:
+    if spec.model is None:
+        raise HitchError("usage_error", "give the model: local/ALIAS or local/sha256:<hex>", {})
+    return spec.model
 
 
 def runtime_of(choice: Choice) -> InferenceRuntimeManifestV1:
@@ -191,7 +173,7 @@ def run_request(
 
 def prepare_service(
     root: HitchRoot,
-    ask: ServiceAsk,
+    ask: ServiceSpec,
     *,
     context_tokens: int | None = None,
     offline: bool = False,
@@ -200,19 +182,20 @@ def prepare_service(
 ) -> tuple[Choice, dict[str, Any]]:
     """``hitch local prepare``: the choice, the runtime made ready (or refused offline), then the daemon (started on
     demand) starts the service once, probes it, seals and saves its lock; returns the choice and its answer."""
-    choice = ask.choice()
+    model = _model(ask)
+    choice = resolve_choice(ask).require()
     rt = runtime_of(choice)
-    argv = [ask.model, *choice.device_argv(), "--profile", ask.profile, "--runtime", rt.name]
-    if ask.engine != "sglang":
-        argv += ["--engine", ask.engine]
-    if ask.launcher != "process":
-        argv += ["--launcher", ask.launcher]
+    argv = [model, *choice.device_argv(), "--profile", ask.profile_or_default, "--runtime", rt.name]
+    if ask.engine not in (None, "sglang"):
+        argv += ["--engine", str(ask.engine)]
+    if ask.launcher not in (None, "process"):
+        argv += ["--launcher", str(ask.launcher)]
     if ask.generation is not None:
         argv += ["--generation", ask.generation.name]
     # first: --offline names the pin/prepare commands before an unpinned image is refused
-    ensure_runtime(root, rt, engine=ask.engine, offline=offline, prepare_argv=argv, root_flag=root_flag)
-    image = run_image(rt, ask.engine, ask.launcher, ask.image)
-    request = prepare_request(choice, ask.model, ask.profile, image, context_tokens, ask.generation)
+    ensure_runtime(root, rt, engine=choice.engine, offline=offline, prepare_argv=argv, root_flag=root_flag)
+    image = run_image(rt, choice.engine, choice.launcher, ask.image)
+    request = prepare_request(choice, model, ask.profile_or_default, image, context_tokens, ask.generation)
     key = "prepare-" + secrets.token_hex(8)
     request = request.model_copy(update={"progress_key": key})
     client = ensure_daemon(root)
@@ -220,11 +203,12 @@ def prepare_service(
         return choice, client.prepare(request)
 
 
-def serve_request(ask: ServiceAsk, **run: Any) -> RunRequest:
+def serve_request(ask: ServiceSpec, **run: Any) -> RunRequest:
     """The run ``hitch local serve`` opens for ``ask`` (``run``: run_id, capture, for_containers, eval_image)."""
-    choice = ask.choice()
-    image = run_image(runtime_of(choice), ask.engine, ask.launcher, ask.image)
-    return run_request(choice, ask.model, ask.profile, image, ask.generation, **run)
+    model = _model(ask)
+    choice = resolve_choice(ask).require()
+    image = run_image(runtime_of(choice), choice.engine, choice.launcher, ask.image)
+    return run_request(choice, model, ask.profile_or_default, image, ask.generation, **run)
 
 
 def engine_endpoint(root: HitchRoot, service_id: str) -> tuple[str, str]:

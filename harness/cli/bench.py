@@ -47,7 +47,7 @@ def _script(argv: list[str], as_json: bool, figures: Path, kind: str) -> int:
 def overhead(
     ctx: typer.Context,
     out: Annotated[Path | None, typer.Option("--out", help="write the figures as JSON here")] = None,
-    engine: opt.Engine = "sglang",
+    engine: opt.BenchEngine = "sglang",
     common: Common = COMMON,
 ) -> None:
     _ = common.hroot  # a --root that is not a directory is refused before the benchmark starts
@@ -76,7 +76,7 @@ def external(
     ctx: typer.Context,
     out: Annotated[Path, typer.Option("--out", help="folder for the native outputs and summary.json")],
     tool: Annotated[str, typer.Option("--tool", help="bench_serving | aiperf")] = "bench_serving",
-    engine: opt.Engine = "sglang",
+    engine: opt.BenchEngine = "sglang",
     common: Common = COMMON,
 ) -> None:
     check_choice("--tool", tool, ("bench_serving", "aiperf"))
@@ -95,7 +95,7 @@ def load(
     users: Annotated[int, typer.Option("--users", help="concurrent locust users")] = 16,
     spawn_rate: Annotated[float, typer.Option("--spawn-rate", help="users started per second")] = 8.0,
     run_time: Annotated[str, typer.Option("--run-time", help="per target: 30, 30s, 2m, 1m30s")] = "30s",
-    engine: opt.Engine = "sglang",
+    engine: opt.BenchEngine = "sglang",
     stream: Annotated[bool, typer.Option("--stream/--no-stream", help="SSE (TTFT and ITL recorded) or not")] = True,
     api: Annotated[str, typer.Option("--api", help="chat | responses")] = "chat",
     max_tokens: Annotated[int, typer.Option("--max-tokens", help="output budget per request")] = 16,

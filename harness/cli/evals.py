@@ -103,7 +103,8 @@ def run_cmd(
         int,
         typer.Option("--infra-retries", help="runs again of a trial whose engine failed under it (same lock, new run)", min=0),
     ] = 1,
-    svc: opt.RunServiceOptions = opt.DEFAULT_RUN_SERVICE,
+    svc: opt.ServiceOptions = opt.DEFAULT_SERVICE,
+    offline: opt.Offline = False,
     eval_id: Annotated[str | None, typer.Option("--eval-id", help="the evaluation's id (default: random)")] = None,
     model_capture: Annotated[
         str, typer.Option("--model-capture", help="off | metadata | full: what each trial's run captures (0600, under the run)")
@@ -121,7 +122,7 @@ def run_cmd(
     common: Common = COMMON,
 ) -> None:
     from harness.app.daemon_client import ensure_daemon
-    from harness.app.runs import RunService, run_service_request, served_model_id
+    from harness.app.runs import RunAsk, run_service_request, served_model_id
     from harness.evals.harbor_agents import known_agent, require_agent
     from harness.evals.harbor_install import require_harbor
     from harness.evals.harbor_run import EvalOptions, HarborEvaluation, model_connection, task_dirs
@@ -139,13 +140,13 @@ def run_cmd(
     install = require_harbor(hroot)
     found = task_dirs(tasks)
     verifiers_of(found, os.environ)  # a verifier's missing credential fails before any service, run or container
-    ask = RunService.of(**dataclasses.asdict(svc), model=model, inference=inference)
+    ask = RunAsk.of(**dataclasses.asdict(svc), model=model, inference=inference, offline=offline)
     flags = ["--fake-script", str(fake_script.resolve())] if fake_script is not None else []
     request = run_service_request(hroot, ask, common.root, capture=model_capture, fake_flags=flags)
     paths = [p.resolve() for p in agent_path or []]
     version = str(install.versions.get("harbor", "unknown"))
     model_id = served_model_id(hroot, request)
-    profile = require_agent(hroot, agent, version, str(request.runtime), model_id, svc.engine, paths)
+    profile = require_agent(hroot, agent, version, str(request.runtime), model_id, request.engine, paths)
     options = EvalOptions(
         found, agent, env, attempts, concurrent, _kwargs(agent_kwarg or []), eval_id, agent_paths=paths,
         infra_retries=infra_retries, agent_profile_id=profile.profile_id if profile is not None else None,

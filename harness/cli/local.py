@@ -99,12 +99,13 @@ def lock_cmd(
 
 def _lock_device(device: str, runtime: str | None) -> ServedDevice:
     """``--device`` for a draft lock: auto is the one device rule's pick (the runtime's device when one is named)."""
-    from harness.app.choice import ChoiceRequest, resolve_choice
+    from harness.app.choice import resolve_choice
+    from harness.app.spec import ServiceSpec
     from harness.lock import served_device
 
     if device != "auto":
         return served_device(device)
-    return resolve_choice(ChoiceRequest(device="auto", runtime=runtime, engine="sglang", allow_uncertified=True)).device
+    return resolve_choice(ServiceSpec(device="auto", runtime=runtime, engine="sglang", allow_uncertified=True)).device
 
 
 @app.command("check-lock", help="strictly validate a lock file (unknown fields, cross-backend fields, id)")

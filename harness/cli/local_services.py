@@ -24,15 +24,17 @@ def register(app: typer.Typer) -> None:
     @app.command("prepare", help="start the service once, probe it, seal and save its lock; prints the inference_id")
     @cli_command
     def prepare_cmd(
-        svc: opt.ServiceOptions,
+        model: opt.ModelArg,
+        svc: opt.ServiceOptions = opt.DEFAULT_SERVICE,
         context: opt.Context = None,
         offline: opt.Offline = False,
         common: Common = COMMON,
     ) -> None:
-        from harness.app.service import ServiceAsk, prepare_service
+        from harness.app.service import prepare_service
+        from harness.app.spec import ServiceSpec
         from harness.lock import DEFAULT_GENERATION, describe_sampling
 
-        ask = ServiceAsk.of(**dataclasses.asdict(svc))
+        ask = ServiceSpec.of(model=model, **dataclasses.asdict(svc))
         chosen, result = prepare_service(
             common.hroot, ask, context_tokens=context, offline=offline, root_flag=common.root, as_json=common.as_json
         )

@@ -3,10 +3,9 @@
 way.
 
 Used as ``from harness.cli import options as opt`` and ``device: opt.Device = "auto"``. The ``Unset*`` forms
-default to None where a sealed lock (``--inference``) supplies the value instead. The options a command
-family always takes together are one dataclass (:class:`ServiceOptions`, :class:`RunServiceOptions`): the
-command names it as one parameter and :func:`grouped` (applied by ``cli_command``) shows its fields to Typer
-as the flags.
+default to None where a sealed lock (``--inference``) supplies the value instead. The service flags every
+service-starting command takes are one dataclass, :class:`ServiceOptions`: the command names it as one
+parameter and :func:`grouped` (applied by ``cli_command``) shows its fields to Typer as the flags.
 """
 
 from __future__ import annotations
@@ -25,8 +24,9 @@ import typer
 from harness.errors import HitchError
 
 __all__ = [
-    "DEFAULT_RUN_SERVICE",
+    "DEFAULT_SERVICE",
     "AllowUncertified",
+    "BenchEngine",
     "Capture",
     "Context",
     "Device",
@@ -39,10 +39,8 @@ __all__ = [
     "ModelArg",
     "Offline",
     "Profile",
-    "RunServiceOptions",
     "Runtime",
     "ServiceOptions",
-    "UnsetDevice",
     "UnsetProfile",
     "check_capture",
     "check_choice",
@@ -61,7 +59,6 @@ ModelArg = Annotated[str, typer.Argument(help=_MODEL_HELP)]
 Model = Annotated[str | None, typer.Option("--model", help=_MODEL_HELP)]
 Inference = Annotated[str | None, typer.Option("--inference", help="a prepared inference id sha256:<hex>")]
 Device = Annotated[str, typer.Option("--device", help=_DEVICE_HELP)]
-UnsetDevice = Annotated[str | None, typer.Option("--device", help=_DEVICE_HELP)]
 AllowUncertified = Annotated[
     bool,
     typer.Option(
@@ -71,8 +68,22 @@ AllowUncertified = Annotated[
 ]
 Profile = Annotated[str, typer.Option("--profile", help=_PROFILE_HELP)]
 UnsetProfile = Annotated[str | None, typer.Option("--profile", help=_PROFILE_HELP)]
-Engine = Annotated[str, typer.Option("--engine", help="sglang | fake (contract runs); default sglang")]
-Launcher = Annotated[str, typer.Option("--launcher", help="process | oci; default process")]
+Engine = Annotated[
+    str | None,
+    typer.Option(
+        "--engine",
+        help="sglang | fake (contract runs); default sglang, by the device rule (fake only where no SGLang runtime exists)",
+    ),
+]
+Launcher = Annotated[
+    str | None,
+    typer.Option(
+        "--launcher",
+        help="process | oci; default by the device rule: oci on a certifiable platform with Docker and a pinned image, "
+        "else process",
+    ),
+]
+BenchEngine = Annotated[str, typer.Option("--engine", help="sglang | fake (the engine the benchmark drives); default sglang")]
 Image = Annotated[str | None, typer.Option("--image", help="oci: image ID or digest (default: the runtime's pin)")]
 Runtime = Annotated[str | None, typer.Option("--runtime", help="catalog name or runtime_id")]
 Offline = Annotated[bool, typer.Option("--offline", help="never install or pull; fail with the commands to run")]
@@ -158,35 +169,22 @@ def check_capture(capture: str) -> None:
 
 @dataclass(frozen=True)
 class ServiceOptions:
-    """The service ``local prepare`` and ``local serve`` start."""
+    """The service flags of every command that starts one (``local prepare``, ``local serve``, ``run``, ``eval
+    harbor run``): the fields of :class:`harness.app.spec.ServiceSpec` but the model (an argument or ``--model``),
+    with its defaults (``tests/harness/cli/test_options_grouped.py`` holds them equal)."""
 
-    model: ModelArg
     device: Device = "auto"
     allow_uncertified: AllowUncertified = False
-    profile: Profile = "baseline"
-    engine: Engine = "sglang"
-    launcher: Launcher = "process"
+    profile: UnsetProfile = None
+    engine: Engine = None
+    launcher: Launcher = None
     image: Image = None
     runtime: Runtime = None
     generation: Generation = None
 
 
-@dataclass(frozen=True)
-class RunServiceOptions:
-    """How ``run`` and ``eval harbor run`` choose their service when no ``--inference`` lock pins it."""
-
-    device: UnsetDevice = None
-    allow_uncertified: AllowUncertified = False
-    profile: UnsetProfile = None
-    engine: Engine = "sglang"
-    launcher: Launcher = "process"
-    runtime: Runtime = None
-    offline: Offline = False
-    generation: Generation = None
-
-
 # the default a command's signature names for the group (parameters after one with a default need one)
-DEFAULT_RUN_SERVICE = RunServiceOptions()
+DEFAULT_SERVICE = ServiceOptions()
 
 
 def grouped(fn: Callable[..., R]) -> Callable[..., R]:

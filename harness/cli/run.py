@@ -91,8 +91,8 @@ def register(app: typer.Typer) -> None:
         ] = None,
         model: opt.Model = None,
         inference: opt.Inference = None,
-        svc: opt.RunServiceOptions = opt.DEFAULT_RUN_SERVICE,
-        image: opt.Image = None,
+        svc: opt.ServiceOptions = opt.DEFAULT_SERVICE,
+        offline: opt.Offline = False,
         max_output_tokens: Annotated[int | None, typer.Option("--max-output-tokens", help="<= the lock's")] = None,
         workdir: Annotated[Path | None, typer.Option("--workdir", help="codex: the agent's working directory")] = None,
         agent_arg: Annotated[list[str] | None, typer.Option("--agent-arg", help="codex: extra `codex exec` argument")] = None,
@@ -123,7 +123,7 @@ def register(app: typer.Typer) -> None:
             return
         from harness.app.run_identity import require_same_request, run_identity
         from harness.app.run_store import RunStore
-        from harness.app.runs import RunService, run_service_request
+        from harness.app.runs import RunAsk, run_service_request
         from harness.cli.run_exec import HarnessInput, check_prompt, emit_record, start_run, submission_of
 
         if harness is None or prompt is None:
@@ -136,7 +136,7 @@ def register(app: typer.Typer) -> None:
             raise HitchError("usage_error", "--fake-fault is for --engine fake", {})
         hroot = common.hroot
         agent_args = list(agent_arg or [])
-        ask = RunService.of(**dataclasses.asdict(svc), model=model, inference=inference, image=image)
+        ask = RunAsk.of(**dataclasses.asdict(svc), model=model, inference=inference, offline=offline)
         run_fields: dict[str, Any] = {"run_id": run_id or "run-" + secrets.token_hex(8), "harness": harness, "capture": capture}
         run_fields["submission"] = submission_of(prompt, max_output_tokens, agent_args, workdir)
         if capture_max_bytes is not None:
@@ -155,4 +155,4 @@ def register(app: typer.Typer) -> None:
         # Codex works in --workdir, else here: kept resolved, so a rerun from elsewhere works in the same folder
         where = (workdir or Path.cwd()).resolve() if harness == "codex" else workdir
         asked = HarnessInput(harness, prompt, max_output_tokens, where, agent_args)
-        start_run(hroot, request, asked, svc.engine, common.as_json)
+        start_run(hroot, request, asked, request.engine, common.as_json)

@@ -68,7 +68,8 @@ def register(app: typer.Typer) -> None:
     @app.command("serve", help="serve local/ALIAS through the gateway until SIGINT/SIGTERM (prints URL, model, token file)")
     @cli_command
     def serve_cmd(
-        svc: opt.ServiceOptions,
+        model: opt.ModelArg,
+        svc: opt.ServiceOptions = opt.DEFAULT_SERVICE,
         run_id: Annotated[str | None, typer.Option("--run-id", help="the run's id (default: random)")] = None,
         capture: opt.Capture = "metadata",
         for_containers: Annotated[
@@ -87,7 +88,8 @@ def register(app: typer.Typer) -> None:
         from harness.app import progress
         from harness.app.daemon_client import ensure_daemon
         from harness.app.run_identity import new_run_id
-        from harness.app.service import ServiceAsk, serve_request
+        from harness.app.service import serve_request
+        from harness.app.spec import ServiceSpec
         from harness.lock import DEFAULT_GENERATION, describe_sampling
 
         opt.check_capture(capture)
@@ -95,7 +97,7 @@ def register(app: typer.Typer) -> None:
             raise HitchError("usage_error", "--for-containers needs --eval-image (the image the eval containers run)", {})
         if eval_image is not None and not for_containers:
             raise HitchError("usage_error", "--eval-image goes with --for-containers", {})
-        ask = ServiceAsk.of(**dataclasses.asdict(svc))
+        ask = ServiceSpec.of(model=model, **dataclasses.asdict(svc))
         run_id = run_id or new_run_id()  # known before the daemon answers: the key its progress is shown under
         request = serve_request(ask, run_id=run_id, capture=capture, for_containers=for_containers, eval_image=eval_image)
         client = ensure_daemon(common.hroot)  # before blocking: a daemon spawned here must not inherit the mask

@@ -15,14 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from harness.app.choice import ChoiceRequest, resolve_choice
+from harness.app.choice import resolve_choice
+from harness.app.spec import ServiceSpec
 from tests.harness.cli.cli_support import error_json, hitch, ok_json
 from tests.reports import sample_data as sd
 
 
 def test_local_lock_defaults_to_auto_and_its_human_output_is_no_lock_file(tiny_root: Path, tmp_path: Path) -> None:
     drafted = ok_json(hitch(tiny_root, "local", "lock", "local/tiny", "--json"))
-    auto = resolve_choice(ChoiceRequest(device="auto", engine="sglang", allow_uncertified=True)).device
+    auto = resolve_choice(ServiceSpec(device="auto", engine="sglang", allow_uncertified=True)).device
     assert drafted["lock"]["execution"]["platform"]["backend"] == auto
     human = hitch(tiny_root, "local", "lock", "local/tiny")
     assert human.returncode == 0 and "not a lock file" in human.stdout.splitlines()[0]

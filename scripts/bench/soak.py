@@ -142,7 +142,7 @@ def main() -> int:
     pid = int(daemon["pid"])
     serve = subprocess.Popen(
         [*HITCH, "local", "serve", "local/tiny", "--device", "cpu", "--engine", args.engine, "--capture", args.capture,
-         "--root", str(root_dir), "--json"],
+         "--root", str(root_dir), "--json", *(["--allow-uncertified"] if args.engine == "sglang" else [])],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -150,7 +150,10 @@ def main() -> int:
         line = serve.stdout.readline()
         if not line:
             raise SystemExit(f"hitch local serve ended: {serve.stderr.read() if serve.stderr else ''}")
-        run = json.loads(line)
+        try:
+            run = json.loads(line)
+        except json.JSONDecodeError:  # an error is one indented JSON document: show it whole
+            raise SystemExit(f"hitch local serve refused: {line}{serve.stdout.read()}") from None
         token = Path(run["token_file"]).read_text(encoding="utf-8").strip()
         sampler = _Sampler(pid, args.sample_s)
         start = sampler.sample()

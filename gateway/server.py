@@ -2,8 +2,8 @@
 
 Owns :class:`GatewayConfig` and :class:`Gateway`. One request goes through, in order: allow-list (404,
 nothing reaches the engine) → run token and binding state (401/403) → ``GET /v1/models`` answered here with
-the binding's wire model only → the run's deadline (when it has one) → body policy (lock sampling, budget,
-parameters, modality) → exact context check → fair admission (the gateway's own bounded FIFO: one permit per
+the binding's wire model only → the run's deadline (when it has one) → the body read, checked and translated
+(:func:`gateway.policy.apply_policy`: parse → shape → lock → engine) → exact context check → fair admission (the gateway's own bounded FIFO: one permit per
 engine running slot, per-run round-robin, the lock's queue timeout or the deadline's time left) → one POST to
 the engine under min(the deadline's time left, the lock's request timeout) and, for a stream, the lock's idle
 timeout, relayed byte for byte → one evidence row, metrics and capture. The upstream client never reads the

@@ -161,7 +161,7 @@ def run_cmd(
     lines = [
         f"{t.trial:<24} {t.status:<10} reward={t.reward} requests={_requests(t)}{_times(t)}{_retried(t)}" for t in record.trials
     ]
-    path = evaluation.dir / "evaluation.json"
+    path = evaluation.evaluations.path(record.evaluation_id)
     payload = {"kind": "harbor-evaluation", "path": str(path), "record": record.to_json_dict()}
     emit(common.as_json, payload, "\n".join([*lines, _locality(record), f"(evaluation {record.evaluation_id}: {path})"]))
 
@@ -180,16 +180,17 @@ def resume_cmd(
     common: Common = COMMON,
 ) -> None:
     from harness.app.daemon_client import ensure_daemon
+    from harness.app.evaluation_store import EvaluationStore
     from harness.app.requests import RunRequest, parse_request
     from harness.app.runs import served_model_id
     from harness.evals.harbor_agents import require_agent
     from harness.evals.harbor_install import require_harbor
-    from harness.evals.harbor_run import HarborEvaluation, read_plan
+    from harness.evals.harbor_run import HarborEvaluation
     from harness.runtimes import get_runtime
 
     hroot = common.hroot
     install = require_harbor(hroot)
-    plan = read_plan(hroot, evaluation_id)
+    plan = EvaluationStore(hroot).read_plan(evaluation_id)
     body = {**plan.run_body, **({"inference_id": plan.inference_id} if plan.inference_id else {})}
     paths = [Path(p) for p in plan.agent_paths]
     version = str(install.versions.get("harbor", "unknown"))
@@ -216,7 +217,7 @@ def resume_cmd(
 
     record = evaluation.run(progress)
     lines = [f"{t.trial:<32} {t.status:<10} reward={t.reward} requests={_requests(t)}{_times(t)}" for t in record.trials]
-    path = evaluation.dir / "evaluation.json"
+    path = evaluation.evaluations.path(record.evaluation_id)
     payload = {"kind": "harbor-resume", "path": str(path), "resumed": pending, "record": record.to_json_dict()}
     emit(common.as_json, payload, "\n".join([*lines, f"(evaluation {record.evaluation_id}, resume {record.resumed}: {path})"]))
 
@@ -227,12 +228,13 @@ def regrade_cmd(
     evaluation_id: Annotated[str, typer.Argument(help="the evaluation whose trials are re-scored")],
     common: Common = COMMON,
 ) -> None:
+    from harness.app.evaluation_store import EvaluationStore
     from harness.evals.harbor_install import require_harbor
     from harness.evals.harbor_regrade import regrade_evaluation
 
     hroot = common.hroot
     record = regrade_evaluation(hroot, require_harbor(hroot), evaluation_id)
-    path = hroot.path / "evals" / record.evaluation_id / "evaluation.json"
+    path = EvaluationStore(hroot).path(record.evaluation_id)
     lines = [f"{t.trial:<40} {t.status:<10} reward={t.reward} (re-scored run {t.run_id})" for t in record.trials]
     payload = {"kind": "harbor-regrade", "path": str(path), "record": record.to_json_dict()}
     emit(common.as_json, payload, "\n".join([*lines, f"(evaluation {record.evaluation_id} re-scores {evaluation_id}: {path})"]))

@@ -100,13 +100,7 @@ class EnginePool:
         self._closed = False
 
     async def post(
-        self,
-        origin: str,
-        path: str,
-        body: bytes,
-        headers: Mapping[str, str],
-        timeout_s: float,
-        idle_s: float | None = None,
+        self, origin: str, path: str, body: bytes, headers: Mapping[str, str], timeout_s: float, idle_s: float | None = None
     ) -> EngineResponse:
         """Send the request and wait for the answer's head (status and headers).
 
@@ -120,14 +114,7 @@ class EnginePool:
         return await self._send("GET", origin, path, b"", headers, timeout_s, None)
 
     async def _send(
-        self,
-        method: str,
-        origin: str,
-        path: str,
-        body: bytes,
-        headers: Mapping[str, str],
-        timeout_s: float,
-        idle_s: float | None,
+        self, method: str, origin: str, path: str, body: bytes, headers: Mapping[str, str], timeout_s: float, idle_s: float | None
     ) -> EngineResponse:
         loop = asyncio.get_running_loop()
         host, port, netloc = _address(origin)

@@ -127,13 +127,13 @@ def compare_evals(root: HitchRoot, a_id: str, b_id: str, *, across_models: bool 
     notes: list[str] = []
     sa, sb = _sides(root, ea, notes), _sides(root, eb, notes)
     if across_models:
-        from harness.compare.across_models import model_conditions, require_models_comparable
+        from harness.compare.across_models import model_conditions
 
         for name in ("model_id", "inference_id", "hardware"):  # each side's trials agree among themselves
             _one({_facts(s)[name] for s in sa}, name, ea.evaluation_id)
             _one({_facts(s)[name] for s in sb}, name, eb.evaluation_id)
         conditions, derived = model_conditions(sa[0], sb[0])
-        require_models_comparable("evaluation", a_id, b_id, conditions)
+        require_comparable("evaluation", a_id, b_id, conditions, across_models=True)
         notes += derived
     else:
         conditions = _conditions(ea, sa, eb, sb)

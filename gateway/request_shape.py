@@ -1,33 +1,48 @@
-"""The type and shape of every request field the gateway forwards, as SGLang 0.5.23 accepts them.
+"""The pipeline's second stage: the request is well formed, as SGLang 0.5.23 accepts it.
 
-Owns :func:`check_chat_shape` and :func:`check_responses_shape`. The policy (:mod:`gateway.policy`) decides
-*whether* a field may be used; this module decides that a used field is well formed, so the engine is never
-sent a value its request models refuse, or — worse — one its ``mode="before"`` validators crash on
-(``ChatCompletionRequest.set_json_schema`` calls ``response_format.get`` on whatever it is given: a string
-there is an engine 500; a Responses ``include`` of the wrong type came back as a 502). Each refusal is 400
-``inference_parameter_conflict`` with the offending field's path as ``parameter`` (the reply's ``param``).
+Owns :func:`check_shape`: the body's nesting, the parameter surface (a parameter outside the allow-list is
+refused, never dropped), every forwarded field's type and shape, text-only content (image, audio and file
+input is ``inference_modality_unsupported``). What the lock permits is the next stage
+(:mod:`gateway.lock_check`). The engine is never sent a value its request models refuse, or one its
+``mode="before"`` validators crash on (``ChatCompletionRequest.set_json_schema`` calls
+``response_format.get`` on whatever it is given: a string there was an engine 500). A shape refusal is 400
+``inference_parameter_conflict`` with the field's path as ``parameter``. The rules follow
+``sglang/srt/entrypoints/openai/protocol.py`` (0.5.23); where pydantic would coerce ("true" for a bool, 1.0
+for an int) the gateway is strict: OpenAI's wire types only.
 
-The rules follow ``sglang/srt/entrypoints/openai/protocol.py`` (0.5.23): ``StreamOptions``,
-``ResponseFormat``/``JsonSchemaResponseFormat``, ``Tool``/``Function``, ``ToolChoice``, the message params,
-``ResponsesRequest.include``/``text``/``reasoning``/``tool_choice``/``tools`` (``ResponseTool``). Where
-pydantic would coerce ("true" for a bool, 1.0 for an int) the gateway is strict: OpenAI's wire types only.
-Rarely sent free-form values (metadata, output-format schemas) are bounded in depth
-(:func:`gateway.intake.check_depth`). Tool schemas, sent with every agent request, are held only to the body's
-depth limit (:data:`gateway.intake.BODY_MAX_DEPTH`); SGLang's own schema check answers 400 on a schema too
-deep for it.
-
-Cost: one pass over the keys present, plus the messages/items the policy walks anyway; nothing is copied.
+Nesting: ``json.loads`` guards its own recursion at a limit that depends on the parser's stack, so a body just
+under the gateway's can be over the engine's (the fake engine answered a 980-deep tool schema with a bare
+500): a body nests at most :data:`BODY_MAX_DEPTH` deep, proved by an iterative walk (:func:`check_depth`) run
+only when the body has more brackets than that. Free-form values (metadata, output schemas) are held to
+:data:`MAX_DEPTH`; tool schemas only to the body's limit (SGLang answers 400 on one too deep for it).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from gateway.intake import check_depth
+from gateway.routes import RouteName
 from harness.errors import HitchError
 
-__all__ = ["check_chat_message", "check_chat_shape", "check_item", "check_responses_shape"]
+__all__ = ["BODY_MAX_DEPTH", "MAX_DEPTH", "check_depth", "check_shape"]
 
+MAX_DEPTH = 64
+BODY_MAX_DEPTH = 512
+# the parameter surface: what each route may carry (what the lock permits is gateway.lock_check's)
+_COMMON = (
+    "model stream temperature top_p top_k min_p repetition_penalty seed frequency_penalty presence_penalty tools"
+    " parallel_tool_calls store"
+)
+_CHAT_KEYS = frozenset(
+    f"{_COMMON} messages stream_options stop tool_choice user metadata response_format logprobs top_logprobs"
+    " reasoning_effort max_tokens max_completion_tokens n modalities ignore_eos min_tokens".split()
+)
+_RESPONSES_KEYS = frozenset(
+    f"{_COMMON} input instructions tool_choice include metadata user reasoning text stop prompt_cache_key"
+    " safety_identifier max_tool_calls top_logprobs stream_options max_output_tokens previous_response_id"
+    " background truncation client_metadata".split()
+)
+_TEXT_PARTS = frozenset({"text", "input_text", "output_text"})
 _CHAT_ROLES = frozenset({"system", "assistant", "tool", "function", "developer", "user"})
 _RESPONSES_ROLES = frozenset({"user", "assistant", "system", "developer"})
 _TOOL_CHOICE_MODES = frozenset({"auto", "required", "none"})
@@ -35,13 +50,59 @@ _RESPONSE_FORMATS = frozenset({"text", "json_object", "json_schema"})
 _EFFORT_TIERS = frozenset({"none", "minimal", "low", "medium", "high", "xhigh", "ultra", "max"})
 _SUMMARIES = frozenset({"auto", "concise", "detailed"})
 _VERBOSITY = frozenset({"low", "medium", "high"})
-_INCLUDE = frozenset(
-    {
-        "code_interpreter_call.outputs", "computer_call_output.output.image_url", "file_search_call.results",
-        "message.input_image.image_url", "message.output_text.logprobs", "reasoning.encrypted_content",
-    }
-)  # fmt: skip
+_INCLUDE = frozenset({
+    "code_interpreter_call.outputs", "computer_call_output.output.image_url", "file_search_call.results",
+    "message.input_image.image_url", "message.output_text.logprobs", "reasoning.encrypted_content",
+})  # fmt: skip
 _MAX_TOP_LOGPROBS = 20
+
+
+def check_shape(route: RouteName, raw: bytes, body: dict[str, Any]) -> None:
+    """Refuse ``body`` (parsed from ``raw``) unless the gateway can forward it to the engine as it is."""
+    if raw.count(b"{") + raw.count(b"[") > BODY_MAX_DEPTH:  # else it cannot nest that deep: no walk
+        try:
+            check_depth(body, "body", BODY_MAX_DEPTH)
+        except HitchError:
+            raise HitchError(
+                "inference_protocol_unsupported", f"the request body nests deeper than {BODY_MAX_DEPTH} levels", {}
+            ) from None
+    chat = route == "/v1/chat/completions"
+    extra = body.keys() - (_CHAT_KEYS if chat else _RESPONSES_KEYS)
+    if extra:
+        unknown = sorted(extra)
+        one = {"parameter": unknown[0]} if len(unknown) == 1 else {}
+        raise _conflict(f"unsupported parameter(s): {', '.join(unknown)}", parameters=unknown, **one)
+    if not isinstance(body.get("stream", False), bool):
+        raise _conflict("stream must be a boolean", parameter="stream")
+    if chat:
+        _chat_fields(body)
+        _chat_messages(body)
+    else:
+        _responses_fields(body)
+        _responses_input(body)
+
+
+def check_depth(value: Any, param: str, limit: int = MAX_DEPTH) -> None:
+    """Refuse ``value`` when its containers nest deeper than ``limit``: a level-by-level walk (no recursion
+    to blow, no per-node allocation beyond the next level's list)."""
+    level = [value] if type(value) is dict or type(value) is list else []
+    depth = 0
+    while level:
+        depth += 1
+        if depth > limit:
+            raise HitchError(
+                "inference_parameter_conflict", f"{param} nests deeper than {limit} levels", {"parameter": param, "limit": limit}
+            )
+        nxt = []
+        for node in level:
+            for child in node.values() if type(node) is dict else node:
+                if type(child) is dict or type(child) is list:
+                    nxt.append(child)
+        level = nxt
+
+
+def _conflict(message: str, **details: Any) -> HitchError:
+    return HitchError("inference_parameter_conflict", message, details)
 
 
 def _bad(param: str, message: str) -> HitchError:
@@ -240,12 +301,12 @@ def _tool_calls(calls: Any, where: str) -> None:
             _free(fn, "arguments", f"{at}function.")
 
 
-def check_chat_message(msg: dict[str, Any], i: int) -> None:
+def _chat_message(msg: dict[str, Any], i: int) -> None:
     role = msg.get("role")
     if not isinstance(role, str) or (role not in _CHAT_ROLES and role.lower() not in _CHAT_ROLES):
         raise _bad(f"messages[{i}].role", f"must be one of {sorted(_CHAT_ROLES)}")
     if len(msg) == 2 and msg.get("content") is not None:
-        return  # {"role", "content"}: most of a conversation, and the content is checked by the policy
+        return  # {"role", "content"}: most of a conversation, and the content is checked by the caller
     where = f"messages[{i}]."
     if role.lower() == "user" and msg.get("content") is None:
         raise _bad(f"{where}content", "a user message needs content")
@@ -257,9 +318,8 @@ def check_chat_message(msg: dict[str, Any], i: int) -> None:
         raise _bad(f"{where}tools", "message-level tools are not supported; send them as the request's tools")
 
 
-def check_chat_shape(body: dict[str, Any]) -> None:
-    """Every chat field present has the type SGLang 0.5.23 accepts (messages are checked as the policy
-    walks them: :func:`check_chat_message`)."""
+def _chat_fields(body: dict[str, Any]) -> None:
+    """Every chat field present has the type SGLang 0.5.23 accepts (messages: :func:`_chat_messages`)."""
     _common(body)
     _chat_tool_choice(body)
     _chat_tools(body)
@@ -330,8 +390,8 @@ def _reasoning(body: dict[str, Any]) -> None:
     _opt_enum(reasoning, "generate_summary", _SUMMARIES, "reasoning.")
 
 
-def check_responses_shape(body: dict[str, Any]) -> None:
-    """Every Responses field present has the type SGLang 0.5.23 accepts (input items: :func:`check_item`)."""
+def _responses_fields(body: dict[str, Any]) -> None:
+    """Every Responses field present has the type SGLang 0.5.23 accepts (input items: :func:`_responses_input`)."""
     _common(body)
     _responses_tool_choice(body)
     _responses_tools(body)
@@ -356,25 +416,85 @@ def _parts(parts: Any, param: str) -> None:
             raise _bad(f"{param}[{j}].text", "must be a string")
 
 
-def check_item(item: dict[str, Any], kind: str, i: int) -> None:
-    """One Responses input item of a kind the policy accepts."""
+def _input_item(item: dict[str, Any], kind: str, i: int) -> None:
+    """One Responses input item of a kind the gateway forwards: well formed, its content text."""
     where = f"input[{i}]."
     _opt_str(item, "id", where)
     if kind == "message":
-        role = item.get("role")
-        if not _one_of(role, _RESPONSES_ROLES):
+        if not _one_of(item.get("role"), _RESPONSES_ROLES):
             raise _bad(f"{where}role", f"must be one of {sorted(_RESPONSES_ROLES)}")
+        _text_only(item.get("content"), f"input[{i}]")
     elif kind == "function_call":
-        for key in ("call_id", "name"):
+        for key in ("call_id", "name", "arguments"):
             if not isinstance(item.get(key), str):
                 raise _bad(f"{where}{key}", "must be a string")
-        args = item.get("arguments")
-        if not isinstance(args, str):
-            raise _bad(f"{where}arguments", "must be a string")
     elif kind == "function_call_output":
         if not isinstance(item.get("call_id"), str):
             raise _bad(f"{where}call_id", "must be a string")
-    elif kind == "reasoning":
+        _text_only(item.get("output"), f"input[{i}]")
+    else:  # reasoning
         _parts(item.get("summary"), f"{where}summary")
         _parts(item.get("content"), f"{where}content")
         _opt_str(item, "encrypted_content", where)
+
+
+def _chat_messages(body: dict[str, Any]) -> None:
+    raw = body.get("messages")
+    if not isinstance(raw, list) or not raw:
+        raise _conflict("messages must be a non-empty list", parameter="messages")
+    for i, msg in enumerate(raw):
+        if not isinstance(msg, dict):
+            raise _conflict(f"messages[{i}] must be an object", parameter=f"messages[{i}]")
+        _chat_message(msg, i)
+        _text_only(msg.get("content"), f"messages[{i}]")
+
+
+def _responses_input(body: dict[str, Any]) -> None:
+    """Every input item is of a kind the gateway forwards, well formed, its content text."""
+    instructions = body.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise _conflict("instructions must be a string", parameter="instructions")
+    inp = body.get("input")
+    if isinstance(inp, str):
+        return
+    if not isinstance(inp, list) or not inp:
+        raise _conflict("input must be a string or a non-empty list", parameter="input")
+    for i, item in enumerate(inp):
+        if not isinstance(item, dict):
+            raise _conflict(f"input[{i}] must be an object", parameter=f"input[{i}]")
+        kind = item.get("type", "message")
+        where = f"input[{i}]"
+        if not isinstance(kind, str):
+            raise _conflict(f"{where}: type must be a string", parameter=f"{where}.type")
+        if kind in ("message", "function_call", "function_call_output", "reasoning"):
+            _input_item(item, kind, i)
+        elif kind in ("input_image", "input_file", "input_audio", "image_generation_call"):
+            raise HitchError(
+                "inference_modality_unsupported",
+                f"{where}: {kind} is not text",
+                {"part_type": kind, "parameter": f"{where}.type"},
+            )
+        else:
+            raise _conflict(f"{where}: item type {kind!r} is not supported", parameter=f"{where}.type")
+
+
+def _text_only(content: Any, where: str) -> None:
+    """A message content must be text: a string, or a list of strings and text parts (any other part is a
+    modality refusal). The template view keeps the content as given (see gateway.sglang_view)."""
+    if content is None or isinstance(content, str):
+        return
+    if isinstance(content, list):
+        for j, part in enumerate(content):
+            if isinstance(part, str):
+                continue
+            kind = part.get("type") if isinstance(part, dict) else None
+            if not isinstance(kind, str) or kind not in _TEXT_PARTS:
+                raise HitchError(
+                    "inference_modality_unsupported",
+                    f"{where}: content part {kind!r} is not text",
+                    {"part_type": kind if isinstance(kind, str) else None, "parameter": f"{where}.content[{j}].type"},
+                )
+            if not isinstance(part.get("text"), str):
+                raise _conflict(f"{where}: a text part needs a string 'text'", parameter=f"{where}.content[{j}].text")
+        return
+    raise _conflict(f"{where}: content must be a string or a list of text parts", parameter=f"{where}.content")

@@ -1,13 +1,14 @@
 """LocalModelGateway: the aiohttp app, its request pipeline, and its lifecycle (spec §10.2, DESIGN §5).
 
-Owns :class:`GatewayConfig` and :class:`Gateway`. One request goes through, in order: allow-list (404,
-nothing reaches the engine) → run token and binding state (401/403) → ``GET /v1/models`` answered here with
-the binding's wire model only → the run's deadline (when it has one) → body policy (lock sampling, budget,
-parameters, modality) → exact context check → fair admission (the gateway's own bounded FIFO: one permit per
-engine running slot, per-run round-robin, the lock's queue timeout or the deadline's time left) → one POST to
-the engine under min(the deadline's time left, the lock's request timeout) and, for a stream, the lock's idle
-timeout, relayed byte for byte → one evidence row, metrics and capture. The upstream client never reads the
-environment, keeps no cookies and never retries.
+Owns :class:`Gateway` (its :class:`GatewayConfig`: :mod:`gateway.config`). One request goes through, in order:
+allow-list (404, nothing reaches the engine) → run token and binding state (401/403) → ``GET /v1/models``
+answered here with the binding's wire model only → the run's deadline (when it has one) → the body read,
+checked and translated (:func:`gateway.policy.apply_policy`: parse → shape → lock → engine) → exact context
+check → fair admission (the gateway's own bounded FIFO: one permit per engine running slot, per-run
+round-robin, the lock's queue timeout or the deadline's time left) → one POST to the engine under min(the
+deadline's time left, the lock's request timeout) and, for a stream, the lock's idle timeout, relayed byte for
+byte → one evidence row, metrics and capture. The upstream client never reads the environment, keeps no
+cookies and never retries.
 
 No faked cancel (spec §9.2): a request the gateway abandoned after forwarding it (the client left, a timeout)
 keeps its permit until the engine shows the slot free; an engine that never does faults the service epoch
@@ -27,8 +28,6 @@ import asyncio
 import logging
 import os
 import time
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -41,8 +40,9 @@ from gateway.aborts import AbandonedRequests
 from gateway.admission import FairQueue, Permit
 from gateway.auth import bearer_token, engine_headers
 from gateway.bindings import Binding, BindingRegistry, UpstreamTarget
-from gateway.capture import CaptureLedger, CaptureMode, RequestCapture, RunCapture
-from gateway.capture_segments import SEGMENT_BYTES, CaptureSegments
+from gateway.capture import CaptureLedger, RequestCapture, RunCapture
+from gateway.capture_segments import CaptureSegments
+from gateway.config import DEFAULT_MAX_WAITING, GatewayConfig
 from gateway.connections import GatewayServer, HttpLimits, close_after, duplicated_header
 from gateway.deadlines import admit, deadline_spent, set_timeout, stream_idle_s
 from gateway.engine_http import EnginePool, EngineRelayStopped, EngineResponse
@@ -57,7 +57,7 @@ from gateway.transport import Exchange, open_upstream, relay_stream, relay_unary
 from gateway.writer import BackgroundWriter
 from harness.contracts.binding import ModelEndpointBindingV1
 from harness.errors import HitchError
-from harness.paths import SubPath, ensure_private_dir
+from harness.paths import ensure_private_dir
 
 __all__ = ["DEFAULT_MAX_WAITING", "Gateway", "GatewayConfig"]
 
@@ -66,37 +66,6 @@ log = logging.getLogger("gateway.server")
 _OFFLOAD_BODY_BYTES = 256 * 1024  # above this the context check runs in a worker thread
 _CLIENT_CLOSED = 499
 _READ_CAP = 1 << 30  # aiohttp's own cap; unused, since bodies are read by gateway.intake.read_body
-# The gateway's queue bound per service (requests waiting for a permit). Waiting is already bounded in time by
-# the lock's queue timeout; this bounds memory (each waiter holds its body, up to gateway.intake.body_limit:
-# ~1.3 MB at an 8k context, so 64 waiters stay under ~85 MB) while holding every agent a realistic evaluation
-# runs against one service at once (Harbor -n 32 with a retry in flight each). Only past it is a request 429.
-DEFAULT_MAX_WAITING = 64
-
-
-@dataclass(frozen=True)
-class GatewayConfig:
-    state_dir: Path
-    host: str = "127.0.0.1"
-    port: int = 0
-    metrics_port: int | None = 0
-    capture: CaptureMode = "off"
-    capture_limit_bytes: int = 16 << 20
-    capture_segment_bytes: int = SEGMENT_BYTES  # a full capture's segment files rotate past this size
-    max_waiting: int = DEFAULT_MAX_WAITING  # per service; the engine's own --max-queued-requests is the second boundary
-    max_body_bytes: int | None = None  # None: derived per lock from its context (gateway.intake.body_limit)
-    max_response_bytes: int = 256 << 20
-    queue_timeout_ms: int | None = None
-
-    abort_confirm_timeout_ms: int | None = None  # None: the lock's (else harness.lock.ABORT_CONFIRM_TIMEOUT_MS)
-    # the HTTP layer's bounds on every connection (gateway.connections): head, body, idle keep-alive, open count
-    header_timeout_s: float = HttpLimits.header_timeout_s
-    body_timeout_s: float = HttpLimits.body_timeout_s
-    idle_timeout_s: float = HttpLimits.idle_timeout_s
-    max_connections: int = HttpLimits.max_connections
-
-    private_dir = SubPath("state_dir", "private")
-    evidence_dir = SubPath("state_dir", "evidence")
-    capture_dir = SubPath("state_dir", "capture")
 
 
 class Gateway:

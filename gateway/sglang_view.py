@@ -1,6 +1,10 @@
 """What SGLang 0.5.23 hands a Hugging Face chat template for one request, so the gateway counts that prompt.
 
-Owns the request-side half (template-agnostic, used by :mod:`gateway.policy`):
+Owns the request-side half (template-agnostic): the request pipeline's engine stage, :func:`for_engine`
+(the engine's bytes, and the messages and tools the template will see), built from
+
+- :func:`engine_body`: the caller's bytes with the lock's additions spliced before the closing brace when the
+  lock only added keys, else the body re-serialized;
 
 - :func:`responses_messages`: ``serving_responses._construct_input_messages`` (non-harmony): ``instructions``
   (when non-empty) becomes a leading system message; ``developer`` items become ``system`` messages whose text
@@ -28,8 +32,10 @@ and the template-side half (used by :class:`gateway.context_check.ContextChecker
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import zlib
+from dataclasses import dataclass
 from typing import Any
 
 from jinja2 import nodes
@@ -40,8 +46,11 @@ from harness.errors import HitchError
 
 __all__ = [
     "DEVELOPER_LABEL",
+    "EngineRequest",
     "chat_messages",
     "content_format",
+    "engine_body",
+    "for_engine",
     "responses_messages",
     "supports_inline_system",
     "template_tools",
@@ -52,6 +61,7 @@ DEVELOPER_LABEL = "Developer instructions:"
 _REASONING_STATE_PREFIX = "sglang-reasoning-v1."
 _MAX_REASONING_STATE = 8 << 20  # a decoded reasoning blob larger than this cannot fit any context
 _FUNCTION_FIELDS = ("description", "name", "parameters", "strict", "defer_loading")
+_ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 def _conflict(message: str, **details: Any) -> HitchError:
@@ -59,6 +69,31 @@ def _conflict(message: str, **details: Any) -> HitchError:
 
 
 # ---------------------------------------------------------------- request side
+
+
+@dataclass(frozen=True)
+class EngineRequest:
+    """The engine's bytes, and the prompt's parts as the chat template will see them."""
+
+    body: bytes
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None
+    template_kwargs: dict[str, Any] | None  # extra template variables SGLang passes (reasoning_effort)
+
+
+def for_engine(raw: bytes, given: dict[str, Any], body: dict[str, Any], *, responses: bool, changed: bool) -> EngineRequest:
+    """The engine's request for a checked ``body`` (``given``: its values before the lock's were pinned in;
+    ``changed``: the lock added or replaced one)."""
+    if responses:
+        messages = responses_messages(body)
+        reasoning = body.get("reasoning")
+        effort = reasoning.get("effort") if isinstance(reasoning, dict) else None
+    else:
+        messages = chat_messages(body["messages"])
+        effort = body.get("reasoning_effort")
+    tools = template_tools(body.get("tools"), body.get("tool_choice", "auto"), responses=responses)
+    out = engine_body(raw, given, body) if changed else raw
+    return EngineRequest(out, messages, tools, None if effort is None else {"reasoning_effort": effort})
 
 
 def _label_developer(content: Any) -> Any:
@@ -274,6 +309,29 @@ def template_tools(tools: list[dict[str, Any]] | None, tool_choice: Any, *, resp
             kind = tool.get("type", "function")
             dumped.append({"type": kind, "function": _function_dump(function, defer), "defer_loading": defer})
     return _selected(dumped, tool_choice)
+
+
+def engine_body(raw: bytes, given: dict[str, Any], body: dict[str, Any]) -> bytes:
+    """The engine's body: the caller's bytes with the lock's additions spliced before the closing brace
+    when the policy only added keys (dicts keep insertion order, so additions come last), else the body
+    re-serialized. Splicing needs a plain UTF-8 object (``{`` first, ``}`` last: not UTF-16/32, no BOM)."""
+    end = raw.rstrip()
+    if (
+        not given
+        or not end.endswith(b"}")
+        or not raw.lstrip().startswith(b"{")
+        or any(body.get(k, body) is not v for k, v in given.items())  # a given value was replaced
+    ):
+        return _ENCODE(body).encode()
+    added = tuple((k, type(v), v) for k, v in tuple(body.items())[len(given) :])
+    return end[:-1] + b"," + _additions(added)
+
+
+@functools.lru_cache(maxsize=256)
+def _additions(added: tuple[tuple[str, type, Any], ...]) -> bytes:
+    """``"k":v,...}`` for the lock's additions: a few lock-derived sets per lock, so cached. The key holds
+    each value's type, since 1 == 1.0 == True would otherwise share an entry and encode differently."""
+    return _ENCODE({k: v for k, _, v in added})[1:].encode()
 
 
 # ---------------------------------------------------------------- template side

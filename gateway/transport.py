@@ -10,7 +10,7 @@ Owns :class:`Exchange` (what one physical request did, for the evidence row) and
 - :func:`relay_unary` reads the engine's JSON answer (bounded) and returns it byte for byte.
 - :func:`relay_stream` relays each read of the engine's body to the client as it arrives, as one HTTP chunk in
   one socket write: the first with the response headers (``StreamResponse.write``), every later one from the
-  engine socket's callback (:meth:`gateway.engine_http.EngineResponse.push`: no coroutine per event). When
+  engine socket's callback (:meth:`gateway.engine_answer.EngineResponse.push`: no coroutine per event). When
   the client's transport pauses writing, the engine's socket stops being read until the client drained
   (backpressure reaches the engine), while a :class:`gateway.sse.StreamObserver` watches on the side. If the
   engine's body ends early (crash, reset, partial event, missing final event) the client connection is

@@ -4,7 +4,7 @@ The application layer's admission rule for every harness against a lock (``hitch
 ``hitch eval``'s Harbor agents): both entry points ask it, so it lives below them.
 
 Owns :data:`CODEX_FIELDS` (what Codex 0.171.0 sends and what the gateway + SGLang 0.5.23 do with each field,
-measured through the gateway; see the module docstring of :mod:`gateway.policy`; the table is data,
+measured through the gateway; see the module docstring of :mod:`gateway.lock_check`; the table is data,
 ``field_rules.json`` beside this module, as are :data:`MODEL_CALL_FIELDS` and the Harbor agents' tables,
 :data:`HARBOR_TERMINUS_FIELDS` and :data:`HARBOR_SHELL_AGENT_FIELDS`, used by
 :mod:`harness.evals.harbor_agents`), :func:`codex_key` / :func:`model_call_key`, :func:`require_lock_values`

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
+from harness.cli import options as opt
 from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.errors import HitchError
 from harness.paths import HitchRoot
@@ -124,9 +125,7 @@ def _verify_entry(files: dict[str, bytes], bundle: Any, keys: list[Path]) -> dic
 @cli_command
 def verify_cmd(
     path: Annotated[Path, typer.Argument(help="a bundle tar (hitch bundle export)")],
-    keys: Annotated[
-        list[Path] | None, typer.Option("--keys", help="trusted public-key dir for an entry (repeatable; default catalog/keys)")
-    ] = None,
+    keys: opt.TrustedKeys = None,
     common: Common = COMMON,
 ) -> None:
     from catalog.signing import trusted_keys_dir

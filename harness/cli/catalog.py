@@ -13,16 +13,15 @@ from typing import Annotated, Any
 
 import typer
 
+from harness.cli import options as opt
 from harness.cli.options import check_path
 from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.errors import HitchError
 
 app = typer.Typer(no_args_is_help=True, help="catalog commands")
-
-KeysOpt = Annotated[
-    list[Path] | None,
-    typer.Option("--keys", help="trusted public-key dir of <keyid>.pub.pem files (repeatable; default catalog/keys)"),
-]
+_EVIDENCE_HELP = "also re-hash every evidence file the entry names (report dir or its evidence/)"
+_SELECT_HELP = "run and compare only the checks pytest's -k selects (the level is then not compared)"
+_REPORT_DIR_HELP = "where the reproduction's entry goes (default reports/out/<stamp>-reproduce)"
 
 
 def _keys(keys: list[Path] | None) -> list[Path]:
@@ -129,11 +128,8 @@ def sign(
 @cli_command
 def verify(
     entry: Annotated[Path, typer.Argument(help="a .dsse.json entry")],
-    keys: KeysOpt = None,
-    evidence: Annotated[
-        Path | None,
-        typer.Option("--evidence", help="also re-hash every evidence file the entry names (report dir or its evidence/)"),
-    ] = None,
+    keys: opt.TrustedKeys = None,
+    evidence: Annotated[Path | None, typer.Option("--evidence", help=_EVIDENCE_HELP)] = None,
     common: Common = COMMON,
 ) -> None:
     """Verify an entry offline against trusted public keys; exit 3 (catalog_signature_invalid) if it does not.
@@ -175,7 +171,7 @@ def list_(
         list[Path] | None,
         typer.Argument(help="entry dirs (default: catalog/entries and <HITCH_ROOT>/catalog/entries)"),
     ] = None,
-    keys: KeysOpt = None,
+    keys: opt.TrustedKeys = None,
     common: Common = COMMON,
 ) -> None:
     """Every entry with its level, runtime, model, device, profile and whether (or why not) it verified."""
@@ -213,21 +209,13 @@ def trust(
 @cli_command
 def reproduce(
     entry: Annotated[Path, typer.Argument(help="the signed entry (*.dsse.json) to reproduce on this machine")],
-    keys: KeysOpt = None,
-    select: Annotated[
-        str | None,
-        typer.Option("-k", help="run and compare only the checks pytest's -k selects (the level is then not compared)"),
-    ] = None,
-    report_dir: Annotated[
-        Path | None,
-        typer.Option("--report-dir", help="where the reproduction's entry goes (default reports/out/<stamp>-reproduce)"),
-    ] = None,
+    keys: opt.TrustedKeys = None,
+    select: Annotated[str | None, typer.Option("-k", help=_SELECT_HELP)] = None,
+    report_dir: Annotated[Path | None, typer.Option("--report-dir", help=_REPORT_DIR_HELP)] = None,
     sign_key: Annotated[
         Path | None, typer.Option("--sign-key", help="Ed25519 key for the new entry (default: the dev key)")
     ] = None,
-    fake_fault: Annotated[
-        list[str] | None, typer.Option("--fake-fault", hidden=True, help="--engine fake entries: start the fake with this fault")
-    ] = None,
+    fake_fault: opt.FakeFault = None,
     common: Common = COMMON,
 ) -> None:
     """Verify the entry, require its model and runtime here by digest, certify its exact lock and profile again,

@@ -28,6 +28,11 @@ if TYPE_CHECKING:  # the commands import what they run: `hitch eval --help` load
 
 app = typer.Typer(no_args_is_help=True, help="agent evaluations on a local model")
 harbor_app = typer.Typer(no_args_is_help=True, help="Harbor trials (local Docker) through the gateway")
+_AGENT_HELP = (
+    "terminus-2 (model calls from Harbor's process) | fixtures.harbor_agents.shell_agent:ShellAgent "
+    "(model calls from inside the trial container, through the eval network) | oracle | nop; a model-calling "
+    "agent needs a passing compatibility profile (pytest certify -k agents.harbor)"
+)
 app.add_typer(harbor_app, name="harbor")
 register_eval_compare(app)
 
@@ -83,15 +88,7 @@ def run_cmd(
     tasks: Annotated[Path, typer.Argument(help="a Harbor task directory or a folder of them (e.g. fixtures/harbor_tasks)")],
     model: opt.Model = None,
     inference: opt.Inference = None,
-    agent: Annotated[
-        str,
-        typer.Option(
-            "--agent",
-            help="terminus-2 (model calls from Harbor's process) | fixtures.harbor_agents.shell_agent:ShellAgent "
-            "(model calls from inside the trial container, through the eval network) | oracle | nop; a model-calling "
-            "agent needs a passing compatibility profile (pytest certify -k agents.harbor)",
-        ),
-    ] = "terminus-2",
+    agent: Annotated[str, typer.Option("--agent", help=_AGENT_HELP)] = "terminus-2",
     agent_path: Annotated[
         list[Path] | None, typer.Option("--agent-path", help="a folder put on Harbor's sys.path (for --agent module:Class)")
     ] = None,
@@ -162,7 +159,7 @@ def run_cmd(
     lines = [
         f"{t.trial:<24} {t.status:<10} reward={t.reward} requests={_requests(t)}{_times(t)}{_retried(t)}" for t in record.trials
     ]
-    path = evaluation.dir / "evaluation.json"
+    path = evaluation.evaluations.path(record.evaluation_id)
     payload = {"kind": "harbor-evaluation", "path": str(path), "record": record.to_json_dict()}
     emit(common.as_json, payload, "\n".join([*lines, _locality(record), f"(evaluation {record.evaluation_id}: {path})"]))
 
@@ -176,21 +173,19 @@ def _locality(record: EvaluationRecordV1) -> str:
 
 @harbor_app.command("resume", help="run again an evaluation's trials that have no terminal result, on the same lock")
 @cli_command
-def resume_cmd(
-    evaluation_id: Annotated[str, typer.Argument(help="the evaluation id (evals/<id>/plan.json)")],
-    common: Common = COMMON,
-) -> None:
+def resume_cmd(evaluation_id: opt.EvaluationIdArg, common: Common = COMMON) -> None:
     from harness.app.daemon_client import ensure_daemon
+    from harness.app.evaluation_store import EvaluationStore
     from harness.app.requests import RunRequest, parse_request
     from harness.app.runs import served_model_id
     from harness.evals.harbor_agents import require_agent
     from harness.evals.harbor_install import require_harbor
-    from harness.evals.harbor_run import HarborEvaluation, read_plan
+    from harness.evals.harbor_run import HarborEvaluation
     from harness.runtimes import get_runtime
 
     hroot = common.hroot
     install = require_harbor(hroot)
-    plan = read_plan(hroot, evaluation_id)
+    plan = EvaluationStore(hroot).read_plan(evaluation_id)
     body = {**plan.run_body, **({"inference_id": plan.inference_id} if plan.inference_id else {})}
     paths = [Path(p) for p in plan.agent_paths]
     version = str(install.versions.get("harbor", "unknown"))
@@ -217,23 +212,21 @@ def resume_cmd(
 
     record = evaluation.run(progress)
     lines = [f"{t.trial:<32} {t.status:<10} reward={t.reward} requests={_requests(t)}{_times(t)}" for t in record.trials]
-    path = evaluation.dir / "evaluation.json"
+    path = evaluation.evaluations.path(record.evaluation_id)
     payload = {"kind": "harbor-resume", "path": str(path), "resumed": pending, "record": record.to_json_dict()}
     emit(common.as_json, payload, "\n".join([*lines, f"(evaluation {record.evaluation_id}, resume {record.resumed}: {path})"]))
 
 
 @harbor_app.command("regrade", help="verifier-only rerun: re-score the kept trial outputs of an evaluation; starts no service")
 @cli_command
-def regrade_cmd(
-    evaluation_id: Annotated[str, typer.Argument(help="the evaluation whose trials are re-scored")],
-    common: Common = COMMON,
-) -> None:
+def regrade_cmd(evaluation_id: opt.EvaluationIdArg, common: Common = COMMON) -> None:
+    from harness.app.evaluation_store import EvaluationStore
     from harness.evals.harbor_install import require_harbor
     from harness.evals.harbor_regrade import regrade_evaluation
 
     hroot = common.hroot
     record = regrade_evaluation(hroot, require_harbor(hroot), evaluation_id)
-    path = hroot.path / "evals" / record.evaluation_id / "evaluation.json"
+    path = EvaluationStore(hroot).path(record.evaluation_id)
     lines = [f"{t.trial:<40} {t.status:<10} reward={t.reward} (re-scored run {t.run_id})" for t in record.trials]
     payload = {"kind": "harbor-regrade", "path": str(path), "record": record.to_json_dict()}
     emit(common.as_json, payload, "\n".join([*lines, f"(evaluation {record.evaluation_id} re-scores {evaluation_id}: {path})"]))

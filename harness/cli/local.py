@@ -20,6 +20,14 @@ if TYPE_CHECKING:  # the commands import what they run: `hitch local --help` bui
     from harness.lock import ProfileShort, ServedDevice
 
 app = typer.Typer(no_args_is_help=True, help="locks, doctor and local services")
+_BENCHMARK_HELP = (
+    "permit benchmark sampling controls (ignore_eos, min_tokens) for the field's benchmark tools; "
+    "never for agent runs (a different inference id)"
+)
+_ARGV_CHECK_HELP = (
+    "have SGLang's own parser and resolution (an installed runtime of the same SGLang) read it: every "
+    "flag known, every value echoed as the lock means"
+)
 app.command("doctor", help="read-only: what this machine can certify, and why not")(doctor)
 
 
@@ -36,14 +44,7 @@ def lock_cmd(
     runtime: opt.Runtime = None,
     context: opt.Context = None,
     generation: opt.Generation = None,
-    benchmark: Annotated[
-        bool,
-        typer.Option(
-            "--benchmark",
-            help="permit benchmark sampling controls (ignore_eos, min_tokens) for the field's benchmark tools; "
-            "never for agent runs (a different inference id)",
-        ),
-    ] = False,
+    benchmark: Annotated[bool, typer.Option("--benchmark", help=_BENCHMARK_HELP)] = False,
     out: Annotated[Path | None, typer.Option("--out", help="write the lock (what check-lock and argv read) to this file")] = None,
     common: Common = COMMON,
 ) -> None:
@@ -139,14 +140,7 @@ def argv_cmd(
     probe: Annotated[
         bool, typer.Option("--probe", help="prepare's first start of a draft: SGLang sizes the token pool and prefill")
     ] = False,
-    check: Annotated[
-        bool,
-        typer.Option(
-            "--check",
-            help="have SGLang's own parser and resolution (an installed runtime of the same SGLang) read it: every "
-            "flag known, every value echoed as the lock means",
-        ),
-    ] = False,
+    check: Annotated[bool, typer.Option("--check", help=_ARGV_CHECK_HELP)] = False,
     parser_root: Annotated[
         Path | None, typer.Option("--parser-root", help="HITCH_ROOT holding that runtime (default: this root)")
     ] = None,

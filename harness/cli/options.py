@@ -97,6 +97,16 @@ Generation = Annotated[
     ),
 ]
 Capture = Annotated[str, typer.Option("--capture", help="off | metadata | full (payloads 0600 under the run)")]
+# options more than one command takes, written once
+RunIdArg = Annotated[str, typer.Argument(help="the run id")]
+NewRunId = Annotated[str | None, typer.Option("--run-id", help="the new run's id (default: random)")]
+EvaluationIdArg = Annotated[str, typer.Argument(help="the evaluation id (evals/<id>/)")]
+FakeFault = Annotated[
+    list[str] | None,
+    typer.Option("--fake-fault", hidden=True, help="--engine fake only: start the fake with this --fault"),
+]
+_KEYS_HELP = "trusted public-key dir of <keyid>.pub.pem files (repeatable; default catalog/keys)"
+TrustedKeys = Annotated[list[Path] | None, typer.Option("--keys", help=_KEYS_HELP)]
 _CAPTURE_MODES = ("off", "metadata", "full")
 
 # The option values every command checks the same way, by parameter name, before it does anything

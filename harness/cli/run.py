@@ -37,6 +37,11 @@ if TYPE_CHECKING:
 
 __all__ = ["register"]
 
+_DEADLINE_HELP = (
+    "the run's deadline (seconds from its first model request): each request's timeout is "
+    "min(time left, the lock's request timeout); once spent, inference_deadline_exceeded"
+)
+
 
 def _cancelled_record(hroot: HitchRoot, run_id: str) -> dict[str, Any]:
     from harness.cli.run_exec import cancelled_record
@@ -55,10 +60,7 @@ def _add_record_command(
 ) -> None:
     @run_app.command(name, help=help_text)
     @cli_command
-    def record_cmd(
-        run_id: Annotated[str, typer.Argument(help="the run id")],
-        common: Common = COMMON,
-    ) -> None:
+    def record_cmd(run_id: opt.RunIdArg, common: Common = COMMON) -> None:
         from harness.cli.run_exec import emit_record
 
         hroot = common.hroot
@@ -103,20 +105,11 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         capture: opt.Capture = "metadata",
-        deadline_s: Annotated[
-            float | None,
-            typer.Option(
-                "--deadline-s",
-                help="the run's deadline (seconds from its first model request): each request's timeout is "
-                "min(time left, the lock's request timeout); once spent, inference_deadline_exceeded",
-            ),
-        ] = None,
+        deadline_s: Annotated[float | None, typer.Option("--deadline-s", help=_DEADLINE_HELP)] = None,
         capture_max_bytes: Annotated[
             int | None, typer.Option("--capture-max-bytes", help="capture: bytes kept per request body/response (16 MiB)")
         ] = None,
-        fake_fault: Annotated[
-            list[str] | None, typer.Option("--fake-fault", hidden=True, help="--engine fake only: a fake engine --fault")
-        ] = None,
+        fake_fault: opt.FakeFault = None,
         common: Common = COMMON,
     ) -> None:
         if ctx.invoked_subcommand is not None:

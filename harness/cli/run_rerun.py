@@ -17,6 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
+from harness.cli import options as opt
 from harness.cli.output import COMMON, Common, cli_command
 from harness.errors import HitchError
 
@@ -47,7 +48,7 @@ def register(run_app: typer.Typer) -> None:
     @cli_command
     def rerun_cmd(
         run_id: Annotated[str, typer.Argument(help="the finished run to run again")],
-        new_run_id: Annotated[str | None, typer.Option("--run-id", help="the new run's id (default: random)")] = None,
+        new_run_id: opt.NewRunId = None,
         common: Common = COMMON,
     ) -> None:
         from harness.agents.evidence import read_harness_input

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
 
+from harness.cli import options as opt
 from harness.cli.output import COMMON, Common, cli_command, emit
 from harness.errors import HitchError
 
@@ -15,10 +14,7 @@ __all__ = ["register"]
 def register(run_app: typer.Typer) -> None:
     @run_app.command("verify", help="re-hash the run's inference.ref.json and every file it names; name what changed")
     @cli_command
-    def verify_cmd(
-        run_id: Annotated[str, typer.Argument(help="the run id")],
-        common: Common = COMMON,
-    ) -> None:
+    def verify_cmd(run_id: opt.RunIdArg, common: Common = COMMON) -> None:
         from harness.run_ref import verify_run
 
         result = verify_run(common.hroot, run_id)

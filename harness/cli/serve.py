@@ -39,6 +39,11 @@ if TYPE_CHECKING:  # imported by the command: `hitch local --help` loads no daem
 
 __all__ = ["register"]
 
+_FOR_CONTAINERS_HELP = (
+    "serve containers: the URL is on the bridge address of hitch's eval network (probed from "
+    "--eval-image first; the engine must be unreachable from there)"
+)
+
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 _WATCH_S = 1.0  # how often a serve reads its run's record: a stop by someone else is seen within this
 
@@ -70,16 +75,9 @@ def register(app: typer.Typer) -> None:
     def serve_cmd(
         model: opt.ModelArg,
         svc: opt.ServiceOptions = opt.DEFAULT_SERVICE,
-        run_id: Annotated[str | None, typer.Option("--run-id", help="the run's id (default: random)")] = None,
+        run_id: opt.NewRunId = None,
         capture: opt.Capture = "metadata",
-        for_containers: Annotated[
-            bool,
-            typer.Option(
-                "--for-containers",
-                help="serve containers: the URL is on the bridge address of hitch's eval network (probed from "
-                "--eval-image first; the engine must be unreachable from there)",
-            ),
-        ] = False,
+        for_containers: Annotated[bool, typer.Option("--for-containers", help=_FOR_CONTAINERS_HELP)] = False,
         eval_image: Annotated[
             str | None, typer.Option("--eval-image", help="with --for-containers: the eval containers' image (ID or digest)")
         ] = None,

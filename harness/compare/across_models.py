@@ -10,7 +10,6 @@ listed as a note, never as a refusal. Any other difference is refused (``runs_no
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from harness.compare.conditions import Condition
@@ -19,7 +18,7 @@ from harness.errors import HitchError
 if TYPE_CHECKING:
     from harness.compare.runs import RunSide
 
-__all__ = ["MODEL_DERIVED", "model_conditions", "require_models_comparable"]
+__all__ = ["MODEL_DERIVED", "model_conditions"]
 
 # lock part -> fields derived from the model (they may differ between two models)
 MODEL_DERIVED: dict[str, tuple[str, ...]] = {
@@ -65,17 +64,3 @@ def model_conditions(a: RunSide, b: RunSide) -> tuple[list[Condition], list[str]
     ]
     notes = [f"models: {a.model_id} then {b.model_id}", *_derived(la, lb)]
     return conditions, notes
-
-
-def require_models_comparable(kind: str, a: str, b: str, conditions: Sequence[Condition]) -> None:
-    """Raise ``runs_not_comparable`` naming every condition other than the model that differs."""
-    differ = [c for c in conditions if not c.same]
-    if differ:
-        names = ", ".join(c.name for c in differ)
-        raise HitchError(
-            "runs_not_comparable",
-            f"{kind}s {a} and {b} are not comparable across models: {names} differ{'s' if len(differ) == 1 else ''} "
-            "(only the model may)",
-            {"a": a, "b": b, "across_models": True, "differ": [c.to_json() for c in differ],
-             "conditions": [c.to_json() for c in conditions]},
-        )  # fmt: skip

@@ -35,16 +35,19 @@ class Condition:
         return {"name": self.name, "a": self.a, "b": self.b, "same": self.same}
 
 
-def require_comparable(kind: str, a: str, b: str, conditions: Sequence[Condition]) -> None:
-    """Raise ``runs_not_comparable`` naming the conditions that differ (``kind``: run | evaluation)."""
+def require_comparable(kind: str, a: str, b: str, conditions: Sequence[Condition], *, across_models: bool = False) -> None:
+    """Raise ``runs_not_comparable`` naming the conditions that differ (``kind``: run | evaluation); with
+    ``across_models`` the conditions are every one but the model (:mod:`harness.compare.across_models`)."""
     differ = [c for c in conditions if not c.same]
     if differ:
         names = ", ".join(c.name for c in differ)
+        how, only = (" across models", " (only the model may)") if across_models else ("", "")
         raise HitchError(
             "runs_not_comparable",
-            f"{kind}s {a} and {b} are not comparable: {names} differ{'s' if len(differ) == 1 else ''}",
-            {"a": a, "b": b, "differ": [c.to_json() for c in differ], "conditions": [c.to_json() for c in conditions]},
-        )
+            f"{kind}s {a} and {b} are not comparable{how}: {names} differ{'s' if len(differ) == 1 else ''}{only}",
+            {"a": a, "b": b, **({"across_models": True} if across_models else {}), "differ": [c.to_json() for c in differ],
+             "conditions": [c.to_json() for c in conditions]},
+        )  # fmt: skip
 
 
 def refuse_itself(kind: str, a: str, b: str) -> None:

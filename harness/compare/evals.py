@@ -20,8 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import ValidationError
-
+from harness.app.evaluation_store import EvaluationStore
 from harness.compare.conditions import Condition, refuse_itself, require_comparable
 from harness.compare.figures import Figure, decide_figures, proportion_figure, sample_figure
 from harness.compare.runs import Comparison, RunSide, load_run_side, row_figures
@@ -29,21 +28,9 @@ from harness.contracts.evaluation import EvaluationRecordV1
 from harness.errors import HitchError
 from harness.paths import HitchRoot
 
-__all__ = ["SOLVED_REWARD", "compare_evals", "load_evaluation"]
+__all__ = ["SOLVED_REWARD", "compare_evals"]
 
 SOLVED_REWARD = 1.0
-
-
-def load_evaluation(root: HitchRoot, evaluation_id: str) -> EvaluationRecordV1:
-    path = root.path / "evals" / evaluation_id / "evaluation.json"
-    try:
-        return EvaluationRecordV1.model_validate_json(path.read_bytes())
-    except FileNotFoundError:
-        raise HitchError(
-            "evaluation_not_found", f"no evaluation {evaluation_id!r} in this root", {"evaluation_id": evaluation_id}
-        ) from None
-    except ValidationError as exc:
-        raise HitchError("evaluation_not_found", f"{path} is not an EvaluationRecordV1", {"path": str(path)}) from exc
 
 
 def _sides(root: HitchRoot, record: EvaluationRecordV1, notes: list[str]) -> list[RunSide]:
@@ -135,17 +122,18 @@ def compare_evals(root: HitchRoot, a_id: str, b_id: str, *, across_models: bool 
     """Compare two evaluations (``runs_not_comparable`` when a strict condition differs; with ``across_models``
     the model may differ and the answer is a model comparison)."""
     refuse_itself("evaluation", a_id, b_id)
-    ea, eb = load_evaluation(root, a_id), load_evaluation(root, b_id)
+    store = EvaluationStore(root)
+    ea, eb = store.read(a_id), store.read(b_id)
     notes: list[str] = []
     sa, sb = _sides(root, ea, notes), _sides(root, eb, notes)
     if across_models:
-        from harness.compare.across_models import model_conditions, require_models_comparable
+        from harness.compare.across_models import model_conditions
 
         for name in ("model_id", "inference_id", "hardware"):  # each side's trials agree among themselves
             _one({_facts(s)[name] for s in sa}, name, ea.evaluation_id)
             _one({_facts(s)[name] for s in sb}, name, eb.evaluation_id)
         conditions, derived = model_conditions(sa[0], sb[0])
-        require_models_comparable("evaluation", a_id, b_id, conditions)
+        require_comparable("evaluation", a_id, b_id, conditions, across_models=True)
         notes += derived
     else:
         conditions = _conditions(ea, sa, eb, sb)

@@ -222,10 +222,10 @@ def compare_runs(root: HitchRoot, a_id: str, b_id: str, *, across_models: bool =
     a, b = load_run_side(root, a_id), load_run_side(root, b_id)
     notes = [*a.notes, *b.notes, f"requests by status: {a_id} {_statuses(a.rows)}, {b_id} {_statuses(b.rows)}"]
     if across_models:
-        from harness.compare.across_models import model_conditions, require_models_comparable
+        from harness.compare.across_models import model_conditions
 
         conditions, derived = model_conditions(a, b)
-        require_models_comparable("run", a_id, b_id, conditions)
+        require_comparable("run", a_id, b_id, conditions, across_models=True)
         return Comparison("run", a_id, b_id, conditions, row_figures(a.rows, b.rows), [*notes, *derived], True)
     conditions = run_conditions(a, b)
     require_comparable("run", a_id, b_id, conditions)

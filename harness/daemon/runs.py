@@ -47,17 +47,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from dataclasses import dataclass, field
 from typing import Any
-
-from aiohttp import web
 
 from gateway.aborts import ServiceFault
 from gateway.bindings import UpstreamTarget
 from gateway.capture import RunCapture
 from gateway.server import Gateway, GatewayConfig
 from harness.app.harness_admission import admit_harness, needs_tool_calls
-from harness.app.requests import EmptyRequest, FinishRunRequest, PrepareRequest, RunRequest
+from harness.app.requests import PrepareRequest, RunRequest
 from harness.app.run_identity import new_run_id, require_same_request, run_identity
 from harness.app.run_store import RunStore
 from harness.contracts.binding import ModelEndpointBindingV1
@@ -69,8 +66,8 @@ from harness.contracts.run_readiness import ToolCallProbeV1
 from harness.daemon.core import DaemonCore
 from harness.daemon.engine_memory import EngineMemorySampler
 from harness.daemon.eval_access import EvalAccess
+from harness.daemon.live_run import LiveRun
 from harness.daemon.prepare import prepare_for
-from harness.daemon.replies import body_of, reply
 from harness.daemon.run_evidence import (
     EngineFacts,
     GatewayFacts,
@@ -82,7 +79,7 @@ from harness.daemon.run_evidence import (
     write_start_facts,
 )
 from harness.daemon.run_infra import engine_failure
-from harness.daemon.trial_reservation import TrialReservation, hold, require_room_for_one, trial_of
+from harness.daemon.trial_reservation import hold, require_room_for_one, trial_of
 from harness.devices import probe_cpu
 from harness.devices.fingerprint import hardware_fingerprint
 from harness.engine.readiness import probe_tool_call
@@ -97,30 +94,10 @@ from harness.service.starter_supervisor import SupervisedService
 from harness.service.state_store import ServiceStateStore
 from harness.store import model_files_dir, resolve_model, verify_first_start
 
-__all__ = ["REVOKING_EVENTS", "RunService", "run_routes"]
+__all__ = ["REVOKING_EVENTS", "RunService"]
 
 REVOKING_EVENTS = frozenset({"inference.failed", "inference.draining", "inference.stopped"})
 _TOOL_PROBE_TIMEOUT_S = 300.0  # a forced call of up to 64 tokens on a loaded CPU engine
-
-
-@dataclass
-class _Run:
-    """A live run of this daemon (its durable state is ``runs/<id>/run.json``)."""
-
-    run_id: str
-    lease_id: str | None = None
-    binding_id: str | None = None
-    service_id: str | None = None
-    epoch: int | None = None
-    lock: InferenceLockV1 | None = None
-    engine_url: str | None = None
-    engine_key: str | None = field(default=None, repr=False)
-    reused_service: bool = False
-    engine: EngineFacts = field(default_factory=EngineFacts)
-    eval_image: str | None = None  # a container-facing run: the eval image its probes ran in
-    identity: ModelIdentityV1 | None = None  # resolved once the service passed readiness (see _bind)
-    trial: TrialReservation | None = None  # the trial container it serves, held in the resource ledger
-    memory: EngineMemorySampler | None = None  # the engine's RSS while the run lives (from its lease to its end)
 
 
 # what run.json keeps of the request (as it was given; no secret), and what a prepare of its service takes
@@ -139,7 +116,7 @@ class RunService:
         self.core = core
         state_dir = core.root.gateway_dir
         self.gateway = gateway or Gateway(GatewayConfig(state_dir=state_dir, host="127.0.0.1", port=0))
-        self.runs: dict[str, _Run] = {}
+        self.runs: dict[str, LiveRun] = {}
         self.store = RunStore(core.root)
         self._hardware: dict[str, dict[str, Any]] = {}
         self.eval_access = EvalAccess(core.root.path, self.gateway)
@@ -264,7 +241,7 @@ class RunService:
         self.store.admit(run_id, ask.harness, request, ask.capture, identity)
         if rerun_of is not None:
             self.store.note(run_id, rerun_of=rerun_of)
-        run = self.runs[run_id] = _Run(run_id, eval_image=ask.eval_image if ask.for_containers else None, trial=trial)
+        run = self.runs[run_id] = LiveRun(run_id, eval_image=ask.eval_image if ask.for_containers else None, trial=trial)
         try:
             return await self._bind(run, ask)
         except BaseException as exc:
@@ -272,7 +249,7 @@ class RunService:
             await self.finish(run_id, "cancelled" if err.code == "run_cancelled" else "failed", err)
             raise
 
-    async def _bind(self, run: _Run, ask: RunRequest) -> dict[str, Any]:
+    async def _bind(self, run: LiveRun, ask: RunRequest) -> dict[str, Any]:
         run_id, capture, choice = run.run_id, ask.capture, ask.engine_choice()
         self.store.advance(run_id, "preparing")
         lock, handed = await self._lock_for(ask, run_id)
@@ -445,7 +422,7 @@ class RunService:
             self.gateway.streams.pop(run.binding_id, None)
         return {"run_id": run_id, "released": released, "record": record.to_json_dict()}
 
-    async def _engine_failure(self, run: _Run, binding_id: str) -> HitchError | None:
+    async def _engine_failure(self, run: LiveRun, binding_id: str) -> HitchError | None:
         await self.gateway.settle_evidence(timeout_s=0.0, binding_id=binding_id)  # the rows so far, on disk
         events: list[LifecycleEventV1] = []
         if run.service_id is not None:
@@ -453,7 +430,7 @@ class RunService:
                 events = await asyncio.to_thread(ServiceStateStore(self.core.root, run.service_id).events)
         return engine_failure(self.gateway.evidence.path_for(binding_id), events, run.service_id, run.epoch)
 
-    async def _write_evidence(self, run: _Run, record: RunRecordV1, binding: ModelEndpointBindingV1) -> RunRecordV1:
+    async def _write_evidence(self, run: LiveRun, record: RunRecordV1, binding: ModelEndpointBindingV1) -> RunRecordV1:
         assert run.lock is not None
         bid = binding.binding_id
         facts = GatewayFacts(
@@ -520,43 +497,3 @@ class RunService:
             state = binding.record.state if binding is not None else "unknown"
             out.append({"run_id": run.run_id, "lease_id": run.lease_id, "binding_id": run.binding_id, "state": state})
         return out
-
-
-def run_routes(runs: RunService) -> web.RouteTableDef:
-    """The ``/v1/runs`` routes of the daemon's management app."""
-    routes = web.RouteTableDef()
-
-    @routes.post("/v1/runs")
-    async def create(request: web.Request) -> web.Response:
-        return reply({"kind": "run", **await runs.create(await body_of(request, RunRequest))})
-
-    @routes.get("/v1/runs")
-    async def listing(_: web.Request) -> web.Response:
-        return reply({"kind": "runs", "runs": runs.view()})
-
-    @routes.delete("/v1/runs/{run_id}")
-    async def delete(request: web.Request) -> web.Response:
-        return reply({"kind": "run-delete", **await runs.delete(request.match_info["run_id"])})
-
-    @routes.get("/v1/runs/{run_id}")
-    async def show(request: web.Request) -> web.Response:
-        run_id = request.match_info["run_id"]
-        record = runs.store.read(run_id)
-        if record is None:
-            raise HitchError("run_not_found", f"no run {run_id!r} in this root", {"run_id": run_id})
-        return reply({"kind": "run-record", "run_id": run_id, "record": record.to_json_dict()})
-
-    @routes.post("/v1/runs/{run_id}/finish")
-    async def finish(request: web.Request) -> web.Response:
-        ask = await body_of(request, FinishRunRequest)
-        err = None
-        if ask.status != "completed" and ask.error is not None:  # the request's validator requires it
-            err = HitchError(ask.error.code, ask.error.message[:2000], {})
-        return reply({"kind": "run-finish", **await runs.finish(request.match_info["run_id"], ask.status, err)})
-
-    @routes.post("/v1/runs/{run_id}/cancel")
-    async def cancel(request: web.Request) -> web.Response:
-        await body_of(request, EmptyRequest)
-        return reply({"kind": "run-cancel", **await runs.cancel(request.match_info["run_id"])})
-
-    return routes

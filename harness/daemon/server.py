@@ -46,7 +46,8 @@ from harness.daemon.caller import caller_of
 from harness.daemon.core import DaemonCore, lease_json
 from harness.daemon.prepare import prepare_for
 from harness.daemon.replies import body_of, error_reply, reply
-from harness.daemon.runs import RunService, run_routes
+from harness.daemon.run_routes import run_routes
+from harness.daemon.runs import RunService
 from harness.errors import HitchError
 from harness.handshake import HANDSHAKE_PATH, handshake_answer
 from harness.lock import load_sealed_lock, validate_lock

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.app.evaluation_store import EvaluationStore
 from harness.contracts.evaluation import EvaluationRecordV1, TrialOutcomeV1, TrialTimingV1
 from harness.contracts.run import RunErrorV1
 from harness.errors import HitchError
@@ -30,24 +31,12 @@ from harness.evals.harbor_install import HarborInstall
 from harness.evals.harbor_process import DriverProcess
 from harness.evals.harbor_run import OVERLAY
 from harness.evals.trial_resources import resources_of
-from harness.paths import HitchRoot, atomic_write_json, ensure_private_dir
+from harness.paths import HitchRoot, ensure_private_dir
 
 __all__ = ["regrade_evaluation"]
 
 _REGRADE = "RegradeError"
 _REGRADE_BOUND_S = 1800.0  # every verifier of the evaluation, one after another at worst
-
-
-def _source(root: HitchRoot, evaluation_id: str) -> EvaluationRecordV1:
-    path = root.path / "evals" / evaluation_id / "evaluation.json"
-    try:
-        return EvaluationRecordV1.model_validate_json(path.read_bytes())
-    except FileNotFoundError:
-        raise HitchError(
-            "evaluation_not_found", f"no evaluation {evaluation_id!r} in this root", {"evaluation_id": evaluation_id}
-        ) from None
-    except ValueError as exc:
-        raise HitchError("evaluation_not_found", f"{path} is not an EvaluationRecordV1", {"path": str(path)}) from exc
 
 
 def _next_id(root: HitchRoot, evaluation_id: str) -> str:
@@ -106,8 +95,9 @@ def _outcome(name: str, source: TrialOutcomeV1, event: dict[str, Any]) -> TrialO
 
 def regrade_evaluation(root: HitchRoot, install: HarborInstall, evaluation_id: str) -> EvaluationRecordV1:
     """Re-score every kept trial of ``evaluation_id``; the new record (see the module docstring)."""
-    source = _source(root, evaluation_id)
-    source_dir = root.path / "evals" / evaluation_id
+    store = EvaluationStore(root)
+    source = store.read(evaluation_id)
+    source_dir = store.dir(evaluation_id)
     kept = [
         (t, source_dir / "trials" / t.trial) for t in source.trials if (source_dir / "trials" / t.trial / "result.json").is_file()
     ]
@@ -118,7 +108,7 @@ def regrade_evaluation(root: HitchRoot, install: HarborInstall, evaluation_id: s
             {"evaluation_id": evaluation_id},
         )
     new_id = _next_id(root, evaluation_id)
-    out_dir = ensure_private_dir(root.path / "evals" / new_id)
+    out_dir = ensure_private_dir(store.dir(new_id))
     overlay = out_dir / "overlay.compose.yaml"
     overlay.write_text(OVERLAY)
     specs = []
@@ -155,5 +145,5 @@ def regrade_evaluation(root: HitchRoot, install: HarborInstall, evaluation_id: s
         trials=outcomes,
         regrade_of=evaluation_id,
     )
-    atomic_write_json(out_dir / "evaluation.json", record.to_json_dict())
+    store.write(record)
     return record

@@ -44,166 +44,69 @@ the record with every slot's latest outcome.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import queue
 import re
 import secrets
 import threading
 import time
-import tomllib
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from harness.app import progress
 from harness.app.daemon_client import DaemonClient
+from harness.app.evaluation_store import EvaluationStore
 from harness.app.requests import TRIAL_WAIT_S, FinishRunRequest, RunErrorIn, RunRequest, parse_request
 from harness.app.run_store import RunStore
 from harness.contracts.evaluation import (
     EvaluationPlanV1,
     EvaluationRecordV1,
     TrialOutcomeV1,
-    TrialResourcesV1,
-    TrialServiceV1,
     TrialSlotV1,
-    TrialTimingV1,
-    TrialUsageV1,
 )
 from harness.contracts.run import RunErrorV1
-from harness.docker_engine import docker_client
 from harness.errors import ENGINE_FAILURE_CODES, HitchError
-from harness.evals.harbor_agents import NO_MODEL_AGENTS, TERMINUS, agent_artifact
+from harness.evals.harbor_agents import NO_MODEL_AGENTS, agent_artifact
 from harness.evals.harbor_install import HarborInstall
 from harness.evals.harbor_process import DriverProcess
+from harness.evals.harbor_trials import (
+    OVERLAY,
+    EvalOptions,
+    Trial,
+    base_image_id,
+    container_overlay,
+    model_connection,
+    task_dirs,
+    trial_budget_s,
+    trial_error,
+    trial_outcome,
+)
 from harness.evals.harbor_verifier import verifiers_of
 from harness.evals.trial_resources import resources_of
 from harness.lock import load_sealed_lock
-from harness.paths import HitchRoot, atomic_write_json, ensure_private_dir
+from harness.paths import HitchRoot, ensure_private_dir
 
 __all__ = [
+    "OVERLAY",
     "EvalOptions",
     "HarborEvaluation",
     "Trial",
+    "base_image_id",
     "model_connection",
-    "read_plan",
     "task_dirs",
     "trial_budget_s",
     "trial_outcome",
 ]
 
-HOST_SIDE_AGENTS = frozenset({TERMINUS})  # call the model from Harbor's process (LiteLLM)
-LOCAL_ENVIRONMENTS = frozenset({"docker"})
-# Harbor's Docker environment: a quick stop (PID 1 `sleep infinity` ignores SIGTERM: ~10 s lost per trial)
-# and no network for the trial container: a host-side agent needs none, and nothing in it can reach the
-# engine, the gateway or another trial.
-OVERLAY = "services:\n  main:\n    stop_grace_period: 1s\n    network_mode: none\n"
-BASE_IMAGE = "hitch/harbor-base:dev"  # the task images' base (scripts/ci/build_harbor_base_image.py)
-
-
-def container_overlay(network: str) -> str:
-    """An in-container agent's trial: on hitch's internal eval network only (no default bridge, no egress)."""
-    return (
-        "services:\n  main:\n    stop_grace_period: 1s\n    networks: [hitch_eval]\n"
-        f"networks:\n  hitch_eval:\n    external: true\n    name: {json.dumps(network)}\n"
-    )
-
-
 _EVAL_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
-PLAN = "plan.json"
-OUTCOMES = "outcomes"
-_TERMINAL_RESULTS = frozenset({"completed", "failed"})  # a trial that ended by itself; cancelled/interrupted did not
+# the options a plan keeps as they are (a resume's options are the plan's: one list for both directions)
+_PLANNED = (
+    "agent", "k", "n_concurrent", "agent_kwargs", "agent_timeout_s", "infra_retries", "agent_profile_id", "eval_image",
+    "require_model_capture",
+)  # fmt: skip
 _RUN_FIELDS_PINNED = ("engine", "launcher", "runtime", "fake_flags", "image", "capture", "capture_max_bytes")
-
-
-def trial_budget_s(task: Path, override_s: float | None) -> float | None:
-    """A trial's agent budget: the override Harbor is given, else the task's ``[agent] timeout_sec``."""
-    if override_s is not None:
-        return override_s
-    try:
-        agent = tomllib.loads((task / "task.toml").read_text(encoding="utf-8")).get("agent", {})
-    except (OSError, tomllib.TOMLDecodeError):
-        return None
-    value = agent.get("timeout_sec") if isinstance(agent, dict) else None
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else None
-
-
-def model_connection(agent: str, environment: str) -> str:
-    """``host``, ``container`` or ``none``; an environment off this host is refused, never approximated."""
-    if environment not in LOCAL_ENVIRONMENTS:
-        raise HitchError(
-            "local_inference_topology_unsupported",
-            f"Harbor environment {environment!r} runs trials off this host; the local gateway listens on this "
-            "host (loopback and hitch's eval network) and is not reachable from there",
-            {"environment": environment, "supported": sorted(LOCAL_ENVIRONMENTS)},
-        )
-    if agent in HOST_SIDE_AGENTS:
-        return "host"
-    if agent in NO_MODEL_AGENTS:
-        return "none"
-    return "container"
-
-
-def base_image_id(tag: str = BASE_IMAGE) -> str:
-    """The ID of the task images' base: what the daemon's reachability probe runs for in-container trials."""
-    client = docker_client()
-    try:
-        return str(client.images.get(tag).id)
-    except Exception as exc:  # docker.errors.ImageNotFound / APIError
-        raise HitchError(
-            "harness_unavailable",
-            f"{tag} is not built (scripts/ci/build_harbor_base_image.py)",
-            {"image": tag, "cause": type(exc).__name__},
-        ) from exc
-    finally:
-        client.close()
-
-
-def task_dirs(path: Path) -> list[Path]:
-    """One task directory (it holds ``task.toml``) or a folder of them, sorted."""
-    if (path / "task.toml").is_file():
-        return [path]
-    found = sorted(p.parent for p in path.glob("*/task.toml"))
-    if not found:
-        raise HitchError("usage_error", f"{path} is not a Harbor task nor a folder of tasks (no task.toml)", {"path": str(path)})
-    return found
-
-
-@dataclass(frozen=True)
-class EvalOptions:
-    tasks: list[Path]
-    agent: str = "terminus-2"
-    environment: str = "docker"
-    k: int = 1
-    n_concurrent: int = 2
-    agent_kwargs: dict[str, Any] = field(default_factory=dict)
-    evaluation_id: str | None = None
-    eval_image: str | None = None  # in-container agents: the pinned image the daemon probes with (default: base)
-    agent_paths: list[Path] = field(default_factory=list)  # put on Harbor's sys.path (a custom agent's module)
-    agent_timeout_s: float | None = None  # instead of each task's [agent] timeout_sec (Harbor's override_timeout_sec)
-    infra_retries: int = 1  # runs again of a trial whose engine failed (same lock, new run)
-    agent_profile_id: str | None = None  # the compatibility profile the agent was admitted with (harbor_agents)
-    certifying: bool = False  # the trials certify the agent (pytest certify): the daemon admits them without a profile
-    require_model_capture: bool = False  # a trial whose capture (its run's evidence) is incomplete fails the evaluation
-
-
-@dataclass
-class Trial:
-    """One attempt of one trial of the evaluation."""
-
-    name: str  # = run_id: unique on this host, so Harbor's compose projects of two evaluations never meet
-    task: Path
-    run_id: str
-    token_env: str
-    resources: TrialResourcesV1
-    slot: int  # which trial of the evaluation this is an attempt of
-    attempt: int = 0
-    earlier: list[TrialOutcomeV1] = field(default_factory=list)  # the failed attempts before this one
-    run: dict[str, Any] = field(default_factory=dict)
-    result: dict[str, Any] | None = None
-    outcome: TrialOutcomeV1 | None = None
 
 
 class HarborEvaluation:
@@ -235,14 +138,15 @@ class HarborEvaluation:
         self.evaluation_id = options.evaluation_id or "eval-" + secrets.token_hex(6)
         if not _EVAL_ID.match(self.evaluation_id):  # it names runs and Harbor's compose projects
             raise HitchError("usage_error", "an evaluation id is 1..40 of [a-z0-9-], starting alphanumeric", {})
-        self.dir = root.evals / self.evaluation_id
+        self.evaluations = EvaluationStore(root)
+        self.dir = self.evaluations.dir(self.evaluation_id)
         resources = {task: resources_of(task) for task in options.tasks}  # a bad task.toml stops us before anything
         slots = [(task, i) for task in options.tasks for i in range(options.k)]
         self.kept: dict[int, TrialOutcomeV1] = {}  # the slots whose outcome a resume keeps
         self.resumed = 0
         suffix = ""
         if plan is not None:
-            self.kept = _kept_outcomes(self.dir, len(slots))
+            self.kept = self.evaluations.kept_outcomes(self.evaluation_id, len(slots))
             self.resumed = _resumes(root, self.evaluation_id) + 1
             suffix = f"-resume{self.resumed}"
         self.trials = [
@@ -258,7 +162,7 @@ class HarborEvaluation:
             if n not in self.kept
         ]
         used = [t.run_id for t in self.trials if RunStore(root).path(t.run_id).exists()]
-        if (plan is None and (self.dir / "evaluation.json").exists()) or used:
+        if (plan is None and self.evaluations.path(self.evaluation_id).exists()) or used:
             raise HitchError(
                 "run_conflict",
                 f"evaluation id {self.evaluation_id} was used before (its trials' runs exist); give another --eval-id",
@@ -277,21 +181,13 @@ class HarborEvaluation:
     @classmethod
     def resume(cls, root: HitchRoot, install: HarborInstall, client: DaemonClient, evaluation_id: str) -> HarborEvaluation:
         """The evaluation ``evaluation_id`` set to run again its slots without a terminal result, on its lock."""
-        plan = read_plan(root, evaluation_id)
+        plan = EvaluationStore(root).read_plan(evaluation_id)
         options = EvalOptions(
             tasks=[Path(s.task) for s in plan.slots if s.attempt == 0],
-            agent=plan.agent,
             environment=plan.environment,
-            k=plan.k,
-            n_concurrent=plan.n_concurrent,
-            agent_kwargs=plan.agent_kwargs,
             evaluation_id=plan.evaluation_id,
-            eval_image=plan.eval_image,
             agent_paths=[Path(p) for p in plan.agent_paths],
-            agent_timeout_s=plan.agent_timeout_s,
-            infra_retries=plan.infra_retries,
-            agent_profile_id=plan.agent_profile_id,
-            require_model_capture=plan.require_model_capture,
+            **{name: getattr(plan, name) for name in _PLANNED},
         )
         body = dict(plan.run_body)
         if plan.inference_id is not None:  # the same lock: sealed in this root, else refused before anything starts
@@ -303,17 +199,9 @@ class HarborEvaluation:
         o = self.options
         return EvaluationPlanV1(
             evaluation_id=self.evaluation_id,
-            agent=o.agent,
             environment="docker",
-            k=o.k,
-            n_concurrent=o.n_concurrent,
-            agent_kwargs=o.agent_kwargs,
             agent_paths=[str(p) for p in o.agent_paths],
-            agent_timeout_s=o.agent_timeout_s,
-            infra_retries=o.infra_retries,
-            agent_profile_id=o.agent_profile_id,
-            eval_image=o.eval_image,
-            require_model_capture=o.require_model_capture,
+            **{name: getattr(o, name) for name in _PLANNED},
             run_body={k: v for k, v in self.request.body().items() if k not in ("run_id", "harness")},
             inference_id=self.inference_id,
             slots=[TrialSlotV1(slot=n, task=str(task), attempt=i) for n, (task, i) in enumerate(slots)],
@@ -323,7 +211,7 @@ class HarborEvaluation:
     def _save_plan(self) -> None:
         if self.plan.inference_id != self.inference_id:
             self.plan = EvaluationPlanV1.model_validate({**self.plan.to_json_dict(), "inference_id": self.inference_id})
-        atomic_write_json(self.dir / PLAN, self.plan.to_json_dict())
+        self.evaluations.write_plan(self.plan)
 
     @property
     def pending(self) -> list[str]:
@@ -365,7 +253,7 @@ class HarborEvaluation:
                     if kind == "finished" and trial is not None:
                         del live[name]
                         trial.result = event
-                        self._finish(trial, _trial_error(event))
+                        self._finish(trial, trial_error(event))
                         failed_closed = self._capture_failure(trial)
                         if failed_closed is not None:  # fail closed: no trial starts after it, live ones end
                             self._abort(binding, live)
@@ -400,8 +288,7 @@ class HarborEvaluation:
             require_model_capture=self.options.require_model_capture,
             error=RunErrorV1(code=failed_closed.code, message=failed_closed.message) if failed_closed is not None else None,
         )
-        ensure_private_dir(self.dir)
-        atomic_write_json(self.dir / "evaluation.json", record.to_json_dict())
+        self.evaluations.write(record)
         if failed_closed is not None:
             raise HitchError(failed_closed.code, failed_closed.message, {**failed_closed.details, "evaluation": str(self.dir)})
         return record
@@ -490,7 +377,7 @@ class HarborEvaluation:
         self.inference_id = str(trial.run["inference_id"])
         live[trial.name] = trial
         ensure_private_dir(self.dir)  # from the first bound trial on: nothing is written for a refused evaluation
-        if self.plan.inference_id != self.inference_id or not (self.dir / PLAN).exists():
+        if self.plan.inference_id != self.inference_id or not self.evaluations.plan_path(self.evaluation_id).exists():
             self._save_plan()  # the lock a resume pins
         assert self._driver is not None
         if not self._driver.start_trial(self._spec(trial)):
@@ -543,8 +430,7 @@ class HarborEvaluation:
         )
         record = self.client.finish_run(trial.run_id, finish)["record"]
         trial.outcome = trial_outcome(self.root, trial, record)
-        outcomes = ensure_private_dir(self.dir / OUTCOMES)  # what a resume keeps (or runs again)
-        atomic_write_json(outcomes / f"{trial.slot}.json", self._outcome_of(trial).to_json_dict())
+        self.evaluations.write_outcome(self.evaluation_id, trial.slot, self._outcome_of(trial))
 
     def _retry_of(self, trial: Trial) -> Trial | None:
         """The next attempt of a trial whose engine failed, while retries are left; else None."""
@@ -589,82 +475,6 @@ class HarborEvaluation:
             if trial.outcome is None:
                 with contextlib.suppress(HitchError):
                     self._finish(trial, HitchError("run_cancelled", "the evaluation ended before this trial did", {}))
-
-
-def _trial_error(event: dict[str, Any]) -> HitchError | None:
-    if event.get("cancelled"):
-        return HitchError("run_cancelled", "the trial was cancelled", {})
-    exc = event.get("exception")
-    if exc:
-        return HitchError("harness_run_failed", f"Harbor trial raised {exc.get('type')}: {str(exc.get('message'))[:500]}", {})
-    if event.get("reward") is None:
-        return HitchError("harness_run_failed", "the trial ended without a reward", {})
-    return None
-
-
-def trial_outcome(root: HitchRoot, trial: Trial, record: dict[str, Any]) -> TrialOutcomeV1:
-    result = trial.result or {}
-    usage = service = None
-    execution = root.run_inference_dir(trial.run_id) / "execution.json"
-    with contextlib.suppress(OSError, ValueError):
-        ev = json.loads(execution.read_text(encoding="utf-8"))
-        usage = TrialUsageV1(
-            requests=ev["requests"],
-            input_tokens=ev["attempts"]["input_tokens"],
-            output_tokens=ev["attempts"]["output_tokens"],
-            evidence_complete=ev["complete"],
-        )
-        service = TrialServiceV1(
-            service_id=ev["service_id"], epoch=ev["epoch"], inference_id=ev["inference_id"], reused_service=ev["reused_service"]
-        )
-    err = record.get("error")
-    rewards = result.get("rewards")
-    reward = result.get("reward")
-    if err and err.get("code") in ENGINE_FAILURE_CODES:  # the engine failed under it: no reward, never a 0
-        rewards = reward = None
-    exc = result.get("exception") or {}
-    timing = result.get("timing")
-    return TrialOutcomeV1(
-        trial=trial.name,
-        task=trial.task.name,
-        run_id=trial.run_id,
-        binding_id=record.get("binding_id"),
-        status=record["status"],
-        error=RunErrorV1(code=err["code"], message=err["message"]) if err else None,
-        reward=float(reward) if isinstance(reward, (int, float)) else None,
-        rewards={str(k): float(v) for k, v in rewards.items()} if isinstance(rewards, dict) else None,
-        harbor_exception=exc.get("type"),
-        usage=usage,
-        service=service,
-        timing=TrialTimingV1(**timing) if isinstance(timing, dict) else None,
-        resources=trial.resources,
-    )
-
-
-def read_plan(root: HitchRoot, evaluation_id: str) -> EvaluationPlanV1:
-    """``evals/<id>/plan.json``; ``evaluation_not_found`` without one (no such evaluation, or one made before plans)."""
-    path = root.path / "evals" / evaluation_id / PLAN
-    try:
-        return EvaluationPlanV1.model_validate_json(path.read_bytes())
-    except FileNotFoundError:
-        raise HitchError(
-            "evaluation_not_found",
-            f"no evaluation {evaluation_id!r} with a plan in this root (resume needs evals/{evaluation_id}/{PLAN})",
-            {"evaluation_id": evaluation_id},
-        ) from None
-    except ValueError as exc:
-        raise HitchError("evaluation_not_found", f"{path} is not an EvaluationPlanV1", {"path": str(path)}) from exc
-
-
-def _kept_outcomes(directory: Path, slots: int) -> dict[int, TrialOutcomeV1]:
-    """The outcomes a resume keeps: every slot whose trial ended by itself (completed or failed)."""
-    kept = {}
-    for slot in range(slots):
-        with contextlib.suppress(OSError, ValueError):
-            outcome = TrialOutcomeV1.model_validate_json((directory / OUTCOMES / f"{slot}.json").read_bytes())
-            if outcome.status in _TERMINAL_RESULTS:
-                kept[slot] = outcome
-    return kept
 
 
 def _resumes(root: HitchRoot, evaluation_id: str) -> int:

@@ -37,22 +37,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import math
 import secrets
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 from typing import Any, Literal
 
 from harness.contracts.events import LifecycleEventName, LifecycleEventV1
-from harness.contracts.lock import CudaPlatformV1, InferenceLockV1
+from harness.contracts.lock import InferenceLockV1
 from harness.errors import HitchError
 from harness.paths import HitchRoot
 from harness.service.gpu_leases import GpuLeases
 from harness.service.isolation import ServiceKey, service_key
 from harness.service.ledger import ResourceLedger, demand_of
+from harness.service.live_service import LiveService, find_service, gpu_memory_needed, holders_view, idle_to_yield
 from harness.service.starter import (
     EventSink,
     LeaseHandle,
@@ -78,40 +76,10 @@ __all__ = [
 MANAGER_OWNER = "hitch-manager"
 
 
-@dataclass(eq=False)
-class _Service:
-    key: ServiceKey
-    lock: InferenceLockV1
-    epoch: int
-    service_dir: Path
-    started: asyncio.Future[StartedService]
-    state: Literal["starting", "ready", "draining", "failed"] = "starting"
-    stopped: asyncio.Event = field(default_factory=asyncio.Event)
-    service: StartedService | None = None
-    leases: dict[str, LeaseHandle] = field(default_factory=dict)
-    waiters: int = 0
-    ttl: asyncio.TimerHandle | None = None
-    holder: str | None = None
-    gpu_uuid: str | None = None
-    failure: HitchError | None = None
-    stop_error: HitchError | None = None
-    released: asyncio.Event = field(default_factory=asyncio.Event)
-    idle_since: float | None = None
-    cause: str | None = None  # the run whose acquire began this epoch's start (spec §12.1)
-    stop_cause: str | None = None  # the run whose stop (or whose waiting start) ended this epoch
-
-
 def _as_hitch_error(exc: BaseException, what: str) -> HitchError:
     if isinstance(exc, HitchError):
         return exc
     return HitchError("internal_error", f"{what} raised {type(exc).__name__}", {"error": str(exc)[:500]})
-
-
-def gpu_memory_needed(lock: InferenceLockV1) -> int:
-    """GPU memory a CUDA lock needs on its device: weights + KV pool within the static fraction SGLang may take."""
-    platform = lock.execution.platform
-    fraction = platform.mem_fraction_static if isinstance(platform, CudaPlatformV1) else 1.0
-    return math.ceil(lock.resources.gpu_memory_bytes / fraction)
 
 
 class ServiceManager:
@@ -137,13 +105,13 @@ class ServiceManager:
         self._events = events
         self._idle_ttl_ms = idle_ttl_ms
         self.failure_stop_timeout_s = failure_stop_timeout_s
-        self._live: dict[str, _Service] = {}
-        self._stopping: dict[str, _Service] = {}
-        self._leases: dict[str, _Service] = {}
+        self._live: dict[str, LiveService] = {}
+        self._stopping: dict[str, LiveService] = {}
+        self._leases: dict[str, LiveService] = {}
         self._epochs: dict[str, int] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._admitting: dict[str, _Service] = {}  # starts waiting in the ledger for resources to be free
+        self._admitting: dict[str, LiveService] = {}  # starts waiting in the ledger for resources to be free
 
     # -- public API --------------------------------------------------------------------------------
 
@@ -218,9 +186,9 @@ class ServiceManager:
         run this stop is for (a prepare stopping the engine it started for that run), named on its events.
         """
         while True:
-            svc = self._find(self._live, service_id)
+            svc = find_service(self._live, service_id)
             if svc is None:
-                fence = self._find(self._stopping, service_id)
+                fence = find_service(self._stopping, service_id)
                 if fence is None:
                     return False
                 await fence.stopped.wait()
@@ -233,7 +201,7 @@ class ServiceManager:
                 raise HitchError(
                     "inference_in_use",
                     f"service {service_id} has {len(svc.leases)} live lease(s)",
-                    {"service_id": service_id, "leases": len(svc.leases), "owners": self._owners(svc)},
+                    {"service_id": service_id, "leases": len(svc.leases), "owners": svc.owners()},
                 )
             self._begin_stop(svc, "draining", force=force, cause=run_id)
             await svc.stopped.wait()
@@ -262,7 +230,7 @@ class ServiceManager:
                 svc.key.isolation_key,
                 svc.epoch,
                 svc.state,
-                self._owners(svc),
+                svc.owners(),
                 svc.gpu_uuid,
             )
             for svc in [*self._live.values(), *self._stopping.values()]
@@ -270,14 +238,14 @@ class ServiceManager:
 
     # -- starting ---------------------------------------------------------------------------------
 
-    def _begin_start(self, key: ServiceKey, lock: InferenceLockV1, run_id: str | None) -> _Service:
+    def _begin_start(self, key: ServiceKey, lock: InferenceLockV1, run_id: str | None) -> LiveService:
         epoch = max(self._epochs.get(key.isolation_key, 0), self._persisted_epoch(key.service_id)) + 1
         self._epochs[key.isolation_key] = epoch
         loop = asyncio.get_running_loop()
         started: asyncio.Future[StartedService] = loop.create_future()
         # A failed start nobody awaits any more must not be logged as "never retrieved".
         started.add_done_callback(lambda f: f.cancelled() or f.exception())
-        svc = _Service(key, lock, epoch, self.root.service_dir(key.service_id), started, cause=run_id)
+        svc = LiveService(key, lock, epoch, self.root.service_dir(key.service_id), started, cause=run_id)
         self._live[key.isolation_key] = svc
         self._spawn(self._start(svc))
         return svc
@@ -291,7 +259,7 @@ class ServiceManager:
         epoch = data.get("epoch") if isinstance(data, dict) else None
         return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else 0
 
-    async def _start(self, svc: _Service) -> None:
+    async def _start(self, svc: LiveService) -> None:
         lock = svc.lock
         try:
             holder = f"{svc.key.service_id}#{svc.epoch}"
@@ -348,11 +316,11 @@ class ServiceManager:
 
     # -- idle TTL, stops, failures ---------------------------------------------------------------
 
-    def _ttl_seconds(self, svc: _Service) -> float:
+    def _ttl_seconds(self, svc: LiveService) -> float:
         ms = self._idle_ttl_ms if self._idle_ttl_ms is not None else svc.lock.execution.idle_ttl_ms
         return ms / 1000
 
-    def _maybe_arm_ttl(self, svc: _Service) -> None:
+    def _maybe_arm_ttl(self, svc: LiveService) -> None:
         if svc.state != "ready" or svc.leases or svc.waiters or svc.ttl is not None:
             return
         if self._live.get(svc.key.isolation_key) is not svc:
@@ -362,65 +330,31 @@ class ServiceManager:
         for waiting in list(self._admitting.values()):  # a start waits for resources: an idle service gives them now
             self._yield_idle(waiting)
 
-    def _idle(self, svc: _Service) -> bool:
-        return svc.state == "ready" and not svc.leases and not svc.waiters and self._live.get(svc.key.isolation_key) is svc
-
-    def _yield_idle(self, waiting: _Service) -> None:
-        """Drain idle services, longest idle first, until what ``waiting`` needs fits in what is free or being
-        freed (services already stopping give theirs back once confirmed). Leased services are never touched."""
-        need = demand_of(waiting.lock.resources)
-        if need.fits_in(self.ledger.free) or not need.fits_in(self.ledger.capacity):
-            return
-        held = self.ledger.holders()
-        coming = self.ledger.free
-        for stopping in self._stopping.values():
-            if stopping.holder is not None and stopping.holder in held:
-                coming = coming.plus(held[stopping.holder])
-        idle = sorted(
-            (s for s in self._live.values() if s is not waiting and self._idle(s) and s.holder in held),
-            key=lambda s: s.idle_since or 0.0,
-        )
-        reachable = coming
-        for svc in idle:
-            reachable = reachable.plus(held[str(svc.holder)])
-        if not need.fits_in(reachable):
-            return  # leased services hold the rest: stopping idle ones would not let it start sooner
-        for svc in idle:
-            if need.fits_in(coming):
-                return
-            coming = coming.plus(held[str(svc.holder)])
+    def _yield_idle(self, waiting: LiveService) -> None:
+        """Drain the idle services :func:`idle_to_yield` names for ``waiting`` (leased ones are never touched)."""
+        for svc in idle_to_yield(waiting, self._live, self._stopping, self.ledger):
             self._begin_stop(svc, "draining", force=False, yielded_to=waiting.key.service_id, cause=waiting.cause)
 
     def admission_wait(self, service_id: str) -> list[dict[str, Any]] | None:
         """While a start of ``service_id`` waits for resources: who holds them (service, epoch, owners, idle or
         stopping); None when it does not wait."""
-        waiting = self._find(self._admitting, service_id)
-        if waiting is None:
+        if find_service(self._admitting, service_id) is None:
             return None
-        by_holder = {s.holder: s for s in [*self._live.values(), *self._stopping.values()] if s.holder is not None}
-        out: list[dict[str, Any]] = []
-        for holder in sorted(self.ledger.holders()):
-            svc = by_holder.get(holder)
-            if svc is None:
-                out.append({"holder": holder})
-                continue
-            state = "idle" if self._idle(svc) else svc.state
-            out.append({"holder": holder, "service_id": svc.key.service_id, "state": state, "owners": self._owners(svc)})
-        return out
+        return holders_view(self._live, self._stopping, self.ledger)
 
-    def _cancel_ttl(self, svc: _Service) -> None:
+    def _cancel_ttl(self, svc: LiveService) -> None:
         if svc.ttl is not None:
             svc.ttl.cancel()
             svc.ttl = None
 
-    def _ttl_fired(self, svc: _Service) -> None:
+    def _ttl_fired(self, svc: LiveService) -> None:
         svc.ttl = None
         if svc.state == "ready" and not svc.leases and not svc.waiters and self._live.get(svc.key.isolation_key) is svc:
             self._begin_stop(svc, "draining", force=False)
 
     def _begin_stop(
         self,
-        svc: _Service,
+        svc: LiveService,
         state: Literal["draining", "failed"],
         force: bool,
         yielded_to: str | None = None,
@@ -449,7 +383,7 @@ class ServiceManager:
             self._emit(svc, "inference.draining", MANAGER_OWNER, drain, cause)
         self._spawn(self._confirm_stop(svc, force))
 
-    async def _confirm_stop(self, svc: _Service, force: bool) -> None:
+    async def _confirm_stop(self, svc: LiveService, force: bool) -> None:
         stop_details: dict[str, Any] | None = None
         try:
             assert svc.service is not None
@@ -475,7 +409,7 @@ class ServiceManager:
                 del self._stopping[svc.key.isolation_key]
             svc.stopped.set()
 
-    async def _wait_released(self, svc: _Service) -> None:
+    async def _wait_released(self, svc: LiveService) -> None:
         try:
             await asyncio.wait_for(svc.released.wait(), self.failure_stop_timeout_s)
         except TimeoutError:
@@ -497,10 +431,10 @@ class ServiceManager:
         else:
             callback(*args)
 
-    def _on_released(self, svc: _Service) -> None:
+    def _on_released(self, svc: LiveService) -> None:
         svc.released.set()
 
-    def _on_failure(self, svc: _Service, error: HitchError) -> None:
+    def _on_failure(self, svc: LiveService, error: HitchError) -> None:
         if svc.state == "starting":
             svc.failure = svc.failure or error
         elif svc.state == "ready":
@@ -508,7 +442,7 @@ class ServiceManager:
             self._begin_stop(svc, "failed", force=True)
         # draining/failed: the stop in progress confirms the end either way.
 
-    async def _release_resources(self, svc: _Service) -> None:
+    async def _release_resources(self, svc: LiveService) -> None:
         if svc.gpu_uuid is not None and self.gpu_leases is not None:
             await asyncio.to_thread(self.gpu_leases.release, svc.gpu_uuid, service_id=svc.key.service_id)
             svc.gpu_uuid = None
@@ -518,34 +452,26 @@ class ServiceManager:
 
     # -- helpers ----------------------------------------------------------------------------------
 
-    def _raise_stop_error(self, svc: _Service) -> bool:
+    def _raise_stop_error(self, svc: LiveService) -> bool:
         if svc.stop_error is not None:
             raise svc.stop_error
         return True
 
-    def _drop_live(self, svc: _Service) -> None:
+    def _drop_live(self, svc: LiveService) -> None:
         if self._live.get(svc.key.isolation_key) is svc:
             del self._live[svc.key.isolation_key]
-
-    @staticmethod
-    def _find(table: dict[str, _Service], service_id: str) -> _Service | None:
-        return next((svc for svc in table.values() if svc.key.service_id == service_id), None)
-
-    @staticmethod
-    def _owners(svc: _Service) -> list[str]:
-        return sorted({lease.owner for lease in svc.leases.values()})
 
     def _spawn(self, coro: Awaitable[None]) -> None:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _emit_queued(self, svc: _Service, owner: str, waiting_for: str, run_id: str | None) -> bool:
+    def _emit_queued(self, svc: LiveService, owner: str, waiting_for: str, run_id: str | None) -> bool:
         self._emit(svc, "inference.queued", owner, {"waiting_for": waiting_for}, run_id)
         return True
 
     def _emit(
-        self, svc: _Service, name: LifecycleEventName, owner: str, details: dict[str, Any], run_id: str | None = None
+        self, svc: LiveService, name: LifecycleEventName, owner: str, details: dict[str, Any], run_id: str | None = None
     ) -> None:
         event = LifecycleEventV1(
             event=name,

@@ -267,7 +267,7 @@ def test_a_deep_tool_schema_is_never_a_5xx(engine: Engine, run: Any, depth: int)
         '{"type": "object"}', '{"a":' * depth + "1" + "}" * depth
     )
     r = httpx.post(run.base_url + "/chat/completions", content=body.encode(), headers=_auth(run), timeout=60)
-    assert r.status_code == (400 if depth > 512 else 200), r.text[:300]  # gateway.intake.BODY_MAX_DEPTH
+    assert r.status_code == (400 if depth > 512 else 200), r.text[:300]  # gateway.request_shape.BODY_MAX_DEPTH
 
 
 # ---------------------------------------------------------------- last resort, Server header

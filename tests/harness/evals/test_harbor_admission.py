@@ -66,7 +66,7 @@ def _nothing_started(root: HitchRoot) -> None:
     assert not (root.path / "inference" / "daemon" / "daemon.sock").exists()
 
 
-def _key(root: HitchRoot, agent: str) -> Any:
+def harbor_agent_key(root: HitchRoot, agent: str) -> Any:
     model_id = resolve_model(root, "local/tiny").model_id
     return agent_key(agent, HARBOR_VERSION, RUNTIME_ID, model_id, [REPO])
 
@@ -90,7 +90,7 @@ def test_a_known_agent_without_a_passing_profile_for_the_engine_is_refused_befor
     error = _eval(root, "--agent", agent, *paths)
     assert error["code"] == "inference_harness_unsupported" and "no certified compatibility profile" in error["message"]
     _nothing_started(root)
-    key = _key(root, agent)
+    key = harbor_agent_key(root, agent)
     record_agent_result(root, agent, key, "agents.harbor.shared_service", "sglang", "cpu", True)
     error = _eval(root, "--agent", agent, *paths)  # certified on real SGLang, not on the fake engine this asks for
     assert error["code"] == "inference_harness_unsupported" and error["details"]["engine"] == "fake"
@@ -164,7 +164,7 @@ def test_a_service_plus_one_trial_that_cannot_fit_the_machine_is_refused_before_
     service = demand_of(lock.resources)
     memory = service.memory_bytes + DEFAULT_MEMORY_MB * (1 << 20) - 1
     as_json(hitch(root, "daemon", "start", "--json", *FAST, "--capacity-memory", str(memory)))
-    record_agent_result(root, TERMINUS, _key(root, TERMINUS), "agents.harbor.terminus_solves", "fake", "cpu", True)
+    record_agent_result(root, TERMINUS, harbor_agent_key(root, TERMINUS), "agents.harbor.terminus_solves", "fake", "cpu", True)
     error = _eval(root)
     assert error["code"] == "inference_capacity_exceeded", error
     details = error["details"]

@@ -24,7 +24,7 @@ from harness.paths import HitchRoot
 from harness.service.isolation import SHARED_SCOPE, isolation_key
 from harness.service.state_store import ServiceStateStore
 from tests.harness.daemon.conftest import FAST, as_json, hitch
-from tests.harness.evals.test_harbor_admission import RUNTIME_ID, TASKS, _key, root
+from tests.harness.evals.test_harbor_admission import RUNTIME_ID, TASKS, harbor_agent_key, root
 
 __all__ = ["root"]  # the fixture this module shares with test_harbor_admission
 
@@ -65,7 +65,7 @@ def test_throughput_trials_of_one_evaluation_share_its_cache_scope_and_baseline_
 ) -> None:
     # room for the service and two trials at once on any machine: the trials' turns are not what is tested here
     as_json(hitch(root, "daemon", "start", "--json", *FAST, "--capacity-cpu", "64"))
-    record_agent_result(root, TERMINUS, _key(root, TERMINUS), "agents.harbor.terminus_solves", "fake", "cpu", True)
+    record_agent_result(root, TERMINUS, harbor_agent_key(root, TERMINUS), "agents.harbor.terminus_solves", "fake", "cpu", True)
     client = DaemonClient(root)
 
     first, second = _bind_all(_evaluation(root, "ev-tp-a", "throughput", k=2))

@@ -31,7 +31,16 @@ from typing import Any
 
 from harness.contracts.evidence import EngineRequestsV1
 
-__all__ = ["ENGINE_REQUESTS", "JOIN_WAIT_S", "engine_request_figures", "write_engine_requests"]
+__all__ = [
+    "ANSWERED",
+    "ENGINE_REQUESTS",
+    "JOIN_WAIT_S",
+    "engine_request_figures",
+    "figures_of_line",
+    "line_rid",
+    "row_of",
+    "write_engine_requests",
+]
 
 ENGINE_REQUESTS = "engine-requests.jsonl"
 JOIN_WAIT_S = 10.0
@@ -39,7 +48,7 @@ _MARKER = '"event": "request.finished"'
 _TOKENS = ("prompt_tokens", "cached_tokens", "completion_tokens", "reasoning_tokens")
 _SECONDS = ("e2e_latency", "first_token_latency", "decode_throughput")
 _STAMPS = ("request_received_ts", "forward_entry_time", "prefill_finished_time", "request_finished_ts")
-_ANSWERED = frozenset({"completed", "incomplete"})
+ANSWERED = frozenset({"completed", "incomplete"})
 _MARKER_B = _MARKER.encode()
 _RID = re.compile(rb'"rid": ?"([^"\\]*)"')
 # the gateway writes a row's first fields in this order (gateway.transport.Exchange.evidence_fields)
@@ -61,6 +70,27 @@ def _figures(meta: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def line_rid(raw: bytes) -> str | None:
+    """The engine request id of a ``request.finished`` line of the log (None: any other line)."""
+    if _MARKER_B not in raw:
+        return None
+    named = _RID.search(raw)
+    return None if named is None else named.group(1).decode("utf-8", errors="replace")
+
+
+def figures_of_line(raw: bytes) -> dict[str, Any] | None:
+    """The engine's figures of one ``request.finished`` line (None: not such a line, or not readable)."""
+    line = raw.decode("utf-8", errors="replace")
+    try:
+        record = json.loads(line[line.find("{") :])
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or record.get("event") != "request.finished":
+        return None
+    meta = (record.get("out") or {}).get("meta_info")
+    return _figures(meta) if isinstance(meta, dict) else None
+
+
 def engine_request_figures(
     log: Path, rids: set[str], found: dict[str, dict[str, Any]] | None = None, offset: int = 0
 ) -> tuple[dict[str, dict[str, Any]], int]:
@@ -78,41 +108,39 @@ def engine_request_figures(
             if not raw.endswith(b"\n"):
                 break  # a line still being written: read again next time
             offset += len(raw)
-            if _MARKER_B not in raw:
-                continue
-            named = _RID.search(raw)
-            if named is None or named.group(1).decode("utf-8", errors="replace") not in rids:
+            rid = line_rid(raw)
+            if rid is None or rid not in rids:
                 continue  # another run's request: never parsed
-            line = raw.decode("utf-8", errors="replace")
-            start = line.find("{")
-            try:
-                record = json.loads(line[start:])
-            except ValueError:
-                continue
-            rid = record.get("rid") if isinstance(record, dict) else None
-            meta = (record.get("out") or {}).get("meta_info") if isinstance(record, dict) else None
-            if record.get("event") == "request.finished" and rid in rids and isinstance(meta, dict):
-                found[rid] = _figures(meta)
+            figures = figures_of_line(raw)
+            if figures is not None:
+                found[rid] = figures
     return found, offset
 
 
+def row_of(line: bytes) -> tuple[str | None, str | None, str | None] | None:
+    """(request id, engine rid, status) of one row: from the gateway's fixed field order when the line has it, else
+    parsed whole; None for a line that is not a row (a torn last line: the writer's own verdict covers it)."""
+    head, status = _HEAD.search(line), _STATUS.search(line)
+    if head is not None and status is not None:
+        rid = head.group(3)
+        return head.group(1).decode(), None if rid is None else rid.decode(), status.group(1).decode()
+    try:
+        row = json.loads(line) if line.strip() else None
+    except ValueError:
+        return None
+    if not isinstance(row, dict):
+        return None
+    rid = row.get("engine_rid")
+    return row.get("request_id"), None if rid is None else str(rid), row.get("status")
+
+
 def _rows(rows_file: Path) -> Iterator[tuple[str | None, str | None, str | None]]:
-    """(request id, engine rid, status) of each row, read as a stream: from the gateway's fixed field order when
-    the line has it, else parsed whole."""
+    """The rows of ``rows_file``, read as a stream (:func:`row_of`)."""
     with rows_file.open("rb") as lines:
         for line in lines:
-            head, status = _HEAD.search(line), _STATUS.search(line)
-            if head is not None and status is not None:
-                rid = head.group(3)
-                yield head.group(1).decode(), None if rid is None else rid.decode(), status.group(1).decode()
-                continue
-            try:
-                row = json.loads(line) if line.strip() else None
-            except ValueError:
-                continue  # a torn last line: the writer's own verdict covers it
-            if isinstance(row, dict):
-                rid = row.get("engine_rid")
-                yield row.get("request_id"), None if rid is None else str(rid), row.get("status")
+            row = row_of(line)
+            if row is not None:
+                yield row
 
 
 def write_engine_requests(out_dir: Path, rows_file: Path, log: Path, *, wait_s: float = JOIN_WAIT_S) -> EngineRequestsV1:
@@ -123,7 +151,7 @@ def write_engine_requests(out_dir: Path, rows_file: Path, log: Path, *, wait_s: 
     for _, rid, status in _rows(rows_file):
         if rid:
             rids.add(rid)
-            if status in _ANSWERED:
+            if status in ANSWERED:
                 awaited.add(rid)
     end = time.monotonic() + wait_s
     figures, offset = engine_request_figures(log, rids)
@@ -145,6 +173,7 @@ def write_engine_requests(out_dir: Path, rows_file: Path, log: Path, *, wait_s: 
             total += 1
             matched += joined["joined"] is True
     os.replace(tmp, target)
+    (out_dir / (ENGINE_REQUESTS + ".partial")).unlink(missing_ok=True)  # a live join's, when this pass replaced it
     return EngineRequestsV1(
         file=ENGINE_REQUESTS, digest="sha256:" + digest.hexdigest(), joined=matched, unmatched=total - matched
     )

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from harness.contracts.evidence import ModelIdentityV1
 from harness.contracts.lock import InferenceLockV1
+from harness.daemon.engine_join import EngineJoin
 from harness.daemon.engine_memory import EngineMemorySampler
 from harness.daemon.run_evidence import EngineFacts
 from harness.daemon.trial_reservation import TrialReservation
@@ -36,3 +37,4 @@ class LiveRun:
     identity: ModelIdentityV1 | None = None  # resolved once the service passed readiness (see _bind)
     trial: TrialReservation | None = None  # the trial container it serves, held in the resource ledger
     memory: EngineMemorySampler | None = None  # the engine's RSS while the run lives (from its lease to its end)
+    join: EngineJoin | None = None  # its rows joined to the engine's request lines as they come (from its binding)

@@ -40,6 +40,7 @@ from harness.contracts.lock import InferenceLockV1
 from harness.contracts.run import RunRecordV1
 from harness.contracts.run_readiness import EngineMemorySeriesV1, RunReadinessV1, ToolCallProbeV1
 from harness.contracts.run_ref import CaptureFileV1
+from harness.daemon.engine_join import EngineJoin
 from harness.daemon.engine_requests import write_engine_requests
 from harness.engine.readiness import ReadinessReport
 from harness.engine.redaction import observations, redact
@@ -121,6 +122,7 @@ class GatewayFacts:
     daemon_died: bool = False  # the rows are what reached disk before the daemon that held the run died
     tally: RowTally | None = None  # the rows file as the gateway wrote it (None: count it from the file)
     capture_files: list[tuple[str, int, str]] | None = None  # a full capture's segment files (None: walk the folder)
+    join: EngineJoin | None = None  # the run's live join to the engine's lines (None: one pass over the files)
 
 
 def place_rows(src: Path, dst: Path) -> None:
@@ -313,7 +315,10 @@ def write_execution_evidence(
     known = gateway.tally is not None and not gateway.writer_failed and gateway.tally.size == attempts.stat().st_size
     tally = gateway.tally if known and gateway.tally is not None else tally_rows_file(attempts)
     ledger = attempt_ledger(tally, gateway.begun)
-    engine_requests = write_engine_requests(out, attempts, root.service_dir(binding.service_id) / ENGINE_LOG)
+    if gateway.join is not None:  # joined while the run lived: only the last seconds are read here
+        engine_requests = gateway.join.finish(rows_file=attempts)
+    else:
+        engine_requests = write_engine_requests(out, attempts, root.service_dir(binding.service_id) / ENGINE_LOG)
     checks = [
         _check("attempts_recorded", ledger.rows == ledger.begun and not gateway.daemon_died, _attempts_detail(ledger, gateway)),
         _check("capture_complete", gateway.capture_state == "complete", f"capture {record.capture}: {gateway.capture_state}"),

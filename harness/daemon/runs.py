@@ -6,11 +6,12 @@ the kernel, its state in the root's private ``inference/gateway/`` directory, 07
 (:func:`harness.app.harness_admission.admit_harness`: ``inference_harness_unsupported`` before anything is
 written or started), admits the run (``runs/<id>/run.json``: ``admitted``; a harness that needs tool calls, Codex,
 on a lock that claims them gets the service's epoch probed with a forced call first,
-:func:`harness.engine.readiness.probe_tool_call`), prepares its lock and acquires the service
+:class:`harness.daemon.tool_probes.ToolProbes`), prepares its lock and acquires the service
 with the run as lease owner (``preparing``), keeps the epoch's readiness
 for its evidence (cold start and warm-up when this run started the engine, the tool-call probe) and samples the
 engine's RSS until it ends (:mod:`harness.daemon.engine_memory`), reads the engine's ``/server_info`` (keys
-removed) and ``/metrics``, and registers the run on the gateway with its own capture (``running``); the upstream comes only
+removed) and ``/metrics``, and registers the run on the gateway with its own capture (``running``), its rows joined
+to the engine's request lines as they come (:mod:`harness.daemon.engine_join`); the upstream comes only
 from the manager's service record, the engine key from the service's 0600 key file, and the answer names the
 run's 0600 token *file*, never the token. A run id is an idempotency key (:mod:`harness.app.run_identity`):
 the same request under a run id that already ended answers its record (``existing``) instead of running again;
@@ -64,6 +65,7 @@ from harness.contracts.lock import InferenceLockV1
 from harness.contracts.run import RunRecordV1, RunStopV1
 from harness.contracts.run_readiness import ToolCallProbeV1
 from harness.daemon.core import DaemonCore
+from harness.daemon.engine_join import EngineJoin
 from harness.daemon.engine_memory import EngineMemorySampler
 from harness.daemon.eval_access import EvalAccess
 from harness.daemon.live_run import LiveRun
@@ -79,10 +81,11 @@ from harness.daemon.run_evidence import (
     write_start_facts,
 )
 from harness.daemon.run_infra import engine_failure
+from harness.daemon.tool_probes import ToolProbes
 from harness.daemon.trial_reservation import hold, require_room_for_one, trial_of
 from harness.devices import probe_cpu
 from harness.devices.fingerprint import hardware_fingerprint
-from harness.engine.readiness import probe_tool_call
+from harness.engine.sglang import ENGINE_LOG
 from harness.errors import HitchError
 from harness.launch.process import isolation_facts
 from harness.lock import build_lock, load_sealed_lock, sealed_for_draft
@@ -97,7 +100,6 @@ from harness.store import model_files_dir, resolve_model, verify_first_start
 __all__ = ["REVOKING_EVENTS", "RunService"]
 
 REVOKING_EVENTS = frozenset({"inference.failed", "inference.draining", "inference.stopped"})
-_TOOL_PROBE_TIMEOUT_S = 300.0  # a forced call of up to 64 tokens on a loaded CPU engine
 
 
 # what run.json keeps of the request (as it was given; no secret), and what a prepare of its service takes
@@ -121,7 +123,7 @@ class RunService:
         self._hardware: dict[str, dict[str, Any]] = {}
         self.eval_access = EvalAccess(core.root.path, self.gateway)
         self._trial_waits: dict[str, asyncio.Task[None]] = {}  # runs whose trial waits its turn in the ledger
-        self._tool_probed: dict[tuple[str, int], float] = {}  # (service, epoch) -> seconds its tool-call probe took
+        self.tool_probes = ToolProbes()  # one forced tool call per service epoch
         self.gateway.aborts.on_service_fault = self._service_fault
 
     async def start(self) -> None:
@@ -286,7 +288,7 @@ class RunService:
         tool: ToolCallProbeV1 | None = None
         required = needs_tool_calls(ask.harness) and lock.protocol.tool_calls
         if required:
-            tool = await self._probe_tool_calls(
+            tool = await self.tool_probes.probe(
                 endpoint.service_id, endpoint.epoch, endpoint.base_url, engine_key, endpoint.wire_model
             )
         run.engine.readiness = run_readiness(
@@ -340,6 +342,9 @@ class RunService:
             deadline_s=deadline,
         )
         run.binding_id = record.binding_id
+        run.join = EngineJoin(self.gateway.evidence.path_for(record.binding_id), self.core.root.service_dir(
+            endpoint.service_id) / ENGINE_LOG, ensure_private_dir(self.core.root.run_inference_dir(run_id)))  # fmt: skip
+        run.join.start()
         await asyncio.to_thread(write_start_facts, self.core.root, run_id, record, run.engine, run.identity)
         self.store.advance(
             run_id,
@@ -366,18 +371,6 @@ class RunService:
             **({"for_containers": True, "eval_network": net.name, "eval_network_id": net.network_id} if net is not None else {}),
         }
 
-    async def _probe_tool_calls(
-        self, service_id: str, epoch: int, base_url: str, engine_key: str, wire_model: str
-    ) -> ToolCallProbeV1:
-        """A caller that needs tool calls of a lock that claims them: the service's epoch answers a forced call
-        (once per epoch; spec §9.1 step 5), else the run fails ``inference_engine_unhealthy`` before it is bound."""
-        known = self._tool_probed.get((service_id, epoch))
-        if known is not None:
-            return ToolCallProbeV1(seconds=known, by_this_run=False)
-        seconds = await probe_tool_call(base_url, engine_key, wire_model, _TOOL_PROBE_TIMEOUT_S)
-        self._tool_probed[(service_id, epoch)] = seconds
-        return ToolCallProbeV1(seconds=seconds, by_this_run=True)
-
     async def finish(
         self, run_id: str, status: str, error: HitchError | None, stopped_by: RunStopV1 | None = None
     ) -> dict[str, Any]:
@@ -397,6 +390,8 @@ class RunService:
         record = self.store.finish(run_id, status, error, stopped_by)  # type: ignore[arg-type]
         if run.memory is not None:  # the last point while the engine still serves the run
             run.engine.memory = await run.memory.stop()
+        if run.join is not None:
+            await run.join.stop()
         if run.engine_url is not None and run.engine_key is not None:
             _, metrics, errors = await scrape_engine(run.engine_url, run.engine_key, server_info=False)
             if metrics is not None:
@@ -416,6 +411,8 @@ class RunService:
             await self.core.manager.ledger.release(trial_holder(run_id))
         if binding is not None and run.lock is not None:
             record = await self._write_evidence(run, record, binding)
+        elif run.join is not None:
+            run.join.abandon()
         if run.binding_id is not None:  # its counts are in the evidence now; a long-lived daemon keeps none
             self.gateway.begun.pop(run.binding_id, None)
             self.gateway.in_flight.pop(run.binding_id, None)
@@ -440,6 +437,7 @@ class RunService:
             writer_failed=bid in self.gateway.evidence.failed,
             tally=self.gateway.evidence.take_tally(bid),  # the rows as written: the ledger needs no second read
             capture_files=segments.files() if (segments := self.gateway.segments.pop(bid, None)) is not None else None,
+            join=run.join,
         )
         return await self._write(record, run.lock, binding, facts, run.engine, run.reused_service, run.identity)
 

@@ -35,13 +35,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.contracts.evidence import EngineRequestsV1
-from harness.daemon.engine_requests import ANSWERED, ENGINE_REQUESTS, JOIN_WAIT_S, figures_of_line, line_rid, row_of
+from harness.daemon.engine_requests import (
+    ANSWERED,
+    ENGINE_REQUESTS,
+    JOIN_WAIT_S,
+    PARTIAL,
+    figures_of_line,
+    line_rid,
+    row_of,
+)
 
-__all__ = ["INTERVAL_S", "KEEP_LINES_S", "PARTIAL", "EngineJoin"]
+__all__ = ["INTERVAL_S", "KEEP_LINES_S", "EngineJoin"]
 
 INTERVAL_S = 2.0
 KEEP_LINES_S = 60.0  # an engine line no row of this run claimed (another run's request) is dropped after this
-PARTIAL = ENGINE_REQUESTS + ".partial"
 
 
 @dataclass
@@ -94,7 +101,7 @@ class EngineJoin:
         self._task = asyncio.ensure_future(self._loop(interval_s))
 
     async def stop(self) -> None:
-        """No more passes on the loop (a pass under way ends first); :meth:`finish` does the rest."""
+        """No more passes on the loop; a pass already in its thread ends before :meth:`finish` takes its turn."""
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
@@ -104,7 +111,7 @@ class EngineJoin:
     async def _loop(self, interval_s: float) -> None:
         while True:
             await asyncio.sleep(interval_s)
-            await asyncio.shield(asyncio.to_thread(self.advance))
+            await asyncio.to_thread(self.advance)
 
     def advance(self, rows_file: Path | None = None) -> None:
         """Take in what was appended to the rows and the log since the last pass, and write the rows now decided."""
@@ -155,9 +162,8 @@ class EngineJoin:
         self._read_log(now)
         self._flush(now, final=final)
         self._out.flush()
-        if len(self._lines) > len(self._pending):  # lines no pending row claims: another run's, or not yet rowed
-            horizon = now - max(KEEP_LINES_S, self.window_s)
-            self._lines = {rid: kept for rid, kept in self._lines.items() if kept[1] >= horizon}
+        horizon = now - max(KEEP_LINES_S, self.window_s)  # lines no row claimed by then: another run's
+        self._lines = {rid: kept for rid, kept in self._lines.items() if kept[1] >= horizon}
 
     def _read_rows(self, rows_file: Path, now: float) -> None:
         try:

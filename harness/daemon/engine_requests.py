@@ -35,6 +35,7 @@ __all__ = [
     "ANSWERED",
     "ENGINE_REQUESTS",
     "JOIN_WAIT_S",
+    "PARTIAL",
     "engine_request_figures",
     "figures_of_line",
     "line_rid",
@@ -43,6 +44,7 @@ __all__ = [
 ]
 
 ENGINE_REQUESTS = "engine-requests.jsonl"
+PARTIAL = ENGINE_REQUESTS + ".partial"  # a live join's file until the run's end (harness.daemon.engine_join)
 JOIN_WAIT_S = 10.0
 _MARKER = '"event": "request.finished"'
 _TOKENS = ("prompt_tokens", "cached_tokens", "completion_tokens", "reasoning_tokens")
@@ -173,7 +175,7 @@ def write_engine_requests(out_dir: Path, rows_file: Path, log: Path, *, wait_s: 
             total += 1
             matched += joined["joined"] is True
     os.replace(tmp, target)
-    (out_dir / (ENGINE_REQUESTS + ".partial")).unlink(missing_ok=True)  # a live join's, when this pass replaced it
+    (out_dir / PARTIAL).unlink(missing_ok=True)  # a live join's, when this pass replaced it
     return EngineRequestsV1(
         file=ENGINE_REQUESTS, digest="sha256:" + digest.hexdigest(), joined=matched, unmatched=total - matched
     )

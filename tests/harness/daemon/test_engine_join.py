@@ -7,8 +7,8 @@ import asyncio
 import json
 from pathlib import Path
 
-from harness.daemon.engine_join import KEEP_LINES_S, PARTIAL, EngineJoin
-from harness.daemon.engine_requests import ENGINE_REQUESTS, write_engine_requests
+from harness.daemon.engine_join import KEEP_LINES_S, EngineJoin
+from harness.daemon.engine_requests import ENGINE_REQUESTS, PARTIAL, write_engine_requests
 from harness.run_ref import file_digest
 
 
